@@ -1,0 +1,67 @@
+//! `POST /api/endpoints/{name}/test`: a minimal real request (one output token) with the
+//! endpoint's own key and test model; the result is stored as `test_*` and feeds health when
+//! there is no live traffic. It does not touch the breaker.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use serde_json::{Value, json};
+
+use super::{ApiError, ApiResult, endpoint_json, write};
+use crate::endpoint::{Format, TestResult, TestStatus};
+use crate::gateway::Gateway;
+use crate::proxy::upstream::{join_url, request_headers};
+use crate::timefmt::rfc3339;
+
+const TEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub async fn test_endpoint(State(gw): State<Arc<Gateway>>, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+    let snapshot = gw.snapshot_full();
+    let endpoint = snapshot.find(&name).ok_or_else(|| ApiError::not_found(&name))?.clone();
+    let model = endpoint.config.probe_model().map(str::to_string).ok_or_else(|| ApiError {
+        status: axum::http::StatusCode::BAD_REQUEST,
+        message: format!(
+            "test_model: endpoint '{name}' lists no concrete model to test with; set test_model (PATCH /api/endpoints/{name})"
+        ),
+        field: Some("test_model".into()),
+    })?;
+    let (rest, body) = match endpoint.config.format {
+        Format::Anthropic => {
+            ("/messages", json!({"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": "ping"}]}))
+        }
+        Format::Openai => (
+            "/chat/completions",
+            json!({"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": "ping"}]}),
+        ),
+        // The Responses API rejects max_output_tokens below 16.
+        Format::Responses => ("/responses", json!({"model": model, "max_output_tokens": 16, "input": "ping"})),
+    };
+    let url = join_url(&endpoint.config.base_url, endpoint.config.format, rest, None);
+    let mut headers = request_headers(&axum::http::HeaderMap::new(), &endpoint);
+    headers.insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/json"));
+    let started = tokio::time::Instant::now();
+    let sent = gw.client.post(url).headers(headers).body(body.to_string()).timeout(TEST_TIMEOUT).send().await;
+    let latency_ms = started.elapsed().as_millis() as u64;
+    let (status, error) = match sent {
+        Ok(r) if r.status().is_success() => (TestStatus::Available, None),
+        Ok(r) => {
+            let code = r.status().as_u16();
+            let text = r.text().await.unwrap_or_default();
+            let snippet: String = text.chars().take(300).collect();
+            (TestStatus::Unavailable, Some(format!("HTTP {code}: {snippet}")))
+        }
+        Err(e) => {
+            let kind = crate::proxy::classify::classify_network_error(&e);
+            (TestStatus::Unavailable, Some(kind.describe().to_string()))
+        }
+    };
+    let result = TestResult { status, at: Some(rfc3339(gw.clock.wall())), latency_ms: Some(latency_ms), error };
+    let saved = write(&gw, "endpoint_tested", move |g| {
+        g.store.save_test_result(&name, &result)?;
+        Ok(g.store.get_endpoint(&name)?)
+    })
+    .await?;
+    Ok(Json(endpoint_json(&saved)))
+}

@@ -1,0 +1,67 @@
+//! `GET /api/health` (SPEC §7): live breaker state per endpoint, or — for an endpoint with no
+//! traffic since the gateway started — the last connectivity test, marked `"source": "test"`.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use serde_json::{Value, json};
+
+use crate::breaker::Circuit;
+use crate::endpoint::TestStatus;
+use crate::events::open_reason_str;
+use crate::gateway::{Gateway, LiveEndpoint};
+use crate::timefmt::rfc3339;
+
+pub async fn get_health(State(gw): State<Arc<Gateway>>) -> Json<Value> {
+    let snapshot = gw.snapshot_full();
+    Json(Value::Array(snapshot.endpoints.iter().map(|e| endpoint_health(e)).collect()))
+}
+
+pub fn endpoint_health(e: &LiveEndpoint) -> Value {
+    let v = e.breaker.view();
+    if !v.has_data {
+        let (status, circuit) = match e.config.test.status {
+            TestStatus::Available => ("healthy", "closed"),
+            TestStatus::Unavailable => ("unhealthy", "open"),
+            TestStatus::Untested => ("unknown", "closed"),
+        };
+        return json!({
+            "name": e.config.name,
+            "status": status,
+            "circuit": circuit,
+            "open_reason": null,
+            "consecutive_failures": 0,
+            "success_rate": null,
+            "requests": 0,
+            "last_error": e.config.test.error,
+            "last_failure_at": null,
+            "last_success_at": null,
+            "cooldown_remaining_ms": 0,
+            "source": "test",
+            "test_status": e.config.test.status.as_str(),
+            "test_at": e.config.test.at,
+        });
+    }
+    let (status, circuit) = match v.circuit {
+        Circuit::Closed => ("healthy", "closed"),
+        Circuit::Open => ("unhealthy", "open"),
+        Circuit::HalfOpen => ("recovering", "half_open"),
+    };
+    let decided = v.successes + v.failures;
+    let success_rate = if decided == 0 { 1.0 } else { v.successes as f64 / decided as f64 };
+    json!({
+        "name": e.config.name,
+        "status": status,
+        "circuit": circuit,
+        "open_reason": v.open_reason.map(open_reason_str),
+        "consecutive_failures": v.consecutive_failures,
+        "success_rate": success_rate,
+        "requests": v.requests,
+        "last_error": v.last_error,
+        "last_failure_at": v.last_failure_at.map(rfc3339),
+        "last_success_at": v.last_success_at.map(rfc3339),
+        "cooldown_remaining_ms": v.cooldown_remaining.as_millis() as u64,
+        "source": "live",
+    })
+}

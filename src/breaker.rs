@@ -1,0 +1,149 @@
+//! One circuit breaker per endpoint (SPEC §5). `state` is the pure state machine; this file is
+//! the thin shell around it: a registry keyed by endpoint identity, short critical sections
+//! (a `std::sync::Mutex`, never held across an `.await`), and the RAII `Permit` that guarantees
+//! a half-open probe permit is returned however a request ends (success, failure, neutral,
+//! cancellation or panic).
+//!
+//! Breakers live in memory only and sit behind this narrow API, so a shared (multi-node)
+//! implementation can replace the registry without touching routing.
+
+pub mod retry_after;
+pub mod state;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+
+pub use state::{Breaker, BreakerView, Circuit, Denied, Grant, OpenReason, Outcome, Transition, TransitionCause};
+
+use crate::clock::Clock;
+use crate::config::BreakerSettings;
+use crate::endpoint::EndpointId;
+use crate::events::Events;
+
+/// The breaker of one endpoint.
+pub struct BreakerCell {
+    state: Mutex<Breaker>,
+    registry: Arc<BreakerShared>,
+}
+
+/// What every cell shares: the clock, where transitions are reported, and a wake-up for
+/// requests waiting in the rate-limit backoff (a returned probe permit may let them in).
+pub struct BreakerShared {
+    clock: Arc<dyn Clock>,
+    events: Events,
+    changed: Notify,
+}
+
+pub struct Breakers {
+    shared: Arc<BreakerShared>,
+    cells: Mutex<HashMap<EndpointId, Arc<BreakerCell>>>,
+}
+
+impl Breakers {
+    pub fn new(clock: Arc<dyn Clock>, events: Events) -> Self {
+        Self {
+            shared: Arc::new(BreakerShared { clock, events, changed: Notify::new() }),
+            cells: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The cell of an endpoint, created on first use. Called when the snapshot is rebuilt,
+    /// never per request.
+    pub fn cell(&self, id: EndpointId) -> Arc<BreakerCell> {
+        let mut cells = self.cells.lock().unwrap_or_else(|p| p.into_inner());
+        cells
+            .entry(id)
+            .or_insert_with(|| {
+                Arc::new(BreakerCell { state: Mutex::new(Breaker::new()), registry: self.shared.clone() })
+            })
+            .clone()
+    }
+
+    /// Forget breakers of deleted endpoints.
+    pub fn retain(&self, live: &[EndpointId]) {
+        let mut cells = self.cells.lock().unwrap_or_else(|p| p.into_inner());
+        cells.retain(|id, _| live.contains(id));
+    }
+
+    /// Wakes when any breaker changes in a way that could admit a waiting request.
+    pub fn changed(&self) -> &Notify {
+        &self.shared.changed
+    }
+}
+
+impl BreakerCell {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Breaker> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// SPEC §2 step 4 (read-only, takes no permit).
+    pub fn routable(&self) -> Result<(), Denied> {
+        let now = self.registry.clock.now();
+        self.lock().routable(now)
+    }
+
+    /// Ask to send one attempt to this endpoint.
+    pub fn try_acquire(self: &Arc<Self>, endpoint: &str, explicit: bool) -> Result<Permit, Denied> {
+        let now = self.registry.clock.now();
+        let (result, transition) = self.lock().try_acquire(now, explicit);
+        if let Some(t) = transition {
+            self.registry.events.breaker_transition(endpoint, &t);
+        }
+        result.map(|grant| Permit { cell: self.clone(), grant: Some(grant), endpoint: endpoint.to_string() })
+    }
+
+    pub fn reset(&self, endpoint: &str) {
+        let transition = self.lock().reset();
+        if let Some(t) = transition {
+            self.registry.events.breaker_transition(endpoint, &t);
+        }
+        self.registry.changed.notify_waiters();
+    }
+
+    pub fn view(&self) -> BreakerView {
+        let now = self.registry.clock.now();
+        self.lock().view(now)
+    }
+}
+
+/// Permission for one attempt. Record its outcome with `record`; dropping it unrecorded
+/// (client went away, task cancelled, panic) records a neutral outcome, which returns a
+/// half-open probe permit without touching any counter.
+pub struct Permit {
+    cell: Arc<BreakerCell>,
+    grant: Option<Grant>,
+    endpoint: String,
+}
+
+impl Permit {
+    pub fn record(mut self, outcome: Outcome, note: Option<&str>, settings: &BreakerSettings) -> Option<Transition> {
+        self.finish(outcome, note, settings)
+    }
+
+    fn finish(&mut self, outcome: Outcome, note: Option<&str>, settings: &BreakerSettings) -> Option<Transition> {
+        let grant = self.grant.take()?;
+        let shared = &self.cell.registry;
+        let (now, wall) = (shared.clock.now(), shared.clock.wall());
+        let was_probe = grant.is_probe();
+        let transition = self.cell.lock().record(grant, outcome, note, now, wall, settings);
+        if let Some(t) = &transition {
+            shared.events.breaker_transition(&self.endpoint, t);
+        }
+        if was_probe || transition.is_some() {
+            shared.changed.notify_waiters();
+        }
+        transition
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if self.grant.is_some() {
+            // Neutral ignores the thresholds; any settings will do.
+            let settings = BreakerSettings::openai_defaults();
+            self.finish(Outcome::Neutral, None, &settings);
+        }
+    }
+}

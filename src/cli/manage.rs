@@ -1,0 +1,494 @@
+//! Management commands: thin clients of the admin API. Tables for people, `--json` for scripts,
+//! a non-zero exit and a clear message when the server is unreachable or answers an error.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, anyhow, bail};
+use clap::{Args, Subcommand};
+use serde_json::{Map, Value, json};
+
+use super::Command;
+
+#[derive(Args, Debug, Clone)]
+pub struct Common {
+    /// Base URL of the running gateway.
+    #[arg(long, env = "CCMESH_SERVER", default_value = "http://127.0.0.1:3999", global = true)]
+    pub server: String,
+    /// Admin token (Authorization: Bearer).
+    #[arg(long = "admin-token", env = "CCMESH_ADMIN_TOKEN", hide_env_values = true, global = true)]
+    pub admin_token: Option<String>,
+    /// Print the API's JSON instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct EndpointFields {
+    /// Upstream base URL, e.g. https://api.anthropic.com
+    #[arg(long)]
+    pub base_url: Option<String>,
+    /// anthropic | openai | responses
+    #[arg(long)]
+    pub format: Option<String>,
+    /// API key (or set CCMESH_ENDPOINT_API_KEY to keep it out of shell history).
+    #[arg(long, env = "CCMESH_ENDPOINT_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// A model served (repeatable; `*` globs allowed). Replaces the list on edit.
+    #[arg(long = "model")]
+    pub models: Vec<String>,
+    /// Model rewrite FROM=TO (repeatable). Replaces the map on edit.
+    #[arg(long = "map")]
+    pub model_map: Vec<String>,
+    /// Extra upstream header NAME=VALUE (repeatable). Replaces the headers on edit.
+    #[arg(long = "header")]
+    pub headers: Vec<String>,
+    /// Model used by `ccmesh endpoint test`.
+    #[arg(long)]
+    pub test_model: Option<String>,
+    /// Put the endpoint in the fast queue (at the end).
+    #[arg(long, conflicts_with = "no_fast")]
+    pub fast: bool,
+    /// Take the endpoint out of the fast queue.
+    #[arg(long)]
+    pub no_fast: bool,
+    /// Global order position.
+    #[arg(long)]
+    pub sort_order: Option<i64>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum EndpointCommand {
+    /// Add an endpoint.
+    Add {
+        name: String,
+        #[command(flatten)]
+        fields: EndpointFields,
+        /// Create it disabled.
+        #[arg(long)]
+        disabled: bool,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// List endpoints in global order.
+    List(Common),
+    /// Show one endpoint.
+    Show {
+        name: String,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Change fields of an endpoint (only the flags given).
+    Edit {
+        name: String,
+        /// Rename the endpoint.
+        #[arg(long)]
+        rename: Option<String>,
+        #[command(flatten)]
+        fields: EndpointFields,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Delete an endpoint.
+    Rm {
+        name: String,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Enable an endpoint.
+    Enable {
+        name: String,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Disable an endpoint (it is never routed to).
+    Disable {
+        name: String,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Run the connectivity test (a one-token request) and store its result.
+    Test {
+        name: String,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum FastCommand {
+    /// Make exactly these endpoints the fast queue, in this order (none = empty the queue).
+    Set {
+        names: Vec<String>,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+pub fn run(command: Command) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ccmesh: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(dispatch(command)) {
+        Ok(output) => {
+            if !output.is_empty() {
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{output}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("ccmesh: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+struct Client {
+    http: reqwest::Client,
+    server: String,
+    token: Option<String>,
+}
+
+impl Client {
+    fn new(common: &Common) -> anyhow::Result<Client> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(60))
+            .no_proxy()
+            .build()
+            .context("cannot build the HTTP client")?;
+        Ok(Client { http, server: common.server.trim_end_matches('/').to_string(), token: common.admin_token.clone() })
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
+        let url = format!("{}{path}", self.server);
+        let mut req = self.http.request(method, &url);
+        if let Some(t) = self.token.as_deref().filter(|t| !t.is_empty()) {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.map_err(|e| {
+            anyhow!(
+                "cannot reach the gateway at {} ({}); is `ccmesh serve` running? Use --server or CCMESH_SERVER to point elsewhere",
+                self.server,
+                crate::proxy::classify::classify_network_error(&e).describe()
+            )
+        })?;
+        let status = resp.status();
+        let text = resp.text().await.context("the gateway's answer was cut off")?;
+        let value: Value =
+            if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        if !status.is_success() {
+            let message = value
+                .pointer("/error/message")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| value.to_string());
+            bail!("the gateway answered {status}: {message}");
+        }
+        Ok(value)
+    }
+}
+
+fn key_value_map(items: &[String], flag: &str) -> anyhow::Result<Map<String, Value>> {
+    let mut map = Map::new();
+    for item in items {
+        let (k, v) = item.split_once('=').ok_or_else(|| anyhow!("--{flag} expects NAME=VALUE, got '{item}'"))?;
+        map.insert(k.trim().to_string(), Value::from(v.trim()));
+    }
+    Ok(map)
+}
+
+fn fields_json(fields: &EndpointFields, creating: bool) -> anyhow::Result<Map<String, Value>> {
+    let mut obj = Map::new();
+    if let Some(v) = &fields.base_url {
+        obj.insert("base_url".into(), json!(v));
+    }
+    if let Some(v) = &fields.format {
+        obj.insert("format".into(), json!(v));
+    }
+    if let Some(v) = &fields.api_key {
+        obj.insert("api_key".into(), json!(v));
+    }
+    if !fields.models.is_empty() {
+        obj.insert("models".into(), json!(fields.models));
+    }
+    if !fields.model_map.is_empty() {
+        obj.insert("model_map".into(), Value::Object(key_value_map(&fields.model_map, "map")?));
+    }
+    if !fields.headers.is_empty() {
+        obj.insert("headers".into(), Value::Object(key_value_map(&fields.headers, "header")?));
+    }
+    if let Some(v) = &fields.test_model {
+        obj.insert("test_model".into(), json!(v));
+    }
+    if fields.fast {
+        obj.insert("fast".into(), json!(true));
+    } else if fields.no_fast || creating {
+        obj.insert("fast".into(), json!(false));
+    }
+    if let Some(v) = fields.sort_order {
+        obj.insert("sort_order".into(), json!(v));
+    }
+    Ok(obj)
+}
+
+async fn dispatch(command: Command) -> anyhow::Result<String> {
+    use reqwest::Method;
+    match command {
+        Command::Serve(_) => Ok(String::new()),
+        Command::Endpoint(cmd) => match cmd {
+            EndpointCommand::Add { name, fields, disabled, common } => {
+                let mut obj = fields_json(&fields, true)?;
+                obj.insert("name".into(), json!(name));
+                obj.insert("enabled".into(), json!(!disabled));
+                let v = Client::new(&common)?.call(Method::POST, "/api/endpoints", Some(Value::Object(obj))).await?;
+                Ok(if common.json { pretty(&v) } else { format!("added endpoint '{name}'\n{}", endpoint_detail(&v)) })
+            }
+            EndpointCommand::List(common) => {
+                let v = Client::new(&common)?.call(Method::GET, "/api/endpoints", None).await?;
+                Ok(if common.json { pretty(&v) } else { endpoint_table(&v) })
+            }
+            EndpointCommand::Show { name, common } => {
+                let v =
+                    Client::new(&common)?.call(Method::GET, &format!("/api/endpoints/{}", path(&name)), None).await?;
+                Ok(if common.json { pretty(&v) } else { endpoint_detail(&v) })
+            }
+            EndpointCommand::Edit { name, rename, fields, common } => {
+                let mut obj = fields_json(&fields, false)?;
+                if let Some(n) = rename {
+                    obj.insert("name".into(), json!(n));
+                }
+                if obj.is_empty() {
+                    bail!("nothing to change: give at least one flag (see `ccmesh endpoint edit --help`)");
+                }
+                let v = Client::new(&common)?
+                    .call(Method::PATCH, &format!("/api/endpoints/{}", path(&name)), Some(Value::Object(obj)))
+                    .await?;
+                Ok(if common.json { pretty(&v) } else { format!("updated endpoint '{name}'\n{}", endpoint_detail(&v)) })
+            }
+            EndpointCommand::Rm { name, common } => {
+                Client::new(&common)?.call(Method::DELETE, &format!("/api/endpoints/{}", path(&name)), None).await?;
+                Ok(if common.json {
+                    json!({"deleted": name}).to_string()
+                } else {
+                    format!("deleted endpoint '{name}'")
+                })
+            }
+            EndpointCommand::Enable { name, common } => set_enabled(name, common, true).await,
+            EndpointCommand::Disable { name, common } => set_enabled(name, common, false).await,
+            EndpointCommand::Test { name, common } => {
+                let v = Client::new(&common)?
+                    .call(Method::POST, &format!("/api/endpoints/{}/test", path(&name)), None)
+                    .await?;
+                if common.json {
+                    return Ok(pretty(&v));
+                }
+                let status = v["test_status"].as_str().unwrap_or("?");
+                let latency = v["test_latency_ms"].as_u64().map(|l| format!(" in {l} ms")).unwrap_or_default();
+                let error = v["test_error"].as_str().map(|e| format!(": {e}")).unwrap_or_default();
+                if status == "available" {
+                    Ok(format!("{name}: available{latency}"))
+                } else {
+                    bail!("{name}: {status}{latency}{error}")
+                }
+            }
+        },
+        Command::Fast(FastCommand::Set { names, common }) => {
+            let v =
+                Client::new(&common)?.call(Method::PUT, "/api/fast-queue", Some(json!({"endpoints": names}))).await?;
+            if common.json {
+                return Ok(pretty(&v));
+            }
+            Ok(if names.is_empty() {
+                "fast queue emptied".into()
+            } else {
+                format!("fast queue: {}", names.join(" → "))
+            })
+        }
+        Command::Health(common) => {
+            let v = Client::new(&common)?.call(Method::GET, "/api/health", None).await?;
+            Ok(if common.json { pretty(&v) } else { health_table(&v) })
+        }
+        Command::Reset { name, common } => {
+            let v = Client::new(&common)?
+                .call(Method::POST, &format!("/api/endpoints/{}/reset", path(&name)), None)
+                .await?;
+            Ok(if common.json {
+                pretty(&v)
+            } else {
+                format!("breaker of '{name}' reset (now {})", v["circuit"].as_str().unwrap_or("closed"))
+            })
+        }
+    }
+}
+
+async fn set_enabled(name: String, common: Common, enabled: bool) -> anyhow::Result<String> {
+    let v = Client::new(&common)?
+        .call(reqwest::Method::PATCH, &format!("/api/endpoints/{}", path(&name)), Some(json!({"enabled": enabled})))
+        .await?;
+    Ok(if common.json {
+        pretty(&v)
+    } else {
+        format!("{} endpoint '{name}'", if enabled { "enabled" } else { "disabled" })
+    })
+}
+
+/// Endpoint names are restricted to URL-safe characters, but be safe anyway.
+fn path(name: &str) -> String {
+    name.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+fn pretty(v: &Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
+}
+
+fn cell(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        Value::Array(items) if items.is_empty() => "*".into(),
+        Value::Array(items) => items.iter().map(cell).collect::<Vec<_>>().join(","),
+        other => other.to_string(),
+    }
+}
+
+/// Left-aligned columns sized to their widest cell.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, c) in row.iter().enumerate() {
+            widths[i] = widths[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
+    let mut out = vec![line(headers.iter().map(|h| h.to_string()).collect())];
+    out.extend(rows.iter().map(|r| line(r.clone())));
+    out.join("\n")
+}
+
+fn endpoint_table(v: &Value) -> String {
+    let rows: Vec<Vec<String>> = v
+        .as_array()
+        .map(|a| a.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .map(|e| {
+            vec![
+                cell(&e["name"]),
+                cell(&e["format"]),
+                cell(&e["base_url"]),
+                cell(&e["models"]),
+                if e["enabled"] == json!(true) { "yes".into() } else { "no".into() },
+                if e["fast"] == json!(true) { format!("#{}", e["fast_sort_order"]) } else { "-".into() },
+                cell(&e["test_status"]),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return "no endpoints yet; add one with `ccmesh endpoint add NAME --base-url URL --format anthropic --api-key KEY`".into();
+    }
+    table(&["NAME", "FORMAT", "BASE URL", "MODELS", "ENABLED", "FAST", "TEST"], &rows)
+}
+
+fn endpoint_detail(e: &Value) -> String {
+    let fields = [
+        "name",
+        "format",
+        "base_url",
+        "api_key",
+        "models",
+        "model_map",
+        "enabled",
+        "fast",
+        "fast_sort_order",
+        "sort_order",
+        "headers",
+        "test_model",
+        "test_status",
+        "test_at",
+        "test_latency_ms",
+        "test_error",
+    ];
+    let rows: Vec<Vec<String>> = fields.iter().map(|f| vec![format!("{f}:"), cell(&e[*f])]).collect();
+    table(&["", ""], &rows).trim_start().to_string()
+}
+
+fn health_table(v: &Value) -> String {
+    let rows: Vec<Vec<String>> = v
+        .as_array()
+        .map(|a| a.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .map(|h| {
+            let circuit = match (h["circuit"].as_str(), h["open_reason"].as_str()) {
+                (Some(c), Some(r)) => format!("{c} ({r})"),
+                (Some(c), None) => c.to_string(),
+                _ => "-".into(),
+            };
+            let cooldown = h["cooldown_remaining_ms"]
+                .as_u64()
+                .filter(|ms| *ms > 0)
+                .map(|ms| format!("{:.1}s", ms as f64 / 1000.0));
+            let rate = h["success_rate"].as_f64().map(|r| format!("{:.0}%", r * 100.0));
+            vec![
+                cell(&h["name"]),
+                cell(&h["status"]),
+                circuit,
+                cell(&h["consecutive_failures"]),
+                rate.unwrap_or_else(|| "-".into()),
+                cell(&h["requests"]),
+                cooldown.unwrap_or_else(|| "-".into()),
+                cell(&h["last_error"]),
+                cell(&h["source"]),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return "no endpoints yet".into();
+    }
+    table(&["NAME", "STATUS", "CIRCUIT", "FAILS", "SUCCESS", "REQUESTS", "COOLDOWN", "LAST ERROR", "SOURCE"], &rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_columns() {
+        let t = table(&["A", "LONGER"], &[vec!["xxxx".into(), "y".into()], vec!["z".into(), "".into()]]);
+        assert_eq!(t, "A     LONGER\nxxxx  y\nz");
+    }
+
+    #[test]
+    fn key_values_parse() {
+        let m = key_value_map(&["a=b".into(), "c = d=e".into()], "map").unwrap();
+        assert_eq!(m["a"], "b");
+        assert_eq!(m["c"], "d=e");
+        assert!(key_value_map(&["nope".into()], "map").is_err());
+    }
+}

@@ -1,0 +1,7 @@
+//! Configuration: run-time settings (per-protocol breaker and timeouts, SPEC §5–6, §10) and the
+//! `--config` TOML file. Everything is parsed, then validated into typed values with units.
+
+pub mod file;
+pub mod settings;
+
+pub use settings::{BreakerSettings, RoutingStrategy, Settings, Timeouts};

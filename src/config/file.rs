@@ -1,0 +1,209 @@
+//! The `--config ccmesh.toml` file: endpoints (`[[endpoints]]`) and settings (`[settings...]`)
+//! with the same keys as the admin API's JSON, upserted by name into the database at start.
+//! Strings may reference environment variables as `${NAME}`, so keys need not live in the file.
+
+use serde_json::Value;
+
+use crate::config::Settings;
+use crate::endpoint::EndpointDraft;
+use crate::store::{Store, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigFileError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path} is not valid TOML: {message}")]
+    Toml { path: String, message: String },
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
+    #[error("{path}: {source}")]
+    Store { path: String, source: StoreError },
+}
+
+/// What a config file declares, validated.
+#[derive(Debug)]
+pub struct ConfigFile {
+    pub endpoints: Vec<(Value, String)>,
+    pub settings: Option<Value>,
+}
+
+/// Parse and validate (without touching the database), so errors surface before binding a port.
+pub fn load(path: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<ConfigFile, ConfigFileError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Read { path: path.into(), source })?;
+    parse(path, &text, env)
+}
+
+pub fn parse(path: &str, text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<ConfigFile, ConfigFileError> {
+    let invalid = |message: String| ConfigFileError::Invalid { path: path.into(), message };
+    let table: toml::Table =
+        toml::from_str(text).map_err(|e| ConfigFileError::Toml { path: path.into(), message: e.to_string() })?;
+    let mut doc = serde_json::to_value(&table).map_err(|e| invalid(e.to_string()))?;
+    interpolate(&mut doc, env, "").map_err(invalid)?;
+    let Value::Object(mut top) = doc else { return Err(invalid("expected a table".into())) };
+    for key in top.keys() {
+        if key != "endpoints" && key != "settings" {
+            return Err(invalid(format!("unknown top-level key '{key}'; expected [[endpoints]] and [settings]")));
+        }
+    }
+    let mut endpoints = Vec::new();
+    if let Some(list) = top.remove("endpoints") {
+        let Value::Array(items) = list else {
+            return Err(invalid("endpoints must be an array of tables ([[endpoints]])".into()));
+        };
+        for (i, item) in items.into_iter().enumerate() {
+            let draft = EndpointDraft::create(&item)
+                .map_err(|e| invalid(format!("endpoints[{i}].{}: {}", e.field, e.message)))?;
+            if endpoints.iter().any(|(_, n): &(Value, String)| n.eq_ignore_ascii_case(&draft.name)) {
+                return Err(invalid(format!("endpoints[{i}].name: '{}' is declared twice", draft.name)));
+            }
+            endpoints.push((item, draft.name));
+        }
+    }
+    let settings = top.remove("settings");
+    if let Some(s) = &settings {
+        Settings::default().patched(s).map_err(|e| invalid(format!("settings: {e}")))?;
+    }
+    Ok(ConfigFile { endpoints, settings })
+}
+
+impl ConfigFile {
+    /// Upsert by name: existing endpoints get the declared fields (others keep their values),
+    /// new ones are created. Settings are merged over what is stored.
+    pub fn apply(&self, path: &str, store: &Store) -> Result<(), ConfigFileError> {
+        let store_err = |source| ConfigFileError::Store { path: path.into(), source };
+        let invalid = |message: String| ConfigFileError::Invalid { path: path.into(), message };
+        let existing = store.list_endpoints().map_err(store_err)?;
+        for (item, name) in &self.endpoints {
+            match existing.iter().find(|e| e.name.eq_ignore_ascii_case(name)) {
+                Some(current) => {
+                    let mut draft = current.to_draft();
+                    draft.apply(item).map_err(|e| invalid(format!("{name}.{}: {}", e.field, e.message)))?;
+                    store.update_endpoint(&current.name, &draft).map_err(store_err)?;
+                }
+                None => {
+                    let draft = EndpointDraft::create(item)
+                        .map_err(|e| invalid(format!("{name}.{}: {}", e.field, e.message)))?;
+                    store.insert_endpoint(&draft).map_err(store_err)?;
+                }
+            }
+        }
+        if let Some(patch) = &self.settings {
+            let current = match store.load_settings().map_err(store_err)? {
+                Some(doc) => Settings::default().patched(&doc).unwrap_or_default(),
+                None => Settings::default(),
+            };
+            let next = current.patched(patch).map_err(|e| invalid(format!("settings: {e}")))?;
+            store.save_settings(&next.to_document()).map_err(store_err)?;
+        }
+        Ok(())
+    }
+}
+
+/// Replace `${NAME}` in every string; a missing variable is an error naming it and where.
+fn interpolate(v: &mut Value, env: &dyn Fn(&str) -> Option<String>, at: &str) -> Result<(), String> {
+    match v {
+        Value::String(s) if s.contains("${") => {
+            let mut out = String::with_capacity(s.len());
+            let mut rest = s.as_str();
+            while let Some(start) = rest.find("${") {
+                out.push_str(&rest[..start]);
+                let after = &rest[start + 2..];
+                let end = after.find('}').ok_or_else(|| format!("{at}: unterminated ${{ in a string"))?;
+                let name = &after[..end];
+                let value = env(name).ok_or_else(|| format!("{at}: environment variable {name} is not set"))?;
+                out.push_str(&value);
+                rest = &after[end + 1..];
+            }
+            out.push_str(rest);
+            *s = out;
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter_mut().enumerate() {
+                interpolate(item, env, &format!("{at}[{i}]"))?;
+            }
+        }
+        Value::Object(map) => {
+            for (k, item) in map.iter_mut() {
+                let path = if at.is_empty() { k.clone() } else { format!("{at}.{k}") };
+                interpolate(item, env, &path)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::Protocol;
+
+    const FILE: &str = r#"
+[[endpoints]]
+name = "anthropic"
+base_url = "https://api.anthropic.com"
+api_key = "${TEST_ANTHROPIC_KEY}"
+format = "anthropic"
+models = ["claude-*"]
+fast = true
+
+[[endpoints]]
+name = "glm"
+base_url = "https://open.bigmodel.cn/api/anthropic"
+api_key = "prefix-${TEST_GLM_KEY}-suffix"
+format = "anthropic"
+model_map = { "claude-sonnet-4-5" = "glm-4.6" }
+
+[settings]
+routing_strategy = "priority"
+
+[settings.breaker.claude]
+failure_threshold = 5
+"#;
+
+    fn env(name: &str) -> Option<String> {
+        match name {
+            "TEST_ANTHROPIC_KEY" => Some("sk-ant-xyz".into()),
+            "TEST_GLM_KEY" => Some("glm".into()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn parses_interpolates_and_upserts() {
+        let file = parse("t.toml", FILE, &env).unwrap();
+        let store = Store::open_in_memory().unwrap();
+        file.apply("t.toml", &store).unwrap();
+        let eps = store.list_endpoints().unwrap();
+        assert_eq!(eps[0].api_key, "sk-ant-xyz");
+        assert_eq!(eps[1].api_key, "prefix-glm-suffix");
+        assert!(eps[0].fast);
+        let settings = Settings::default().patched(&store.load_settings().unwrap().unwrap()).unwrap();
+        assert_eq!(settings.breaker(Protocol::Claude).failure_threshold, 5);
+
+        // A second start with a changed file updates by name and keeps what the file omits.
+        store.set_order(&["glm".into()]).unwrap();
+        let changed = FILE.replace("claude-*", "claude-opus-*");
+        parse("t.toml", &changed, &env).unwrap().apply("t.toml", &store).unwrap();
+        let eps = store.list_endpoints().unwrap();
+        assert_eq!(eps.len(), 2);
+        assert_eq!(eps[0].name, "glm");
+        assert_eq!(eps[1].models[0].as_str(), "claude-opus-*");
+    }
+
+    #[test]
+    fn errors_name_what_is_wrong() {
+        let missing = parse("t.toml", FILE, &|_| None).unwrap_err().to_string();
+        assert!(missing.contains("TEST_ANTHROPIC_KEY is not set"), "{missing}");
+        let bad = parse("t.toml", "[[endpoints]]\nname = \"x\"\nbase_url = \"nope\"\nformat = \"openai\"\n", &env)
+            .unwrap_err()
+            .to_string();
+        assert!(bad.contains("endpoints[0].base_url"), "{bad}");
+        let bad = parse("t.toml", "[settings.breaker.claude]\nfailure_threshold = 99\n", &env).unwrap_err().to_string();
+        assert!(bad.contains("breaker.claude.failure_threshold must be between 1 and 20"), "{bad}");
+        let bad = parse("t.toml", "[oops]\n", &env).unwrap_err().to_string();
+        assert!(bad.contains("unknown top-level key 'oops'"), "{bad}");
+        let bad = parse("t.toml", "not toml = = =", &env).unwrap_err().to_string();
+        assert!(bad.contains("not valid TOML"), "{bad}");
+    }
+}

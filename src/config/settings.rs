@@ -1,0 +1,480 @@
+//! The settings document of `GET|PATCH /api/settings` and its typed, validated form.
+//!
+//! The JSON document is the source of truth for shape and names (SPEC §10). A PATCH is
+//! deep-merged into the current document, checked key by key against the defaults (so an
+//! unknown key is named in the error), then every field is range-checked into `Settings`.
+
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+use crate::protocol::Protocol;
+
+/// Breaker thresholds of one inbound protocol (SPEC §5).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BreakerSettings {
+    /// Consecutive failures that open the breaker.
+    pub failure_threshold: u32,
+    /// Successful half-open probes that close it.
+    pub success_threshold: u32,
+    /// Open(Broken) cooldown.
+    pub timeout: Duration,
+    /// Error rate (0..=1) in the sliding window that opens the breaker.
+    pub error_rate_threshold: f64,
+    /// Outcomes the window must hold before the error rate counts.
+    pub min_requests: u32,
+    /// Length of the sliding error-rate window.
+    pub error_rate_window: Duration,
+    /// Open(RateLimited) cooldown when the upstream sent no `Retry-After`.
+    pub rate_limit_timeout: Duration,
+    /// Cap on any `Retry-After`, against hostile or broken upstreams.
+    pub max_rate_limit_timeout: Duration,
+}
+
+impl BreakerSettings {
+    pub fn claude_defaults() -> Self {
+        Self {
+            failure_threshold: 8,
+            success_threshold: 3,
+            timeout: Duration::from_secs(90),
+            error_rate_threshold: 0.7,
+            min_requests: 15,
+            error_rate_window: Duration::from_secs(60),
+            rate_limit_timeout: Duration::from_secs(5),
+            max_rate_limit_timeout: Duration::from_secs(60),
+        }
+    }
+
+    pub fn openai_defaults() -> Self {
+        Self {
+            failure_threshold: 4,
+            success_threshold: 2,
+            timeout: Duration::from_secs(60),
+            error_rate_threshold: 0.6,
+            min_requests: 10,
+            error_rate_window: Duration::from_secs(60),
+            rate_limit_timeout: Duration::from_secs(5),
+            max_rate_limit_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Timeouts of one inbound protocol (SPEC §6).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timeouts {
+    /// Streaming: from send until the upstream's first body bytes.
+    pub first_byte: Duration,
+    /// Streaming: longest silence between chunks; `None` = disabled.
+    pub idle: Option<Duration>,
+    /// Non-streaming: the whole response.
+    pub request: Duration,
+}
+
+impl Timeouts {
+    pub fn claude_defaults() -> Self {
+        Self {
+            first_byte: Duration::from_secs(90),
+            idle: Some(Duration::from_secs(180)),
+            request: Duration::from_secs(600),
+        }
+    }
+    pub fn openai_defaults() -> Self {
+        Self {
+            first_byte: Duration::from_secs(60),
+            idle: Some(Duration::from_secs(120)),
+            request: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Where a request starts among its candidates (SPEC §3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoutingStrategy {
+    /// Start at the remembered current endpoint (keeps a provider's prompt cache warm).
+    Sticky,
+    /// Always start at the first candidate.
+    Priority,
+    /// Start one further than the previous request.
+    RoundRobin,
+}
+
+impl RoutingStrategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RoutingStrategy::Sticky => "sticky",
+            RoutingStrategy::Priority => "priority",
+            RoutingStrategy::RoundRobin => "round_robin",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    breaker: [BreakerSettings; 3],
+    timeouts: [Timeouts; 3],
+    /// Total in-gateway wait per request when every candidate is rate-limited.
+    pub rate_limit_backoff_budget: Duration,
+    /// Pause before retrying the same endpoint after a transient network error.
+    pub transient_retry_delay: Duration,
+    /// Treat an upstream 401 like a 403 (fail over, count as failure).
+    pub auth_errors_fail_over: bool,
+    pub routing_strategy: RoutingStrategy,
+    pub max_body_bytes: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            breaker: [
+                BreakerSettings::claude_defaults(),
+                BreakerSettings::openai_defaults(),
+                BreakerSettings::openai_defaults(),
+            ],
+            timeouts: [Timeouts::claude_defaults(), Timeouts::openai_defaults(), Timeouts::openai_defaults()],
+            rate_limit_backoff_budget: Duration::from_secs(5),
+            transient_retry_delay: Duration::from_millis(300),
+            auth_errors_fail_over: false,
+            routing_strategy: RoutingStrategy::Sticky,
+            max_body_bytes: 32 * 1024 * 1024,
+        }
+    }
+}
+
+impl Settings {
+    pub fn breaker(&self, protocol: Protocol) -> &BreakerSettings {
+        &self.breaker[protocol.index()]
+    }
+
+    pub fn timeouts(&self, protocol: Protocol) -> &Timeouts {
+        &self.timeouts[protocol.index()]
+    }
+
+    /// The JSON document of SPEC §10 (`GET /api/settings`).
+    pub fn to_document(&self) -> Value {
+        let mut breaker = Map::new();
+        let mut timeouts = Map::new();
+        for p in Protocol::ALL {
+            let b = self.breaker(p);
+            breaker.insert(
+                p.as_str().into(),
+                json!({
+                    "failure_threshold": b.failure_threshold,
+                    "success_threshold": b.success_threshold,
+                    "timeout_secs": secs(b.timeout),
+                    "error_rate_threshold": b.error_rate_threshold,
+                    "min_requests": b.min_requests,
+                    "error_rate_window_secs": secs(b.error_rate_window),
+                    "rate_limit_timeout_secs": secs(b.rate_limit_timeout),
+                    "max_rate_limit_timeout_secs": secs(b.max_rate_limit_timeout),
+                }),
+            );
+            let t = self.timeouts(p);
+            timeouts.insert(
+                p.as_str().into(),
+                json!({
+                    "first_byte_timeout_secs": secs(t.first_byte),
+                    "idle_timeout_secs": t.idle.map(secs).unwrap_or(json!(0)),
+                    "request_timeout_secs": secs(t.request),
+                }),
+            );
+        }
+        json!({
+            "breaker": breaker,
+            "timeouts": timeouts,
+            "rate_limit_backoff_budget_secs": secs(self.rate_limit_backoff_budget),
+            "transient_retry_delay_ms": self.transient_retry_delay.as_millis() as u64,
+            "auth_errors_fail_over": self.auth_errors_fail_over,
+            "routing_strategy": self.routing_strategy.as_str(),
+            "max_body_bytes": self.max_body_bytes,
+        })
+    }
+
+    /// Validate a complete document into typed settings. Errors name the offending field.
+    pub fn from_document(doc: &Value) -> Result<Settings, SettingsError> {
+        let mut breaker = Vec::with_capacity(3);
+        let mut timeouts = Vec::with_capacity(3);
+        for p in Protocol::ALL {
+            let path = format!("breaker.{}", p.as_str());
+            let b = Field::new(doc, &path)?;
+            breaker.push(BreakerSettings {
+                failure_threshold: b.int("failure_threshold", 1, 20)?,
+                success_threshold: b.int("success_threshold", 1, 10)?,
+                timeout: b.secs("timeout_secs", 0.0, 300.0)?,
+                error_rate_threshold: b.num("error_rate_threshold", 0.0, 1.0)?,
+                min_requests: b.int("min_requests", 1, 100)?,
+                error_rate_window: b.secs("error_rate_window_secs", 1.0, 3600.0)?,
+                rate_limit_timeout: b.secs("rate_limit_timeout_secs", 0.0, 300.0)?,
+                max_rate_limit_timeout: b.secs("max_rate_limit_timeout_secs", 0.0, 300.0)?,
+            });
+            let path = format!("timeouts.{}", p.as_str());
+            let t = Field::new(doc, &path)?;
+            let idle = t.num("idle_timeout_secs", 0.0, 3600.0)?;
+            if idle > 0.0 && idle < 0.1 {
+                return Err(t.error("idle_timeout_secs", "must be 0 (disabled) or between 0.1 and 3600"));
+            }
+            timeouts.push(Timeouts {
+                first_byte: t.secs("first_byte_timeout_secs", 0.1, 600.0)?,
+                idle: (idle > 0.0).then(|| Duration::from_secs_f64(idle)),
+                request: t.secs("request_timeout_secs", 0.1, 3600.0)?,
+            });
+        }
+        let top = Field::new(doc, "")?;
+        let strategy = match top.get("routing_strategy")?.as_str() {
+            Some("sticky") => RoutingStrategy::Sticky,
+            Some("priority") => RoutingStrategy::Priority,
+            Some("round_robin") => RoutingStrategy::RoundRobin,
+            _ => {
+                return Err(top.error("routing_strategy", "must be one of \"sticky\", \"priority\", \"round_robin\""));
+            }
+        };
+        let auth = top
+            .get("auth_errors_fail_over")?
+            .as_bool()
+            .ok_or_else(|| top.error("auth_errors_fail_over", "must be true or false"))?;
+        Ok(Settings {
+            breaker: to_array(breaker)?,
+            timeouts: to_array(timeouts)?,
+            rate_limit_backoff_budget: top.secs("rate_limit_backoff_budget_secs", 0.0, 60.0)?,
+            transient_retry_delay: Duration::from_millis(top.int("transient_retry_delay_ms", 0, 10_000)?.into()),
+            auth_errors_fail_over: auth,
+            routing_strategy: strategy,
+            max_body_bytes: top.int_u64("max_body_bytes", 1024, 1024 * 1024 * 1024)?,
+        })
+    }
+
+    /// Apply a partial document (PATCH semantics): deep merge, reject unknown keys, validate all.
+    pub fn patched(&self, patch: &Value) -> Result<Settings, SettingsError> {
+        let mut doc = self.to_document();
+        merge_checked(&mut doc, patch, "")?;
+        Settings::from_document(&doc)
+    }
+}
+
+fn to_array<T>(v: Vec<T>) -> Result<[T; 3], SettingsError> {
+    v.try_into().map_err(|_| SettingsError("internal: wrong protocol count".into()))
+}
+
+/// The defaults as a document: the seed-000 numbers of SPEC §5–6.
+pub fn defaults_document() -> Value {
+    let breaker = |b: BreakerSettings| {
+        json!({
+            "failure_threshold": b.failure_threshold,
+            "success_threshold": b.success_threshold,
+            "timeout_secs": secs(b.timeout),
+            "error_rate_threshold": b.error_rate_threshold,
+            "min_requests": b.min_requests,
+            "error_rate_window_secs": secs(b.error_rate_window),
+            "rate_limit_timeout_secs": secs(b.rate_limit_timeout),
+            "max_rate_limit_timeout_secs": secs(b.max_rate_limit_timeout),
+        })
+    };
+    let timeouts = |t: Timeouts| {
+        json!({
+            "first_byte_timeout_secs": secs(t.first_byte),
+            "idle_timeout_secs": t.idle.map(secs).unwrap_or(json!(0)),
+            "request_timeout_secs": secs(t.request),
+        })
+    };
+    json!({
+        "breaker": {
+            "claude": breaker(BreakerSettings::claude_defaults()),
+            "openai": breaker(BreakerSettings::openai_defaults()),
+            "responses": breaker(BreakerSettings::openai_defaults()),
+        },
+        "timeouts": {
+            "claude": timeouts(Timeouts::claude_defaults()),
+            "openai": timeouts(Timeouts::openai_defaults()),
+            "responses": timeouts(Timeouts::openai_defaults()),
+        },
+        "rate_limit_backoff_budget_secs": 5,
+        "transient_retry_delay_ms": 300,
+        "auth_errors_fail_over": false,
+        "routing_strategy": "sticky",
+        "max_body_bytes": 33_554_432u64,
+    })
+}
+
+/// Whole seconds print as integers (`90`), fractions as floats (`0.25`).
+fn secs(d: Duration) -> Value {
+    if d.subsec_nanos() == 0 { json!(d.as_secs()) } else { json!(d.as_secs_f64()) }
+}
+
+/// Deep-merge `patch` into `doc`; every key must already exist in `doc` (whose shape comes from
+/// the defaults), objects must stay objects and leaves must stay leaves.
+pub fn merge_checked(doc: &mut Value, patch: &Value, path: &str) -> Result<(), SettingsError> {
+    let Some(patch) = patch.as_object() else {
+        let what = if path.is_empty() { "settings" } else { path };
+        return Err(SettingsError(format!("{what} must be a JSON object")));
+    };
+    for (key, value) in patch {
+        let full = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
+        let Some(slot) = doc.as_object_mut().and_then(|o| o.get_mut(key)) else {
+            return Err(SettingsError(format!(
+                "unknown settings key '{full}'; see GET /api/settings for the valid keys"
+            )));
+        };
+        if slot.is_object() {
+            merge_checked(slot, value, &full)?;
+        } else if value.is_object() || value.is_array() {
+            return Err(SettingsError(format!("{full} must be a single value, not an object or array")));
+        } else {
+            *slot = value.clone();
+        }
+    }
+    Ok(())
+}
+
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct SettingsError(pub String);
+
+/// Typed, named access to one object of the document.
+struct Field<'a> {
+    obj: &'a Map<String, Value>,
+    path: String,
+}
+
+impl<'a> Field<'a> {
+    fn new(doc: &'a Value, path: &str) -> Result<Self, SettingsError> {
+        let mut cur = doc;
+        for part in path.split('.').filter(|p| !p.is_empty()) {
+            cur = cur.get(part).ok_or_else(|| SettingsError(format!("missing settings section '{path}'")))?;
+        }
+        let obj =
+            cur.as_object().ok_or_else(|| SettingsError(format!("settings section '{path}' must be an object")))?;
+        Ok(Self { obj, path: path.to_string() })
+    }
+
+    fn name(&self, key: &str) -> String {
+        if self.path.is_empty() { key.to_string() } else { format!("{}.{key}", self.path) }
+    }
+
+    fn error(&self, key: &str, what: &str) -> SettingsError {
+        SettingsError(format!("{} {what}", self.name(key)))
+    }
+
+    fn get(&self, key: &str) -> Result<&'a Value, SettingsError> {
+        self.obj.get(key).ok_or_else(|| self.error(key, "is missing"))
+    }
+
+    fn num(&self, key: &str, min: f64, max: f64) -> Result<f64, SettingsError> {
+        let v = self.get(key)?;
+        let n = v.as_f64().filter(|n| n.is_finite()).ok_or_else(|| self.error(key, "must be a number"))?;
+        if n < min || n > max {
+            return Err(self.error(key, &format!("must be between {min} and {max} (got {v})")));
+        }
+        Ok(n)
+    }
+
+    fn secs(&self, key: &str, min: f64, max: f64) -> Result<Duration, SettingsError> {
+        Ok(Duration::from_secs_f64(self.num(key, min, max)?))
+    }
+
+    fn int_u64(&self, key: &str, min: u64, max: u64) -> Result<u64, SettingsError> {
+        let v = self.get(key)?;
+        let n = v.as_u64().ok_or_else(|| self.error(key, "must be a whole number"))?;
+        if n < min || n > max {
+            return Err(self.error(key, &format!("must be between {min} and {max} (got {n})")));
+        }
+        Ok(n)
+    }
+
+    fn int(&self, key: &str, min: u32, max: u32) -> Result<u32, SettingsError> {
+        // In range, so the narrowing cannot fail.
+        let n = self.int_u64(key, min.into(), max.into())?;
+        u32::try_from(n).map_err(|_| self.error(key, "is out of range"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_seed_numbers() {
+        let s = Settings::default();
+        assert_eq!(s.breaker(Protocol::Claude), &BreakerSettings::claude_defaults());
+        assert_eq!(s.breaker(Protocol::Openai), &BreakerSettings::openai_defaults());
+        assert_eq!(s.breaker(Protocol::Responses), &BreakerSettings::openai_defaults());
+        assert_eq!(s.timeouts(Protocol::Claude), &Timeouts::claude_defaults());
+        assert_eq!(s.transient_retry_delay, Duration::from_millis(300));
+        assert_eq!(s.rate_limit_backoff_budget, Duration::from_secs(5));
+        assert_eq!(s.max_body_bytes, 32 * 1024 * 1024);
+        assert_eq!(s.to_document(), defaults_document());
+        assert_eq!(Settings::from_document(&defaults_document()).unwrap(), s);
+    }
+
+    #[test]
+    fn patch_deep_merges_and_keeps_the_rest() {
+        let s = Settings::default()
+            .patched(&json!({"breaker": {"openai": {"failure_threshold": 2, "timeout_secs": 0.5}}}))
+            .unwrap();
+        assert_eq!(s.breaker(Protocol::Openai).failure_threshold, 2);
+        assert_eq!(s.breaker(Protocol::Openai).timeout, Duration::from_millis(500));
+        assert_eq!(s.breaker(Protocol::Openai).success_threshold, 2);
+        assert_eq!(s.breaker(Protocol::Claude), &BreakerSettings::claude_defaults());
+        assert_eq!(s.to_document()["breaker"]["openai"]["timeout_secs"], json!(0.5));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases = [
+            (
+                json!({"breaker": {"claude": {"failure_threshold": 21}}}),
+                "breaker.claude.failure_threshold must be between 1 and 20",
+            ),
+            (
+                json!({"breaker": {"claude": {"failure_threshold": 1.5}}}),
+                "breaker.claude.failure_threshold must be a whole number",
+            ),
+            (
+                json!({"breaker": {"openai": {"error_rate_threshold": 1.2}}}),
+                "breaker.openai.error_rate_threshold must be between 0 and 1",
+            ),
+            (json!({"breaker": {"claude": {"bogus": 1}}}), "unknown settings key 'breaker.claude.bogus'"),
+            (json!({"bogus": 1}), "unknown settings key 'bogus'"),
+            (
+                json!({"timeouts": {"responses": {"idle_timeout_secs": 0.05}}}),
+                "timeouts.responses.idle_timeout_secs must be 0 (disabled)",
+            ),
+            (
+                json!({"timeouts": {"claude": {"first_byte_timeout_secs": 0}}}),
+                "timeouts.claude.first_byte_timeout_secs must be between 0.1 and 600",
+            ),
+            (json!({"routing_strategy": "random"}), "routing_strategy must be one of"),
+            (json!({"max_body_bytes": 10}), "max_body_bytes must be between 1024"),
+            (json!({"transient_retry_delay_ms": 20000}), "transient_retry_delay_ms must be between 0 and 10000"),
+            (json!({"rate_limit_backoff_budget_secs": 61}), "rate_limit_backoff_budget_secs must be between 0 and 60"),
+            (json!({"auth_errors_fail_over": "yes"}), "auth_errors_fail_over must be true or false"),
+            (json!({"breaker": 3}), "breaker must be a JSON object"),
+            (
+                json!({"breaker": {"claude": {"min_requests": [1]}}}),
+                "breaker.claude.min_requests must be a single value",
+            ),
+            (json!([1]), "settings must be a JSON object"),
+        ];
+        for (patch, want) in cases {
+            let err = Settings::default().patched(&patch).unwrap_err().0;
+            assert!(err.starts_with(want), "{patch}: got {err:?}, want prefix {want:?}");
+        }
+    }
+
+    #[test]
+    fn idle_zero_disables_and_strategy_parses() {
+        let s = Settings::default()
+            .patched(&json!({"timeouts": {"claude": {"idle_timeout_secs": 0}}, "routing_strategy": "round_robin"}))
+            .unwrap();
+        assert_eq!(s.timeouts(Protocol::Claude).idle, None);
+        assert_eq!(s.routing_strategy, RoutingStrategy::RoundRobin);
+    }
+
+    #[test]
+    fn boundaries_are_inclusive() {
+        let s = Settings::default()
+            .patched(&json!({"breaker": {"claude": {"failure_threshold": 20, "error_rate_threshold": 0, "timeout_secs": 300}},
+                             "max_body_bytes": 1073741824u64, "transient_retry_delay_ms": 0}))
+            .unwrap();
+        assert_eq!(s.breaker(Protocol::Claude).failure_threshold, 20);
+        assert_eq!(s.max_body_bytes, 1 << 30);
+    }
+}

@@ -1,0 +1,213 @@
+//! The shared state of a running gateway: the configuration snapshot the request path reads
+//! (swapped atomically on every change: no database read per request), breakers, rotation.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use arc_swap::ArcSwap;
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+
+use crate::breaker::{BreakerCell, Breakers};
+use crate::clock::Clock;
+use crate::config::Settings;
+use crate::endpoint::{Endpoint, EndpointId, Format};
+use crate::events::Events;
+use crate::protocol::Protocol;
+use crate::store::{Store, StoreError};
+
+/// An endpoint as the request path sees it: its configuration plus everything precomputed
+/// so that a request does no parsing, formatting or lookups for it.
+pub struct LiveEndpoint {
+    pub config: Endpoint,
+    pub breaker: Arc<BreakerCell>,
+    /// `x-api-key` or `authorization: Bearer`, marked sensitive so it never prints.
+    pub auth: (HeaderName, HeaderValue),
+    /// The endpoint's extra headers, validated at write time.
+    pub extra_headers: HeaderMap,
+}
+
+impl AsRef<Endpoint> for LiveEndpoint {
+    fn as_ref(&self) -> &Endpoint {
+        &self.config
+    }
+}
+
+impl AsRef<Endpoint> for Arc<LiveEndpoint> {
+    fn as_ref(&self) -> &Endpoint {
+        &self.config
+    }
+}
+
+/// Immutable configuration, replaced as a whole.
+pub struct Snapshot {
+    /// Ordered by `sort_order`, then name.
+    pub endpoints: Vec<Arc<LiveEndpoint>>,
+    pub settings: Arc<Settings>,
+}
+
+impl Snapshot {
+    pub fn find(&self, name: &str) -> Option<&Arc<LiveEndpoint>> {
+        self.endpoints.iter().find(|e| e.config.name == name)
+    }
+}
+
+/// SPEC §3: the current endpoint per inbound protocol, by identity (0 = none yet), the
+/// round-robin counters, and the one-shot start set by `PUT /api/current`.
+#[derive(Default)]
+pub struct Rotation {
+    current: [AtomicI64; 3],
+    manual_next: [AtomicI64; 3],
+    round_robin: [AtomicU64; 3],
+}
+
+impl Rotation {
+    pub fn current(&self, p: Protocol) -> Option<EndpointId> {
+        id(self.current[p.index()].load(Ordering::Acquire))
+    }
+
+    /// Move the current endpoint to `to` only if it is still `seen` (what this request saw
+    /// when it started), so concurrent requests never leapfrog each other.
+    pub fn compare_and_set(&self, p: Protocol, seen: Option<EndpointId>, to: EndpointId) -> bool {
+        self.current[p.index()].compare_exchange(raw(seen), to.0, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// A manual switch: the current endpoint, and the next request's start under every strategy.
+    pub fn set_manual(&self, p: Protocol, to: EndpointId) {
+        self.current[p.index()].store(to.0, Ordering::Release);
+        self.manual_next[p.index()].store(to.0, Ordering::Release);
+    }
+
+    pub fn take_manual(&self, p: Protocol) -> Option<EndpointId> {
+        let slot = &self.manual_next[p.index()];
+        if slot.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        id(slot.swap(0, Ordering::AcqRel))
+    }
+
+    pub fn next_round_robin(&self, p: Protocol) -> u64 {
+        self.round_robin[p.index()].fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Forget a deleted endpoint.
+    pub fn forget(&self, gone: EndpointId) {
+        for slot in self.current.iter().chain(self.manual_next.iter()) {
+            let _ = slot.compare_exchange(gone.0, 0, Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+}
+
+fn id(v: i64) -> Option<EndpointId> {
+    (v != 0).then_some(EndpointId(v))
+}
+
+fn raw(id: Option<EndpointId>) -> i64 {
+    id.map(|i| i.0).unwrap_or(0)
+}
+
+pub struct Gateway {
+    snapshot: ArcSwap<Snapshot>,
+    pub breakers: Breakers,
+    pub rotation: Rotation,
+    pub clock: Arc<dyn Clock>,
+    pub events: Events,
+    pub store: Store,
+    pub client: reqwest::Client,
+    pub admin_token: Option<String>,
+    /// Serialises admin writes so snapshot rebuilds never race each other.
+    pub admin_lock: tokio::sync::Mutex<()>,
+}
+
+impl Gateway {
+    pub fn new(
+        store: Store,
+        clock: Arc<dyn Clock>,
+        client: reqwest::Client,
+        admin_token: Option<String>,
+    ) -> Result<Arc<Gateway>, StoreError> {
+        let events = Events::new();
+        let gateway = Gateway {
+            snapshot: ArcSwap::from_pointee(Snapshot {
+                endpoints: Vec::new(),
+                settings: Arc::new(Settings::default()),
+            }),
+            breakers: Breakers::new(clock.clone(), events.clone()),
+            rotation: Rotation::default(),
+            clock,
+            events,
+            store,
+            client,
+            admin_token,
+            admin_lock: tokio::sync::Mutex::new(()),
+        };
+        gateway.reload()?;
+        Ok(Arc::new(gateway))
+    }
+
+    /// A short-lived view of the configuration (do not hold across an `.await`).
+    pub fn snapshot(&self) -> arc_swap::Guard<Arc<Snapshot>> {
+        self.snapshot.load()
+    }
+
+    /// The configuration as an owned `Arc`, for work that spans `.await`s.
+    pub fn snapshot_full(&self) -> Arc<Snapshot> {
+        self.snapshot.load_full()
+    }
+
+    /// Rebuild the snapshot from the database and swap it in. Breakers and rotation survive
+    /// because they are keyed by endpoint id.
+    pub fn reload(&self) -> Result<(), StoreError> {
+        let endpoints = self.store.list_endpoints()?;
+        let settings = match self.store.load_settings()? {
+            Some(doc) => Settings::default().patched(&doc).unwrap_or_else(|e| {
+                tracing::error!(event = "settings_invalid", error = %e, "stored settings are invalid; using defaults");
+                Settings::default()
+            }),
+            None => Settings::default(),
+        };
+        let ids: Vec<EndpointId> = endpoints.iter().map(|e| e.id).collect();
+        let old = self.snapshot.load();
+        for gone in old.endpoints.iter().map(|e| e.config.id).filter(|id| !ids.contains(id)) {
+            self.rotation.forget(gone);
+        }
+        self.breakers.retain(&ids);
+        let live = endpoints
+            .into_iter()
+            .map(|config| {
+                let breaker = self.breakers.cell(config.id);
+                Arc::new(LiveEndpoint {
+                    auth: auth_header(&config),
+                    extra_headers: extra_headers(&config),
+                    breaker,
+                    config,
+                })
+            })
+            .collect();
+        self.snapshot.store(Arc::new(Snapshot { endpoints: live, settings: Arc::new(settings) }));
+        Ok(())
+    }
+}
+
+fn auth_header(e: &Endpoint) -> (HeaderName, HeaderValue) {
+    let (name, value) = match e.format {
+        Format::Anthropic => (HeaderName::from_static("x-api-key"), HeaderValue::from_str(&e.api_key)),
+        Format::Openai | Format::Responses => {
+            (axum::http::header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {}", e.api_key)))
+        }
+    };
+    // Keys are validated to hold no control characters; an unusable one sends no credential
+    // rather than failing every request.
+    let mut value = value.unwrap_or_else(|_| HeaderValue::from_static(""));
+    value.set_sensitive(true);
+    (name, value)
+}
+
+fn extra_headers(e: &Endpoint) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    for (k, v) in &e.headers {
+        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(v)) {
+            map.insert(name, value);
+        }
+    }
+    map
+}

@@ -1,0 +1,30 @@
+//! ccmesh: a self-hosted LLM API gateway. Module map, in the order a request meets them:
+
+/// Admin REST API under `/api`.
+pub mod admin;
+/// The circuit breaker: pure state machine and its thin shell.
+pub mod breaker;
+/// Command line: `serve` and the management commands that talk to the admin API.
+pub mod cli;
+/// Time source (injectable for exact tests).
+pub mod clock;
+/// Settings (per-protocol breaker and timeouts) and the `--config` file.
+pub mod config;
+/// Endpoint domain types and write validation.
+pub mod endpoint;
+/// Operational events with stable names.
+pub mod events;
+/// Shared state: configuration snapshot, breakers, rotation.
+pub mod gateway;
+/// Inbound protocols, native errors, SSE scanning.
+pub mod protocol;
+/// The request path: ingress, attempt loop, classification, upstream, relay.
+pub mod proxy;
+/// Choosing candidates and where a request starts (pure).
+pub mod routing;
+/// HTTP server wiring and graceful shutdown.
+pub mod server;
+/// SQLite storage of endpoints and settings.
+pub mod store;
+/// RFC 3339 timestamps.
+pub mod timefmt;

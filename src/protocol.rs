@@ -1,0 +1,83 @@
+//! Inbound protocols and their wire details: native error bodies (SPEC §9), the SSE scanner,
+//! and what each streamed event means.
+
+pub mod errors;
+pub mod sse;
+pub mod stream_events;
+
+use serde::{Deserialize, Serialize};
+
+use crate::endpoint::Format;
+
+/// The API a client speaks, decided by the request path (SPEC §1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Protocol {
+    /// `POST /v1/messages`, Anthropic Messages.
+    Claude,
+    /// `POST /v1/chat/completions`, OpenAI Chat Completions.
+    Openai,
+    /// `POST /v1/responses`, OpenAI Responses.
+    Responses,
+}
+
+impl Protocol {
+    pub const ALL: [Protocol; 3] = [Protocol::Claude, Protocol::Openai, Protocol::Responses];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Claude => "claude",
+            Protocol::Openai => "openai",
+            Protocol::Responses => "responses",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Protocol> {
+        Protocol::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// SPEC §1 "compatible". Until protocol conversion exists, only pass-through.
+    pub fn compatible_with(self, format: Format) -> bool {
+        format == Format::native_to(self)
+    }
+}
+
+/// What kind of traffic a request is, which decides compatible endpoints and URL joining.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// One of the three inbound protocols.
+    Protocol(Protocol),
+    /// `/v1/messages/count_tokens`: the `claude` protocol, but a 404/405/501 is neutral.
+    CountTokens,
+    /// Any other `/v1/*` path, passed through to the Anthropic family (client sent
+    /// `anthropic-version` or `x-api-key`) or the OpenAI family.
+    PassThrough { anthropic: bool },
+}
+
+impl Route {
+    /// The protocol whose settings, rotation state and error shape apply.
+    pub fn protocol(self) -> Protocol {
+        match self {
+            Route::Protocol(p) => p,
+            Route::CountTokens => Protocol::Claude,
+            Route::PassThrough { anthropic: true } => Protocol::Claude,
+            Route::PassThrough { anthropic: false } => Protocol::Openai,
+        }
+    }
+
+    pub fn compatible_with(self, format: Format) -> bool {
+        match self {
+            Route::Protocol(p) => p.compatible_with(format),
+            Route::CountTokens => format == Format::Anthropic,
+            Route::PassThrough { anthropic: true } => format == Format::Anthropic,
+            // Both OpenAI-family formats share base URLs and paths (`/v1/embeddings`, ...).
+            Route::PassThrough { anthropic: false } => {
+                matches!(format, Format::Openai | Format::Responses)
+            }
+        }
+    }
+}

@@ -1,0 +1,677 @@
+//! Incremental Server-Sent-Events scanner (WHATWG "event stream interpretation").
+//!
+//! The gateway relays upstream bytes to the client unchanged; this scanner only *observes*
+//! them. It is fed each network chunk exactly as it arrived (any byte boundary: mid-line,
+//! between `\r` and `\n`, inside a UTF-8 sequence) and reports every event the chunk completes.
+//!
+//! Performance: an event that lies entirely inside one chunk is dispatched borrowing from the
+//! chunk (no copy). Only the incomplete tail of a chunk is carried over, and every byte is
+//! examined a bounded number of times (once to find line ends, once more when its event is
+//! dispatched), so a huge event arriving in tiny chunks costs linear time.
+
+use std::borrow::Cow;
+
+/// One dispatched event. Borrowed from the chunk or from the scanner; copy out what you keep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SseEvent<'a> {
+    /// The `event:` field, `None` when absent or empty (the WHATWG default type "message").
+    pub event: Option<&'a str>,
+    /// The `data:` lines joined with `'\n'`.
+    pub data: &'a str,
+}
+
+/// Incremental SSE scanner; one per stream.
+#[derive(Debug)]
+pub struct SseScanner {
+    /// Raw bytes of the current event that began in an earlier chunk. Only ever holds bytes
+    /// from the event's first field line onwards (leading comments/blank lines are dropped).
+    carry: Vec<u8>,
+    /// Scratch for joining several `data:` lines of one event.
+    joined: String,
+    /// The next byte starts a new line.
+    line_start: bool,
+    /// The previous byte was a `\r` ending a line; a following `\n` belongs to it.
+    after_cr: bool,
+    /// The current event has a line other than a comment (so it must be carried / may dispatch).
+    significant: bool,
+    /// How many bytes of a leading UTF-8 BOM have been matched (while `!bom_done`).
+    bom_matched: usize,
+    bom_done: bool,
+    /// Bytes examined, to prove linear work in tests.
+    #[cfg(test)]
+    work: u64,
+}
+
+const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
+/// Carry/scratch capacity kept after a large event; above this the buffer is released.
+const KEEP_CAPACITY: usize = 64 * 1024;
+
+impl Default for SseScanner {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SseScanner {
+    pub fn new() -> Self {
+        Self {
+            carry: Vec::new(),
+            joined: String::new(),
+            line_start: true,
+            after_cr: false,
+            significant: false,
+            bom_matched: 0,
+            bom_done: false,
+            #[cfg(test)]
+            work: 0,
+        }
+    }
+
+    /// Feed the next chunk exactly as it arrived from the network. Calls `on_event` for every
+    /// event completed by this chunk, in order.
+    pub fn feed(&mut self, chunk: &[u8], mut on_event: impl FnMut(SseEvent<'_>)) {
+        let mut rest = chunk;
+        if !self.bom_done {
+            while let Some((&b, tail)) = rest.split_first() {
+                if BOM.get(self.bom_matched) == Some(&b) {
+                    self.bom_matched += 1;
+                    rest = tail;
+                    if self.bom_matched == BOM.len() {
+                        self.bom_done = true;
+                        break;
+                    }
+                } else {
+                    // Not a BOM: the bytes matched so far were ordinary stream content.
+                    self.bom_done = true;
+                    let matched = BOM.get(..self.bom_matched).unwrap_or_default();
+                    self.scan(matched, &mut on_event);
+                    break;
+                }
+            }
+        }
+        if !rest.is_empty() {
+            self.scan(rest, &mut on_event);
+        }
+    }
+
+    /// Bytes of an incomplete event still held (0 when the stream is at an event boundary,
+    /// or when only comments / blank lines followed the last event).
+    pub fn pending_bytes(&self) -> usize {
+        let bom = if self.bom_done { 0 } else { self.bom_matched };
+        self.carry.len() + bom
+    }
+
+    #[cfg(test)]
+    pub(crate) fn work(&self) -> u64 {
+        self.work
+    }
+
+    fn scan(&mut self, chunk: &[u8], on_event: &mut impl FnMut(SseEvent<'_>)) {
+        // Where the current event starts in `chunk`; `None` while it starts in `carry`.
+        // Invariant: `carry` is non-empty only while `significant`.
+        let mut start: Option<usize> = if self.carry.is_empty() { Some(0) } else { None };
+        let n = chunk.len();
+        let mut i = 0;
+        while i < n {
+            let b = chunk[i];
+            if self.after_cr {
+                self.after_cr = false;
+                if b == b'\n' {
+                    i += 1;
+                    if !self.significant {
+                        start = Some(i);
+                    }
+                    continue;
+                }
+            }
+            if self.line_start {
+                if b == b'\n' || b == b'\r' {
+                    // A blank line: dispatch the event, if it has any field line.
+                    i += 1;
+                    self.after_cr = b == b'\r';
+                    if self.significant {
+                        self.significant = false;
+                        match start {
+                            Some(s) => {
+                                let bytes = chunk.get(s..i).unwrap_or_default();
+                                #[cfg(test)]
+                                {
+                                    self.work += bytes.len() as u64;
+                                }
+                                dispatch(bytes, &mut self.joined, on_event);
+                            }
+                            None => {
+                                self.carry.extend_from_slice(chunk.get(..i).unwrap_or_default());
+                                #[cfg(test)]
+                                {
+                                    self.work += self.carry.len() as u64;
+                                }
+                                dispatch(&self.carry, &mut self.joined, on_event);
+                                self.carry.clear();
+                                if self.carry.capacity() > KEEP_CAPACITY {
+                                    self.carry = Vec::new();
+                                }
+                            }
+                        }
+                        if self.joined.capacity() > KEEP_CAPACITY {
+                            self.joined = String::new();
+                        }
+                    }
+                    start = Some(i);
+                    continue;
+                }
+                self.line_start = false;
+                if b != b':' {
+                    self.significant = true;
+                }
+                i += 1;
+                #[cfg(test)]
+                {
+                    self.work += 1;
+                }
+                continue;
+            }
+            // Inside a line: jump to its end.
+            let hay = chunk.get(i..).unwrap_or_default();
+            match find_eol(hay) {
+                Some(p) => {
+                    #[cfg(test)]
+                    {
+                        self.work += p as u64 + 1;
+                    }
+                    let e = i + p;
+                    self.after_cr = chunk[e] == b'\r';
+                    self.line_start = true;
+                    i = e + 1;
+                    if !self.significant {
+                        // A finished comment line: nothing to keep.
+                        start = Some(i);
+                    }
+                }
+                None => {
+                    #[cfg(test)]
+                    {
+                        self.work += hay.len() as u64;
+                    }
+                    i = n;
+                }
+            }
+        }
+        if self.significant {
+            match start {
+                Some(s) => {
+                    // `carry` is empty here: it was empty at the start or emptied by a dispatch.
+                    self.carry.clear();
+                    self.carry.extend_from_slice(chunk.get(s..).unwrap_or_default());
+                }
+                None => self.carry.extend_from_slice(chunk),
+            }
+        } else {
+            self.carry.clear();
+        }
+    }
+}
+
+/// Parse one complete event (its lines through the terminating blank line) and dispatch it.
+fn dispatch(bytes: &[u8], joined: &mut String, on_event: &mut impl FnMut(SseEvent<'_>)) {
+    let mut event: Option<&[u8]> = None;
+    let mut first_data: Option<&[u8]> = None;
+    let mut multi = false;
+    let mut pos = 0;
+    while pos < bytes.len() {
+        let rest = bytes.get(pos..).unwrap_or_default();
+        let (line, next) = match find_eol(rest) {
+            Some(p) => {
+                let mut next = pos + p + 1;
+                if rest.get(p) == Some(&b'\r') && bytes.get(next) == Some(&b'\n') {
+                    next += 1;
+                }
+                (rest.get(..p).unwrap_or_default(), next)
+            }
+            None => (rest, bytes.len()),
+        };
+        pos = next;
+        if line.is_empty() || line.first() == Some(&b':') {
+            continue;
+        }
+        let (name, value) = match line.iter().position(|&c| c == b':') {
+            Some(c) => {
+                let v = line.get(c + 1..).unwrap_or_default();
+                let v = v.strip_prefix(b" ").unwrap_or(v);
+                (line.get(..c).unwrap_or_default(), v)
+            }
+            None => (line, &b""[..]),
+        };
+        match name {
+            b"event" => event = Some(value),
+            b"data" => match first_data {
+                None => first_data = Some(value),
+                Some(first) => {
+                    if !multi {
+                        multi = true;
+                        joined.clear();
+                        joined.push_str(&String::from_utf8_lossy(first));
+                    }
+                    joined.push('\n');
+                    joined.push_str(&String::from_utf8_lossy(value));
+                }
+            },
+            _ => {}
+        }
+    }
+    let Some(first) = first_data else {
+        return;
+    };
+    let data: Cow<'_, str> = if multi { Cow::Borrowed(joined.as_str()) } else { String::from_utf8_lossy(first) };
+    let event = event.filter(|e| !e.is_empty()).map(String::from_utf8_lossy);
+    on_event(SseEvent { event: event.as_deref(), data: &data });
+}
+
+/// Position of the first `\n` or `\r`, eight bytes at a time.
+fn find_eol(hay: &[u8]) -> Option<usize> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    const NL: u64 = LO * b'\n' as u64;
+    const CR: u64 = LO * b'\r' as u64;
+    let mut words = hay.chunks_exact(8);
+    let mut base = 0;
+    for w in &mut words {
+        let Ok(arr) = <[u8; 8]>::try_from(w) else {
+            break;
+        };
+        let v = u64::from_le_bytes(arr);
+        let x = v ^ NL;
+        let y = v ^ CR;
+        let hit = (x.wrapping_sub(LO) & !x & HI) | (y.wrapping_sub(LO) & !y & HI);
+        if hit != 0 {
+            // The lowest flagged byte is always a true match (false flags only sit above one).
+            return Some(base + (hit.trailing_zeros() / 8) as usize);
+        }
+        base += 8;
+    }
+    words.remainder().iter().position(|&b| b == b'\n' || b == b'\r').map(|p| base + p)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// An owned copy of an event, for comparing sequences.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    struct Ev {
+        event: Option<String>,
+        data: String,
+    }
+
+    fn ev(event: Option<&str>, data: &str) -> Ev {
+        Ev { event: event.map(str::to_owned), data: data.to_owned() }
+    }
+
+    fn feed_all(s: &mut SseScanner, chunks: &[&[u8]]) -> Vec<Ev> {
+        let mut out = Vec::new();
+        for c in chunks {
+            s.feed(c, |e| out.push(Ev { event: e.event.map(str::to_owned), data: e.data.to_owned() }));
+        }
+        out
+    }
+
+    fn parse_whole(input: &[u8]) -> (Vec<Ev>, usize) {
+        let mut s = SseScanner::new();
+        let evs = feed_all(&mut s, &[input]);
+        (evs, s.pending_bytes())
+    }
+
+    fn parse_chunks(input: &[u8], sizes: &mut dyn FnMut() -> usize) -> (Vec<Ev>, usize) {
+        let mut s = SseScanner::new();
+        let mut out = Vec::new();
+        let mut rest = input;
+        while !rest.is_empty() {
+            let k = sizes().clamp(1, rest.len());
+            let (a, b) = rest.split_at(k);
+            out.extend(feed_all(&mut s, &[a]));
+            rest = b;
+        }
+        (out, s.pending_bytes())
+    }
+
+    /// Deterministic xorshift, so random splitting needs no extra dev-dependency.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            let mut x = self.0;
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            self.0 = x;
+            x
+        }
+    }
+
+    pub(crate) const ANTHROPIC: &str = concat!(
+        "event: message_start\n",
+        "data: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_01XFDUDYJgAACzvnptvVoYEL\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"claude-sonnet-4-5-20250929\",\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":25,\"output_tokens\":1}}}\n",
+        "\n",
+        "event: ping\n",
+        "data: {\"type\": \"ping\"}\n",
+        "\n",
+        "event: content_block_start\n",
+        "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n",
+        "\n",
+        "event: content_block_delta\n",
+        "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hello, \\u00e9t\u{e9} \u{1F600}\"}}\n",
+        "\n",
+        "event: content_block_delta\n",
+        "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"world!\\n\"}}\n",
+        "\n",
+        "event: content_block_stop\n",
+        "data: {\"type\":\"content_block_stop\",\"index\":0}\n",
+        "\n",
+        "event: content_block_start\n",
+        "data: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_01T1x1fJ34qAmk2tNTrN7Up6\",\"name\":\"get_weather\",\"input\":{}}}\n",
+        "\n",
+        "event: content_block_delta\n",
+        "data: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"location\\\": \\\"San Fra\"}}\n",
+        "\n",
+        "event: ping\n",
+        "data: {\"type\": \"ping\"}\n",
+        "\n",
+        "event: content_block_delta\n",
+        "data: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"ncisco, CA\\\"}\"}}\n",
+        "\n",
+        "event: content_block_stop\n",
+        "data: {\"type\":\"content_block_stop\",\"index\":1}\n",
+        "\n",
+        "event: message_delta\n",
+        "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":89}}\n",
+        "\n",
+        "event: message_stop\n",
+        "data: {\"type\":\"message_stop\"}\n",
+        "\n",
+    );
+
+    pub(crate) const OPENAI: &str = concat!(
+        "data: {\"id\":\"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT\",\"object\":\"chat.completion.chunk\",\"created\":1741570283,\"model\":\"gpt-4o-2024-08-06\",\"service_tier\":\"default\",\"system_fingerprint\":\"fp_fc9f1d7035\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\",\"refusal\":null},\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n",
+        "\n",
+        "data: {\"id\":\"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT\",\"object\":\"chat.completion.chunk\",\"created\":1741570283,\"model\":\"gpt-4o-2024-08-06\",\"service_tier\":\"default\",\"system_fingerprint\":\"fp_fc9f1d7035\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Bonjour\"},\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n",
+        "\n",
+        "data: {\"id\":\"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT\",\"object\":\"chat.completion.chunk\",\"created\":1741570283,\"model\":\"gpt-4o-2024-08-06\",\"service_tier\":\"default\",\"system_fingerprint\":\"fp_fc9f1d7035\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" \u{e0} tous \u{1F44B}\"},\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n",
+        "\n",
+        "data: {\"id\":\"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT\",\"object\":\"chat.completion.chunk\",\"created\":1741570283,\"model\":\"gpt-4o-2024-08-06\",\"service_tier\":\"default\",\"system_fingerprint\":\"fp_fc9f1d7035\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_DdmO9pD3xa9XTPNJ32zg2hcA\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"\"}}]},\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n",
+        "\n",
+        "data: {\"id\":\"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT\",\"object\":\"chat.completion.chunk\",\"created\":1741570283,\"model\":\"gpt-4o-2024-08-06\",\"service_tier\":\"default\",\"system_fingerprint\":\"fp_fc9f1d7035\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{\\\"location\\\":\\\"Paris\\\"}\"}}]},\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n",
+        "\n",
+        ": OPENROUTER PROCESSING\n",
+        "\n",
+        "data: {\"id\":\"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT\",\"object\":\"chat.completion.chunk\",\"created\":1741570283,\"model\":\"gpt-4o-2024-08-06\",\"service_tier\":\"default\",\"system_fingerprint\":\"fp_fc9f1d7035\",\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":\"tool_calls\"}],\"usage\":null}\n",
+        "\n",
+        "data: {\"id\":\"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT\",\"object\":\"chat.completion.chunk\",\"created\":1741570283,\"model\":\"gpt-4o-2024-08-06\",\"service_tier\":\"default\",\"system_fingerprint\":\"fp_fc9f1d7035\",\"choices\":[],\"usage\":{\"prompt_tokens\":82,\"completion_tokens\":17,\"total_tokens\":99,\"prompt_tokens_details\":{\"cached_tokens\":0,\"audio_tokens\":0},\"completion_tokens_details\":{\"reasoning_tokens\":0,\"audio_tokens\":0,\"accepted_prediction_tokens\":0,\"rejected_prediction_tokens\":0}}}\n",
+        "\n",
+        "data: [DONE]\n",
+        "\n",
+    );
+
+    pub(crate) const RESPONSES: &str = concat!(
+        "event: response.created\n",
+        "data: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_67c9fdcecf488190bdd9a0409de3a1ec07b8b0ad4e5eb654\",\"object\":\"response\",\"created_at\":1741290958,\"status\":\"in_progress\",\"error\":null,\"incomplete_details\":null,\"instructions\":\"You are a helpful assistant.\",\"max_output_tokens\":null,\"model\":\"gpt-4.1-2025-04-14\",\"output\":[],\"parallel_tool_calls\":true,\"previous_response_id\":null,\"reasoning\":{\"effort\":null,\"summary\":null},\"store\":true,\"temperature\":1.0,\"text\":{\"format\":{\"type\":\"text\"}},\"tool_choice\":\"auto\",\"tools\":[],\"top_p\":1.0,\"truncation\":\"disabled\",\"usage\":null,\"user\":null,\"metadata\":{}}}\n",
+        "\n",
+        "event: response.in_progress\n",
+        "data: {\"type\":\"response.in_progress\",\"sequence_number\":1,\"response\":{\"id\":\"resp_67c9fdcecf488190bdd9a0409de3a1ec07b8b0ad4e5eb654\",\"object\":\"response\",\"created_at\":1741290958,\"status\":\"in_progress\",\"error\":null,\"model\":\"gpt-4.1-2025-04-14\",\"output\":[],\"parallel_tool_calls\":true,\"tool_choice\":\"auto\",\"tools\":[],\"usage\":null,\"metadata\":{}}}\n",
+        "\n",
+        "event: response.output_item.added\n",
+        "data: {\"type\":\"response.output_item.added\",\"sequence_number\":2,\"output_index\":0,\"item\":{\"id\":\"msg_67c9fdcf37fc8190ba82116e33fb28c507b8b0ad4e5eb654\",\"type\":\"message\",\"status\":\"in_progress\",\"role\":\"assistant\",\"content\":[]}}\n",
+        "\n",
+        "event: response.content_part.added\n",
+        "data: {\"type\":\"response.content_part.added\",\"sequence_number\":3,\"item_id\":\"msg_67c9fdcf37fc8190ba82116e33fb28c507b8b0ad4e5eb654\",\"output_index\":0,\"content_index\":0,\"part\":{\"type\":\"output_text\",\"text\":\"\",\"annotations\":[]}}\n",
+        "\n",
+        "event: response.output_text.delta\n",
+        "data: {\"type\":\"response.output_text.delta\",\"sequence_number\":4,\"item_id\":\"msg_67c9fdcf37fc8190ba82116e33fb28c507b8b0ad4e5eb654\",\"output_index\":0,\"content_index\":0,\"delta\":\"Hi\"}\n",
+        "\n",
+        "event: response.output_text.delta\n",
+        "data: {\"type\":\"response.output_text.delta\",\"sequence_number\":5,\"item_id\":\"msg_67c9fdcf37fc8190ba82116e33fb28c507b8b0ad4e5eb654\",\"output_index\":0,\"content_index\":0,\"delta\":\" th\u{e9}re \u{1F30D}\"}\n",
+        "\n",
+        "event: response.output_text.done\n",
+        "data: {\"type\":\"response.output_text.done\",\"sequence_number\":6,\"item_id\":\"msg_67c9fdcf37fc8190ba82116e33fb28c507b8b0ad4e5eb654\",\"output_index\":0,\"content_index\":0,\"text\":\"Hi th\u{e9}re \u{1F30D}\"}\n",
+        "\n",
+        "event: response.content_part.done\n",
+        "data: {\"type\":\"response.content_part.done\",\"sequence_number\":7,\"item_id\":\"msg_67c9fdcf37fc8190ba82116e33fb28c507b8b0ad4e5eb654\",\"output_index\":0,\"content_index\":0,\"part\":{\"type\":\"output_text\",\"text\":\"Hi th\u{e9}re \u{1F30D}\",\"annotations\":[]}}\n",
+        "\n",
+        "event: response.output_item.done\n",
+        "data: {\"type\":\"response.output_item.done\",\"sequence_number\":8,\"output_index\":0,\"item\":{\"id\":\"msg_67c9fdcf37fc8190ba82116e33fb28c507b8b0ad4e5eb654\",\"type\":\"message\",\"status\":\"completed\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"Hi th\u{e9}re \u{1F30D}\",\"annotations\":[]}]}}\n",
+        "\n",
+        "event: response.completed\n",
+        "data: {\"type\":\"response.completed\",\"sequence_number\":9,\"response\":{\"id\":\"resp_67c9fdcecf488190bdd9a0409de3a1ec07b8b0ad4e5eb654\",\"object\":\"response\",\"created_at\":1741290958,\"status\":\"completed\",\"error\":null,\"model\":\"gpt-4.1-2025-04-14\",\"output\":[{\"id\":\"msg_67c9fdcf37fc8190ba82116e33fb28c507b8b0ad4e5eb654\",\"type\":\"message\",\"status\":\"completed\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"Hi th\u{e9}re \u{1F30D}\",\"annotations\":[]}]}],\"parallel_tool_calls\":true,\"tool_choice\":\"auto\",\"tools\":[],\"usage\":{\"input_tokens\":37,\"output_tokens\":11,\"output_tokens_details\":{\"reasoning_tokens\":0},\"total_tokens\":48},\"metadata\":{}}}\n",
+        "\n",
+    );
+
+    fn transcripts() -> Vec<(&'static str, String)> {
+        let mut v = vec![
+            ("anthropic", ANTHROPIC.to_owned()),
+            ("openai", OPENAI.to_owned()),
+            ("responses", RESPONSES.to_owned()),
+        ];
+        // The same streams with CRLF and CR line endings, a BOM, and keep-alive comments.
+        for (name, t) in v.clone() {
+            v.push((name, t.replace('\n', "\r\n")));
+            v.push((name, t.replace('\n', "\r")));
+            v.push((name, format!("\u{feff}: keep-alive\n\n{}", t.replace("\n\n", "\n: ping\n\n"))));
+        }
+        v
+    }
+
+    #[test]
+    fn table() {
+        type Case = (&'static str, &'static [u8], &'static [(Option<&'static str>, &'static str)], bool);
+        let cases: &[Case] = &[
+            ("lf", b"data: a\n\n", &[(None, "a")], false),
+            ("crlf", b"data: a\r\n\r\n", &[(None, "a")], false),
+            ("cr", b"data: a\r\r", &[(None, "a")], false),
+            ("mixed endings", b"data: a\r\ndata: b\rdata: c\n\r\n", &[(None, "a\nb\nc")], false),
+            ("lf then crlf blank", b"data: a\n\r\n", &[(None, "a")], false),
+            ("event name", b"event: ping\ndata: {}\n\n", &[(Some("ping"), "{}")], false),
+            ("last event name wins", b"event: a\nevent: b\ndata: x\n\n", &[(Some("b"), "x")], false),
+            ("empty event name is default", b"event:\ndata: x\n\n", &[(None, "x")], false),
+            ("no space", b"event:ping\ndata:{\"a\":1}\n\n", &[(Some("ping"), "{\"a\":1}")], false),
+            ("only one space removed", b"data:  two\n\n", &[(None, " two")], false),
+            ("multi-line data", b"data: a\ndata:\ndata: c\n\n", &[(None, "a\n\nc")], false),
+            ("field without colon", b"data\n\n", &[(None, "")], false),
+            ("empty data", b"data:\n\n", &[(None, "")], false),
+            ("colon in value", b"data: a: b\n\n", &[(None, "a: b")], false),
+            ("comments ignored", b": hi\ndata: a\n: mid\ndata: b\n\n", &[(None, "a\nb")], false),
+            ("comment alone never dispatches", b": keep-alive\n\n:\n\n", &[], false),
+            ("no data no dispatch", b"event: ping\n\n", &[], false),
+            ("unknown fields ignored", b"id: 7\nretry: 100\nfoo: bar\ndata: x\n\n", &[(None, "x")], false),
+            ("field name is case sensitive", b"Data: x\n\n", &[], false),
+            (
+                "event name reset after dispatch",
+                b"event: a\ndata: 1\n\ndata: 2\n\n",
+                &[(Some("a"), "1"), (None, "2")],
+                false,
+            ),
+            ("extra blank lines", b"\n\n\r\ndata: 1\n\n\n\ndata: 2\n\n", &[(None, "1"), (None, "2")], false),
+            ("bom", b"\xEF\xBB\xBFdata: a\n\n", &[(None, "a")], false),
+            ("only first bom stripped", b"\xEF\xBB\xBF\xEF\xBB\xBFdata: a\n\n", &[], false),
+            ("missing blank line", b"data: a\n\ndata: b\n", &[(None, "a")], true),
+            ("cut mid line", b"data: a\n\ndata: {\"x\":", &[(None, "a")], true),
+            ("cut after event name", b"event: x\n", &[], true),
+            ("trailing comment is clean", b"data: a\n\n: ping\n", &[(None, "a")], false),
+            ("trailing partial comment is clean", b"data: a\n\n: pi", &[(None, "a")], false),
+            ("invalid utf8 is lossy", b"data: a\xFFb\n\n", &[(None, "a\u{FFFD}b")], false),
+        ];
+        for (name, input, want, pending) in cases {
+            let want: Vec<Ev> = want.iter().map(|(e, d)| ev(*e, d)).collect();
+            let (got, p) = parse_whole(input);
+            assert_eq!(got, want, "{name}");
+            assert_eq!(p > 0, *pending, "{name}: pending {p}");
+            // Every split into two chunks and byte-by-byte feeding agree.
+            for k in 0..=input.len() {
+                let (a, b) = input.split_at(k);
+                let mut s = SseScanner::new();
+                assert_eq!(feed_all(&mut s, &[a, b]), want, "{name} split at {k}");
+                assert_eq!(s.pending_bytes() > 0, *pending, "{name} split at {k}");
+            }
+            let (got, p) = parse_chunks(input, &mut || 1);
+            assert_eq!(got, want, "{name} bytewise");
+            assert_eq!(p > 0, *pending, "{name} bytewise");
+        }
+    }
+
+    #[test]
+    fn pending_bytes_counts_held_event() {
+        let mut s = SseScanner::new();
+        s.feed(b"data: 1\n\nevent: x\ndata: 2", |_| {});
+        assert_eq!(s.pending_bytes(), "event: x\ndata: 2".len());
+        s.feed(b"3\n", |_| {});
+        assert_eq!(s.pending_bytes(), "event: x\ndata: 23\n".len());
+        let mut got = Vec::new();
+        s.feed(b"\n", |e| got.push(e.data.to_owned()));
+        assert_eq!(got, ["23"]);
+        assert_eq!(s.pending_bytes(), 0);
+        // A partial BOM at the very start is held too.
+        let mut s = SseScanner::new();
+        s.feed(b"\xEF\xBB", |_| {});
+        assert_eq!(s.pending_bytes(), 2);
+        s.feed(b"\xBF", |_| {});
+        assert_eq!(s.pending_bytes(), 0);
+    }
+
+    #[test]
+    fn bom_split_and_false_bom() {
+        let input = b"\xEF\xBB\xBFdata: a\n\n";
+        for k in 0..=input.len() {
+            for j in k..=input.len() {
+                let mut s = SseScanner::new();
+                let got = feed_all(&mut s, &[&input[..k], &input[k..j], &input[j..]]);
+                assert_eq!(got, vec![ev(None, "a")], "split {k} {j}");
+            }
+        }
+        // A stream starting with a BOM prefix that is not a BOM keeps those bytes.
+        let mut s = SseScanner::new();
+        // A BOM after the start is part of the field name, so neither event has a data field.
+        let got = feed_all(&mut s, &[b"\xEF", b"\xBBdata: a\n\n\xEF\xBB\xBFdata: b\n\ndata: c\n\n"]);
+        assert_eq!(got, vec![ev(None, "c")]);
+        let (got, _) = parse_whole(b"\xEFdata: a\n\ndata: b\n\n");
+        assert_eq!(got, vec![ev(None, "b")]);
+    }
+
+    #[test]
+    fn crlf_split_between_cr_and_lf() {
+        let mut s = SseScanner::new();
+        let got = feed_all(&mut s, &[b"data: a\r", b"\n\r", b"\ndata: b\r", b"\r"]);
+        assert_eq!(got, vec![ev(None, "a"), ev(None, "b")]);
+        assert_eq!(s.pending_bytes(), 0);
+        // "\r" then "\n" in the next chunk is one line ending, not a blank line.
+        let mut s = SseScanner::new();
+        let got = feed_all(&mut s, &[b"data: a\r", b"\ndata: b\r\n", b"\r\n"]);
+        assert_eq!(got, vec![ev(None, "a\nb")]);
+    }
+
+    #[test]
+    fn utf8_split_inside_sequence() {
+        let input = "data: h\u{e9}llo \u{1F600}\n\n".as_bytes();
+        for k in 0..=input.len() {
+            let mut s = SseScanner::new();
+            let got = feed_all(&mut s, &[&input[..k], &input[k..]]);
+            assert_eq!(got, vec![ev(None, "h\u{e9}llo \u{1F600}")], "split {k}");
+        }
+    }
+
+    #[test]
+    fn whole_chunk_events_borrow_from_chunk() {
+        let chunk = b"event: a\ndata: xyz\n\ndata: 1\n\n";
+        let range = chunk.as_ptr_range();
+        let mut s = SseScanner::new();
+        let mut n = 0;
+        s.feed(chunk, |e| {
+            assert!(range.contains(&e.data.as_ptr()), "data copied");
+            if let Some(name) = e.event {
+                assert!(range.contains(&name.as_ptr()), "event name copied");
+            }
+            n += 1;
+        });
+        assert_eq!(n, 2);
+        assert_eq!(s.pending_bytes(), 0);
+    }
+
+    #[test]
+    fn transcripts_split_at_every_boundary() {
+        for (name, t) in transcripts() {
+            let input = t.as_bytes();
+            let (whole, p) = parse_whole(input);
+            assert_eq!(p, 0, "{name}");
+            assert!(whole.len() >= 8, "{name}: {}", whole.len());
+            for k in 0..=input.len() {
+                let mut s = SseScanner::new();
+                let got = feed_all(&mut s, &[&input[..k], &input[k..]]);
+                assert_eq!(got, whole, "{name} split at {k}");
+                assert_eq!(s.pending_bytes(), 0);
+            }
+        }
+    }
+
+    #[test]
+    fn transcripts_random_chunks() {
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        for (name, t) in transcripts() {
+            let input = t.as_bytes();
+            let (whole, _) = parse_whole(input);
+            for round in 0..200 {
+                let max = [2u64, 7, 40, 300, 2000][round % 5];
+                let (got, p) = parse_chunks(input, &mut || (rng.next() % max) as usize + 1);
+                assert_eq!(got, whole, "{name} round {round}");
+                assert_eq!(p, 0);
+            }
+        }
+    }
+
+    #[test]
+    fn transcripts_parse_as_expected() {
+        let (evs, _) = parse_whole(ANTHROPIC.as_bytes());
+        assert_eq!(evs.len(), 13);
+        assert_eq!(evs[0].event.as_deref(), Some("message_start"));
+        assert_eq!(evs[12], ev(Some("message_stop"), "{\"type\":\"message_stop\"}"));
+        let (evs, _) = parse_whole(OPENAI.as_bytes());
+        assert_eq!(evs.len(), 8);
+        assert_eq!(evs[7], ev(None, "[DONE]"));
+        let (evs, _) = parse_whole(RESPONSES.as_bytes());
+        assert_eq!(evs.len(), 10);
+        assert_eq!(evs[9].event.as_deref(), Some("response.completed"));
+    }
+
+    #[test]
+    fn huge_event_in_small_chunks_is_linear() {
+        let payload = "x".repeat(1 << 20);
+        let input = format!(": hi\nevent: big\ndata: {payload}\ndata: {payload}\n\ndata: after\n\n");
+        for chunk in [1usize, 16] {
+            let mut s = SseScanner::new();
+            let mut got = Vec::new();
+            for c in input.as_bytes().chunks(chunk) {
+                s.feed(c, |e| got.push((e.event.map(str::to_owned), e.data.len())));
+            }
+            assert_eq!(got, vec![(Some("big".to_owned()), 2 * payload.len() + 1), (None, 5)]);
+            assert_eq!(s.pending_bytes(), 0);
+            // Each byte is examined at most ~twice (line scan, then the dispatch parse).
+            assert!(s.work() <= 2 * input.len() as u64 + 64, "work {} for {}", s.work(), input.len());
+        }
+    }
+
+    #[test]
+    fn find_eol_matches_naive() {
+        let mut rng = Rng(12345);
+        for _ in 0..2000 {
+            let len = (rng.next() % 40) as usize;
+            let v: Vec<u8> = (0..len)
+                .map(|_| match rng.next() % 10 {
+                    0 => b'\n',
+                    1 => b'\r',
+                    2 => 0x0b,
+                    3 => 0x8d,
+                    4 => 0x0c,
+                    _ => (rng.next() % 256) as u8,
+                })
+                .collect();
+            let naive = v.iter().position(|&b| b == b'\n' || b == b'\r');
+            assert_eq!(find_eol(&v), naive, "{v:?}");
+        }
+    }
+}

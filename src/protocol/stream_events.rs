@@ -1,0 +1,1177 @@
+//! What a streamed upstream event means (SPEC §6): preamble to hold back, content, the
+//! protocol's terminal event, or an error the upstream reported inside the stream; and the
+//! protocol-native error event the gateway appends when a started stream fails.
+//!
+//! Parsing runs once per event, so it uses small borrowed structs that skip unknown fields and
+//! tolerate unexpected value types (a field of the wrong type reads as absent instead of failing
+//! the whole event). A full `serde_json::Value` is only built on the rare error path.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::Deserialize;
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::{Value, json};
+
+use super::sse::SseEvent;
+
+pub use crate::endpoint::Format;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum EventKind {
+    /// Held back until content arrives: Anthropic `message_start`, `ping`; Responses
+    /// `response.created`, `response.in_progress` (and `response.queued`); an OpenAI chunk whose
+    /// choices' deltas carry only `role` (and maybe empty/null content, empty `tool_calls`) and
+    /// no `finish_reason`, or a chunk with empty `choices` and no `usage` (Azure's
+    /// `prompt_filter_results`). Only meaningful before the first `Content`: later, such an event
+    /// is simply forwarded.
+    Preamble,
+    /// Anything that carries the answer (and anything unrecognised: tolerant).
+    Content,
+    /// OpenAI Chat only: a chunk with a non-null `finish_reason` (a stream that then closes
+    /// cleanly without `[DONE]` is still complete).
+    ContentWithFinish,
+    /// The protocol's terminal event: Anthropic `message_stop`; OpenAI `data: [DONE]`; Responses
+    /// `response.completed` / `response.incomplete`.
+    Terminal,
+    /// The upstream reported an error inside the stream. `rate_limited` for Anthropic
+    /// `rate_limit_error`, OpenAI/Responses `rate_limit_error` type or `rate_limit_exceeded` code
+    /// (also a numeric code 429, Google's `RESOURCE_EXHAUSTED`); `overloaded` for Anthropic
+    /// `overloaded_error` and server-overloaded codes (any type/code containing "overloaded",
+    /// numeric 503/529, `UNAVAILABLE`). `message` is the upstream's message, at most 500 chars.
+    UpstreamError { rate_limited: bool, overloaded: bool, message: String },
+}
+
+/// Facts collected while inspecting events, needed to write a good error event.
+#[derive(Default, Debug, Clone)]
+pub struct StreamContext {
+    /// Responses: the response id (from any event carrying `response.id`).
+    pub response_id: Option<String>,
+    /// Responses: the highest `sequence_number` seen.
+    pub last_sequence_number: Option<u64>,
+    /// The model the upstream reported (Anthropic `message_start`, OpenAI chunks, Responses
+    /// response objects).
+    pub model: Option<String>,
+    /// Responses: the response's `created_at` (unix seconds), so the `response.failed` event
+    /// repeats it without this module reading the clock.
+    pub created_at: Option<u64>,
+}
+
+impl StreamContext {
+    /// Record what `event` tells about the stream.
+    pub fn observe(&mut self, format: Format, event: &SseEvent<'_>) {
+        inspect_inner(format, event, Some(self));
+    }
+}
+
+/// What `event` means for a stream in `format`.
+pub fn inspect(format: Format, event: &SseEvent<'_>) -> EventKind {
+    inspect_inner(format, event, None)
+}
+
+/// `inspect` and `ctx.observe` with a single parse of the event.
+pub fn inspect_and_observe(format: Format, event: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
+    inspect_inner(format, event, Some(ctx))
+}
+
+/// The bytes of a protocol-native error event to append to a client stream whose bytes have
+/// already started (SPEC §6).
+pub fn error_event(format: Format, message: &str, ctx: &StreamContext) -> Vec<u8> {
+    match format {
+        Format::Anthropic => {
+            let body = json!({
+                "type": "error",
+                "error": { "type": "api_error", "message": message },
+            });
+            sse_bytes(Some("error"), &body)
+        }
+        Format::Openai => {
+            let body = json!({
+                "error": {
+                    "message": message,
+                    "type": "server_error",
+                    "code": "upstream_stream_error",
+                    "param": null,
+                },
+            });
+            sse_bytes(None, &body)
+        }
+        Format::Responses => {
+            let sequence_number = ctx.last_sequence_number.map_or(0, |n| n.saturating_add(1));
+            let body = json!({
+                "type": "response.failed",
+                "sequence_number": sequence_number,
+                "response": {
+                    "id": ctx.response_id.as_deref().unwrap_or("resp_ccmesh_stream_error"),
+                    "object": "response",
+                    "created_at": ctx.created_at.unwrap_or(0),
+                    "status": "failed",
+                    "error": { "code": "server_error", "message": message },
+                    "incomplete_details": null,
+                    "instructions": null,
+                    "max_output_tokens": null,
+                    "metadata": {},
+                    "model": ctx.model.as_deref().unwrap_or(""),
+                    "output": [],
+                    "parallel_tool_calls": true,
+                    "previous_response_id": null,
+                    "reasoning": null,
+                    "temperature": null,
+                    "tool_choice": "auto",
+                    "tools": [],
+                    "top_p": null,
+                    "truncation": "disabled",
+                    "usage": null,
+                    "user": null,
+                },
+            });
+            sse_bytes(Some("response.failed"), &body)
+        }
+    }
+}
+
+fn sse_bytes(event: Option<&str>, body: &Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    if let Some(name) = event {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(name.as_bytes());
+        out.push(b'\n');
+    }
+    out.extend_from_slice(b"data: ");
+    // Serialising a `Value` to a Vec cannot fail; compact JSON has no raw newlines.
+    if serde_json::to_writer(&mut out, body).is_err() {
+        out.extend_from_slice(b"{}");
+    }
+    out.extend_from_slice(b"\n\n");
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Classification
+
+fn inspect_inner(format: Format, ev: &SseEvent<'_>, ctx: Option<&mut StreamContext>) -> EventKind {
+    match format {
+        Format::Anthropic => anthropic(ev, ctx),
+        Format::Openai => openai(ev, ctx),
+        Format::Responses => responses(ev, ctx),
+    }
+}
+
+#[derive(Deserialize)]
+struct AnthropicEvent<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Lax<'a>,
+    #[serde(borrow, default)]
+    message: Lenient<AnthropicMessage<'a>>,
+    #[serde(default)]
+    error: NonEmpty,
+}
+
+#[derive(Deserialize)]
+struct AnthropicMessage<'a> {
+    #[serde(borrow, default)]
+    model: Lax<'a>,
+}
+
+fn anthropic(ev: &SseEvent<'_>, ctx: Option<&mut StreamContext>) -> EventKind {
+    let parsed: Option<AnthropicEvent<'_>> = serde_json::from_str(ev.data).ok();
+    let name = parsed.as_ref().and_then(|p| p.kind.as_str()).or(ev.event);
+    if let (Some(ctx), Some(p)) = (ctx, parsed.as_ref())
+        && let Some(model) = p.message.0.as_ref().and_then(|m| m.model.as_str())
+        && (name == Some("message_start") || ctx.model.is_none())
+    {
+        set(&mut ctx.model, model);
+    }
+    // `event: error` is an error whatever the data says (the SDKs raise on the name alone).
+    if ev.event == Some("error") {
+        return error_from_data(ev.data, ErrorAt::ErrorKey);
+    }
+    match name {
+        Some("message_start" | "ping") => EventKind::Preamble,
+        Some("message_stop") => EventKind::Terminal,
+        Some("error") => error_from_data(ev.data, ErrorAt::ErrorKey),
+        None if parsed.as_ref().is_some_and(|p| p.error.0) => error_from_data(ev.data, ErrorAt::ErrorKey),
+        _ => EventKind::Content,
+    }
+}
+
+#[derive(Deserialize)]
+struct ChatChunk<'a> {
+    #[serde(default)]
+    choices: Choices,
+    #[serde(default)]
+    usage: NonEmpty,
+    #[serde(default)]
+    error: NonEmpty,
+    #[serde(borrow, default)]
+    object: Lax<'a>,
+    #[serde(rename = "type", borrow, default)]
+    kind: Lax<'a>,
+    #[serde(borrow, default)]
+    model: Lax<'a>,
+}
+
+fn openai(ev: &SseEvent<'_>, ctx: Option<&mut StreamContext>) -> EventKind {
+    let data = ev.data.trim_start();
+    if data.starts_with("[DONE]") {
+        return EventKind::Terminal;
+    }
+    if ev.event == Some("error") {
+        return error_from_data(data, ErrorAt::ErrorKey);
+    }
+    let Ok(chunk) = serde_json::from_str::<ChatChunk<'_>>(data) else {
+        return EventKind::Content;
+    };
+    if let (Some(ctx), Some(model)) = (ctx, chunk.model.as_str())
+        && ctx.model.is_none()
+        && !model.is_empty()
+    {
+        set(&mut ctx.model, model);
+    }
+    // `{"error":{...}}` (OpenAI, OpenRouter), `{"object":"error",...}` (vLLM), `{"type":"error"}`.
+    if chunk.error.0 || chunk.object.as_str() == Some("error") || chunk.kind.as_str() == Some("error") {
+        return error_from_data(data, ErrorAt::ErrorKey);
+    }
+    let c = &chunk.choices;
+    if c.finish {
+        EventKind::ContentWithFinish
+    } else if c.content || chunk.usage.0 {
+        EventKind::Content
+    } else if c.present {
+        // Only role / empty deltas, or `choices: []` without usage.
+        EventKind::Preamble
+    } else {
+        EventKind::Content
+    }
+}
+
+#[derive(Deserialize)]
+struct ResponsesEvent<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Lax<'a>,
+    #[serde(default)]
+    sequence_number: Lax<'a>,
+    #[serde(borrow, default)]
+    response: Lenient<ResponseObject<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ResponseObject<'a> {
+    #[serde(borrow, default)]
+    id: Lax<'a>,
+    #[serde(borrow, default)]
+    model: Lax<'a>,
+    #[serde(default)]
+    created_at: Lax<'a>,
+}
+
+fn responses(ev: &SseEvent<'_>, ctx: Option<&mut StreamContext>) -> EventKind {
+    let parsed: Option<ResponsesEvent<'_>> = serde_json::from_str(ev.data).ok();
+    if let (Some(ctx), Some(p)) = (ctx, parsed.as_ref()) {
+        if let Some(n) = p.sequence_number.as_u64() {
+            ctx.last_sequence_number = Some(ctx.last_sequence_number.map_or(n, |m| m.max(n)));
+        }
+        if let Some(r) = p.response.0.as_ref() {
+            if let Some(id) = r.id.as_str().filter(|s| !s.is_empty()) {
+                set(&mut ctx.response_id, id);
+            }
+            if let Some(model) = r.model.as_str().filter(|s| !s.is_empty()) {
+                set(&mut ctx.model, model);
+            }
+            if let Some(t) = r.created_at.as_u64() {
+                ctx.created_at = Some(t);
+            }
+        }
+    }
+    let name = parsed.as_ref().and_then(|p| p.kind.as_str()).or(ev.event);
+    if ev.event == Some("error") {
+        return error_from_data(ev.data, ErrorAt::ErrorKey);
+    }
+    match name {
+        Some("response.created" | "response.in_progress" | "response.queued") => EventKind::Preamble,
+        Some("response.completed" | "response.incomplete") => EventKind::Terminal,
+        Some("response.failed") => error_from_data(ev.data, ErrorAt::ResponseError),
+        Some("error") => error_from_data(ev.data, ErrorAt::ErrorKey),
+        _ => EventKind::Content,
+    }
+}
+
+fn set(slot: &mut Option<String>, value: &str) {
+    if slot.as_deref() != Some(value) {
+        *slot = Some(value.to_owned());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Upstream errors (rare path: a full `Value` is fine here)
+
+#[derive(Clone, Copy)]
+enum ErrorAt {
+    /// `{"error":{...}}`, or the top-level object itself (Responses `error` event, vLLM).
+    ErrorKey,
+    /// Responses `response.failed`: `response.error`.
+    ResponseError,
+}
+
+const MAX_MESSAGE_CHARS: usize = 500;
+
+fn error_from_data(data: &str, at: ErrorAt) -> EventKind {
+    let Ok(v) = serde_json::from_str::<Value>(data) else {
+        let lower = truncate(data).to_ascii_lowercase();
+        let message =
+            if data.trim().is_empty() { "upstream reported an error in the stream".to_owned() } else { truncate(data) };
+        return EventKind::UpstreamError {
+            rate_limited: lower.contains("rate_limit") || lower.contains("rate limit"),
+            overloaded: lower.contains("overloaded"),
+            message,
+        };
+    };
+    let body = match at {
+        ErrorAt::ErrorKey => non_null(v.get("error")),
+        ErrorAt::ResponseError => non_null(v.pointer("/response/error")).or_else(|| non_null(v.get("error"))),
+    }
+    .unwrap_or(&v);
+    classify_error_body(body, matches!(at, ErrorAt::ResponseError))
+}
+
+fn classify_error_body(body: &Value, failed_response: bool) -> EventKind {
+    let text = |key: &str| body.get(key).and_then(Value::as_str).unwrap_or("");
+    let kind = text("type");
+    let code_str = text("code");
+    let code_num = body.get("code").and_then(Value::as_u64);
+    let status = text("status");
+    let rate_limited = kind == "rate_limit_error"
+        || code_str == "rate_limit_exceeded"
+        || code_str == "rate_limit_error"
+        || code_num == Some(429)
+        || status == "RESOURCE_EXHAUSTED";
+    let overloaded = kind.contains("overloaded")
+        || code_str.contains("overloaded")
+        || matches!(code_num, Some(503 | 529))
+        || status == "UNAVAILABLE";
+    let message = match body.get("message") {
+        Some(Value::String(s)) if !s.is_empty() => truncate(s),
+        Some(m) if !m.is_null() => truncate(&m.to_string()),
+        _ => match body {
+            Value::String(s) if !s.is_empty() => truncate(s),
+            _ if failed_response => "upstream response failed".to_owned(),
+            _ => "upstream reported an error in the stream".to_owned(),
+        },
+    };
+    EventKind::UpstreamError { rate_limited, overloaded, message }
+}
+
+fn non_null(x: Option<&Value>) -> Option<&Value> {
+    x.filter(|x| !x.is_null())
+}
+
+fn truncate(s: &str) -> String {
+    match s.char_indices().nth(MAX_MESSAGE_CHARS) {
+        Some((i, _)) => s.get(..i).unwrap_or(s).to_owned(),
+        None => s.to_owned(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tolerant deserialisation helpers
+
+/// Visitor methods for JSON types a helper does not care about: each yields `$none`.
+macro_rules! ignore_scalars {
+    ($none:expr) => {
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok($none)
+        }
+    };
+}
+
+fn drain_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
+    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+    Ok(())
+}
+
+/// A scalar read leniently: a string (borrowed when unescaped), a non-negative integer, or
+/// nothing useful. Never fails on a type mismatch.
+#[derive(Debug, Default)]
+enum Lax<'a> {
+    #[default]
+    Absent,
+    Str(Cow<'a, str>),
+    Uint(u64),
+    Other,
+}
+
+impl Lax<'_> {
+    fn as_str(&self) -> Option<&str> {
+        match self {
+            Lax::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn as_u64(&self) -> Option<u64> {
+        match self {
+            Lax::Uint(n) => Some(*n),
+            _ => None,
+        }
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Lax<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<Lax<'a>>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Lax<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Lax<'a>, E> {
+                Ok(Lax::Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Lax<'a>, E> {
+                Ok(Lax::Str(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Lax<'a>, E> {
+                Ok(Lax::Str(Cow::Owned(v)))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Lax<'a>, E> {
+                Ok(Lax::Uint(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Lax<'a>, E> {
+                Ok(u64::try_from(v).map_or(Lax::Other, Lax::Uint))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Lax<'a>, E> {
+                let whole = v.fract() == 0.0 && (0.0..1.8e19).contains(&v);
+                Ok(if whole { Lax::Uint(v as u64) } else { Lax::Other })
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Lax<'a>, E> {
+                Ok(Lax::Other)
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Lax<'a>, E> {
+                Ok(Lax::Absent)
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Lax<'a>, E> {
+                Ok(Lax::Absent)
+            }
+            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Lax<'a>, D2::Error> {
+                Lax::deserialize(d)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Lax<'a>, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Lax::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Lax<'a>, A::Error> {
+                drain_map(map)?;
+                Ok(Lax::Other)
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+/// Whether a value carries anything: false for null, `""`, `[]`, `{}`, `false`.
+#[derive(Debug, Default, Clone, Copy)]
+struct NonEmpty(bool);
+
+impl<'de> Deserialize<'de> for NonEmpty {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = NonEmpty;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(v))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(true))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(true))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(true))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(!v.is_empty()))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(false))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(false))
+            }
+            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<NonEmpty, D2::Error> {
+                NonEmpty::deserialize(d)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<NonEmpty, A::Error> {
+                let mut any = false;
+                while seq.next_element::<IgnoredAny>()?.is_some() {
+                    any = true;
+                }
+                Ok(NonEmpty(any))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<NonEmpty, A::Error> {
+                let mut any = false;
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {
+                    any = true;
+                }
+                Ok(NonEmpty(any))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// An object read as `T`; any other JSON type reads as `None` instead of failing.
+struct Lenient<T>(Option<T>);
+
+impl<T> Default for Lenient<T> {
+    fn default() -> Self {
+        Lenient(None)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Lenient<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = Lenient<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            ignore_scalars!(Lenient(None));
+            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
+                Lenient::deserialize(d)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map)).map(|t| Lenient(Some(t)))
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+/// An OpenAI delta: does any key other than `role` carry something?
+#[derive(Debug, Default, Clone, Copy)]
+struct DeltaInfo {
+    has_content: bool,
+}
+
+impl<'de> Deserialize<'de> for DeltaInfo {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = DeltaInfo;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a delta object")
+            }
+            ignore_scalars!(DeltaInfo::default());
+            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<DeltaInfo, D2::Error> {
+                DeltaInfo::deserialize(d)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<DeltaInfo, A::Error> {
+                let mut has_content = false;
+                while let Some(key) = map.next_key::<Lax<'de>>()? {
+                    if key.as_str() == Some("role") {
+                        map.next_value::<IgnoredAny>()?;
+                    } else {
+                        has_content |= map.next_value::<NonEmpty>()?.0;
+                    }
+                }
+                Ok(DeltaInfo { has_content })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[derive(Deserialize)]
+struct Choice<'a> {
+    #[serde(default)]
+    delta: DeltaInfo,
+    #[serde(borrow, default)]
+    finish_reason: Lax<'a>,
+    /// Legacy completions-style chunks.
+    #[serde(default)]
+    text: NonEmpty,
+    /// Some providers send a whole `message` instead of a `delta`.
+    #[serde(default)]
+    message: NonEmpty,
+}
+
+/// `choices` folded without allocating: was it an array, does any choice finish or carry content.
+#[derive(Debug, Default, Clone, Copy)]
+struct Choices {
+    present: bool,
+    finish: bool,
+    content: bool,
+}
+
+impl<'de> Deserialize<'de> for Choices {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Choices;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a choices array")
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Choices, E> {
+                Ok(Choices::default())
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Choices, E> {
+                Ok(Choices::default())
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Choices, E> {
+                Ok(Choices::default())
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Choices, E> {
+                Ok(Choices::default())
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Choices, E> {
+                Ok(Choices::default())
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Choices, E> {
+                Ok(Choices::default())
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Choices, E> {
+                Ok(Choices::default())
+            }
+            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Choices, D2::Error> {
+                Choices::deserialize(d)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Choices, A::Error> {
+                drain_map(map)?;
+                Ok(Choices::default())
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Choices, A::Error> {
+                let mut out = Choices { present: true, ..Choices::default() };
+                while let Some(Lenient(choice)) = seq.next_element::<Lenient<Choice<'de>>>()? {
+                    let Some(c) = choice else { continue };
+                    if c.finish_reason.as_str().is_some_and(|r| !r.is_empty()) {
+                        out.finish = true;
+                    }
+                    if c.delta.has_content || c.text.0 || c.message.0 {
+                        out.content = true;
+                    }
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::super::sse::SseScanner;
+    use super::super::sse::tests::{ANTHROPIC, OPENAI, RESPONSES};
+    use super::*;
+
+    fn ev<'a>(event: Option<&'a str>, data: &'a str) -> SseEvent<'a> {
+        SseEvent { event, data }
+    }
+
+    fn kind(format: Format, event: Option<&str>, data: &str) -> EventKind {
+        inspect(format, &ev(event, data))
+    }
+
+    fn err(rate_limited: bool, overloaded: bool, message: &str) -> EventKind {
+        EventKind::UpstreamError { rate_limited, overloaded, message: message.to_owned() }
+    }
+
+    use EventKind::{Content, ContentWithFinish, Preamble, Terminal};
+    use Format::{Anthropic, Openai, Responses};
+
+    /// Run a transcript through the scanner and the inspector.
+    fn classify_stream(format: Format, input: &str) -> (Vec<EventKind>, StreamContext) {
+        let mut scanner = SseScanner::new();
+        let mut ctx = StreamContext::default();
+        let mut kinds = Vec::new();
+        scanner.feed(input.as_bytes(), |e| {
+            let k = inspect(format, &e);
+            let mut c2 = ctx.clone();
+            c2.observe(format, &e);
+            assert_eq!(inspect_and_observe(format, &e, &mut ctx), k);
+            assert_eq!(format!("{c2:?}"), format!("{ctx:?}"));
+            kinds.push(k);
+        });
+        (kinds, ctx)
+    }
+
+    #[test]
+    fn anthropic_transcript() {
+        let (kinds, ctx) = classify_stream(Anthropic, ANTHROPIC);
+        let want = [
+            Preamble, Preamble, Content, Content, Content, Content, Content, Content, Preamble, Content, Content,
+            Content, Terminal,
+        ];
+        assert_eq!(kinds, want);
+        assert_eq!(ctx.model.as_deref(), Some("claude-sonnet-4-5-20250929"));
+    }
+
+    #[test]
+    fn openai_transcript() {
+        let (kinds, ctx) = classify_stream(Openai, OPENAI);
+        assert_eq!(kinds, [Preamble, Content, Content, Content, Content, ContentWithFinish, Content, Terminal]);
+        assert_eq!(ctx.model.as_deref(), Some("gpt-4o-2024-08-06"));
+        assert_eq!(ctx.response_id, None);
+    }
+
+    #[test]
+    fn responses_transcript() {
+        let (kinds, ctx) = classify_stream(Responses, RESPONSES);
+        let mut want = vec![Preamble, Preamble];
+        want.extend(std::iter::repeat_n(Content, 7));
+        want.push(Terminal);
+        assert_eq!(kinds, want);
+        assert_eq!(ctx.response_id.as_deref(), Some("resp_67c9fdcecf488190bdd9a0409de3a1ec07b8b0ad4e5eb654"));
+        assert_eq!(ctx.last_sequence_number, Some(9));
+        assert_eq!(ctx.model.as_deref(), Some("gpt-4.1-2025-04-14"));
+        assert_eq!(ctx.created_at, Some(1741290958));
+    }
+
+    #[test]
+    fn anthropic_kinds() {
+        fn a(e: Option<&str>, d: &str) -> EventKind {
+            kind(Anthropic, e, d)
+        }
+        assert_eq!(a(Some("message_start"), r#"{"type":"message_start","message":{"model":"m"}}"#), Preamble);
+        assert_eq!(a(Some("ping"), r#"{"type": "ping"}"#), Preamble);
+        assert_eq!(a(Some("message_stop"), r#"{"type":"message_stop"}"#), Terminal);
+        assert_eq!(
+            a(
+                Some("content_block_delta"),
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#
+            ),
+            Content
+        );
+        assert_eq!(a(Some("message_delta"), r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"}}"#), Content);
+        // The JSON type wins over the event name.
+        assert_eq!(a(Some("content_block_delta"), r#"{"type":"message_stop"}"#), Terminal);
+        assert_eq!(a(None, r#"{"type":"ping"}"#), Preamble);
+        // Unparseable data: classified by the event name, else Content.
+        assert_eq!(a(Some("ping"), "not json"), Preamble);
+        assert_eq!(a(Some("message_stop"), ""), Terminal);
+        assert_eq!(a(None, "not json"), Content);
+        assert_eq!(a(Some("some_future_event"), r#"{"type":"some_future_event"}"#), Content);
+        // A wrongly typed field does not break classification.
+        assert_eq!(a(None, r#"{"type":"message_start","message":"x"}"#), Preamble);
+    }
+
+    #[test]
+    fn anthropic_errors() {
+        fn a(e: Option<&str>, d: &str) -> EventKind {
+            kind(Anthropic, e, d)
+        }
+        assert_eq!(
+            a(Some("error"), r#"{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}"#),
+            err(false, true, "Overloaded")
+        );
+        assert_eq!(
+            a(
+                Some("error"),
+                r#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}"#
+            ),
+            err(true, false, "Number of request tokens has exceeded your per-minute rate limit")
+        );
+        assert_eq!(
+            a(Some("error"), r#"{"type":"error","error":{"type":"api_error","message":"Internal server error"}}"#),
+            err(false, false, "Internal server error")
+        );
+        // `event: error` wins even when the data's type is something else.
+        assert_eq!(
+            a(Some("error"), r#"{"type":"overloaded_error","message":"Overloaded"}"#),
+            err(false, true, "Overloaded")
+        );
+        // No event name, JSON type says error.
+        assert_eq!(
+            a(None, r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#),
+            err(false, true, "Overloaded")
+        );
+        // No type at all, but an error object.
+        assert_eq!(a(None, r#"{"error":{"message":"boom"}}"#), err(false, false, "boom"));
+        // Unparseable error data.
+        assert_eq!(a(Some("error"), "Overloaded"), err(false, true, "Overloaded"));
+        assert_eq!(a(Some("error"), ""), err(false, false, "upstream reported an error in the stream"));
+    }
+
+    #[test]
+    fn openai_kinds() {
+        fn o(d: &str) -> EventKind {
+            kind(Openai, None, d)
+        }
+        let chunk = |delta: &str, finish: &str| {
+            format!(
+                r#"{{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{{"index":0,"delta":{delta},"logprobs":null,"finish_reason":{finish}}}]}}"#
+            )
+        };
+        // Role-only, role + empty content, role + null content + empty tool_calls: preamble.
+        assert_eq!(o(&chunk(r#"{"role":"assistant"}"#, "null")), Preamble);
+        assert_eq!(o(&chunk(r#"{"role":"assistant","content":""}"#, "null")), Preamble);
+        assert_eq!(o(&chunk(r#"{"role":"assistant","content":"","refusal":null}"#, "null")), Preamble);
+        assert_eq!(o(&chunk(r#"{"role":"assistant","content":null,"tool_calls":[]}"#, "null")), Preamble);
+        assert_eq!(o(&chunk(r#"{}"#, "null")), Preamble);
+        // Content.
+        assert_eq!(o(&chunk(r#"{"role":"assistant","content":"Hi"}"#, "null")), Content);
+        assert_eq!(o(&chunk(r#"{"content":"Hi"}"#, "null")), Content);
+        assert_eq!(o(&chunk(r#"{"content":"caf\u00e9"}"#, "null")), Content);
+        assert_eq!(
+            o(&chunk(
+                r#"{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":""}}]}"#,
+                "null"
+            )),
+            Content
+        );
+        assert_eq!(o(&chunk(r#"{"role":"assistant","reasoning_content":"Let me think"}"#, "null")), Content);
+        // Finish reason (with or without content), even if the delta is empty.
+        assert_eq!(o(&chunk(r#"{}"#, r#""stop""#)), ContentWithFinish);
+        assert_eq!(o(&chunk(r#"{"content":"."}"#, r#""length""#)), ContentWithFinish);
+        assert_eq!(o(&chunk(r#"{"role":"assistant"}"#, r#""tool_calls""#)), ContentWithFinish);
+        assert_eq!(o(&chunk(r#"{}"#, r#""""#)), Preamble);
+        // Usage chunk with empty choices.
+        assert_eq!(
+            o(
+                r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}}"#
+            ),
+            Content
+        );
+        // `usage: null` on every chunk (stream_options.include_usage) changes nothing.
+        assert_eq!(o(r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}],"usage":null}"#), Preamble);
+        // Azure's first chunk: prompt filter results, no choices.
+        assert_eq!(
+            o(
+                r#"{"choices":[],"created":0,"id":"","model":"","object":"","prompt_filter_results":[{"prompt_index":0,"content_filter_results":{}}]}"#
+            ),
+            Preamble
+        );
+        // Terminal.
+        assert_eq!(o("[DONE]"), Terminal);
+        assert_eq!(o(" [DONE]"), Terminal);
+        // Tolerance: unparseable or unknown shapes are content.
+        assert_eq!(o("not json"), Content);
+        assert_eq!(o(r#"{"foo":1}"#), Content);
+        assert_eq!(o(r#"{"choices":{"weird":true}}"#), Content);
+        assert_eq!(o(r#"{"choices":[{"delta":{"content":"x"},"finish_reason":7}]}"#), Content);
+        assert_eq!(o(r#"{"choices":[1,{"delta":{"content":"x"}}]}"#), Content);
+        // Legacy completions chunk.
+        assert_eq!(o(r#"{"choices":[{"text":"Hi","index":0,"finish_reason":null}]}"#), Content);
+    }
+
+    #[test]
+    fn openai_errors() {
+        fn o(e: Option<&str>, d: &str) -> EventKind {
+            kind(Openai, e, d)
+        }
+        assert_eq!(
+            o(
+                None,
+                r#"{"error":{"message":"Rate limit reached for gpt-4o","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#
+            ),
+            err(true, false, "Rate limit reached for gpt-4o")
+        );
+        assert_eq!(
+            o(None, r#"{"error":{"message":"slow down","type":"rate_limit_error","param":null,"code":null}}"#),
+            err(true, false, "slow down")
+        );
+        assert_eq!(
+            o(
+                None,
+                r#"{"error":{"message":"The server is overloaded","type":"server_error","code":"server_is_overloaded"}}"#
+            ),
+            err(false, true, "The server is overloaded")
+        );
+        assert_eq!(
+            o(
+                None,
+                r#"{"error":{"message":"The server had an error while processing your request.","type":"server_error","param":null,"code":null}}"#
+            ),
+            err(false, false, "The server had an error while processing your request.")
+        );
+        // OpenRouter: an error inside a chunk that also finishes with "error".
+        assert_eq!(
+            o(
+                None,
+                r#"{"id":"cmpl-1","object":"chat.completion.chunk","created":1,"model":"m","error":{"code":502,"message":"Provider disconnected"},"choices":[{"index":0,"delta":{"content":""},"finish_reason":"error"}]}"#
+            ),
+            err(false, false, "Provider disconnected")
+        );
+        assert_eq!(o(None, r#"{"error":{"code":429,"message":"Too many"}}"#), err(true, false, "Too many"));
+        assert_eq!(o(None, r#"{"error":{"code":529,"message":"busy"}}"#), err(false, true, "busy"));
+        assert_eq!(
+            o(None, r#"{"error":{"code":429,"message":"Resource exhausted","status":"RESOURCE_EXHAUSTED"}}"#),
+            err(true, false, "Resource exhausted")
+        );
+        // A string error.
+        assert_eq!(o(None, r#"{"error":"upstream exploded"}"#), err(false, false, "upstream exploded"));
+        // vLLM style.
+        assert_eq!(
+            o(
+                None,
+                r#"{"object":"error","message":"engine died","type":"InternalServerError","param":null,"code":500}"#
+            ),
+            err(false, false, "engine died")
+        );
+        // `event: error` with the error object.
+        assert_eq!(o(Some("error"), r#"{"error":{"message":"x","type":"server_error"}}"#), err(false, false, "x"));
+        // null / empty error objects are not errors.
+        assert_eq!(o(None, r#"{"error":null,"choices":[{"delta":{"content":"a"}}]}"#), Content);
+        assert_eq!(o(None, r#"{"error":{},"choices":[{"delta":{"content":"a"}}]}"#), Content);
+    }
+
+    #[test]
+    fn responses_kinds() {
+        fn r(e: Option<&str>, d: &str) -> EventKind {
+            kind(Responses, e, d)
+        }
+        assert_eq!(
+            r(
+                Some("response.created"),
+                r#"{"type":"response.created","sequence_number":0,"response":{"id":"resp_1"}}"#
+            ),
+            Preamble
+        );
+        assert_eq!(
+            r(
+                Some("response.in_progress"),
+                r#"{"type":"response.in_progress","sequence_number":1,"response":{"id":"resp_1"}}"#
+            ),
+            Preamble
+        );
+        assert_eq!(
+            r(Some("response.queued"), r#"{"type":"response.queued","sequence_number":0,"response":{"id":"resp_1"}}"#),
+            Preamble
+        );
+        assert_eq!(
+            r(
+                Some("response.output_item.added"),
+                r#"{"type":"response.output_item.added","sequence_number":2,"output_index":0,"item":{"type":"message"}}"#
+            ),
+            Content
+        );
+        assert_eq!(
+            r(
+                Some("response.output_text.delta"),
+                r#"{"type":"response.output_text.delta","sequence_number":4,"delta":"Hi"}"#
+            ),
+            Content
+        );
+        assert_eq!(
+            r(
+                Some("response.reasoning_summary_text.delta"),
+                r#"{"type":"response.reasoning_summary_text.delta","delta":"x"}"#
+            ),
+            Content
+        );
+        assert_eq!(
+            r(
+                Some("response.completed"),
+                r#"{"type":"response.completed","sequence_number":9,"response":{"id":"resp_1","status":"completed"}}"#
+            ),
+            Terminal
+        );
+        assert_eq!(
+            r(
+                Some("response.incomplete"),
+                r#"{"type":"response.incomplete","sequence_number":9,"response":{"id":"resp_1","status":"incomplete","incomplete_details":{"reason":"max_output_tokens"}}}"#
+            ),
+            Terminal
+        );
+        // Type preferred over the event name; the name is the fallback.
+        assert_eq!(r(Some("response.output_text.delta"), r#"{"type":"response.completed"}"#), Terminal);
+        assert_eq!(r(None, r#"{"type":"response.created"}"#), Preamble);
+        assert_eq!(r(Some("response.completed"), "garbage"), Terminal);
+        assert_eq!(r(Some("response.created"), "garbage"), Preamble);
+        assert_eq!(r(None, "garbage"), Content);
+    }
+
+    #[test]
+    fn responses_errors() {
+        fn r(e: Option<&str>, d: &str) -> EventKind {
+            kind(Responses, e, d)
+        }
+        assert_eq!(
+            r(
+                Some("response.failed"),
+                r#"{"type":"response.failed","sequence_number":5,"response":{"id":"resp_1","object":"response","status":"failed","error":{"code":"server_error","message":"The model crashed"}}}"#
+            ),
+            err(false, false, "The model crashed")
+        );
+        assert_eq!(
+            r(
+                Some("response.failed"),
+                r#"{"type":"response.failed","response":{"id":"resp_1","status":"failed","error":{"code":"rate_limit_exceeded","message":"Slow down"}}}"#
+            ),
+            err(true, false, "Slow down")
+        );
+        assert_eq!(
+            r(
+                Some("response.failed"),
+                r#"{"type":"response.failed","response":{"id":"resp_1","status":"failed","error":null}}"#
+            ),
+            err(false, false, "upstream response failed")
+        );
+        assert_eq!(
+            r(
+                Some("error"),
+                r#"{"type":"error","code":"rate_limit_exceeded","message":"Rate limit reached","param":null,"sequence_number":3}"#
+            ),
+            err(true, false, "Rate limit reached")
+        );
+        assert_eq!(
+            r(
+                Some("error"),
+                r#"{"type":"error","code":"server_is_overloaded","message":"Overloaded","param":null,"sequence_number":3}"#
+            ),
+            err(false, true, "Overloaded")
+        );
+        assert_eq!(
+            r(Some("error"), r#"{"type":"rate_limit_error","message":"odd shape"}"#),
+            err(true, false, "odd shape")
+        );
+        // Nested shape some providers use.
+        assert_eq!(
+            r(
+                None,
+                r#"{"type":"error","error":{"type":"rate_limit_error","code":"rate_limit_exceeded","message":"nested"}}"#
+            ),
+            err(true, false, "nested")
+        );
+        assert_eq!(r(Some("error"), "boom"), err(false, false, "boom"));
+    }
+
+    #[test]
+    fn message_truncated_to_500_chars() {
+        let long = "\u{e9}".repeat(800);
+        let data = json!({"type":"error","error":{"type":"api_error","message":long}}).to_string();
+        let EventKind::UpstreamError { message, .. } = kind(Anthropic, Some("error"), &data) else {
+            panic!("not an error");
+        };
+        assert_eq!(message.chars().count(), 500);
+        assert_eq!(truncate("short"), "short");
+    }
+
+    #[test]
+    fn context_observation() {
+        let mut ctx = StreamContext::default();
+        ctx.observe(
+            Anthropic,
+            &ev(
+                Some("message_start"),
+                r#"{"type":"message_start","message":{"id":"msg_1","model":"claude-x","content":[]}}"#,
+            ),
+        );
+        assert_eq!(ctx.model.as_deref(), Some("claude-x"));
+        assert_eq!(ctx.response_id, None);
+
+        let mut ctx = StreamContext::default();
+        ctx.observe(Openai, &ev(None, r#"{"model":"","choices":[]}"#));
+        assert_eq!(ctx.model, None);
+        ctx.observe(Openai, &ev(None, r#"{"model":"gpt-4o-mini","choices":[]}"#));
+        ctx.observe(Openai, &ev(None, r#"{"model":"other","choices":[]}"#));
+        assert_eq!(ctx.model.as_deref(), Some("gpt-4o-mini"));
+
+        let mut ctx = StreamContext::default();
+        ctx.observe(Responses, &ev(None, r#"{"type":"response.created","sequence_number":0,"response":{"id":"resp_9","model":"gpt-5","created_at":1700000000}}"#));
+        ctx.observe(Responses, &ev(None, r#"{"type":"response.output_text.delta","sequence_number":7,"delta":"x"}"#));
+        ctx.observe(Responses, &ev(None, r#"{"type":"keepalive","sequence_number":"bad"}"#));
+        assert_eq!(ctx.response_id.as_deref(), Some("resp_9"));
+        assert_eq!(ctx.model.as_deref(), Some("gpt-5"));
+        assert_eq!(ctx.last_sequence_number, Some(7));
+        assert_eq!(ctx.created_at, Some(1700000000));
+    }
+
+    fn parse_error_event(bytes: &[u8]) -> (Option<String>, Value) {
+        let mut scanner = SseScanner::new();
+        let mut out = Vec::new();
+        scanner.feed(bytes, |e| out.push((e.event.map(str::to_owned), serde_json::from_str::<Value>(e.data).unwrap())));
+        assert_eq!(scanner.pending_bytes(), 0);
+        assert_eq!(out.len(), 1);
+        out.pop().unwrap()
+    }
+
+    const NASTY: &str = "upstream reset: \"quoted\"\n\r\\ <tag> \u{1F4A5} \u{0}";
+
+    #[test]
+    fn anthropic_error_event() {
+        let bytes = error_event(Anthropic, NASTY, &StreamContext::default());
+        assert!(bytes.starts_with(b"event: error\ndata: {"));
+        assert!(bytes.ends_with(b"}\n\n"));
+        let (name, v) = parse_error_event(&bytes);
+        assert_eq!(name.as_deref(), Some("error"));
+        assert_eq!(v, json!({"type":"error","error":{"type":"api_error","message":NASTY}}));
+        let text = String::from_utf8(bytes).unwrap();
+        let data = text.strip_prefix("event: error\ndata: ").unwrap().trim_end();
+        assert_eq!(kind(Anthropic, Some("error"), data), err(false, false, NASTY));
+    }
+
+    #[test]
+    fn openai_error_event() {
+        let bytes = error_event(Openai, NASTY, &StreamContext::default());
+        assert!(bytes.starts_with(b"data: {"));
+        let (name, v) = parse_error_event(&bytes);
+        assert_eq!(name, None);
+        assert_eq!(
+            v,
+            json!({"error":{"message":NASTY,"type":"server_error","code":"upstream_stream_error","param":null}})
+        );
+        assert_eq!(kind(Openai, None, &v.to_string()), err(false, false, NASTY));
+    }
+
+    #[test]
+    fn responses_error_event() {
+        let ctx = StreamContext {
+            response_id: Some("resp_abc".to_owned()),
+            last_sequence_number: Some(41),
+            model: Some("gpt-4.1".to_owned()),
+            created_at: Some(1741290958),
+        };
+        let bytes = error_event(Responses, NASTY, &ctx);
+        assert!(bytes.starts_with(b"event: response.failed\ndata: {"));
+        let (name, v) = parse_error_event(&bytes);
+        assert_eq!(name.as_deref(), Some("response.failed"));
+        assert_eq!(v["type"], "response.failed");
+        assert_eq!(v["sequence_number"], 42);
+        let r = &v["response"];
+        assert_eq!(r["id"], "resp_abc");
+        assert_eq!(r["object"], "response");
+        assert_eq!(r["status"], "failed");
+        assert_eq!(r["model"], "gpt-4.1");
+        assert_eq!(r["created_at"], 1741290958);
+        assert_eq!(r["error"], json!({"code":"server_error","message":NASTY}));
+        // Fields the SDKs' Response model requires.
+        for key in ["output", "tools", "parallel_tool_calls", "tool_choice", "metadata"] {
+            assert!(r.get(key).is_some(), "{key}");
+        }
+        assert_eq!(kind(Responses, Some("response.failed"), &v.to_string()), err(false, false, NASTY));
+        // Unknown context: still well-formed.
+        let (_, v) = parse_error_event(&error_event(Responses, "x", &StreamContext::default()));
+        assert_eq!(v["sequence_number"], 0);
+        assert!(v["response"]["id"].as_str().unwrap().starts_with("resp_"));
+    }
+}

@@ -1,0 +1,546 @@
+//! The attempt loop (SPEC §3): ask a breaker for a permit, send, classify, record, and either
+//! answer the client or move on — the same endpoint again after a transient network error, the
+//! next candidate after an HTTP failure — until a success, a neutral answer, the attempt cap,
+//! or no candidate that will take the request.
+
+use std::pin::pin;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::response::Response;
+use bytes::Bytes;
+use futures_util::StreamExt;
+
+use super::Inbound;
+use super::backoff::{WhenBlocked, when_blocked};
+use super::classify::{Class, NetworkErrorKind, classify_network_error, classify_status, outcome_for, status_note};
+use super::relay::{self, Committed, StreamWatch};
+use super::request::splice_model;
+use super::upstream::{join_url, request_headers, response_headers};
+use crate::breaker::retry_after::parse_retry_after;
+use crate::breaker::{Denied, Outcome, Permit};
+use crate::endpoint::EndpointId;
+use crate::gateway::{Gateway, LiveEndpoint, Snapshot};
+use crate::protocol::errors::{ErrorKind, GatewayError};
+use crate::protocol::sse::SseScanner;
+use crate::protocol::stream_events::{EventKind, StreamContext, inspect};
+use crate::routing;
+
+/// Largest preamble held back before giving up on finding content and relaying anyway.
+const MAX_HELD_PREAMBLE: usize = 64 * 1024;
+
+/// An upstream HTTP answer read in full.
+struct Buffered {
+    status: StatusCode,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+}
+
+/// What one attempt produced.
+enum AttemptResult {
+    /// The client's answer is decided (success or neutral); the breaker was told (or the relay
+    /// will tell it when the stream ends).
+    Answer(Response),
+    /// The endpoint failed with an HTTP answer; kept in case it is the last one.
+    HttpFailure { answer: Buffered, class: Class },
+    /// No usable HTTP answer: network error, timeout, or a stream that failed before content.
+    NoAnswer { kind: NetworkErrorKind, detail: String, transient: bool },
+}
+
+/// Context shared by every attempt of one client request.
+struct Run {
+    gw: Arc<Gateway>,
+    snapshot: Arc<Snapshot>,
+    inbound: Inbound,
+    explicit: bool,
+    /// The rotation state this request saw when it started (for compare-and-set).
+    seen_current: Option<EndpointId>,
+    start_endpoint: Option<EndpointId>,
+    /// Bodies with a rewritten model, per target model, so a retry does not redo the splice.
+    rewritten: Vec<(String, Bytes)>,
+}
+
+pub async fn run(
+    gw: Arc<Gateway>,
+    snapshot: Arc<Snapshot>,
+    inbound: Inbound,
+    candidates: Vec<Arc<LiveEndpoint>>,
+    explicit: bool,
+) -> Response {
+    let protocol = inbound.route.protocol();
+    let settings = snapshot.settings.clone();
+    let clock = gw.clock.clone();
+    let budget_deadline = clock.now() + settings.rate_limit_backoff_budget;
+    let seen_current = gw.rotation.current(protocol);
+    let mut run =
+        Run { gw: gw.clone(), snapshot, inbound, explicit, seen_current, start_endpoint: None, rewritten: Vec::new() };
+
+    let mut attempts = 0usize;
+    let mut cap: Option<usize> = None;
+    let mut last_answer: Option<Buffered> = None;
+    let mut last_was_answer = false;
+    let mut last_network: Option<(NetworkErrorKind, String)> = None;
+    let mut last_endpoint: Option<String> = None;
+    let mut first_pass = true;
+
+    'choose: loop {
+        // Arm the wake-up before reading breaker state, so a change in between is not missed.
+        let mut changed = pin!(gw.breakers.changed().notified());
+        changed.as_mut().enable();
+
+        // SPEC §2 step 4: drop endpoints that are open and cooling down (no permit taken).
+        let mut denials = Vec::new();
+        let live: Vec<&Arc<LiveEndpoint>> = if explicit {
+            candidates.iter().collect()
+        } else {
+            candidates
+                .iter()
+                .filter(|e| match e.breaker.routable() {
+                    Ok(()) => true,
+                    Err(d) => {
+                        denials.push(d);
+                        false
+                    }
+                })
+                .collect()
+        };
+
+        let blocked = if live.is_empty() {
+            Some(denials)
+        } else {
+            let cap = *cap.get_or_insert_with(|| routing::attempt_cap(live.len(), explicit));
+            let ids: Vec<EndpointId> = live.iter().map(|e| e.config.id).collect();
+            let start = if first_pass {
+                let manual = run.gw.rotation.take_manual(protocol);
+                let ticket = if settings.routing_strategy == crate::config::RoutingStrategy::RoundRobin {
+                    run.gw.rotation.next_round_robin(protocol)
+                } else {
+                    0
+                };
+                routing::start_index(settings.routing_strategy, &ids, seen_current, manual, ticket)
+            } else {
+                // After a backoff, begin where rotation says, like a new request would.
+                routing::start_index(settings.routing_strategy, &ids, gw.rotation.current(protocol), None, 0)
+            };
+            if first_pass {
+                run.start_endpoint = Some(ids[start]);
+                first_pass = false;
+            }
+
+            let mut index = start;
+            let mut denied_in_a_row: Vec<Denied> = Vec::new();
+            let mut same_endpoint_failures = 0u32;
+            loop {
+                if attempts >= cap {
+                    break 'choose;
+                }
+                let endpoint = live[index];
+                let permit = match endpoint.breaker.try_acquire(&endpoint.config.name, explicit) {
+                    Ok(p) => p,
+                    Err(denied) => {
+                        denied_in_a_row.push(denied);
+                        if denied_in_a_row.len() >= live.len() {
+                            break;
+                        }
+                        index = routing::advance(index, live.len());
+                        same_endpoint_failures = 0;
+                        continue;
+                    }
+                };
+                denied_in_a_row.clear();
+                attempts += 1;
+                last_endpoint = Some(endpoint.config.name.clone());
+                match run.attempt(endpoint, permit, attempts).await {
+                    AttemptResult::Answer(response) => return response,
+                    AttemptResult::HttpFailure { answer, class } => {
+                        let cause = format!("HTTP {}", answer.status.as_u16());
+                        debug_assert!(matches!(class, Class::Failure | Class::RateLimited));
+                        last_answer = Some(answer);
+                        last_was_answer = true;
+                        same_endpoint_failures = 0;
+                        let next = routing::advance(index, live.len());
+                        if attempts < cap && live.len() > 1 {
+                            gw.events.failover(
+                                protocol.as_str(),
+                                &endpoint.config.name,
+                                &live[next].config.name,
+                                &cause,
+                            );
+                        }
+                        index = next;
+                    }
+                    AttemptResult::NoAnswer { kind, detail, transient } => {
+                        last_network = Some((kind, detail));
+                        last_was_answer = false;
+                        same_endpoint_failures += 1;
+                        // SPEC §3: a transient network error retries the same endpoint after
+                        // `transient_retry_delay`, until it has failed twice in a row.
+                        if transient && same_endpoint_failures < 2 {
+                            if attempts < cap {
+                                let wake = clock.now() + settings.transient_retry_delay;
+                                clock.sleep_until(wake).await;
+                            }
+                            continue;
+                        }
+                        same_endpoint_failures = 0;
+                        let next = routing::advance(index, live.len());
+                        if attempts < cap && live.len() > 1 {
+                            gw.events.failover(
+                                protocol.as_str(),
+                                &endpoint.config.name,
+                                &live[next].config.name,
+                                kind.as_str(),
+                            );
+                        }
+                        index = next;
+                    }
+                }
+            }
+            // No remaining candidate granted a permit (SPEC §3).
+            Some(denied_in_a_row)
+        };
+
+        let Some(denials) = blocked else { continue };
+        // An earlier real answer beats a gateway-made error — except a 429, which re-enters
+        // the rate-limit backoff below (and is returned as is if that ends in "all open").
+        if let Some(answer) = &last_answer
+            && answer.status != StatusCode::TOO_MANY_REQUESTS
+        {
+            return run.finish_with_answer(last_answer.take(), attempts, last_endpoint.as_deref());
+        }
+        let now = clock.now();
+        match when_blocked(&denials, now, budget_deadline) {
+            WhenBlocked::Wait { until } => {
+                gw.events
+                    .rate_limit_backoff(protocol.as_str(), until.saturating_duration_since(now).as_millis() as u64);
+                tokio::select! {
+                    () = clock.sleep_until(until) => {}
+                    () = changed => {}
+                }
+                continue 'choose;
+            }
+            WhenBlocked::RateLimited { retry_after_secs } => {
+                let e = GatewayError::new(
+                    ErrorKind::RateLimited,
+                    "rate_limited",
+                    format!(
+                        "every endpoint that serves this request is rate-limited; retry after {retry_after_secs} s"
+                    ),
+                )
+                .with_retry_after(retry_after_secs);
+                return run.finish_error(e, attempts, last_endpoint.as_deref());
+            }
+            WhenBlocked::AllOpen => {
+                if last_answer.is_some() {
+                    return run.finish_with_answer(last_answer.take(), attempts, last_endpoint.as_deref());
+                }
+                let mut message = "all candidate endpoints are circuit-open; retry later, or reset a breaker with POST /api/endpoints/{name}/reset".to_string();
+                if let Some((kind, detail)) = &last_network {
+                    message = format!("{message} (last error: {} — {detail})", kind.describe());
+                }
+                let e = GatewayError::new(ErrorKind::BadGateway, "circuit_open", message);
+                return run.finish_error(e, attempts, last_endpoint.as_deref());
+            }
+        }
+    }
+
+    // Attempts exhausted (SPEC §3).
+    gw.events.candidates_exhausted(protocol.as_str(), attempts, last_endpoint.as_deref().unwrap_or(""));
+    if last_was_answer {
+        return run.finish_with_answer(last_answer.take(), attempts, last_endpoint.as_deref());
+    }
+    let message = match &last_network {
+        Some((kind, detail)) => format!(
+            "{} ({detail}) after {attempts} attempt(s); check the endpoint's base_url and health",
+            kind.describe()
+        ),
+        None => format!("no upstream answered after {attempts} attempt(s)"),
+    };
+    run.finish_error(
+        GatewayError::new(ErrorKind::BadGateway, "upstream_unreachable", message),
+        attempts,
+        last_endpoint.as_deref(),
+    )
+}
+
+impl Run {
+    fn protocol(&self) -> crate::protocol::Protocol {
+        self.inbound.route.protocol()
+    }
+
+    /// The body to send to `endpoint`: the client's bytes unless its model must change.
+    fn body_for(&mut self, endpoint: &LiveEndpoint) -> Bytes {
+        let (Some(model), Some(span)) = (self.inbound.model.as_deref(), self.inbound.model_span.clone()) else {
+            return self.inbound.body.clone();
+        };
+        let target = endpoint.config.map_model(model);
+        if target == model && !self.inbound.model_prefixed {
+            return self.inbound.body.clone();
+        }
+        if let Some((_, body)) = self.rewritten.iter().find(|(m, _)| m == target) {
+            return body.clone();
+        }
+        let body = splice_model(&self.inbound.body, span, target);
+        self.rewritten.push((target.to_string(), body.clone()));
+        body
+    }
+
+    async fn attempt(&mut self, endpoint: &Arc<LiveEndpoint>, permit: Permit, number: usize) -> AttemptResult {
+        let protocol = self.protocol();
+        let settings = self.snapshot.settings.clone();
+        let breaker_settings = settings.breaker(protocol);
+        let timeouts = settings.timeouts(protocol);
+        let url = join_url(
+            &endpoint.config.base_url,
+            endpoint.config.format,
+            &self.inbound.rest,
+            self.inbound.query.as_deref(),
+        );
+        let headers = request_headers(&self.inbound.headers, endpoint);
+        let body = self.body_for(endpoint);
+        let sent_at = tokio::time::Instant::now();
+        let head_limit = if self.inbound.stream { timeouts.first_byte } else { timeouts.request };
+        let request = self.gw.client.request(self.inbound.method.clone(), url).headers(headers).body(body).send();
+
+        let response = match tokio::time::timeout_at(sent_at + head_limit, request).await {
+            Err(_) => {
+                let note = format!("no response headers within {:.1} s", head_limit.as_secs_f64());
+                permit.record(Outcome::Broken, Some(&note), breaker_settings);
+                return AttemptResult::NoAnswer { kind: NetworkErrorKind::Timeout, detail: note, transient: true };
+            }
+            Ok(Err(e)) => {
+                let kind = classify_network_error(&e);
+                let note = kind.describe().to_string();
+                permit.record(Outcome::Broken, Some(&note), breaker_settings);
+                return AttemptResult::NoAnswer { kind, detail: note, transient: true };
+            }
+            Ok(Ok(r)) => r,
+        };
+
+        let status = response.status();
+        let class = classify_status(status.as_u16(), self.inbound.route, settings.auth_errors_fail_over);
+        let is_sse = response
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+
+        if class == Class::Success && is_sse {
+            return self.hold_preamble(endpoint, permit, response, sent_at, number).await;
+        }
+
+        // Everything else is read in full: error bodies are small, and a non-streaming answer
+        // that breaks mid-body can still fail over invisibly.
+        let headers = response.headers().clone();
+        let body_deadline = sent_at
+            + if self.inbound.stream && class != Class::Success { timeouts.first_byte } else { timeouts.request };
+        let body = match tokio::time::timeout_at(body_deadline, response.bytes()).await {
+            Ok(Ok(b)) => b,
+            Ok(Err(e)) => {
+                let kind = classify_network_error(&e);
+                let note = format!("{} while reading the body", kind.describe());
+                permit.record(Outcome::Broken, Some(&note), breaker_settings);
+                return AttemptResult::NoAnswer { kind, detail: note, transient: true };
+            }
+            Err(_) => {
+                let note = "the response body did not complete in time".to_string();
+                permit.record(Outcome::Broken, Some(&note), breaker_settings);
+                return AttemptResult::NoAnswer { kind: NetworkErrorKind::Timeout, detail: note, transient: true };
+            }
+        };
+        let retry_after = headers
+            .get(axum::http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| parse_retry_after(v, self.gw.clock.wall()));
+        let note = (class != Class::Success).then(|| status_note(status.as_u16()));
+        permit.record(outcome_for(class, retry_after), note.as_deref(), breaker_settings);
+        let answer = Buffered { status, headers, body };
+        match class {
+            Class::Success => {
+                self.after_success(endpoint.config.id);
+                AttemptResult::Answer(self.respond(answer, number, &endpoint.config.name))
+            }
+            Class::Neutral => AttemptResult::Answer(self.respond(answer, number, &endpoint.config.name)),
+            Class::Failure | Class::RateLimited => AttemptResult::HttpFailure { answer, class },
+        }
+    }
+
+    /// SPEC §6: read the stream until its first content event, holding back the preamble, so
+    /// that anything that goes wrong before that point can still fail over invisibly.
+    async fn hold_preamble(
+        &mut self,
+        endpoint: &Arc<LiveEndpoint>,
+        permit: Permit,
+        response: reqwest::Response,
+        sent_at: tokio::time::Instant,
+        number: usize,
+    ) -> AttemptResult {
+        let protocol = self.protocol();
+        let settings = self.snapshot.settings.clone();
+        let breaker_settings = settings.breaker(protocol);
+        let timeouts = settings.timeouts(protocol);
+        let format = endpoint.config.format;
+        let status = response.status();
+        let headers = response_headers(response.headers());
+        let mut upstream = response.bytes_stream();
+        let mut scanner = SseScanner::new();
+        let mut context = StreamContext::default();
+        let mut watch = StreamWatch::default();
+        let mut held: Vec<Bytes> = Vec::new();
+        let mut held_bytes = 0usize;
+        let first_byte_deadline = sent_at + timeouts.first_byte;
+
+        loop {
+            let deadline = match (held.is_empty(), timeouts.idle) {
+                (true, _) => Some(first_byte_deadline),
+                (false, Some(idle)) => Some(tokio::time::Instant::now() + idle),
+                (false, None) => None,
+            };
+            let next = match deadline {
+                Some(d) => tokio::time::timeout_at(d, upstream.next()).await,
+                None => Ok(upstream.next().await),
+            };
+            let fail = |permit: Permit, kind: NetworkErrorKind, note: String, transient: bool| {
+                permit.record(Outcome::Broken, Some(&note), breaker_settings);
+                AttemptResult::NoAnswer { kind, detail: note, transient }
+            };
+            match next {
+                Err(_) if held.is_empty() => {
+                    let note = format!(
+                        "no stream data within the first-byte timeout ({:.1} s)",
+                        timeouts.first_byte.as_secs_f64()
+                    );
+                    return fail(permit, NetworkErrorKind::Timeout, note, true);
+                }
+                Err(_) => {
+                    return fail(
+                        permit,
+                        NetworkErrorKind::Timeout,
+                        "the stream went idle before any content".into(),
+                        false,
+                    );
+                }
+                Ok(Some(Err(e))) => {
+                    let kind = classify_network_error(&e);
+                    return fail(permit, kind, format!("{} before any content", kind.describe()), true);
+                }
+                Ok(None) => {
+                    if watch.terminal {
+                        break;
+                    }
+                    let note = "the stream ended before any content".to_string();
+                    return fail(permit, NetworkErrorKind::UnexpectedEof, note, false);
+                }
+                Ok(Some(Ok(chunk))) => {
+                    let mut content = false;
+                    scanner.feed(&chunk, |event| {
+                        context.observe(format, &event);
+                        let kind = inspect(format, &event);
+                        content |= !matches!(kind, EventKind::Preamble);
+                        watch.observe(&kind);
+                    });
+                    held_bytes += chunk.len();
+                    held.push(chunk);
+                    if let Some((rate_limited, message)) = watch.error.clone() {
+                        // An error event before any content: a failure of this endpoint that the
+                        // client never sees (the common way providers report overload). If it is
+                        // the last attempt, the client gets it as an HTTP error of its protocol.
+                        let note = format!("upstream stream error before content: {message}");
+                        let (outcome, class, kind, status) = if rate_limited {
+                            (
+                                Outcome::RateLimited { retry_after: None },
+                                Class::RateLimited,
+                                ErrorKind::RateLimited,
+                                StatusCode::TOO_MANY_REQUESTS,
+                            )
+                        } else {
+                            (Outcome::Broken, Class::Failure, ErrorKind::BadGateway, StatusCode::BAD_GATEWAY)
+                        };
+                        permit.record(outcome, Some(&note), breaker_settings);
+                        let body = Bytes::from(
+                            GatewayError::new(kind, "upstream_stream_error", note).body(protocol).to_string(),
+                        );
+                        let mut headers = axum::http::HeaderMap::new();
+                        headers.insert(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                        return AttemptResult::HttpFailure { answer: Buffered { status, headers, body }, class };
+                    }
+                    if content || held_bytes > MAX_HELD_PREAMBLE {
+                        break;
+                    }
+                }
+            }
+        }
+
+        let committed = Committed {
+            gw: self.gw.clone(),
+            protocol,
+            format,
+            endpoint: endpoint.clone(),
+            breaker_settings: breaker_settings.clone(),
+            idle_timeout: timeouts.idle,
+            held,
+            scanner,
+            context,
+            watch,
+            rotation: self.rotation_update(endpoint.config.id),
+        };
+        let stream = relay::relay(committed, permit, upstream);
+        let mut response = Response::new(Body::from_stream(stream));
+        *response.status_mut() = status;
+        *response.headers_mut() = headers;
+        self.tag(&mut response, number, &endpoint.config.name);
+        AttemptResult::Answer(response)
+    }
+
+    /// What a success on `endpoint` should do to the rotation (SPEC §3), applied by the caller
+    /// when the request has really succeeded (for a stream: at its terminal event).
+    fn rotation_update(&self, endpoint: EndpointId) -> Option<relay::RotationUpdate> {
+        if self.explicit || self.start_endpoint == Some(endpoint) {
+            return None;
+        }
+        Some(relay::RotationUpdate { protocol: self.protocol(), seen: self.seen_current, to: endpoint })
+    }
+
+    fn after_success(&self, endpoint: EndpointId) {
+        if let Some(update) = self.rotation_update(endpoint) {
+            update.apply(&self.gw);
+        }
+    }
+
+    fn tag(&self, response: &mut Response, attempts: usize, endpoint: &str) {
+        let headers = response.headers_mut();
+        headers.insert(HeaderName::from_static("x-ccmesh-attempts"), HeaderValue::from(attempts));
+        if let Ok(v) = HeaderValue::from_str(endpoint) {
+            headers.insert(HeaderName::from_static("x-ccmesh-endpoint"), v);
+        }
+    }
+
+    fn respond(&self, answer: Buffered, attempts: usize, endpoint: &str) -> Response {
+        let mut response = Response::new(Body::from(answer.body));
+        *response.status_mut() = answer.status;
+        *response.headers_mut() = response_headers(&answer.headers);
+        self.tag(&mut response, attempts, endpoint);
+        response
+    }
+
+    fn finish_with_answer(&self, answer: Option<Buffered>, attempts: usize, endpoint: Option<&str>) -> Response {
+        match answer {
+            Some(a) => self.respond(a, attempts, endpoint.unwrap_or("")),
+            None => self.finish_error(
+                GatewayError::new(ErrorKind::BadGateway, "upstream_unreachable", "no upstream answered"),
+                attempts,
+                endpoint,
+            ),
+        }
+    }
+
+    fn finish_error(&self, error: GatewayError, attempts: usize, endpoint: Option<&str>) -> Response {
+        let mut response = error.into_response(self.protocol());
+        response.headers_mut().insert(HeaderName::from_static("x-ccmesh-attempts"), HeaderValue::from(attempts));
+        if let Some(Ok(v)) = endpoint.map(HeaderValue::from_str) {
+            response.headers_mut().insert(HeaderName::from_static("x-ccmesh-endpoint"), v);
+        }
+        response
+    }
+}

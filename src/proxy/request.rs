@@ -1,0 +1,105 @@
+//! Reading what the gateway needs from a client's request body without re-encoding it:
+//! the model and the stream flag, and a model rewrite that keeps every other byte.
+
+use std::ops::Range;
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::protocol::errors::{ErrorKind, GatewayError};
+
+/// What routing needs from a JSON body.
+#[derive(Debug)]
+pub struct Peek<'a> {
+    /// The `model` value exactly as it appears in the body (with its quotes), for splicing.
+    model_raw: Option<&'a RawValue>,
+    pub model: Option<String>,
+    pub stream: bool,
+}
+
+#[derive(Deserialize)]
+struct PeekWire<'a> {
+    #[serde(borrow, default)]
+    model: Option<&'a RawValue>,
+    #[serde(default)]
+    stream: Option<serde_json::Value>,
+}
+
+/// Parse just enough of the body; the whole document is still validated as JSON.
+pub fn peek(body: &[u8]) -> Result<Peek<'_>, GatewayError> {
+    let wire: PeekWire<'_> = serde_json::from_slice(body).map_err(|e| {
+        GatewayError::new(
+            ErrorKind::InvalidRequest,
+            "invalid_json",
+            format!("the request body is not valid JSON ({e}); send a JSON object with at least \"model\""),
+        )
+    })?;
+    let model = match wire.model {
+        None => None,
+        Some(raw) => Some(serde_json::from_str::<String>(raw.get()).map_err(|_| {
+            GatewayError::new(ErrorKind::InvalidRequest, "invalid_model", "\"model\" must be a string")
+                .with_param("model")
+        })?),
+    };
+    let stream = matches!(wire.stream, Some(serde_json::Value::Bool(true)));
+    Ok(Peek { model_raw: wire.model, model, stream })
+}
+
+impl Peek<'_> {
+    /// Where the `model` value (quotes included) sits in `body`, for `splice_model`.
+    pub fn model_span(&self, body: &[u8]) -> Option<Range<usize>> {
+        let value = self.model_raw?.get();
+        // `model_raw` borrows from `body`, so its address gives its offset.
+        let start = (value.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
+        Some(start..start + value.len())
+    }
+}
+
+/// The body with the model value at `span` replaced by `new_model`; every other byte unchanged.
+pub fn splice_model(body: &Bytes, span: Range<usize>, new_model: &str) -> Bytes {
+    let quoted = serde_json::to_string(new_model).unwrap_or_else(|_| "\"\"".into());
+    let mut out = Vec::with_capacity(body.len() + quoted.len());
+    out.extend_from_slice(&body[..span.start]);
+    out.extend_from_slice(quoted.as_bytes());
+    out.extend_from_slice(&body[span.end..]);
+    Bytes::from(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peeks_model_and_stream() {
+        let p = peek(br#"{"model":"claude-x","stream":true,"messages":[]}"#).unwrap();
+        assert_eq!(p.model.as_deref(), Some("claude-x"));
+        assert!(p.stream);
+        let p = peek(br#"{"messages":[]}"#).unwrap();
+        assert_eq!(p.model, None);
+        assert!(!p.stream);
+    }
+
+    #[test]
+    fn malformed_json_and_bad_model_are_invalid_requests() {
+        for body in [&b"{"[..], b"not json", b"", br#"{"model":"a"} trailing"#] {
+            let e = peek(body).unwrap_err();
+            assert_eq!((e.kind, e.code), (ErrorKind::InvalidRequest, "invalid_json"), "{body:?}");
+        }
+        assert_eq!(peek(br#"{"model":5}"#).unwrap_err().code, "invalid_model");
+    }
+
+    #[test]
+    fn model_rewrite_keeps_every_other_byte() {
+        let body = Bytes::from_static(
+            b"{ \"messages\" : [ {\"role\":\"user\"} ],\n  \"model\" :  \"@kimi/k2\\u0021\" , \"x\":1 }",
+        );
+        let p = peek(&body).unwrap();
+        assert_eq!(p.model.as_deref(), Some("@kimi/k2!"));
+        let out = splice_model(&body, p.model_span(&body).unwrap(), "kimi-\"k2\"");
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            "{ \"messages\" : [ {\"role\":\"user\"} ],\n  \"model\" :  \"kimi-\\\"k2\\\"\" , \"x\":1 }"
+        );
+    }
+}

@@ -1,0 +1,207 @@
+//! Talking to an endpoint: the HTTP client, URL joining and header rewriting (SPEC §8).
+
+use std::time::Duration;
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
+
+use crate::endpoint::Format;
+use crate::gateway::LiveEndpoint;
+
+/// The upstream client.
+///
+/// HTTP/1.1 only, with a large idle pool per host. hyper keeps a single HTTP/2 connection per
+/// host and queues requests beyond the server's concurrent-stream limit (hyperium/hyper#2197),
+/// which would stall the 101st concurrent stream to one endpoint. Separate HTTP/1.1 connections
+/// cost a few more sockets and no head-of-line blocking. TCP_NODELAY avoids the ~40 ms
+/// Nagle/delayed-ACK stall on small SSE writes. Redirects are not followed: a 3xx from an API
+/// is an endpoint misconfiguration and counts as a failure.
+pub fn build_client() -> Result<reqwest::Client, reqwest::Error> {
+    // Installing twice is harmless (the second call reports the first provider).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .http1_only()
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(1024)
+        .pool_idle_timeout(Duration::from_secs(90))
+        .connect_timeout(Duration::from_secs(10))
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .build()
+}
+
+/// SPEC §8 URL joining. `rest` is the inbound path after `/v1` (`/messages`, `/chat/completions`,
+/// `/embeddings`, ...). Anthropic: `{base}/v1{rest}`, or `{base}{rest}` when the base already
+/// ends in `/v1`. OpenAI-family: `{base}{rest}`, with `/v1` added when the base has no path.
+pub fn join_url(base_url: &str, format: Format, rest: &str, query: Option<&str>) -> String {
+    let base = base_url.trim_end_matches('/');
+    let mut url = String::with_capacity(base.len() + rest.len() + 4 + query.map_or(0, |q| q.len() + 1));
+    url.push_str(base);
+    let needs_v1 = match format {
+        Format::Anthropic => !base.ends_with("/v1"),
+        Format::Openai | Format::Responses => !has_path(base),
+    };
+    if needs_v1 {
+        url.push_str("/v1");
+    }
+    url.push_str(rest);
+    if let Some(q) = query.filter(|q| !q.is_empty()) {
+        url.push('?');
+        url.push_str(q);
+    }
+    url
+}
+
+fn has_path(base: &str) -> bool {
+    let after_scheme = base.split_once("://").map(|(_, r)| r).unwrap_or(base);
+    after_scheme.split_once('/').is_some_and(|(_, path)| !path.is_empty())
+}
+
+/// The client's query string without ccmesh's own `endpoint=` selector.
+pub fn forwarded_query(query: Option<&str>) -> Option<String> {
+    let q = query?;
+    let kept: Vec<&str> =
+        q.split('&').filter(|pair| !pair.is_empty() && pair.split('=').next() != Some("endpoint")).collect();
+    (!kept.is_empty()).then(|| kept.join("&"))
+}
+
+/// Headers that belong to one connection, never to the forwarded request (RFC 9110 §7.6.1),
+/// plus what the gateway owns: the client's credentials (replaced by the endpoint's key), its
+/// own selection header, cookies (the dashboard session must never leave the gateway) and
+/// `accept-encoding` (the gateway reads the stream, so it asks for identity).
+fn dropped_request_header(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+            | "host"
+            | "content-length"
+            | "authorization"
+            | "x-api-key"
+            | "cookie"
+            | "accept-encoding"
+    ) || name.as_str().starts_with("x-ccmesh-")
+}
+
+/// Build the upstream request headers from the client's.
+pub fn request_headers(client: &HeaderMap, endpoint: &LiveEndpoint) -> HeaderMap {
+    let listed_in_connection: Vec<String> = client
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|s| s.trim().to_ascii_lowercase())
+        .collect();
+    let mut out = HeaderMap::with_capacity(client.len() + 4);
+    for (name, value) in client {
+        if dropped_request_header(name) || listed_in_connection.iter().any(|c| c == name.as_str()) {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    if endpoint.config.format == Format::Anthropic && !out.contains_key("anthropic-version") {
+        out.insert(HeaderName::from_static("anthropic-version"), HeaderValue::from_static("2023-06-01"));
+    }
+    out.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+    for (name, value) in &endpoint.extra_headers {
+        out.insert(name.clone(), value.clone());
+    }
+    let (name, value) = &endpoint.auth;
+    out.insert(name.clone(), value.clone());
+    out
+}
+
+/// Response headers from the upstream that the client may see. Length and framing are the
+/// server's business (a streamed body is re-framed).
+pub fn response_headers(upstream: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(upstream.len());
+    for (name, value) in upstream {
+        let drop = matches!(
+            name.as_str(),
+            "connection"
+                | "keep-alive"
+                | "proxy-connection"
+                | "te"
+                | "trailer"
+                | "transfer-encoding"
+                | "upgrade"
+                | "content-length"
+                | "set-cookie"
+        );
+        if !drop {
+            out.append(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_joining_per_format() {
+        let cases = [
+            ("https://api.anthropic.com", Format::Anthropic, "/messages", "https://api.anthropic.com/v1/messages"),
+            ("https://relay.example/api/v1", Format::Anthropic, "/messages", "https://relay.example/api/v1/messages"),
+            (
+                "https://api.moonshot.cn/anthropic",
+                Format::Anthropic,
+                "/messages/count_tokens",
+                "https://api.moonshot.cn/anthropic/v1/messages/count_tokens",
+            ),
+            (
+                "https://api.openai.com",
+                Format::Openai,
+                "/chat/completions",
+                "https://api.openai.com/v1/chat/completions",
+            ),
+            (
+                "https://api.openai.com/",
+                Format::Openai,
+                "/chat/completions",
+                "https://api.openai.com/v1/chat/completions",
+            ),
+            (
+                "https://api.openai.com/v1",
+                Format::Openai,
+                "/chat/completions",
+                "https://api.openai.com/v1/chat/completions",
+            ),
+            (
+                "https://open.bigmodel.cn/api/paas/v4",
+                Format::Openai,
+                "/chat/completions",
+                "https://open.bigmodel.cn/api/paas/v4/chat/completions",
+            ),
+            ("http://127.0.0.1:8080", Format::Responses, "/responses", "http://127.0.0.1:8080/v1/responses"),
+            (
+                "http://127.0.0.1:8080/openai/v1",
+                Format::Responses,
+                "/responses",
+                "http://127.0.0.1:8080/openai/v1/responses",
+            ),
+            ("https://api.openai.com", Format::Openai, "/embeddings", "https://api.openai.com/v1/embeddings"),
+        ];
+        for (base, format, rest, want) in cases {
+            assert_eq!(join_url(base, format, rest, None), want, "{base} {format}");
+        }
+        assert_eq!(
+            join_url("https://api.anthropic.com", Format::Anthropic, "/messages", Some("beta=true")),
+            "https://api.anthropic.com/v1/messages?beta=true"
+        );
+    }
+
+    #[test]
+    fn endpoint_selector_is_removed_from_the_query() {
+        assert_eq!(forwarded_query(Some("beta=true&endpoint=kimi")), Some("beta=true".into()));
+        assert_eq!(forwarded_query(Some("endpoint=kimi")), None);
+        assert_eq!(forwarded_query(Some("a=1&b=2")), Some("a=1&b=2".into()));
+        assert_eq!(forwarded_query(None), None);
+    }
+}

@@ -1,0 +1,74 @@
+//! The HTTP server: one router for the proxy (`/v1/*`), the admin API (`/api/*`), liveness
+//! (`/health`) and the dashboard (`/`); TCP_NODELAY on every accepted socket; graceful shutdown.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::response::{Html, IntoResponse};
+use axum::routing::{any, get};
+use tokio::net::TcpListener;
+
+use crate::gateway::Gateway;
+use crate::{admin, proxy};
+
+pub fn router(gw: Arc<Gateway>) -> Router {
+    Router::new()
+        .route("/health", get(|| async { axum::Json(serde_json::json!({"status": "ok"})) }))
+        .route("/", get(dashboard_placeholder))
+        .route("/v1/models", get(proxy::list_models))
+        .route("/v1/{*rest}", any(proxy::handle))
+        .merge(admin::router(gw.clone()))
+        .fallback(proxy::not_found)
+        .with_state(gw)
+}
+
+async fn dashboard_placeholder() -> impl IntoResponse {
+    Html(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>ccmesh</title></head>\
+         <body><h1>ccmesh</h1><p>The dashboard is coming. Until then, see \
+         <a href=\"/api/health\">/api/health</a> for endpoint health and \
+         <a href=\"/api/endpoints\">/api/endpoints</a> for the configuration.</p></body></html>",
+    )
+}
+
+/// Serve until `shutdown` resolves, then stop accepting and give in-flight requests (streams
+/// included) up to `grace` to finish.
+pub async fn serve(
+    listener: TcpListener,
+    gw: Arc<Gateway>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    grace: Duration,
+) -> std::io::Result<()> {
+    let app = router(gw);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = axum::serve(
+        axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        }),
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
+        let _ = stop_rx.await;
+    });
+    let mut server = std::pin::pin!(server.into_future());
+    tokio::select! {
+        result = &mut server => return result,
+        () = shutdown => {}
+    }
+    tracing::info!(
+        event = "shutdown_started",
+        grace_secs = grace.as_secs_f64(),
+        "no longer accepting connections; waiting for in-flight requests"
+    );
+    let _ = stop_tx.send(());
+    match tokio::time::timeout(grace, server).await {
+        Ok(result) => result,
+        Err(_) => {
+            tracing::warn!(event = "shutdown_forced", "grace period over; closing remaining connections");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! RFC 3339 timestamps (`2026-11-29T10:00:00Z`) without a date-time dependency.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// UTC, second precision, `Z` suffix.
+pub fn rfc3339(t: SystemTime) -> String {
+    let secs = match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_secs() as i64,
+        Err(e) => -(e.duration().as_secs() as i64),
+    };
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// Howard Hinnant's days-to-civil algorithm (proleptic Gregorian).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn known_instants() {
+        let at = |s: u64| rfc3339(UNIX_EPOCH + Duration::from_secs(s));
+        assert_eq!(at(0), "1970-01-01T00:00:00Z");
+        assert_eq!(at(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(at(1_795_946_400), "2026-11-29T10:00:00Z");
+        assert_eq!(at(4_102_444_799), "2099-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn agrees_with_httpdate_over_many_days() {
+        for day in (0..60_000u64).step_by(37) {
+            let t = UNIX_EPOCH + Duration::from_secs(day * 86_400 + 3_723);
+            let http = httpdate::fmt_http_date(t);
+            let ours = rfc3339(t);
+            let back = httpdate::parse_http_date(&http).unwrap();
+            assert_eq!(back, t);
+            // Both must name the same calendar day: compare via the day-of-month and year parts.
+            let (y, rest) = ours.split_at(4);
+            assert!(http.contains(y), "{http} vs {ours}");
+            assert!(http.contains(&rest[7..9]), "{http} vs {ours}");
+        }
+    }
+}
