@@ -353,7 +353,12 @@ impl Run {
             .get(axum::http::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, self.gw.clock.wall()));
-        let note = (class != Class::Success).then(|| status_note(status.as_u16()));
+        // A client's bad request says nothing about the endpoint; a rejected key does.
+        let note = match class {
+            Class::Success => None,
+            Class::Neutral => (status == StatusCode::UNAUTHORIZED).then(|| status_note(401)),
+            Class::Failure | Class::RateLimited => Some(status_note(status.as_u16())),
+        };
         permit.record(outcome_for(class, retry_after), note.as_deref(), breaker_settings);
         let answer = Buffered { status, headers, body };
         match class {

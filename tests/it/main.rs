@@ -1,0 +1,11 @@
+//! The one integration-test binary: real sockets on 127.0.0.1, a real SQLite file, a scripted
+//! mock upstream as the outside world.
+
+mod support;
+
+mod admin_api;
+mod breaker_flow;
+mod explicit_and_routing;
+mod failover;
+mod passthrough;
+mod streaming;

@@ -1,0 +1,295 @@
+//! Pass-through: the client's bytes reach the upstream unchanged (unless the model is
+//! rewritten), credentials are replaced, and the upstream's answer comes back as it was.
+
+use serde_json::{Value, json};
+
+use crate::support::gateway::{TestGateway, chat_body, claude_body, responses_body};
+use crate::support::mock::{self, MockUpstream, Reply};
+
+/// A body with whitespace and key order no serializer would produce, so any re-encoding shows.
+fn odd_body(model: &str, stream: bool) -> String {
+    format!(
+        "{{\n  \"stream\" : {stream},\"model\":\"{model}\",  \"messages\":[{{\"role\":\"user\",\"content\":\"h\\u00e9llo\"}}], \"max_tokens\": 5 }}"
+    )
+}
+
+#[tokio::test]
+async fn all_three_protocols_forward_bytes_unchanged_both_ways() {
+    let cases = [
+        (
+            "anthropic",
+            "/v1/messages",
+            Reply::anthropic_message("hello"),
+            Reply::anthropic_stream(&["hel", "lo"]),
+            "/v1/messages",
+        ),
+        (
+            "openai",
+            "/v1/chat/completions",
+            Reply::openai_chat("hello"),
+            Reply::openai_chat_stream(&["hel", "lo"]),
+            "/v1/chat/completions",
+        ),
+        (
+            "responses",
+            "/v1/responses",
+            Reply::responses_message("hello"),
+            Reply::responses_stream(&["hel", "lo"]),
+            "/v1/responses",
+        ),
+    ];
+    for (format, path, plain, streamed, upstream_path) in cases {
+        for (stream, reply) in [(false, plain.clone()), (true, streamed.clone())] {
+            let up = MockUpstream::start().await;
+            let g = TestGateway::start().await;
+            g.add("up", format, &up.url(), json!({})).await;
+            up.push(reply.clone());
+            let body = odd_body("some-model", stream);
+            let r = g
+                .http
+                .post(format!("{}{path}?beta=true", g.url))
+                .header("content-type", "application/json")
+                .header("x-api-key", "client-key-must-not-leak")
+                .header("authorization", "Bearer client-token-must-not-leak")
+                .header("anthropic-beta", "tools-2024")
+                .header("connection", "keep-alive, x-hop")
+                .header("x-hop", "hop-by-hop")
+                .header("cookie", "ccmesh_session=secret")
+                .body(body.clone())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200, "{format} stream={stream}");
+            assert_eq!(r.headers()["x-ccmesh-attempts"], "1");
+            assert_eq!(r.headers()["x-ccmesh-endpoint"], "up");
+            let got = r.bytes().await.unwrap();
+            let want = match &reply {
+                Reply::Full { body, .. } => body.clone(),
+                Reply::Stream { chunks, .. } => chunks.iter().flat_map(|(_, c)| c.to_vec()).collect::<Vec<u8>>().into(),
+                _ => unreachable!(),
+            };
+            assert_eq!(got, want, "{format} stream={stream}: response bytes differ");
+
+            let seen = up.last_request().unwrap();
+            assert_eq!(seen.body.as_ref(), body.as_bytes(), "{format}: request bytes differ");
+            assert_eq!(seen.path, upstream_path);
+            assert_eq!(seen.query.as_deref(), Some("beta=true"));
+            assert_eq!(seen.header("anthropic-beta"), Some("tools-2024"));
+            assert_eq!(seen.header("x-hop"), None, "headers named in Connection are hop-by-hop");
+            assert_eq!(seen.header("cookie"), None);
+            let secret = "sk-up-secret-key-0000";
+            if format == "anthropic" {
+                assert_eq!(seen.header("x-api-key"), Some(secret));
+                assert_eq!(seen.header("authorization"), None);
+            } else {
+                assert_eq!(seen.header("authorization"), Some(format!("Bearer {secret}").as_str()));
+                assert_eq!(seen.header("x-api-key"), None);
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn anthropic_version_defaults_only_when_the_client_sent_none() {
+    let up = MockUpstream::start().await;
+    let g = TestGateway::start().await;
+    g.add("up", "anthropic", &up.url(), json!({})).await;
+    up.set_default(Reply::anthropic_message("ok"));
+    g.post("/v1/messages", &claude_body("m", false)).await;
+    assert_eq!(up.last_request().unwrap().header("anthropic-version"), Some("2023-06-01"));
+    g.post_with("/v1/messages", &claude_body("m", false), &[("anthropic-version", "2026-10-21")]).await;
+    assert_eq!(up.last_request().unwrap().header("anthropic-version"), Some("2026-10-21"));
+}
+
+#[tokio::test]
+async fn model_map_and_at_prefix_rewrite_only_the_model() {
+    let up = MockUpstream::start().await;
+    let g = TestGateway::start().await;
+    g.add("glm", "anthropic", &up.url(), json!({"model_map": {"claude-sonnet-4-5": "glm-4.6"}})).await;
+    up.set_default(Reply::anthropic_message("ok"));
+    let body = odd_body("claude-sonnet-4-5", false);
+    let r = g.http.post(format!("{}/v1/messages", g.url)).body(body.clone()).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let sent = up.last_request().unwrap().text();
+    assert_eq!(sent, body.replace("claude-sonnet-4-5", "glm-4.6"));
+
+    let body = odd_body("@glm/claude-haiku", false);
+    g.http.post(format!("{}/v1/messages", g.url)).body(body.clone()).send().await.unwrap();
+    assert_eq!(up.last_request().unwrap().text(), body.replace("@glm/claude-haiku", "claude-haiku"));
+}
+
+#[tokio::test]
+async fn gateway_errors_are_protocol_native() {
+    let up = MockUpstream::start().await;
+    let g = TestGateway::start().await;
+    // 503 before anything is configured, in each protocol's shape.
+    let r = g.post("/v1/messages", &claude_body("m", false)).await;
+    assert_eq!(r.status(), 503);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["type"], "error");
+    assert!(v["error"]["message"].as_str().unwrap().contains("POST /api/endpoints"));
+    let r = g.post("/v1/chat/completions", &chat_body("m", false)).await;
+    assert_eq!(r.status(), 503);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "server_error");
+
+    g.add("a", "anthropic", &up.url(), json!({"models": ["claude-*"]})).await;
+    g.settings(json!({"max_body_bytes": 2048})).await;
+    // Malformed JSON: 400, nothing forwarded.
+    let r = g.http.post(format!("{}/v1/messages", g.url)).body("{\"model\": ").send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "invalid_request_error");
+    assert!(v["error"]["message"].as_str().unwrap().contains("not valid JSON"));
+    // Too large: 413.
+    let big = json!({"model": "claude-x", "messages": [{"role": "user", "content": "x".repeat(4096)}]});
+    let r = g.post("/v1/messages", &big).await;
+    assert_eq!(r.status(), 413);
+    let v: Value = r.json().await.unwrap();
+    assert!(v["error"]["message"].as_str().unwrap().contains("max_body_bytes"));
+    // Unknown model: 404 naming what is served.
+    let r = g.post("/v1/messages", &claude_body("gpt-5", false)).await;
+    assert_eq!(r.status(), 404);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "not_found_error");
+    assert_eq!(v["error"]["message"], "no enabled endpoint serves model 'gpt-5'; endpoints serve: a (claude-*)");
+    assert_eq!(up.request_count(), 0);
+    // The gateway keeps serving.
+    up.push(Reply::anthropic_message("fine"));
+    assert_eq!(g.post("/v1/messages", &claude_body("claude-x", false)).await.status(), 200);
+}
+
+#[tokio::test]
+async fn both_anthropic_client_auth_styles_are_accepted_and_replaced() {
+    let up = MockUpstream::start().await;
+    let g = TestGateway::start().await;
+    g.add("a", "anthropic", &up.url(), json!({})).await;
+    up.set_default(Reply::anthropic_message("ok"));
+    for header in [("x-api-key", "client"), ("authorization", "Bearer client")] {
+        let r = g.post_with("/v1/messages", &claude_body("m", false), &[header]).await;
+        assert_eq!(r.status(), 200);
+        let seen = up.last_request().unwrap();
+        assert_eq!(seen.header("x-api-key"), Some("sk-a-secret-key-0000"));
+        assert_eq!(seen.header("authorization"), None);
+    }
+}
+
+#[tokio::test]
+async fn admin_token_is_never_forwarded() {
+    let up = MockUpstream::start().await;
+    let g = TestGateway::start_with(crate::support::gateway::Options {
+        admin_token: Some("admin-t0ken".into()),
+        ..Default::default()
+    })
+    .await;
+    g.add("o", "openai", &up.url(), json!({})).await;
+    up.set_default(Reply::openai_chat("ok"));
+    // The harness client sends the admin token on every request, the proxy included.
+    let r = g.post("/v1/chat/completions", &chat_body("m", false)).await;
+    assert_eq!(r.status(), 200);
+    let seen = up.last_request().unwrap();
+    assert!(!format!("{:?}", seen.headers).contains("admin-t0ken"));
+}
+
+#[tokio::test]
+async fn models_list_in_both_shapes() {
+    let g = TestGateway::start().await;
+    g.add(
+        "a",
+        "anthropic",
+        "http://127.0.0.1:9",
+        json!({"models": ["claude-*", "claude-opus-4-8"], "model_map": {"claude-sonnet-4-5": "glm-4.6"}}),
+    )
+    .await;
+    g.add("o", "openai", "http://127.0.0.1:9", json!({"models": ["gpt-5"]})).await;
+    let v: Value = g.http.get(format!("{}/v1/models", g.url)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(v["object"], "list");
+    let ids: Vec<&str> = v["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["claude-opus-4-8", "claude-sonnet-4-5", "gpt-5"]);
+    let v: Value = g
+        .http
+        .get(format!("{}/v1/models", g.url))
+        .header("anthropic-version", "2023-06-01")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["has_more"], false);
+    assert_eq!(v["data"][0]["type"], "model");
+}
+
+#[tokio::test]
+async fn other_v1_paths_pass_through_and_their_404_is_neutral() {
+    let up = MockUpstream::start().await;
+    let g = TestGateway::start().await;
+    g.add("o", "openai", &format!("{}/v1", up.url()), json!({})).await;
+    up.push(Reply::json(200, json!({"object": "list", "data": [{"embedding": [0.1]}]})));
+    let r = g.post("/v1/embeddings", &json!({"model": "text-embedding-3-small", "input": "x"})).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(up.last_request().unwrap().path, "/v1/embeddings");
+    // Scanners probing unknown paths must not trip anything.
+    up.set_default(Reply::status(404));
+    for _ in 0..10 {
+        let r = g.http.get(format!("{}/v1/no/such/thing", g.url)).send().await.unwrap();
+        assert_eq!(r.status(), 404);
+        assert_eq!(r.headers()["x-ccmesh-attempts"], "1");
+    }
+    let h = g.health("o").await;
+    assert_eq!(h["circuit"], "closed");
+    assert_eq!(h["consecutive_failures"], 0);
+}
+
+#[tokio::test]
+async fn real_client_fixtures_reach_the_upstream_unchanged() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/clients");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        panic!("fixtures not found at {}", dir.display());
+    };
+    let mut seen_any = 0;
+    for entry in entries {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let fixture: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let up = MockUpstream::start().await;
+        let g = TestGateway::start().await;
+        let (format, reply) = match fixture["path"].as_str().unwrap() {
+            "/v1/messages" => ("anthropic", Reply::anthropic_stream(&["ok"])),
+            "/v1/chat/completions" => ("openai", Reply::openai_chat_stream(&["ok"])),
+            "/v1/responses" => ("responses", Reply::responses_stream(&["ok"])),
+            other => panic!("unexpected fixture path {other}"),
+        };
+        g.add("up", format, &up.url(), json!({})).await;
+        up.push(reply);
+        let body = serde_json::to_vec_pretty(&fixture["body"]).unwrap();
+        let mut req = g.http.post(format!("{}{}", g.url, fixture["path"].as_str().unwrap())).body(body.clone());
+        for (k, v) in fixture["headers"].as_object().unwrap() {
+            if !matches!(k.as_str(), "host" | "content-length" | "connection") {
+                req = req.header(k.as_str(), v.as_str().unwrap());
+            }
+        }
+        let r = req.send().await.unwrap();
+        assert_eq!(r.status(), 200, "{}", path.display());
+        r.bytes().await.unwrap();
+        assert_eq!(up.last_request().unwrap().body.as_ref(), body.as_slice(), "{}", path.display());
+        seen_any += 1;
+    }
+    assert_eq!(seen_any, 5);
+    let _ = mock::INPUT_TOKENS;
+}
+
+#[tokio::test]
+async fn responses_and_chat_bodies_helpers_are_used() {
+    // Keep helpers honest: both shapes route to their own protocol.
+    let up = MockUpstream::start().await;
+    let g = TestGateway::start().await;
+    g.add("r", "responses", &up.url(), json!({})).await;
+    up.push(Reply::responses_message("x"));
+    assert_eq!(g.post("/v1/responses", &responses_body("m", false)).await.status(), 200);
+    assert_eq!(up.last_request().unwrap().path, "/v1/responses");
+    // A chat request has no compatible endpoint here.
+    assert_eq!(g.post("/v1/chat/completions", &chat_body("m", false)).await.status(), 503);
+}

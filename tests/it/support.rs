@@ -1,0 +1,2 @@
+pub mod gateway;
+pub mod mock;
