@@ -4,6 +4,7 @@
 mod support;
 
 mod admin_api;
+mod binary;
 mod breaker_flow;
 mod explicit_and_routing;
 mod failover;

@@ -148,3 +148,10 @@ pub fn chat_body(model: &str, stream: bool) -> Value {
 pub fn responses_body(model: &str, stream: bool) -> Value {
     json!({"model": model, "stream": stream, "input": "hi"})
 }
+
+/// A plain HTTP client for tests that run no in-process gateway (installs the TLS provider the
+/// `rustls-no-provider` build needs before any client is built).
+pub fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder().no_proxy().build().unwrap()
+}

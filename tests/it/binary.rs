@@ -1,0 +1,280 @@
+//! Black-box tests of the real `ccmesh` binary: `serve` with a temp data dir and a `--config`
+//! file, the management CLI against it, graceful shutdown on SIGTERM, and secrets kept out of
+//! the logs.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::gateway::{chat_body, claude_body};
+use crate::support::mock::{MockUpstream, Reply};
+
+const BIN: &str = env!("CARGO_BIN_EXE_ccmesh");
+
+struct Server {
+    child: Child,
+    url: String,
+    logs: Arc<Mutex<Vec<String>>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    /// Start `ccmesh serve` on a free loopback port and wait for its `listening` event.
+    fn start(config: Option<&str>, env: &[(&str, &str)]) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new(BIN);
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json", "--shutdown-grace-secs", "10"])
+            .arg("--data-dir")
+            .arg(dir.path())
+            .env_remove("CCMESH_ADMIN_TOKEN")
+            .env_remove("CCMESH_CONFIG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Some(text) = config {
+            let path = dir.path().join("ccmesh.toml");
+            std::fs::write(&path, text).unwrap();
+            cmd.arg("--config").arg(&path);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = logs.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    if v["fields"]["event"] == "listening" {
+                        let _ = tx.send(v["fields"]["addr"].as_str().unwrap_or_default().to_string());
+                    }
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("ccmesh did not start: {:?}", logs.lock().unwrap()));
+        Server { child, url: format!("http://{addr}"), logs, _dir: dir }
+    }
+
+    fn cli(&self, args: &[&str]) -> (i32, String, String) {
+        let out = Command::new(BIN)
+            .args(args)
+            .arg("--server")
+            .arg(&self.url)
+            .env_remove("CCMESH_ADMIN_TOKEN")
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    fn terminate(&mut self) {
+        let status = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status().unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_applies_the_config_file_and_proxies() {
+    let up = MockUpstream::start().await;
+    up.set_default(Reply::anthropic_message("hello from upstream"));
+    let config = format!(
+        r#"
+[[endpoints]]
+name = "primary"
+base_url = "{}"
+api_key = "${{TEST_PRIMARY_KEY}}"
+format = "anthropic"
+models = ["claude-*"]
+fast = true
+
+[settings]
+routing_strategy = "priority"
+
+[settings.breaker.claude]
+failure_threshold = 5
+"#,
+        up.url()
+    );
+    let server = Server::start(Some(&config), &[("TEST_PRIMARY_KEY", "sk-ant-from-env-123456789")]);
+    let http = crate::support::gateway::http_client();
+    let r = http
+        .post(format!("{}/v1/messages", server.url))
+        .json(&claude_body("claude-sonnet-4-5", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(up.last_request().unwrap().header("x-api-key"), Some("sk-ant-from-env-123456789"));
+    let eps: Value = http.get(format!("{}/api/endpoints", server.url)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(eps[0]["name"], "primary");
+    assert_eq!(eps[0]["fast"], true);
+    assert_eq!(eps[0]["api_key"], "sk-…6789");
+    let s: Value = http.get(format!("{}/api/settings", server.url)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(s["breaker"]["claude"]["failure_threshold"], 5);
+    assert_eq!(s["routing_strategy"], "priority");
+    // The key never appears in the logs.
+    let logs = server.logs.lock().unwrap().join("\n");
+    assert!(logs.contains("\"event\":\"listening\""));
+    assert!(!logs.contains("sk-ant-from-env-123456789"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_manages_a_running_gateway() {
+    let up = MockUpstream::start().await;
+    let server = Server::start(None, &[]);
+    let (code, out, err) = server.cli(&[
+        "endpoint",
+        "add",
+        "kimi",
+        "--base-url",
+        &up.url(),
+        "--format",
+        "openai",
+        "--api-key",
+        "sk-kimi-0123456789abcd",
+        "--model",
+        "kimi-*",
+        "--map",
+        "gpt-4o=kimi-k2",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("added endpoint 'kimi'"), "{out}");
+    assert!(out.contains("sk-…abcd") && !out.contains("0123456789"), "{out}");
+    server.cli(&["endpoint", "add", "glm", "--base-url", &up.url(), "--format", "openai", "--api-key", "k"]);
+
+    let (code, out, _) = server.cli(&["endpoint", "list"]);
+    assert_eq!(code, 0);
+    let header = out.lines().next().unwrap();
+    assert!(header.starts_with("NAME") && header.contains("FORMAT") && header.contains("BASE URL"), "{out}");
+    assert!(out.lines().nth(1).unwrap().starts_with("kimi"), "{out}");
+
+    let (code, out, _) = server.cli(&["endpoint", "list", "--json"]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 2);
+    assert_eq!(v[0]["model_map"], json!({"gpt-4o": "kimi-k2"}));
+
+    let (code, out, _) = server.cli(&["fast", "set", "glm", "kimi"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("glm → kimi"), "{out}");
+    let (_, out, _) = server.cli(&["endpoint", "show", "glm", "--json"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((v["fast"].clone(), v["fast_sort_order"].clone()), (json!(true), json!(0)));
+
+    let (code, _, _) = server.cli(&["endpoint", "disable", "glm"]);
+    assert_eq!(code, 0);
+    let (_, out, _) = server.cli(&["endpoint", "edit", "kimi", "--no-fast", "--json"]);
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["fast"], false);
+
+    let (code, out, _) = server.cli(&["health"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("NAME") && out.contains("unknown") && out.contains("test"), "{out}");
+
+    up.push(Reply::openai_chat("pong"));
+    let (code, out, err) = server.cli(&["endpoint", "test", "kimi"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("kimi: available in "), "{out}");
+    up.push(Reply::openai_error(401, "authentication_error", "bad key"));
+    let (code, _, err) = server.cli(&["endpoint", "test", "kimi"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("unavailable") && err.contains("401"), "{err}");
+
+    let (code, out, _) = server.cli(&["reset", "kimi"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("reset"), "{out}");
+
+    // Errors from the API: non-zero exit and the API's message.
+    let (code, _, err) =
+        server.cli(&["endpoint", "add", "bad", "--base-url", "nope", "--format", "openai", "--api-key", "k"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("400") && err.contains("base_url"), "{err}");
+    let (code, _, err) = server.cli(&["endpoint", "rm", "ghost"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no endpoint named 'ghost'"), "{err}");
+    let (code, out, _) = server.cli(&["endpoint", "rm", "glm"]);
+    assert_eq!((code, out.trim()), (0, "deleted endpoint 'glm'"));
+}
+
+#[test]
+fn the_cli_says_clearly_when_no_gateway_answers() {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let out = Command::new(BIN).args(["health", "--server", &format!("http://{dead}")]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot reach the gateway") && err.contains("ccmesh serve"), "{err}");
+}
+
+#[test]
+fn serve_refuses_a_public_address_without_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", "0.0.0.0:0", "--data-dir"])
+        .arg(dir.path())
+        .env_remove("CCMESH_ADMIN_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("CCMESH_ADMIN_TOKEN"), "{err}");
+    // Nothing was created: validation comes before any side effect.
+    assert!(!dir.path().join("ccmesh.db").exists());
+}
+
+#[test]
+fn serve_rejects_a_bad_config_file_before_binding() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, "[[endpoints]]\nname = \"x\"\nbase_url = \"http://127.0.0.1:1\"\nformat = \"gemini\"\n")
+        .unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("endpoints[0].format"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_an_in_flight_stream_finish_then_exits() {
+    let up = MockUpstream::start().await;
+    up.push(Reply::openai_chat_stream(&["a", "b", "c", "d"]).paced(Duration::from_millis(150)));
+    let mut server = Server::start(None, &[]);
+    let (code, _, err) =
+        server.cli(&["endpoint", "add", "o", "--base-url", &up.url(), "--format", "openai", "--api-key", "k"]);
+    assert_eq!(code, 0, "{err}");
+    let http = crate::support::gateway::http_client();
+    let r = http.post(format!("{}/v1/chat/completions", server.url)).json(&chat_body("m", true)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    server.terminate();
+    let text = String::from_utf8(r.bytes().await.unwrap().to_vec()).unwrap();
+    assert!(text.ends_with("data: [DONE]\n\n"), "the stream completed: {text}");
+    let status = tokio::task::spawn_blocking(move || {
+        let status = server.child.wait().unwrap();
+        (status, server.logs.lock().unwrap().join("\n"))
+    })
+    .await
+    .unwrap();
+    assert!(status.0.success(), "{:?}", status.0);
+    assert!(status.1.contains("shutdown_started") && status.1.contains("\"stopped\""), "{}", status.1);
+}
