@@ -209,3 +209,40 @@ async fn concurrent_failovers_do_not_leapfrog_the_current_endpoint() {
     assert_eq!(current(&g).await["openai"], "b");
     assert_eq!(c.request_count(), 0);
 }
+
+#[tokio::test]
+async fn network_failures_are_classified_by_kind_not_message() {
+    for (reply, want) in [
+        (Reply::Reset, "the upstream reset the connection"),
+        (Reply::Close, "the upstream closed the connection before answering completely"),
+    ] {
+        let up = MockUpstream::start().await;
+        let g = TestGateway::start().await;
+        g.add("a", "openai", &up.url(), json!({})).await;
+        up.push_n(2, reply);
+        let r = g.post("/v1/chat/completions", &chat_body("m", false)).await;
+        assert_eq!(r.status(), 502);
+        assert_eq!(r.headers()["x-ccmesh-attempts"], "2");
+        assert_eq!(g.health("a").await["last_error"], want);
+    }
+}
+
+#[tokio::test]
+async fn count_tokens_404_is_neutral_and_not_retried() {
+    let (a, b) = (MockUpstream::start().await, MockUpstream::start().await);
+    let g = TestGateway::start().await;
+    g.add("a", "anthropic", &a.url(), json!({})).await;
+    g.add("b", "anthropic", &b.url(), json!({})).await;
+    a.push(Reply::anthropic_error(404, "not_found_error", "no count_tokens here"));
+    let r = g.post("/v1/messages/count_tokens", &json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})).await;
+    assert_eq!(r.status(), 404);
+    assert_eq!(a.last_request().unwrap().path, "/v1/messages/count_tokens");
+    assert_eq!(b.request_count(), 0);
+    assert_eq!(g.health("a").await["consecutive_failures"], 0);
+    // The same 404 on /v1/messages is an endpoint failure and fails over.
+    a.push(Reply::anthropic_error(404, "not_found_error", "wrong base_url"));
+    b.push(Reply::anthropic_message("b"));
+    let r = g.post("/v1/messages", &claude_body("m", false)).await;
+    assert_eq!(r.headers()["x-ccmesh-endpoint"], "b");
+    assert_eq!(g.health("a").await["consecutive_failures"], 1);
+}
