@@ -147,3 +147,59 @@ impl Drop for Permit {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use std::time::Duration;
+
+    fn open_and_cool(breakers: &Breakers, clock: &Arc<ManualClock>) -> Arc<BreakerCell> {
+        let cell = breakers.cell(EndpointId(1));
+        let settings = BreakerSettings { failure_threshold: 1, ..BreakerSettings::openai_defaults() };
+        let permit = cell.try_acquire("e", false).unwrap();
+        permit.record(Outcome::Broken, Some("boom"), &settings);
+        assert!(cell.routable().is_err());
+        clock.advance(Duration::from_secs(60));
+        cell
+    }
+
+    #[test]
+    fn a_dropped_permit_returns_the_probe() {
+        let clock = Arc::new(ManualClock::new());
+        let breakers = Breakers::new(Arc::new(clock.clone()), Events::new());
+        let cell = open_and_cool(&breakers, &clock);
+        let probe = cell.try_acquire("e", false).unwrap();
+        assert!(matches!(cell.try_acquire("e", false), Err(Denied::ProbeBusy { .. })));
+        drop(probe);
+        assert!(cell.try_acquire("e", false).is_ok());
+    }
+
+    #[test]
+    fn a_panicking_request_returns_the_probe() {
+        let clock = Arc::new(ManualClock::new());
+        let breakers = Breakers::new(Arc::new(clock.clone()), Events::new());
+        let cell = open_and_cool(&breakers, &clock);
+        let c = cell.clone();
+        let result = std::thread::spawn(move || {
+            let _probe = c.try_acquire("e", false).unwrap();
+            panic!("handler bug");
+        })
+        .join();
+        assert!(result.is_err());
+        assert!(cell.try_acquire("e", false).is_ok(), "the unwinding drop gave the permit back");
+        assert_eq!(cell.view().consecutive_failures, 1, "neutral: no counter moved");
+    }
+
+    #[tokio::test]
+    async fn returning_a_probe_wakes_waiters() {
+        let clock = Arc::new(ManualClock::new());
+        let breakers = Breakers::new(Arc::new(clock.clone()), Events::new());
+        let cell = open_and_cool(&breakers, &clock);
+        let probe = cell.try_acquire("e", false).unwrap();
+        let mut waiting = std::pin::pin!(breakers.changed().notified());
+        waiting.as_mut().enable();
+        drop(probe);
+        tokio::time::timeout(Duration::from_secs(5), waiting).await.unwrap();
+    }
+}

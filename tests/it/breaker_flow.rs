@@ -231,3 +231,29 @@ async fn thresholds_follow_the_inbound_protocol_of_each_outcome() {
     assert_eq!(h["circuit"], "open");
     assert_eq!(h["cooldown_remaining_ms"], 90_000, "claude's cooldown");
 }
+
+#[tokio::test]
+async fn a_probe_whose_client_went_away_returns_its_permit() {
+    let a = MockUpstream::start().await;
+    let g = TestGateway::start_manual().await;
+    g.settings(json!({"transient_retry_delay_ms": 0, "breaker": {"openai": {"failure_threshold": 1, "success_threshold": 1, "timeout_secs": 5}}})).await;
+    g.add("a", "openai", &a.url(), json!({})).await;
+    a.push(Reply::openai_error(500, "server_error", "x"));
+    send_chat(&g).await;
+    g.clock().advance(Duration::from_secs(5));
+    // The probe hangs upstream; its client gives up.
+    a.push(Reply::Stall);
+    let probe = tokio::spawn({
+        let (url, http) = (g.url.clone(), g.http.clone());
+        async move { http.post(format!("{url}/v1/chat/completions")).json(&chat_body("m", false)).send().await }
+    });
+    a.wait_for_requests(2).await;
+    assert_eq!(send_chat(&g).await.status(), 502, "the probe permit is taken");
+    probe.abort();
+    a.wait_for_cancellations(1).await;
+    // The cancelled probe was neutral: the permit is free again and the next request probes.
+    a.push(Reply::openai_chat("back"));
+    let r = send_chat(&g).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(g.health("a").await["circuit"], "closed");
+}
