@@ -234,7 +234,9 @@ async fn count_tokens_404_is_neutral_and_not_retried() {
     g.add("a", "anthropic", &a.url(), json!({})).await;
     g.add("b", "anthropic", &b.url(), json!({})).await;
     a.push(Reply::anthropic_error(404, "not_found_error", "no count_tokens here"));
-    let r = g.post("/v1/messages/count_tokens", &json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})).await;
+    let r = g
+        .post("/v1/messages/count_tokens", &json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+        .await;
     assert_eq!(r.status(), 404);
     assert_eq!(a.last_request().unwrap().path, "/v1/messages/count_tokens");
     assert_eq!(b.request_count(), 0);
