@@ -24,6 +24,8 @@ pub mod proxy;
 pub mod routing;
 /// HTTP server wiring and graceful shutdown.
 pub mod server;
+/// Protocol conversion through one intermediate representation.
+pub mod convert;
 /// SQLite storage of endpoints and settings.
 pub mod store;
 /// RFC 3339 timestamps.

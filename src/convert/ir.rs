@@ -1,0 +1,316 @@
+//! The intermediate representation every codec decodes into and encodes from.
+//!
+//! It follows the Anthropic Messages model (content blocks, tool use / tool result blocks,
+//! signed thinking), the richest of the three, with the additions the OpenAI APIs need
+//! (image URLs, encrypted reasoning items, namespaced tools, structured output). Each field
+//! says which wire fields map to it; `docs/protocols.md` has the full tables.
+
+use serde_json::Value;
+
+/// A request to generate, decoded from any inbound protocol.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Request {
+    /// The model to send (already mapped / `@name/`-stripped by the gateway before encoding).
+    pub model: String,
+    /// System / developer instructions, in order. Anthropic `system` (string or text blocks);
+    /// Chat `system` and `developer` messages (wherever they appear: a later one is kept in
+    /// place via `Message.role == Role::System`); Responses `instructions` and
+    /// `developer`/`system` input messages.
+    pub system: Vec<TextPart>,
+    pub messages: Vec<Message>,
+    pub tools: Vec<Tool>,
+    pub tool_choice: Option<ToolChoice>,
+    /// `false` = at most one tool call per turn. Anthropic `tool_choice.disable_parallel_tool_use`
+    /// (inverted); Chat / Responses `parallel_tool_calls`.
+    pub parallel_tool_calls: Option<bool>,
+    /// Anthropic `max_tokens` (required there); Chat `max_completion_tokens` (or legacy
+    /// `max_tokens`); Responses `max_output_tokens`.
+    pub max_tokens: Option<u64>,
+    /// `0.0` is a value: never dropped.
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    /// Anthropic only; lost elsewhere.
+    pub top_k: Option<u64>,
+    /// Anthropic `stop_sequences`; Chat `stop` (string or array). Responses has none (lossy).
+    pub stop: Vec<String>,
+    pub stream: bool,
+    /// Chat only: the client asked for a usage chunk (`stream_options.include_usage`).
+    pub include_usage: bool,
+    pub reasoning: Option<Reasoning>,
+    /// End-user id: Anthropic `metadata.user_id`; Chat `user` / `safety_identifier`;
+    /// Responses `user` / `safety_identifier`.
+    pub user: Option<String>,
+    /// Structured output: Chat `response_format`; Anthropic `output_config.format`;
+    /// Responses `text.format`.
+    pub output_format: Option<OutputFormat>,
+    /// Responses `include: ["reasoning.encrypted_content"]`: the client wants encrypted
+    /// reasoning back so it can replay it.
+    pub include_encrypted_reasoning: bool,
+    /// Things of the source request the target cannot carry, recorded for the request record.
+    pub losses: Vec<Loss>,
+}
+
+/// A remark about something a conversion could not carry over unchanged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Loss {
+    /// The source field or item, e.g. `tools[3] (web_search)`, `top_k`, `stop`.
+    pub field: String,
+    /// What happened to it, e.g. "dropped: the openai format has no built-in web search".
+    pub note: String,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TextPart {
+    pub text: String,
+    /// Anthropic `cache_control` (kept only Anthropic → Anthropic, which never converts; other
+    /// targets drop it silently because it only affects billing and caching).
+    pub cache_control: Option<Value>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    User,
+    Assistant,
+    /// A system/developer message in the middle of the conversation (Claude Code sends
+    /// `{"role": "system"}` inside `messages`). Targets without the concept fold it into
+    /// the system prompt or a user turn, with a loss note.
+    System,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Message {
+    pub role: Role,
+    pub content: Vec<Part>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Part {
+    Text(TextPart),
+    Image(Image),
+    /// A tool call made by the assistant. `input` is the parsed JSON arguments when they
+    /// parse; `arguments` keeps the raw argument string exactly as the model produced it
+    /// (Chat / Responses carry strings, Anthropic carries objects).
+    ToolUse { id: String, name: String, input: Value, arguments: Option<String> },
+    /// The result of a tool call, sent back by the client.
+    ToolResult { tool_use_id: String, content: Vec<ToolResultContent>, is_error: bool },
+    /// Visible reasoning. `signature` is Anthropic's; only Anthropic accepts it back.
+    Thinking { text: String, signature: Option<String> },
+    /// Anthropic `redacted_thinking` (opaque `data`); only Anthropic accepts it back.
+    RedactedThinking { data: String },
+    /// A Responses reasoning item: `id`, summary texts and `encrypted_content`; only the
+    /// Responses API accepts it back (the summary text may be shown elsewhere as thinking).
+    ReasoningItem { id: Option<String>, summary: Vec<String>, encrypted_content: Option<String> },
+    /// A document (PDF, plain text): Anthropic `document` blocks; Chat `file` parts
+    /// (`file_data` data URL); Responses `input_file`.
+    Document { source: DocumentSource, title: Option<String> },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum DocumentSource {
+    Base64 { media_type: String, data: String },
+    Url { url: String },
+    Text { text: String },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ToolResultContent {
+    Text(String),
+    Image(Image),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Image {
+    /// Anthropic `{"type":"base64","media_type":...,"data":...}`; OpenAI data URLs.
+    Base64 { media_type: String, data: String },
+    /// Anthropic `{"type":"url","url":...}`; OpenAI `image_url` http(s) URLs.
+    Url { url: String },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tool {
+    /// The name the target sees. Codex namespace tools are flattened to `namespace__tool`
+    /// (reversibly: see `namespace`).
+    pub name: String,
+    pub description: Option<String>,
+    /// The JSON Schema of the arguments, kept intact.
+    pub input_schema: Value,
+    /// Chat / Responses `strict`.
+    pub strict: Option<bool>,
+    /// Set when this tool came from a Responses `namespace` tool: (namespace, original name),
+    /// so a call to `name` can be turned back into the namespaced call.
+    pub namespace: Option<(String, String)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolChoice {
+    Auto,
+    /// Must call some tool: Anthropic `any`; Chat / Responses `required`.
+    Any,
+    None,
+    /// Must call this tool.
+    Tool(String),
+}
+
+/// Extended thinking / reasoning effort.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reasoning {
+    /// Anthropic `thinking.budget_tokens`.
+    pub budget_tokens: Option<u64>,
+    /// `minimal` | `low` | `medium` | `high` (Chat `reasoning_effort`, Responses
+    /// `reasoning.effort`, Anthropic `output_config.effort`).
+    pub effort: Option<String>,
+    /// Anthropic `thinking.type` `adaptive` (the model decides); `enabled` otherwise.
+    pub adaptive: bool,
+    /// Responses `reasoning.summary` (`auto` | `concise` | `detailed`).
+    pub summary: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum OutputFormat {
+    Text,
+    JsonObject,
+    JsonSchema { name: String, schema: Value, strict: Option<bool>, description: Option<String> },
+}
+
+/// A complete (non-streaming) answer.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Response {
+    pub id: String,
+    /// The model the upstream says answered.
+    pub model: String,
+    /// Assistant content in order: text, tool calls, thinking, reasoning items.
+    pub content: Vec<Part>,
+    pub stop_reason: Option<StopReason>,
+    /// The stop sequence that ended the turn, when known.
+    pub stop_sequence: Option<String>,
+    pub usage: Usage,
+    /// Unix seconds, when the upstream said (Chat `created`, Responses `created_at`).
+    pub created: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// Anthropic `end_turn`; Chat `stop`; Responses `completed`.
+    EndTurn,
+    /// Anthropic `max_tokens`; Chat `length`; Responses `incomplete` (`max_output_tokens`).
+    MaxTokens,
+    /// Anthropic `stop_sequence`; Chat `stop`.
+    StopSequence,
+    /// Anthropic `tool_use`; Chat `tool_calls`; Responses `completed` with function calls.
+    ToolUse,
+    /// Anthropic `refusal`; Chat `content_filter`; Responses `incomplete` (`content_filter`).
+    Refusal,
+    /// Anthropic `pause_turn`.
+    PauseTurn,
+}
+
+/// Token usage, normalised: `input` excludes cached input in every protocol.
+/// Anthropic reports it that way; OpenAI's `prompt_tokens` / `input_tokens` include cached
+/// tokens (`cached_tokens`), so decoders subtract and encoders add back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub input: Option<u64>,
+    pub output: Option<u64>,
+    pub cache_read: Option<u64>,
+    pub cache_write: Option<u64>,
+    /// Reasoning tokens included in `output` (OpenAI reports them; Anthropic does not split).
+    pub reasoning: Option<u64>,
+}
+
+/// One step of a streamed answer. Blocks are numbered in output order (`index`), whatever the
+/// upstream's own numbering; a decoder opens a block before its first delta and closes it
+/// before the next block of another kind or at the end.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StreamEvent {
+    /// The answer begins. `usage` may already carry the input side (Anthropic `message_start`).
+    Start { id: String, model: String, usage: Usage, created: Option<u64> },
+    BlockStart { index: usize, block: BlockStart },
+    TextDelta { index: usize, text: String },
+    ThinkingDelta { index: usize, text: String },
+    /// Anthropic `signature_delta` for a thinking block.
+    SignatureDelta { index: usize, signature: String },
+    /// A piece of a tool call's JSON arguments.
+    ToolArgsDelta { index: usize, partial_json: String },
+    BlockStop { index: usize },
+    /// How the turn ended and the final usage (the latest numbers win field by field).
+    Finish { stop_reason: Option<StopReason>, stop_sequence: Option<String>, usage: Usage },
+    /// The stream is complete (the source's terminal event arrived).
+    End,
+    /// The upstream reported an error inside the stream.
+    Error { kind: ErrorKind, message: String },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum BlockStart {
+    Text,
+    Thinking,
+    RedactedThinking { data: String },
+    ToolUse { id: String, name: String },
+    /// A Responses reasoning item (with its id and, once known, encrypted content).
+    ReasoningItem { id: Option<String>, encrypted_content: Option<String> },
+}
+
+/// What kind of error, as far as the three protocols can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    InvalidRequest,
+    Authentication,
+    Permission,
+    NotFound,
+    RequestTooLarge,
+    RateLimited,
+    Overloaded,
+    Api,
+}
+
+/// An error body from an upstream, decoded so it can be re-encoded in the client's protocol.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ErrorBody {
+    pub kind: ErrorKind,
+    pub message: String,
+    /// The upstream's own code / type string, kept for OpenAI `code`.
+    pub code: Option<String>,
+    pub param: Option<String>,
+}
+
+/// What an encoder needs to know about the client's original request.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EncodeContext {
+    /// The model the client asked for (used only when the upstream names none).
+    pub request_model: String,
+    /// Chat: the client asked for a usage chunk (`stream_options.include_usage`). The gateway
+    /// always asks a Chat upstream for usage, and shows the client the chunk only if it asked.
+    pub include_usage: bool,
+    /// Tools flattened from Responses `namespace` tools: (flat name, namespace, name), so a
+    /// call to the flat name can be turned back into the namespaced call.
+    pub namespaced_tools: Vec<(String, String, String)>,
+    /// Unix seconds "now", for `created` fields the target requires and the source lacks.
+    pub created: u64,
+    /// A unique, URL-safe suffix for ids the target requires and the source lacks
+    /// (`msg_{seed}`, `resp_{seed}`, `call_{seed}_{n}` ...), so output is deterministic in tests.
+    pub id_seed: String,
+    /// Responses: the client asked for `reasoning.encrypted_content`.
+    pub include_encrypted_reasoning: bool,
+}
+
+/// An encoded request body plus what did not survive the conversion.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Encoded {
+    pub body: Vec<u8>,
+    pub losses: Vec<Loss>,
+}
+
+/// Why a request cannot be converted at all (a feature whose loss would change its meaning).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ConvertError {
+    /// The source field, e.g. `messages[2].content[0]`.
+    pub field: String,
+    pub message: String,
+}
+
+impl ConvertError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { field: field.into(), message: message.into() }
+    }
+}
