@@ -90,19 +90,40 @@ pub enum Part {
     /// A tool call made by the assistant. `input` is the parsed JSON arguments when they
     /// parse; `arguments` keeps the raw argument string exactly as the model produced it
     /// (Chat / Responses carry strings, Anthropic carries objects).
-    ToolUse { id: String, name: String, input: Value, arguments: Option<String> },
+    ToolUse {
+        id: String,
+        name: String,
+        input: Value,
+        arguments: Option<String>,
+    },
     /// The result of a tool call, sent back by the client.
-    ToolResult { tool_use_id: String, content: Vec<ToolResultContent>, is_error: bool },
+    ToolResult {
+        tool_use_id: String,
+        content: Vec<ToolResultContent>,
+        is_error: bool,
+    },
     /// Visible reasoning. `signature` is Anthropic's; only Anthropic accepts it back.
-    Thinking { text: String, signature: Option<String> },
+    Thinking {
+        text: String,
+        signature: Option<String>,
+    },
     /// Anthropic `redacted_thinking` (opaque `data`); only Anthropic accepts it back.
-    RedactedThinking { data: String },
+    RedactedThinking {
+        data: String,
+    },
     /// A Responses reasoning item: `id`, summary texts and `encrypted_content`; only the
     /// Responses API accepts it back (the summary text may be shown elsewhere as thinking).
-    ReasoningItem { id: Option<String>, summary: Vec<String>, encrypted_content: Option<String> },
+    ReasoningItem {
+        id: Option<String>,
+        summary: Vec<String>,
+        encrypted_content: Option<String>,
+    },
     /// A document (PDF, plain text): Anthropic `document` blocks; Chat `file` parts
     /// (`file_data` data URL); Responses `input_file`.
-    Document { source: DocumentSource, title: Option<String> },
+    Document {
+        source: DocumentSource,
+        title: Option<String>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -223,31 +244,68 @@ pub struct Usage {
 #[derive(Clone, Debug, PartialEq)]
 pub enum StreamEvent {
     /// The answer begins. `usage` may already carry the input side (Anthropic `message_start`).
-    Start { id: String, model: String, usage: Usage, created: Option<u64> },
-    BlockStart { index: usize, block: BlockStart },
-    TextDelta { index: usize, text: String },
-    ThinkingDelta { index: usize, text: String },
+    Start {
+        id: String,
+        model: String,
+        usage: Usage,
+        created: Option<u64>,
+    },
+    BlockStart {
+        index: usize,
+        block: BlockStart,
+    },
+    TextDelta {
+        index: usize,
+        text: String,
+    },
+    ThinkingDelta {
+        index: usize,
+        text: String,
+    },
     /// Anthropic `signature_delta` for a thinking block.
-    SignatureDelta { index: usize, signature: String },
+    SignatureDelta {
+        index: usize,
+        signature: String,
+    },
     /// A piece of a tool call's JSON arguments.
-    ToolArgsDelta { index: usize, partial_json: String },
-    BlockStop { index: usize },
+    ToolArgsDelta {
+        index: usize,
+        partial_json: String,
+    },
+    BlockStop {
+        index: usize,
+    },
     /// How the turn ended and the final usage (the latest numbers win field by field).
-    Finish { stop_reason: Option<StopReason>, stop_sequence: Option<String>, usage: Usage },
+    Finish {
+        stop_reason: Option<StopReason>,
+        stop_sequence: Option<String>,
+        usage: Usage,
+    },
     /// The stream is complete (the source's terminal event arrived).
     End,
     /// The upstream reported an error inside the stream.
-    Error { kind: ErrorKind, message: String },
+    Error {
+        kind: ErrorKind,
+        message: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum BlockStart {
     Text,
     Thinking,
-    RedactedThinking { data: String },
-    ToolUse { id: String, name: String },
+    RedactedThinking {
+        data: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+    },
     /// A Responses reasoning item (with its id and, once known, encrypted content).
-    ReasoningItem { id: Option<String>, encrypted_content: Option<String> },
+    ReasoningItem {
+        id: Option<String>,
+        encrypted_content: Option<String>,
+    },
 }
 
 /// What kind of error, as far as the three protocols can tell.
