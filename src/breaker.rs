@@ -118,6 +118,11 @@ pub struct Permit {
 }
 
 impl Permit {
+    /// Whether this is a half-open breaker's single probe.
+    pub fn is_probe(&self) -> bool {
+        self.grant.as_ref().is_some_and(Grant::is_probe)
+    }
+
     pub fn record(mut self, outcome: Outcome, note: Option<&str>, settings: &BreakerSettings) -> Option<Transition> {
         self.finish(outcome, note, settings)
     }

@@ -10,6 +10,8 @@ pub mod cli;
 pub mod clock;
 /// Settings (per-protocol breaker and timeouts) and the `--config` file.
 pub mod config;
+/// Protocol conversion through one intermediate representation.
+pub mod convert;
 /// Endpoint domain types and write validation.
 pub mod endpoint;
 /// Operational events with stable names.
@@ -24,8 +26,6 @@ pub mod proxy;
 pub mod routing;
 /// HTTP server wiring and graceful shutdown.
 pub mod server;
-/// Protocol conversion through one intermediate representation.
-pub mod convert;
 /// SQLite storage of endpoints and settings.
 pub mod store;
 /// RFC 3339 timestamps.

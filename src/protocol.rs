@@ -40,9 +40,10 @@ impl Protocol {
         self as usize
     }
 
-    /// SPEC §1 "compatible". Until protocol conversion exists, only pass-through.
-    pub fn compatible_with(self, format: Format) -> bool {
-        format == Format::native_to(self)
+    /// SPEC §1 "compatible": pass-through to the native format, or conversion to either of
+    /// the other two. Every format is compatible with every inbound protocol.
+    pub fn compatible_with(self, _format: Format) -> bool {
+        true
     }
 }
 
@@ -72,7 +73,8 @@ impl Route {
     pub fn compatible_with(self, format: Format) -> bool {
         match self {
             Route::Protocol(p) => p.compatible_with(format),
-            Route::CountTokens => format == Format::Anthropic,
+            // Anthropic endpoints count; for the others the gateway estimates locally.
+            Route::CountTokens => true,
             Route::PassThrough { anthropic: true } => format == Format::Anthropic,
             // Both OpenAI-family formats share base URLs and paths (`/v1/embeddings`, ...).
             Route::PassThrough { anthropic: false } => {

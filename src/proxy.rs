@@ -4,6 +4,7 @@
 pub mod attempt;
 pub mod backoff;
 pub mod classify;
+pub mod conversion;
 pub mod relay;
 pub mod request;
 pub mod upstream;

@@ -234,6 +234,9 @@ mod tests {
     const CLAUDE: Route = Route::Protocol(Protocol::Claude);
     const OPENAI: Route = Route::Protocol(Protocol::Openai);
 
+    const ANTHROPIC_FAMILY: Route = Route::PassThrough { anthropic: true };
+    const OPENAI_FAMILY: Route = Route::PassThrough { anthropic: false };
+
     #[test]
     fn routable_falls_back_to_all_enabled_by_sort_order() {
         let mut a = ep(1, "a", Format::Anthropic);
@@ -243,8 +246,12 @@ mod tests {
         c.enabled = false;
         let d = ep(4, "d", Format::Openai);
         let all = [E(a), E(b), E(c), E(d)];
-        assert_eq!(names(&list_routable(&all, CLAUDE)), ["b", "a"]);
-        assert_eq!(names(&list_routable(&all, OPENAI)), ["d"]);
+        // With conversion every format serves every protocol.
+        assert_eq!(names(&list_routable(&all, CLAUDE)), ["b", "d", "a"]);
+        assert_eq!(names(&list_routable(&all, OPENAI)), ["b", "d", "a"]);
+        // Pass-through paths stay within their family.
+        assert_eq!(names(&list_routable(&all, ANTHROPIC_FAMILY)), ["b", "a"]);
+        assert_eq!(names(&list_routable(&all, OPENAI_FAMILY)), ["d"]);
     }
 
     #[test]
@@ -263,10 +270,16 @@ mod tests {
         disabled_fast.fast = true;
         disabled_fast.enabled = false;
         let all = [E(a), E(b), E(c), E(r), E(o), E(disabled_fast)];
-        assert_eq!(names(&list_routable(&all, CLAUDE)), ["c", "b"]);
-        // A fast Responses endpoint does not empty the OpenAI list, nor does a disabled fast one.
-        assert_eq!(names(&list_routable(&all, OPENAI)), ["o"]);
-        assert_eq!(names(&list_routable(&all, Route::Protocol(Protocol::Responses))), ["r"]);
+        assert_eq!(names(&list_routable(&all, CLAUDE)), ["r", "c", "b"]);
+        // The queue is evaluated among the endpoints compatible with the request: a fast
+        // Anthropic endpoint does not empty the OpenAI pass-through family, and a disabled
+        // fast endpoint counts for nothing.
+        assert_eq!(names(&list_routable(&all, ANTHROPIC_FAMILY)), ["c", "b"]);
+        assert_eq!(names(&list_routable(&all, OPENAI_FAMILY)), ["r"]);
+        let only_openai = [E(ep(5, "o", Format::Openai)), E(ep(7, "x", Format::Anthropic))];
+        let mut fast_anthropic = only_openai;
+        fast_anthropic[1].0.fast = true;
+        assert_eq!(names(&list_routable(&fast_anthropic, OPENAI_FAMILY)), ["o"]);
     }
 
     #[test]
@@ -323,7 +336,9 @@ mod tests {
         assert_eq!(code(None, Some("nope"), None), "endpoint_not_found");
         assert_eq!(code(Some("off"), None, None), "endpoint_disabled");
         assert_eq!(code(None, None, Some("@off/m")), "endpoint_disabled");
-        assert_eq!(code(Some("oa"), None, None), "endpoint_incompatible");
+        let e = resolve_explicit(&all, ANTHROPIC_FAMILY, Some("oa"), None, None).unwrap_err();
+        assert_eq!(e.code, "endpoint_incompatible");
+        assert!(resolve_explicit(&all, CLAUDE, Some("oa"), None, None).is_ok(), "converted");
         assert_eq!(code(Some("kimi"), Some("oa"), None), "conflicting_endpoints");
         assert_eq!(code(Some("kimi"), None, Some("@oa/x")), "conflicting_endpoints");
     }

@@ -8,23 +8,26 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{HeaderName, HeaderValue, StatusCode};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::StreamExt;
 
 use super::Inbound;
 use super::backoff::{WhenBlocked, when_blocked};
 use super::classify::{Class, NetworkErrorKind, classify_network_error, classify_status, outcome_for, status_note};
-use super::relay::{self, Committed, StreamWatch};
+use super::conversion::{self, RequestConversion};
+use super::relay::{self, Committed, StreamObserver, Transform};
 use super::request::splice_model;
 use super::upstream::{join_url, request_headers, response_headers};
 use crate::breaker::retry_after::parse_retry_after;
 use crate::breaker::{Denied, Outcome, Permit};
+use crate::convert::ir::{ConvertError, EncodeContext};
+use crate::convert::{StreamConversion, count_tokens, upstream_path};
 use crate::endpoint::EndpointId;
+use crate::endpoint::Format;
 use crate::gateway::{Gateway, LiveEndpoint, Snapshot};
+use crate::protocol::Route;
 use crate::protocol::errors::{ErrorKind, GatewayError};
-use crate::protocol::sse::SseScanner;
-use crate::protocol::stream_events::{EventKind, StreamContext, inspect};
 use crate::routing;
 
 /// Largest preamble held back before giving up on finding content and relaying anyway.
@@ -42,8 +45,9 @@ enum AttemptResult {
     /// The client's answer is decided (success or neutral); the breaker was told (or the relay
     /// will tell it when the stream ends).
     Answer(Response),
-    /// The endpoint failed with an HTTP answer; kept in case it is the last one.
-    HttpFailure { answer: Buffered, class: Class },
+    /// The endpoint failed with an HTTP answer; kept in case it is the last one. `probe`: the
+    /// attempt was a half-open breaker's probe.
+    HttpFailure { answer: Buffered, class: Class, probe: bool },
     /// No usable HTTP answer: network error, timeout, or a stream that failed before content.
     NoAnswer { kind: NetworkErrorKind, detail: String, transient: bool },
 }
@@ -59,13 +63,15 @@ struct Run {
     start_endpoint: Option<EndpointId>,
     /// Bodies with a rewritten model, per target model, so a retry does not redo the splice.
     rewritten: Vec<(String, Bytes)>,
+    /// Conversion state for endpoints of another format.
+    conversion: RequestConversion,
 }
 
 pub async fn run(
     gw: Arc<Gateway>,
     snapshot: Arc<Snapshot>,
     inbound: Inbound,
-    candidates: Vec<Arc<LiveEndpoint>>,
+    mut candidates: Vec<Arc<LiveEndpoint>>,
     explicit: bool,
 ) -> Response {
     let protocol = inbound.route.protocol();
@@ -73,13 +79,60 @@ pub async fn run(
     let clock = gw.clock.clone();
     let budget_deadline = clock.now() + settings.rate_limit_backoff_budget;
     let seen_current = gw.rotation.current(protocol);
-    let mut run =
-        Run { gw: gw.clone(), snapshot, inbound, explicit, seen_current, start_endpoint: None, rewritten: Vec::new() };
+    let conversion = RequestConversion::new(Format::native_to(protocol));
+    let mut run = Run {
+        gw: gw.clone(),
+        snapshot,
+        inbound,
+        explicit,
+        seen_current,
+        start_endpoint: None,
+        rewritten: Vec::new(),
+        conversion,
+    };
+
+    // Endpoints of another format need the request converted. Do it once per format and
+    // model now: one the request cannot be converted for is not a candidate, and if none is
+    // left the client learns exactly which feature could not be converted (SPEC §1, issue 3).
+    if matches!(run.inbound.route, Route::Protocol(_)) {
+        let mut refused: Option<(Format, ConvertError)> = None;
+        let mut kept = Vec::with_capacity(candidates.len());
+        for endpoint in candidates {
+            if run.conversion.needed(endpoint.config.format)
+                && let Err(e) = run.converted_body(&endpoint)
+            {
+                refused.get_or_insert((endpoint.config.format, e));
+                continue;
+            }
+            kept.push(endpoint);
+        }
+        candidates = kept;
+        if candidates.is_empty()
+            && let Some((format, e)) = refused
+        {
+            let message = format!(
+                "this request cannot be sent to a {format}-format endpoint: {} (field {}); name a {}-format endpoint or remove the feature",
+                e.message, e.field, run.conversion.client
+            );
+            return run.finish_error(
+                GatewayError::new(ErrorKind::InvalidRequest, "conversion_unsupported", message),
+                0,
+                None,
+            );
+        }
+    }
+    if run.inbound.route == Route::CountTokens && !candidates.iter().any(|e| e.config.format == Format::Anthropic) {
+        return run.local_token_count(None, 0).await;
+    }
+    if run.inbound.route == Route::CountTokens {
+        candidates.retain(|e| e.config.format == Format::Anthropic);
+    }
 
     let mut attempts = 0usize;
     let mut cap: Option<usize> = None;
     let mut last_answer: Option<Buffered> = None;
     let mut last_was_answer = false;
+    let mut last_was_probe_429 = false;
     let mut last_network: Option<(NetworkErrorKind, String)> = None;
     let mut last_endpoint: Option<String> = None;
     let mut first_pass = true;
@@ -153,7 +206,8 @@ pub async fn run(
                 last_endpoint = Some(endpoint.config.name.clone());
                 match run.attempt(endpoint, permit, attempts).await {
                     AttemptResult::Answer(response) => return response,
-                    AttemptResult::HttpFailure { answer, class } => {
+                    AttemptResult::HttpFailure { answer, class, probe } => {
+                        last_was_probe_429 = probe && answer.status == StatusCode::TOO_MANY_REQUESTS;
                         let cause = format!("HTTP {}", answer.status.as_u16());
                         debug_assert!(matches!(class, Class::Failure | Class::RateLimited));
                         last_answer = Some(answer);
@@ -202,11 +256,9 @@ pub async fn run(
         };
 
         let Some(denials) = blocked else { continue };
-        // An earlier real answer beats a gateway-made error — except a 429, which re-enters
-        // the rate-limit backoff below (and is returned as is if that ends in "all open").
-        if let Some(answer) = &last_answer
-            && answer.status != StatusCode::TOO_MANY_REQUESTS
-        {
+        // An earlier real answer beats a gateway-made error — except a 429 from a rate-limited
+        // endpoint's probe, which re-enters the rate-limit backoff below (SPEC §3).
+        if last_answer.is_some() && !last_was_probe_429 {
             return run.finish_with_answer(last_answer.take(), attempts, last_endpoint.as_deref());
         }
         let now = clock.now();
@@ -270,7 +322,7 @@ impl Run {
     }
 
     /// The body to send to `endpoint`: the client's bytes unless its model must change.
-    fn body_for(&mut self, endpoint: &LiveEndpoint) -> Bytes {
+    fn native_body(&mut self, endpoint: &LiveEndpoint) -> Bytes {
         let (Some(model), Some(span)) = (self.inbound.model.as_deref(), self.inbound.model_span.clone()) else {
             return self.inbound.body.clone();
         };
@@ -286,19 +338,53 @@ impl Run {
         body
     }
 
+    /// The converted body for an endpoint of another format.
+    fn converted_body(&mut self, endpoint: &LiveEndpoint) -> Result<Bytes, ConvertError> {
+        let model = self.inbound.model.as_deref().unwrap_or_default();
+        let target = endpoint.config.map_model(model).to_string();
+        self.conversion.body(&self.inbound.body, endpoint.config.format, &target)
+    }
+
+    fn encode_context(&mut self) -> EncodeContext {
+        let now = self.gw.clock.wall().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let model = self.inbound.model.clone().unwrap_or_default();
+        self.conversion.context(&self.inbound.body, &model, now)
+    }
+
     async fn attempt(&mut self, endpoint: &Arc<LiveEndpoint>, permit: Permit, number: usize) -> AttemptResult {
         let protocol = self.protocol();
         let settings = self.snapshot.settings.clone();
         let breaker_settings = settings.breaker(protocol);
         let timeouts = settings.timeouts(protocol);
-        let url = join_url(
-            &endpoint.config.base_url,
-            endpoint.config.format,
-            &self.inbound.rest,
-            self.inbound.query.as_deref(),
-        );
-        let headers = request_headers(&self.inbound.headers, endpoint);
-        let body = self.body_for(endpoint);
+        let format = endpoint.config.format;
+        let converting = matches!(self.inbound.route, Route::Protocol(_)) && self.conversion.needed(format);
+        let (url, body) = if converting {
+            let body = match self.converted_body(endpoint) {
+                Ok(b) => b,
+                // Candidates were checked before the loop; a failure here is a bug, not the
+                // endpoint's fault: neutral, try the next one.
+                Err(e) => {
+                    drop(permit);
+                    return AttemptResult::NoAnswer {
+                        kind: NetworkErrorKind::Other,
+                        detail: e.message,
+                        transient: false,
+                    };
+                }
+            };
+            (join_url(&endpoint.config.base_url, format, upstream_path(format), None), body)
+        } else {
+            let url = join_url(&endpoint.config.base_url, format, &self.inbound.rest, self.inbound.query.as_deref());
+            (url, self.native_body(endpoint))
+        };
+        let mut headers = request_headers(&self.inbound.headers, endpoint);
+        if converting {
+            let foreign: Vec<_> =
+                headers.keys().filter(|name| conversion::foreign_header(name.as_str(), format)).cloned().collect();
+            for name in foreign {
+                headers.remove(name);
+            }
+        }
         let sent_at = tokio::time::Instant::now();
         let head_limit = if self.inbound.stream { timeouts.first_byte } else { timeouts.request };
         let request = self.gw.client.request(self.inbound.method.clone(), url).headers(headers).body(body).send();
@@ -327,15 +413,22 @@ impl Run {
             .is_some_and(|v| v.starts_with("text/event-stream"));
 
         if class == Class::Success && is_sse {
-            return self.hold_preamble(endpoint, permit, response, sent_at, number).await;
+            let transform = if converting {
+                let ctx = self.encode_context();
+                Transform::Convert(Box::new(StreamConversion::new(format, self.conversion.client, ctx)))
+            } else {
+                Transform::Pass
+            };
+            let observer = StreamObserver::new(format, Format::native_to(protocol), transform);
+            return self.hold_preamble(endpoint, permit, response, observer, sent_at, number).await;
         }
 
         // Everything else is read in full: error bodies are small, and a non-streaming answer
         // that breaks mid-body can still fail over invisibly.
-        let headers = response.headers().clone();
+        let mut headers = response.headers().clone();
         let body_deadline = sent_at
             + if self.inbound.stream && class != Class::Success { timeouts.first_byte } else { timeouts.request };
-        let body = match tokio::time::timeout_at(body_deadline, response.bytes()).await {
+        let mut body = match tokio::time::timeout_at(body_deadline, response.bytes()).await {
             Ok(Ok(b)) => b,
             Ok(Err(e)) => {
                 let kind = classify_network_error(&e);
@@ -349,6 +442,28 @@ impl Run {
                 return AttemptResult::NoAnswer { kind: NetworkErrorKind::Timeout, detail: note, transient: true };
             }
         };
+        if converting {
+            let client = self.conversion.client;
+            if class == Class::Success {
+                let ctx = self.encode_context();
+                match conversion::success_body(format, client, &body, &ctx) {
+                    Ok(converted) => body = converted,
+                    Err(e) => {
+                        // A 2xx we cannot read is no answer at all: this endpoint's failure.
+                        let note = format!("the upstream's answer is not a valid {format} response: {}", e.message);
+                        permit.record(Outcome::Broken, Some(&note), breaker_settings);
+                        return AttemptResult::NoAnswer {
+                            kind: NetworkErrorKind::Other,
+                            detail: note,
+                            transient: false,
+                        };
+                    }
+                }
+            } else {
+                body = conversion::error_body(format, client, status.as_u16(), &body);
+            }
+            headers = conversion::converted_headers(&headers, "application/json");
+        }
         let retry_after = headers
             .get(axum::http::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
@@ -359,7 +474,15 @@ impl Run {
             Class::Neutral => (status == StatusCode::UNAUTHORIZED).then(|| status_note(401)),
             Class::Failure | Class::RateLimited => Some(status_note(status.as_u16())),
         };
+        let probe = permit.is_probe();
         permit.record(outcome_for(class, retry_after), note.as_deref(), breaker_settings);
+        if class == Class::Neutral
+            && self.inbound.route == Route::CountTokens
+            && matches!(status.as_u16(), 404 | 405 | 501)
+        {
+            // Many Anthropic-compatible relays lack count_tokens: answer with our estimate.
+            return AttemptResult::Answer(self.local_token_count(Some(&endpoint.config.name), number).await);
+        }
         let answer = Buffered { status, headers, body };
         match class {
             Class::Success => {
@@ -367,8 +490,36 @@ impl Run {
                 AttemptResult::Answer(self.respond(answer, number, &endpoint.config.name))
             }
             Class::Neutral => AttemptResult::Answer(self.respond(answer, number, &endpoint.config.name)),
-            Class::Failure | Class::RateLimited => AttemptResult::HttpFailure { answer, class },
+            Class::Failure | Class::RateLimited => AttemptResult::HttpFailure { answer, class, probe },
         }
+    }
+
+    /// `POST /v1/messages/count_tokens` answered by the gateway's own estimate.
+    async fn local_token_count(&mut self, endpoint: Option<&str>, attempts: usize) -> Response {
+        let request = match self.conversion.request(&self.inbound.body) {
+            Ok(r) => r,
+            Err(e) => {
+                return self.finish_error(
+                    GatewayError::new(ErrorKind::InvalidRequest, "invalid_request", e.message),
+                    attempts,
+                    endpoint,
+                );
+            }
+        };
+        let count = tokio::task::spawn_blocking(move || count_tokens::estimate(&request)).await.unwrap_or(0);
+        let mut response = axum::Json(serde_json::json!({"input_tokens": count})).into_response();
+        response
+            .headers_mut()
+            .insert(HeaderName::from_static("x-ccmesh-token-count"), HeaderValue::from_static("estimated"));
+        match endpoint {
+            Some(name) => self.tag(&mut response, attempts, name),
+            None => {
+                response
+                    .headers_mut()
+                    .insert(HeaderName::from_static("x-ccmesh-attempts"), HeaderValue::from(attempts));
+            }
+        }
+        response
     }
 
     /// SPEC §6: read the stream until its first content event, holding back the preamble, so
@@ -378,6 +529,7 @@ impl Run {
         endpoint: &Arc<LiveEndpoint>,
         permit: Permit,
         response: reqwest::Response,
+        mut observer: StreamObserver,
         sent_at: tokio::time::Instant,
         number: usize,
     ) -> AttemptResult {
@@ -385,19 +537,18 @@ impl Run {
         let settings = self.snapshot.settings.clone();
         let breaker_settings = settings.breaker(protocol);
         let timeouts = settings.timeouts(protocol);
-        let format = endpoint.config.format;
         let status = response.status();
-        let headers = response_headers(response.headers());
+        let mut headers = response_headers(response.headers());
+        if observer.converts() {
+            headers = conversion::converted_headers(&headers, "text/event-stream");
+        }
         let mut upstream = response.bytes_stream();
-        let mut scanner = SseScanner::new();
-        let mut context = StreamContext::default();
-        let mut watch = StreamWatch::default();
         let mut held: Vec<Bytes> = Vec::new();
-        let mut held_bytes = 0usize;
+        let mut received = 0usize;
         let first_byte_deadline = sent_at + timeouts.first_byte;
 
         loop {
-            let deadline = match (held.is_empty(), timeouts.idle) {
+            let deadline = match (received == 0, timeouts.idle) {
                 (true, _) => Some(first_byte_deadline),
                 (false, Some(idle)) => Some(tokio::time::Instant::now() + idle),
                 (false, None) => None,
@@ -411,7 +562,7 @@ impl Run {
                 AttemptResult::NoAnswer { kind, detail: note, transient }
             };
             match next {
-                Err(_) if held.is_empty() => {
+                Err(_) if received == 0 => {
                     let note = format!(
                         "no stream data within the first-byte timeout ({:.1} s)",
                         timeouts.first_byte.as_secs_f64()
@@ -431,23 +582,18 @@ impl Run {
                     return fail(permit, kind, format!("{} before any content", kind.describe()), true);
                 }
                 Ok(None) => {
-                    if watch.terminal {
+                    if observer.watch.terminal {
                         break;
                     }
                     let note = "the stream ended before any content".to_string();
                     return fail(permit, NetworkErrorKind::UnexpectedEof, note, false);
                 }
                 Ok(Some(Ok(chunk))) => {
-                    let mut content = false;
-                    scanner.feed(&chunk, |event| {
-                        context.observe(format, &event);
-                        let kind = inspect(format, &event);
-                        content |= !matches!(kind, EventKind::Preamble);
-                        watch.observe(&kind);
-                    });
-                    held_bytes += chunk.len();
-                    held.push(chunk);
-                    if let Some((rate_limited, message)) = watch.error.clone() {
+                    received += chunk.len();
+                    if let Some(out) = observer.chunk(chunk) {
+                        held.push(out);
+                    }
+                    if let Some((rate_limited, message)) = observer.watch.error.clone() {
                         // An error event before any content: a failure of this endpoint that the
                         // client never sees (the common way providers report overload). If it is
                         // the last attempt, the client gets it as an HTTP error of its protocol.
@@ -462,15 +608,16 @@ impl Run {
                         } else {
                             (Outcome::Broken, Class::Failure, ErrorKind::BadGateway, StatusCode::BAD_GATEWAY)
                         };
+                        let probe = permit.is_probe();
                         permit.record(outcome, Some(&note), breaker_settings);
                         let body = Bytes::from(
                             GatewayError::new(kind, "upstream_stream_error", note).body(protocol).to_string(),
                         );
                         let mut headers = axum::http::HeaderMap::new();
                         headers.insert(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-                        return AttemptResult::HttpFailure { answer: Buffered { status, headers, body }, class };
+                        return AttemptResult::HttpFailure { answer: Buffered { status, headers, body }, class, probe };
                     }
-                    if content || held_bytes > MAX_HELD_PREAMBLE {
+                    if observer.watch.content || received > MAX_HELD_PREAMBLE {
                         break;
                     }
                 }
@@ -479,15 +626,10 @@ impl Run {
 
         let committed = Committed {
             gw: self.gw.clone(),
-            protocol,
-            format,
-            endpoint: endpoint.clone(),
             breaker_settings: breaker_settings.clone(),
             idle_timeout: timeouts.idle,
             held,
-            scanner,
-            context,
-            watch,
+            observer,
             rotation: self.rotation_update(endpoint.config.id),
         };
         let stream = relay::relay(committed, permit, upstream);

@@ -1,8 +1,9 @@
 //! The streaming relay (SPEC §6): forwards the upstream's bytes chunk by chunk as they arrive
-//! (no re-encoding, no buffering beyond the held preamble) while an observer checks for the
-//! protocol's terminal event, upstream error events and silence. The stream's outcome goes to
-//! the endpoint's breaker when it ends; a client that goes away drops the relay, which cancels
-//! the upstream request and records a neutral outcome.
+//! (unchanged when no conversion applies; converted event by event otherwise — never buffered
+//! beyond the held preamble) while an observer checks for the protocol's terminal event,
+//! upstream error events and silence. The stream's outcome goes to the endpoint's breaker when
+//! it ends; a client that goes away drops the relay, which cancels the upstream request and
+//! records a neutral outcome.
 
 use std::collections::VecDeque;
 use std::io;
@@ -14,8 +15,9 @@ use futures_util::{Stream, StreamExt};
 
 use crate::breaker::{Outcome, Permit};
 use crate::config::BreakerSettings;
+use crate::convert::{StreamConversion, ir};
 use crate::endpoint::{EndpointId, Format};
-use crate::gateway::{Gateway, LiveEndpoint};
+use crate::gateway::Gateway;
 use crate::protocol::Protocol;
 use crate::protocol::sse::SseScanner;
 use crate::protocol::stream_events::{EventKind, StreamContext, error_event, inspect};
@@ -28,6 +30,8 @@ pub struct StreamWatch {
     pub terminal: bool,
     /// OpenAI Chat: a `finish_reason` arrived (a clean close after it is complete).
     pub finish: bool,
+    /// Any event other than preamble arrived.
+    pub content: bool,
     /// The first upstream error event: (rate limited, message).
     pub error: Option<(bool, String)>,
 }
@@ -35,14 +39,112 @@ pub struct StreamWatch {
 impl StreamWatch {
     pub fn observe(&mut self, kind: &EventKind) {
         match kind {
-            EventKind::Terminal => self.terminal = true,
-            EventKind::ContentWithFinish => self.finish = true,
+            EventKind::Terminal => {
+                self.terminal = true;
+                self.content = true;
+            }
+            EventKind::ContentWithFinish => {
+                self.finish = true;
+                self.content = true;
+            }
             EventKind::UpstreamError { rate_limited, message, .. } => {
                 if self.error.is_none() {
                     self.error = Some((*rate_limited, message.clone()));
                 }
             }
-            EventKind::Preamble | EventKind::Content => {}
+            EventKind::Content => self.content = true,
+            EventKind::Preamble => {}
+        }
+    }
+}
+
+/// Pass the upstream's bytes through, or convert them to the client's protocol.
+pub enum Transform {
+    Pass,
+    Convert(Box<StreamConversion>),
+}
+
+/// Watches an upstream stream and produces what the client receives.
+pub struct StreamObserver {
+    /// The upstream's format.
+    pub format: Format,
+    /// The client's format.
+    pub client: Format,
+    scanner: SseScanner,
+    context: StreamContext,
+    pub watch: StreamWatch,
+    transform: Transform,
+}
+
+impl StreamObserver {
+    pub fn new(format: Format, client: Format, transform: Transform) -> Self {
+        Self {
+            format,
+            client,
+            scanner: SseScanner::new(),
+            context: StreamContext::default(),
+            watch: StreamWatch::default(),
+            transform,
+        }
+    }
+
+    /// Whether the client gets converted events (not the upstream's bytes).
+    pub fn converts(&self) -> bool {
+        matches!(self.transform, Transform::Convert(_))
+    }
+
+    /// Observe one upstream chunk; returns the bytes for the client (possibly none).
+    pub fn chunk(&mut self, chunk: Bytes) -> Option<Bytes> {
+        let (format, watch, context) = (self.format, &mut self.watch, &mut self.context);
+        match &mut self.transform {
+            Transform::Pass => {
+                self.scanner.feed(&chunk, |event| {
+                    context.observe(format, &event);
+                    watch.observe(&inspect(format, &event));
+                });
+                Some(chunk)
+            }
+            Transform::Convert(conversion) => {
+                let mut out = Vec::new();
+                self.scanner.feed(&chunk, |event| {
+                    context.observe(format, &event);
+                    watch.observe(&inspect(format, &event));
+                    conversion.event(&event, &mut out);
+                });
+                (!out.is_empty()).then(|| Bytes::from(out))
+            }
+        }
+    }
+
+    /// The upstream ended cleanly. `Some(bytes)` = the stream is complete (after these final
+    /// bytes, possibly empty); `None` = it ended without its terminal event.
+    pub fn clean_end(&mut self) -> Option<Bytes> {
+        // Tolerance for real upstreams: a Chat stream that delivered its finish_reason and
+        // closed cleanly is complete.
+        let chat_finished = self.format == Format::Openai && self.watch.finish && self.scanner.pending_bytes() == 0;
+        if !self.watch.terminal && !chat_finished {
+            return None;
+        }
+        match &mut self.transform {
+            Transform::Pass if !self.watch.terminal => Some(Bytes::from_static(b"data: [DONE]\n\n")),
+            Transform::Pass => Some(Bytes::new()),
+            Transform::Convert(conversion) => {
+                let mut out = Vec::new();
+                conversion.finish(&mut out);
+                Some(Bytes::from(out))
+            }
+        }
+    }
+
+    /// The client protocol's error event ending the stream.
+    pub fn error_event(&mut self, message: &str) -> Bytes {
+        match &mut self.transform {
+            Transform::Pass => Bytes::from(error_event(self.client, message, &self.context)),
+            Transform::Convert(conversion) => {
+                let mut out = Vec::new();
+                conversion.fail(ir::ErrorKind::Api, message, &mut out);
+                Bytes::from(out)
+            }
         }
     }
 }
@@ -64,15 +166,10 @@ impl RotationUpdate {
 /// A stream that reached its first content event and now belongs to the client.
 pub struct Committed {
     pub gw: Arc<Gateway>,
-    pub protocol: Protocol,
-    pub format: Format,
-    pub endpoint: Arc<LiveEndpoint>,
     pub breaker_settings: BreakerSettings,
     pub idle_timeout: Option<Duration>,
     pub held: Vec<Bytes>,
-    pub scanner: SseScanner,
-    pub context: StreamContext,
-    pub watch: StreamWatch,
+    pub observer: StreamObserver,
     pub rotation: Option<RotationUpdate>,
 }
 
@@ -96,51 +193,47 @@ where
     let pending: VecDeque<Bytes> = std::mem::take(&mut committed.held).into();
     let state = RelayState { c: committed, upstream, pending, permit: Some(permit), done: false };
     futures_util::stream::unfold(state, |mut s| async move {
-        if let Some(chunk) = s.pending.pop_front() {
-            return Some((Ok(chunk), s));
-        }
-        if s.done {
-            return None;
-        }
-        let next = match s.c.idle_timeout {
-            Some(idle) => match tokio::time::timeout(idle, s.upstream.next()).await {
-                Ok(n) => n,
-                Err(_) => {
-                    let message = format!("the upstream stream was idle for more than {:.1} s", idle.as_secs_f64());
-                    return s.fail_with_event(message);
-                }
-            },
-            None => s.upstream.next().await,
-        };
-        match next {
-            Some(Ok(chunk)) => {
-                let (format, watch, context) = (s.c.format, &mut s.c.watch, &mut s.c.context);
-                s.c.scanner.feed(&chunk, |event| {
-                    context.observe(format, &event);
-                    watch.observe(&inspect(format, &event));
-                });
-                Some((Ok(chunk), s))
+        loop {
+            if let Some(chunk) = s.pending.pop_front() {
+                return Some((Ok(chunk), s));
             }
-            Some(Err(e)) => {
-                if s.c.watch.terminal {
-                    s.finish();
-                    return None;
-                }
-                let kind = classify_network_error(&e);
-                s.fail_with_event(format!("{} mid-stream", kind.describe()))
+            if s.done {
+                return None;
             }
-            None => {
-                if s.c.watch.terminal {
-                    s.finish();
-                    return None;
+            let next = match s.c.idle_timeout {
+                Some(idle) => match tokio::time::timeout(idle, s.upstream.next()).await {
+                    Ok(n) => n,
+                    Err(_) => {
+                        let message = format!("the upstream stream was idle for more than {:.1} s", idle.as_secs_f64());
+                        s.fail(message);
+                        continue;
+                    }
+                },
+                None => s.upstream.next().await,
+            };
+            match next {
+                Some(Ok(chunk)) => {
+                    if let Some(out) = s.c.observer.chunk(chunk) {
+                        return Some((Ok(out), s));
+                    }
                 }
-                // Tolerance for real upstreams: a Chat stream that delivered its finish_reason
-                // and closed cleanly is complete; the client still gets its `[DONE]`.
-                if s.c.format == Format::Openai && s.c.watch.finish && s.c.scanner.pending_bytes() == 0 {
-                    s.finish();
-                    return Some((Ok(Bytes::from_static(b"data: [DONE]\n\n")), s));
+                Some(Err(e)) => {
+                    if s.c.observer.watch.terminal {
+                        s.finish();
+                        continue;
+                    }
+                    let kind = classify_network_error(&e);
+                    s.fail(format!("{} mid-stream", kind.describe()));
                 }
-                s.fail_with_event("the upstream stream ended without its terminal event".to_string())
+                None => match s.c.observer.clean_end() {
+                    Some(tail) => {
+                        s.finish();
+                        if !tail.is_empty() {
+                            s.pending.push_back(tail);
+                        }
+                    }
+                    None => s.fail("the upstream stream ended without its terminal event".to_string()),
+                },
             }
         }
     })
@@ -151,7 +244,7 @@ impl<S> RelayState<S> {
     fn finish(&mut self) {
         self.done = true;
         let Some(permit) = self.permit.take() else { return };
-        match self.c.watch.error.clone() {
+        match self.c.observer.watch.error.clone() {
             Some((rate_limited, message)) => {
                 let outcome = if rate_limited { Outcome::RateLimited { retry_after: None } } else { Outcome::Broken };
                 permit.record(outcome, Some(&format!("upstream stream error: {message}")), &self.c.breaker_settings);
@@ -167,16 +260,18 @@ impl<S> RelayState<S> {
 
     /// A failure after bytes reached the client: end the stream with the protocol's own error
     /// event (unless the upstream already sent one) and record a failure.
-    fn fail_with_event(mut self, message: String) -> Option<(Result<Bytes, io::Error>, Self)> {
+    fn fail(&mut self, message: String) {
         self.done = true;
         if let Some(permit) = self.permit.take() {
-            permit.record(Outcome::Broken, Some(&message), &self.c.breaker_settings);
+            let outcome = match &self.c.observer.watch.error {
+                Some((true, _)) => Outcome::RateLimited { retry_after: None },
+                _ => Outcome::Broken,
+            };
+            permit.record(outcome, Some(&message), &self.c.breaker_settings);
         }
-        if self.c.watch.error.is_some() {
-            return None;
+        if self.c.observer.watch.error.is_none() {
+            let event = self.c.observer.error_event(&message);
+            self.pending.push_back(event);
         }
-        // The client's protocol decides the shape of the error event.
-        let event = error_event(Format::native_to(self.c.protocol), &message, &self.c.context);
-        Some((Ok(Bytes::from(event)), self))
     }
 }

@@ -192,8 +192,10 @@ async fn current_endpoint_get_and_manual_switch() {
     let (status, cur) = g.api(Method::PUT, "/api/current", Some(json!({"protocol": "claude", "endpoint": "a"}))).await;
     assert_eq!(status, 200);
     assert_eq!(cur["claude"], "a");
+    // With conversion every format can serve every protocol.
+    let (status, cur) = g.api(Method::PUT, "/api/current", Some(json!({"protocol": "claude", "endpoint": "o"}))).await;
+    assert_eq!((status, cur["claude"].clone()), (200, json!("o")));
     for (body, want) in [
-        (json!({"protocol": "claude", "endpoint": "o"}), 400),
         (json!({"protocol": "claude", "endpoint": "off"}), 400),
         (json!({"protocol": "gemini", "endpoint": "a"}), 400),
         (json!({"protocol": "claude", "endpoint": "zzz"}), 404),

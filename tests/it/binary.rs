@@ -48,10 +48,10 @@ impl Server {
         let sink = logs.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                    if v["fields"]["event"] == "listening" {
-                        let _ = tx.send(v["fields"]["addr"].as_str().unwrap_or_default().to_string());
-                    }
+                if let Ok(v) = serde_json::from_str::<Value>(&line)
+                    && v["fields"]["event"] == "listening"
+                {
+                    let _ = tx.send(v["fields"]["addr"].as_str().unwrap_or_default().to_string());
                 }
                 sink.lock().unwrap().push(line);
             }

@@ -135,24 +135,60 @@ async fn rate_limited_backoff_succeeds_within_the_budget() {
     let g = TestGateway::start_manual().await;
     g.settings(json!({"breaker": {"claude": {"failure_threshold": 1}}})).await;
     g.add("a", "anthropic", &a.url(), json!({})).await;
+    // The 429 that trips the breaker is the upstream's own answer, returned as it was.
     a.push(Reply::anthropic_error(429, "rate_limit_error", "slow down").with_header("retry-after", "2"));
-    a.push(Reply::anthropic_message("after the wait"));
-    let request = tokio::spawn({
-        let (url, http) = (g.url.clone(), g.http.clone());
-        async move { http.post(format!("{url}/v1/messages")).json(&claude_body("m", false)).send().await.unwrap() }
-    });
-    // The request waits inside the gateway for the 2 s cooldown.
-    g.clock().wait_for_sleepers(1).await;
+    let r = g.post("/v1/messages", &claude_body("m", false)).await;
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["retry-after"], "2");
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["message"], "slow down");
     let h = g.health("a").await;
     assert_eq!(
         (h["circuit"].clone(), h["open_reason"].clone(), h["cooldown_remaining_ms"].clone()),
         (json!("open"), json!("rate_limited"), json!(2000))
     );
+
+    // The next request finds every candidate rate-limited and waits inside the gateway for the
+    // 2 s cooldown (within the 5 s budget), then probes and succeeds.
+    a.push(Reply::anthropic_message("after the wait"));
+    let request = tokio::spawn({
+        let (url, http) = (g.url.clone(), g.http.clone());
+        async move { http.post(format!("{url}/v1/messages")).json(&claude_body("m", false)).send().await.unwrap() }
+    });
+    g.clock().wait_for_sleepers(1).await;
+    assert_eq!(a.request_count(), 1);
     g.clock().advance(Duration::from_secs(2));
     let r = request.await.unwrap();
     assert_eq!(r.status(), 200);
-    assert_eq!(r.headers()["x-ccmesh-attempts"], "2");
+    assert_eq!(r.headers()["x-ccmesh-attempts"], "1");
     assert_eq!(a.request_count(), 2);
+}
+
+#[tokio::test]
+async fn a_probe_answered_429_again_keeps_waiting_within_the_budget() {
+    let a = MockUpstream::start().await;
+    let g = TestGateway::start_manual().await;
+    g.settings(json!({"breaker": {"claude": {"failure_threshold": 1, "success_threshold": 1}}})).await;
+    g.add("a", "anthropic", &a.url(), json!({})).await;
+    a.push(Reply::anthropic_error(429, "rate_limit_error", "slow down").with_header("retry-after", "1"));
+    assert_eq!(g.post("/v1/messages", &claude_body("m", false)).await.status(), 429);
+
+    a.push(Reply::anthropic_error(429, "rate_limit_error", "still busy").with_header("retry-after", "1"));
+    a.push(Reply::anthropic_message("finally"));
+    let request = tokio::spawn({
+        let (url, http) = (g.url.clone(), g.http.clone());
+        async move { http.post(format!("{url}/v1/messages")).json(&claude_body("m", false)).send().await.unwrap() }
+    });
+    let clock = g.clock();
+    clock.wait_for_sleepers(1).await;
+    clock.advance(Duration::from_secs(1));
+    // The probe gets 429 again: the breaker reopens for 1 s and the request waits again.
+    a.wait_for_requests(2).await;
+    clock.wait_for_sleepers(1).await;
+    clock.advance(Duration::from_secs(1));
+    let r = request.await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-ccmesh-attempts"], "2");
+    assert_eq!(g.health("a").await["circuit"], "closed");
 }
 
 #[tokio::test]
@@ -165,16 +201,18 @@ async fn rate_limited_past_the_budget_is_a_429_with_retry_after() {
     let r = g.post("/v1/messages", &claude_body("m", false)).await;
     assert_eq!(r.status(), 429);
     assert_eq!(r.headers()["retry-after"], "30");
-    let v: Value = r.json().await.unwrap();
-    assert_eq!(v["error"]["type"], "rate_limit_error");
-    // Later requests get the same answer at once, with the remaining time, without an attempt.
+    // Later requests get a gateway 429 at once, with the remaining time, without an attempt.
     g.clock().advance(Duration::from_millis(10_500));
     let r = g.post("/v1/messages", &claude_body("m", false)).await;
     assert_eq!(r.status(), 429);
     assert_eq!(r.headers()["retry-after"], "20");
     assert_eq!(r.headers()["x-ccmesh-attempts"], "0");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "rate_limit_error");
+    assert!(v["error"]["message"].as_str().unwrap().contains("rate-limited"), "{v}");
     assert_eq!(a.request_count(), 1);
-    // Retry-After is capped by max_rate_limit_timeout (60 s).
+    // Retry-After is capped by max_rate_limit_timeout (60 s); the probe's 429 re-enters the
+    // backoff, which cannot wait 60 s within the budget: a gateway 429 at once.
     g.clock().advance(Duration::from_secs(20));
     a.push(Reply::anthropic_error(429, "rate_limit_error", "go away").with_header("retry-after", "86400"));
     let r = g.post("/v1/messages", &claude_body("m", false)).await;

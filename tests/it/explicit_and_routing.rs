@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::gateway::{TestGateway, chat_body, claude_body, responses_body};
+use crate::support::gateway::{TestGateway, chat_body, claude_body};
 use crate::support::mock::{MockUpstream, Reply};
 
 #[tokio::test]
@@ -63,11 +63,18 @@ async fn explicit_errors_are_400_in_the_client_protocol() {
     g.add("a", "anthropic", "http://127.0.0.1:9", json!({})).await;
     g.add("off", "anthropic", "http://127.0.0.1:9", json!({"enabled": false})).await;
     g.add("o", "openai", "http://127.0.0.1:9", json!({})).await;
+    #[allow(clippy::type_complexity)]
     let cases: [(&str, Vec<(&str, &str)>, &str, &str); 5] = [
         ("/v1/messages", vec![("x-ccmesh-endpoint", "ghost")], "m", "ghost"),
         ("/v1/messages", vec![("x-ccmesh-endpoint", "off")], "m", "disabled"),
         ("/v1/messages", vec![], "@off/m", "disabled"),
-        ("/v1/messages", vec![("x-ccmesh-endpoint", "o")], "m", "cannot serve claude"),
+        // Pass-through paths are not converted: an Anthropic-family path needs an Anthropic endpoint.
+        (
+            "/v1/messages/batches",
+            vec![("x-ccmesh-endpoint", "o"), ("anthropic-version", "2023-06-01")],
+            "m",
+            "cannot serve claude",
+        ),
         ("/v1/messages", vec![("x-ccmesh-endpoint", "a")], "@o/m", "names endpoint 'a' but"),
     ];
     for (path, headers, model, needle) in cases {
@@ -84,22 +91,21 @@ async fn explicit_errors_are_400_in_the_client_protocol() {
 }
 
 #[tokio::test]
-async fn the_fast_queue_applies_per_protocol_and_the_404_names_hidden_endpoints() {
-    let (fast_r, slow_o, fast_o) =
-        (MockUpstream::start().await, MockUpstream::start().await, MockUpstream::start().await);
+async fn the_fast_queue_orders_candidates_and_the_404_names_hidden_endpoints() {
+    let (slow, fast1, fast2) = (MockUpstream::start().await, MockUpstream::start().await, MockUpstream::start().await);
     let g = TestGateway::start().await;
-    g.add("fast-r", "responses", &fast_r.url(), json!({"fast": true})).await;
-    g.add("slow-o", "openai", &slow_o.url(), json!({"models": ["gpt-*"]})).await;
-    slow_o.set_default(Reply::openai_chat("slow"));
-    fast_r.set_default(Reply::responses_message("r"));
-    // A fast Responses endpoint does not starve Chat traffic.
-    let r = g.post("/v1/chat/completions", &chat_body("gpt-5", false)).await;
-    assert_eq!(r.headers()["x-ccmesh-endpoint"], "slow-o");
-    assert_eq!(g.post("/v1/responses", &responses_body("x", false)).await.headers()["x-ccmesh-endpoint"], "fast-r");
-    // Once an OpenAI endpoint is fast, only fast ones serve Chat.
-    g.add("fast-o", "openai", &fast_o.url(), json!({"fast": true, "models": ["o3"]})).await;
-    fast_o.set_default(Reply::openai_chat("fast"));
-    assert_eq!(g.post("/v1/chat/completions", &chat_body("o3", false)).await.headers()["x-ccmesh-endpoint"], "fast-o");
+    g.add("slow-o", "openai", &slow.url(), json!({"models": ["gpt-*"]})).await;
+    slow.set_default(Reply::openai_chat("slow"));
+    assert_eq!(
+        g.post("/v1/chat/completions", &chat_body("gpt-5", false)).await.headers()["x-ccmesh-endpoint"],
+        "slow-o"
+    );
+    // Once endpoints are fast, only fast ones serve, in fast_sort_order.
+    g.add("fast-2", "openai", &fast2.url(), json!({"fast": true, "fast_sort_order": 2, "models": ["o3"]})).await;
+    g.add("fast-1", "openai", &fast1.url(), json!({"fast": true, "fast_sort_order": 1, "models": ["o3"]})).await;
+    fast1.set_default(Reply::openai_chat("fast"));
+    g.settings(json!({"routing_strategy": "priority"})).await;
+    assert_eq!(g.post("/v1/chat/completions", &chat_body("o3", false)).await.headers()["x-ccmesh-endpoint"], "fast-1");
     let r = g.post("/v1/chat/completions", &chat_body("gpt-5", false)).await;
     assert_eq!(r.status(), 404);
     let v: Value = r.json().await.unwrap();
@@ -108,8 +114,22 @@ async fn the_fast_queue_applies_per_protocol_and_the_404_names_hidden_endpoints(
         "no endpoint in the fast queue serves model 'gpt-5'; 'slow-o' serves it but is not in the queue (add it with PUT /api/fast-queue or `ccmesh fast set`)"
     );
     // Editing the queue takes effect on the next request.
-    g.api(reqwest::Method::PUT, "/api/fast-queue", Some(json!({"endpoints": ["fast-r", "fast-o", "slow-o"]}))).await;
+    g.api(reqwest::Method::PUT, "/api/fast-queue", Some(json!({"endpoints": ["fast-1", "slow-o"]}))).await;
     assert_eq!(g.post("/v1/chat/completions", &chat_body("gpt-5", false)).await.status(), 200);
+}
+
+#[tokio::test]
+async fn the_fast_queue_of_one_pass_through_family_does_not_empty_the_other() {
+    // Pass-through paths go only to their own family; an Anthropic endpoint in the fast queue
+    // must not hide the OpenAI-family endpoints from /v1/embeddings.
+    let (a, o) = (MockUpstream::start().await, MockUpstream::start().await);
+    let g = TestGateway::start().await;
+    g.add("a", "anthropic", &a.url(), json!({"fast": true})).await;
+    g.add("o", "openai", &o.url(), json!({})).await;
+    o.push(Reply::json(200, json!({"object": "list", "data": []})));
+    let r = g.post("/v1/embeddings", &json!({"model": "text-embedding-3-small", "input": "x"})).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-ccmesh-endpoint"], "o");
 }
 
 #[tokio::test]

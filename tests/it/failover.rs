@@ -228,23 +228,45 @@ async fn network_failures_are_classified_by_kind_not_message() {
 }
 
 #[tokio::test]
-async fn count_tokens_404_is_neutral_and_not_retried() {
+async fn count_tokens_404_is_neutral_not_retried_and_answered_locally() {
     let (a, b) = (MockUpstream::start().await, MockUpstream::start().await);
     let g = TestGateway::start().await;
     g.add("a", "anthropic", &a.url(), json!({})).await;
     g.add("b", "anthropic", &b.url(), json!({})).await;
     a.push(Reply::anthropic_error(404, "not_found_error", "no count_tokens here"));
-    let r = g
-        .post("/v1/messages/count_tokens", &json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
-        .await;
-    assert_eq!(r.status(), 404);
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "Hello, world!"}]});
+    let r = g.post("/v1/messages/count_tokens", &body).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-ccmesh-token-count"], "estimated");
+    let v: Value = r.json().await.unwrap();
+    // 3 (priming) + 3 (message) + 4 ("Hello, world!" in o200k).
+    assert_eq!(v, json!({"input_tokens": 10}));
     assert_eq!(a.last_request().unwrap().path, "/v1/messages/count_tokens");
     assert_eq!(b.request_count(), 0);
     assert_eq!(g.health("a").await["consecutive_failures"], 0);
+    // An upstream that counts is believed.
+    a.push(Reply::json(200, json!({"input_tokens": 123})));
+    let r = g.post("/v1/messages/count_tokens", &body).await;
+    assert!(r.headers().get("x-ccmesh-token-count").is_none());
+    assert_eq!(r.json::<Value>().await.unwrap(), json!({"input_tokens": 123}));
     // The same 404 on /v1/messages is an endpoint failure and fails over.
     a.push(Reply::anthropic_error(404, "not_found_error", "wrong base_url"));
     b.push(Reply::anthropic_message("b"));
     let r = g.post("/v1/messages", &claude_body("m", false)).await;
     assert_eq!(r.headers()["x-ccmesh-endpoint"], "b");
     assert_eq!(g.health("a").await["consecutive_failures"], 1);
+}
+
+#[tokio::test]
+async fn count_tokens_without_an_anthropic_endpoint_is_estimated_without_a_request() {
+    let o = MockUpstream::start().await;
+    let g = TestGateway::start().await;
+    g.add("o", "openai", &o.url(), json!({})).await;
+    let body = json!({"model": "m", "system": "Be brief.", "messages": [{"role": "user", "content": "Hello, world!"}]});
+    let r = g.post("/v1/messages/count_tokens", &body).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-ccmesh-token-count"], "estimated");
+    let n = r.json::<Value>().await.unwrap()["input_tokens"].as_u64().unwrap();
+    assert!(n > 10, "{n}");
+    assert_eq!(o.request_count(), 0);
 }

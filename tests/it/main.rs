@@ -1,5 +1,7 @@
 //! The one integration-test binary: real sockets on 127.0.0.1, a real SQLite file, a scripted
 //! mock upstream as the outside world.
+// Test support fails loudly: unwrap and panic are the point outside #[test] functions too.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 
@@ -9,4 +11,5 @@ mod breaker_flow;
 mod explicit_and_routing;
 mod failover;
 mod passthrough;
+mod sdk_clients;
 mod streaming;

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::gateway::{TestGateway, chat_body, claude_body, responses_body};
+use crate::support::gateway::{TestGateway, chat_body, claude_body};
 use crate::support::mock::{self, MockUpstream, Reply};
 
 /// A body with whitespace and key order no serializer would produce, so any re-encoding shows.
@@ -279,17 +279,4 @@ async fn real_client_fixtures_reach_the_upstream_unchanged() {
     }
     assert_eq!(seen_any, 5);
     let _ = mock::INPUT_TOKENS;
-}
-
-#[tokio::test]
-async fn responses_and_chat_bodies_helpers_are_used() {
-    // Keep helpers honest: both shapes route to their own protocol.
-    let up = MockUpstream::start().await;
-    let g = TestGateway::start().await;
-    g.add("r", "responses", &up.url(), json!({})).await;
-    up.push(Reply::responses_message("x"));
-    assert_eq!(g.post("/v1/responses", &responses_body("m", false)).await.status(), 200);
-    assert_eq!(up.last_request().unwrap().path, "/v1/responses");
-    // A chat request has no compatible endpoint here.
-    assert_eq!(g.post("/v1/chat/completions", &chat_body("m", false)).await.status(), 503);
 }

@@ -1,2 +1,3 @@
 pub mod gateway;
 pub mod mock;
+pub mod python;

@@ -19,15 +19,10 @@ pub struct TestGateway {
     pub _dir: tempfile::TempDir,
 }
 
+#[derive(Default)]
 pub struct Options {
     pub manual_clock: bool,
     pub admin_token: Option<String>,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Self { manual_clock: false, admin_token: None }
-    }
 }
 
 impl TestGateway {

@@ -1,0 +1,135 @@
+//! Conversion on the request path: the client's request decoded once, encoded once per target
+//! format and model, and the answers converted back. The codecs themselves live in `convert`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::http::{HeaderMap, HeaderValue, header};
+use bytes::Bytes;
+
+use crate::convert::{self, ir};
+use crate::endpoint::Format;
+
+/// Per-request conversion state.
+pub struct RequestConversion {
+    /// The client's format (the native format of its inbound protocol).
+    pub client: Format,
+    decoded: Option<Result<ir::Request, ir::ConvertError>>,
+    /// Encoded bodies by (format, model sent).
+    bodies: Vec<(Format, String, Result<Bytes, ir::ConvertError>)>,
+    ctx: Option<ir::EncodeContext>,
+}
+
+impl RequestConversion {
+    pub fn new(client: Format) -> Self {
+        Self { client, decoded: None, bodies: Vec::new(), ctx: None }
+    }
+
+    pub fn needed(&self, endpoint: Format) -> bool {
+        endpoint != self.client
+    }
+
+    fn decoded(&mut self, body: &[u8]) -> Result<&ir::Request, ir::ConvertError> {
+        let client = self.client;
+        self.decoded.get_or_insert_with(|| convert::decode_request(client, body)).as_ref().map_err(Clone::clone)
+    }
+
+    /// The body to send to an endpoint of `format` with `model`.
+    pub fn body(&mut self, client_body: &[u8], format: Format, model: &str) -> Result<Bytes, ir::ConvertError> {
+        if let Some((_, _, b)) = self.bodies.iter().find(|(f, m, _)| *f == format && m == model) {
+            return b.clone();
+        }
+        let result = self.decoded(client_body).cloned().and_then(|mut request| {
+            request.model = model.to_string();
+            let encoded = convert::encode_request(format, &request)?;
+            for loss in request.losses.iter().chain(&encoded.losses) {
+                tracing::info!(
+                    event = "conversion_loss",
+                    from = self.client.as_str(),
+                    to = format.as_str(),
+                    field = %loss.field,
+                    note = %loss.note,
+                    "a request feature did not survive conversion"
+                );
+            }
+            Ok(Bytes::from(encoded.body))
+        });
+        self.bodies.push((format, model.to_string(), result.clone()));
+        result
+    }
+
+    /// What the client-side encoders need, built once from the decoded request.
+    pub fn context(&mut self, client_body: &[u8], requested_model: &str, now_unix: u64) -> ir::EncodeContext {
+        if let Some(ctx) = &self.ctx {
+            return ctx.clone();
+        }
+        let (include_usage, include_encrypted_reasoning, namespaced_tools) = match self.decoded(client_body) {
+            Ok(r) => (
+                r.include_usage,
+                r.include_encrypted_reasoning,
+                r.tools
+                    .iter()
+                    .filter_map(|t| t.namespace.as_ref().map(|(ns, name)| (t.name.clone(), ns.clone(), name.clone())))
+                    .collect(),
+            ),
+            Err(_) => (false, false, Vec::new()),
+        };
+        let ctx = ir::EncodeContext {
+            request_model: requested_model.to_string(),
+            include_usage,
+            namespaced_tools,
+            created: now_unix,
+            id_seed: id_seed(now_unix),
+            include_encrypted_reasoning,
+        };
+        self.ctx = Some(ctx.clone());
+        ctx
+    }
+
+    /// The decoded client request (for local token counting).
+    pub fn request(&mut self, client_body: &[u8]) -> Result<ir::Request, ir::ConvertError> {
+        self.decoded(client_body).cloned()
+    }
+}
+
+/// A unique id suffix: time plus a process-wide counter, hex.
+fn id_seed(now_unix: u64) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{now_unix:x}{n:08x}")
+}
+
+/// Convert a successful non-streaming answer. `Err` means the upstream's 2xx body could not be
+/// read as its format — a failure of that endpoint.
+pub fn success_body(
+    upstream: Format,
+    client: Format,
+    body: &[u8],
+    ctx: &ir::EncodeContext,
+) -> Result<Bytes, ir::ConvertError> {
+    let response = convert::decode_response(upstream, body)?;
+    Ok(Bytes::from(convert::encode_response(client, &response, ctx)))
+}
+
+/// Convert an upstream error body into the client's protocol; the status is kept by the caller.
+pub fn error_body(upstream: Format, client: Format, status: u16, body: &[u8]) -> Bytes {
+    let error = convert::decode_error(upstream, status, body);
+    Bytes::from(convert::encode_error(client, &error))
+}
+
+/// Response headers for a converted body: the upstream's minus what described its own body.
+pub fn converted_headers(upstream: &HeaderMap, content_type: &'static str) -> HeaderMap {
+    let mut headers = upstream.clone();
+    headers.remove(header::CONTENT_LENGTH);
+    headers.remove(header::CONTENT_ENCODING);
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers
+}
+
+/// Request headers that only make sense to an upstream of the client's own format
+/// (`anthropic-beta` to an OpenAI endpoint, `openai-organization` to Anthropic).
+pub fn foreign_header(name: &str, target: Format) -> bool {
+    match target {
+        Format::Anthropic => name.starts_with("openai-"),
+        Format::Openai | Format::Responses => name.starts_with("anthropic-"),
+    }
+}
