@@ -8,6 +8,7 @@ mod support;
 mod admin_api;
 mod binary;
 mod breaker_flow;
+mod conversion;
 mod explicit_and_routing;
 mod failover;
 mod passthrough;
