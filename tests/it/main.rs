@@ -13,4 +13,5 @@ mod explicit_and_routing;
 mod failover;
 mod passthrough;
 mod sdk_clients;
+mod sdk_matrix;
 mod streaming;

@@ -1,3 +1,4 @@
 pub mod gateway;
 pub mod mock;
+pub mod node;
 pub mod python;

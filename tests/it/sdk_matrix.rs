@@ -1,0 +1,834 @@
+//! The real-client matrix: the official `anthropic` and `openai` Python SDKs and the Vercel AI SDK
+//! (`ai@6` with `@ai-sdk/anthropic@3` / `@ai-sdk/openai@3`) call the gateway with each client
+//! protocol (Messages, Chat Completions, Responses) in front of a mock upstream of each endpoint
+//! format (anthropic, openai, responses): 2 SDK families × 3 client protocols × 3 upstream formats,
+//! the pass-through diagonal included. Each cell runs one client process with two scenarios, a
+//! plain and a streamed conversation of three turns each (a text answer; with that exchange as
+//! history, a question answered with text and a tool call; the tool result, answered with the final
+//! text). The client checks text, tool call, finish reason and usage in its own protocol's
+//! convention (`tests/sdk/matrix_client.py`, `tests/js/matrix.mjs`); this side checks what reached
+//! the upstream: a request of the upstream's own format carrying the whole conversation, the tool
+//! call with the upstream's own call id and the tool result for it.
+//!
+//! The upstream's answers are real wire shapes of each format (text before a tool call, argument
+//! JSON streamed in pieces, usage with cached input and, for Anthropic, cache writes); what the
+//! client must see is passed to the script as `MATRIX_SPEC`, so the expectations live here only.
+// Test support fails loudly: unwrap and panic are the point.
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use crate::support::gateway::TestGateway;
+use crate::support::mock::{self, MockUpstream, RecordedRequest, Reply, sse_data, sse_event};
+use crate::support::node::{js_dir, node_modules};
+use crate::support::python::python;
+
+/// Ceiling for one client process (its own watchdog; the venv / node_modules exist before).
+const SCRIPT_TIMEOUT_SECS: u64 = 120;
+
+const SCENARIOS: [&str; 2] = ["conversation", "stream_conversation"];
+const SYSTEM: &str = "You are a terse weather assistant.";
+const QUESTIONS: [&str; 2] = ["Say hello", "What is the weather in Paris?"];
+const TOOL_NAME: &str = "get_weather";
+const TOOL_RESULT: &str = "18°C, sunny";
+const HELLO: &str = "Hello from ccmesh — wörld!";
+const PREAMBLE: &str = "I'll check the weather in Paris.";
+const FINAL: &str = "It is 18°C and sunny in Paris.";
+
+fn tool_parameters() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "description": "City name"},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+        },
+        "required": ["city", "unit"],
+        "additionalProperties": false,
+    })
+}
+
+fn tool_arguments() -> Value {
+    json!({"city": "Paris", "unit": "celsius"})
+}
+
+/// The arguments as the upstream streams them: an empty first piece, then JSON split mid-token.
+const ARGUMENT_PIECES: [&str; 5] = ["", "{\"city\":", "\"Par", "is\",\"unit\"", ":\"celsius\"}"];
+
+// ===================================================================================== formats
+
+/// A wire protocol: as the client speaks it, or as the upstream endpoint's format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fmt {
+    Anthropic,
+    Chat,
+    Responses,
+}
+
+impl Fmt {
+    /// The endpoint `format` in the gateway's configuration.
+    fn endpoint_format(self) -> &'static str {
+        match self {
+            Fmt::Anthropic => "anthropic",
+            Fmt::Chat => "openai",
+            Fmt::Responses => "responses",
+        }
+    }
+
+    /// The client kind the scripts take.
+    fn client_kind(self) -> &'static str {
+        match self {
+            Fmt::Anthropic => "anthropic",
+            Fmt::Chat => "openai-chat",
+            Fmt::Responses => "openai-responses",
+        }
+    }
+
+    fn path(self) -> &'static str {
+        match self {
+            Fmt::Anthropic => "/v1/messages",
+            Fmt::Chat => "/v1/chat/completions",
+            Fmt::Responses => "/v1/responses",
+        }
+    }
+
+    fn upstream_model(self) -> &'static str {
+        match self {
+            Fmt::Anthropic => mock::ANTHROPIC_MODEL,
+            Fmt::Chat => mock::OPENAI_CHAT_MODEL,
+            Fmt::Responses => mock::RESPONSES_MODEL,
+        }
+    }
+
+    /// The tool call id the upstream gives its call (Responses: the `call_id`).
+    fn call_id(self) -> &'static str {
+        match self {
+            Fmt::Anthropic => "toolu_01A09q90qw90lq917835lq9",
+            Fmt::Chat => "call_Xq4bZ0cS1mW8mQ3kC2pT7aNd",
+            Fmt::Responses => "call_Rk2pW9vYh3cLq8nT5sDf1eZa",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sdk {
+    /// The official `anthropic` / `openai` Python SDKs.
+    Python,
+    /// The Vercel AI SDK.
+    Node,
+}
+
+// ======================================================================================= turns
+
+/// Usage as the upstream counts it, normalised: input without cache, cache read, cache write,
+/// output.
+#[derive(Clone, Copy, Debug)]
+struct Usage {
+    input: u64,
+    cache_read: u64,
+    cache_write: u64,
+    output: u64,
+}
+
+impl Usage {
+    /// Input including cached input (OpenAI's `prompt_tokens` / `input_tokens`).
+    fn total_input(self) -> u64 {
+        self.input + self.cache_read + self.cache_write
+    }
+}
+
+/// One upstream answer of the conversation.
+#[derive(Clone, Debug)]
+struct Turn {
+    text: &'static str,
+    tool_call: bool,
+    usage: Usage,
+}
+
+/// The three answers of a conversation, with usage an upstream of `fmt` can report (only
+/// Anthropic reports cache writes).
+fn turns(fmt: Fmt) -> [Turn; 3] {
+    let write = if fmt == Fmt::Anthropic { 384 } else { 0 };
+    [
+        Turn { text: HELLO, tool_call: false, usage: Usage { input: 31, cache_read: 0, cache_write: 0, output: 9 } },
+        Turn {
+            text: PREAMBLE,
+            tool_call: true,
+            usage: Usage { input: 57, cache_read: 2048, cache_write: write, output: 23 },
+        },
+        Turn {
+            text: FINAL,
+            tool_call: false,
+            usage: Usage { input: 85, cache_read: 2432, cache_write: 0, output: 14 },
+        },
+    ]
+}
+
+/// What the client scripts must see (`MATRIX_SPEC`).
+fn spec(upstream: Fmt) -> Value {
+    let turns: Vec<Value> = turns(upstream)
+        .iter()
+        .map(|t| {
+            json!({
+                "text": t.text,
+                "tool": if t.tool_call { json!({"name": TOOL_NAME, "arguments": tool_arguments()}) } else { Value::Null },
+                "usage": {"input": t.usage.input, "cache_read": t.usage.cache_read,
+                          "cache_write": t.usage.cache_write, "output": t.usage.output},
+            })
+        })
+        .collect();
+    json!({
+        "upstream": upstream.endpoint_format(),
+        "upstream_model": upstream.upstream_model(),
+        "system": SYSTEM,
+        "questions": QUESTIONS,
+        "tool": {"name": TOOL_NAME, "description": "Current weather in a city", "parameters": tool_parameters()},
+        "tool_result": TOOL_RESULT,
+        "turns": turns,
+    })
+}
+
+/// `text` in three pieces (on char boundaries).
+fn pieces(text: &str) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let n = chars.len().div_ceil(3);
+    chars.chunks(n).map(|c| c.iter().collect()).collect()
+}
+
+// ============================================================================ upstream answers
+
+fn reply(fmt: Fmt, turn: &Turn, stream: bool) -> Reply {
+    match (fmt, stream) {
+        (Fmt::Anthropic, false) => {
+            Reply::json(200, anthropic_body(turn)).with_header("request-id", &mock::mock_id("req_"))
+        }
+        (Fmt::Anthropic, true) => Reply::sse(anthropic_events(turn))
+            .with_header("content-type", "text/event-stream; charset=utf-8")
+            .with_header("request-id", &mock::mock_id("req_")),
+        (Fmt::Chat, false) => Reply::json(200, chat_body(turn)).with_header("x-request-id", &mock::mock_id("req_")),
+        (Fmt::Chat, true) => Reply::sse(chat_events(turn))
+            .with_header("content-type", "text/event-stream; charset=utf-8")
+            .with_header("x-request-id", &mock::mock_id("req_")),
+        (Fmt::Responses, false) => {
+            Reply::json(200, responses_body(turn)).with_header("x-request-id", &mock::mock_id("req_"))
+        }
+        (Fmt::Responses, true) => Reply::sse(responses_events(turn))
+            .with_header("content-type", "text/event-stream; charset=utf-8")
+            .with_header("x-request-id", &mock::mock_id("req_")),
+    }
+}
+
+fn anthropic_usage(u: Usage, output: u64) -> Value {
+    json!({
+        "input_tokens": u.input,
+        "cache_creation_input_tokens": u.cache_write,
+        "cache_read_input_tokens": u.cache_read,
+        "output_tokens": output,
+        "service_tier": "standard",
+    })
+}
+
+/// A Messages answer: a text block, then a `tool_use` block when the turn calls the tool.
+fn anthropic_body(turn: &Turn) -> Value {
+    let mut content = vec![json!({"type": "text", "text": turn.text})];
+    if turn.tool_call {
+        content.push(json!({"type": "tool_use", "id": Fmt::Anthropic.call_id(), "name": TOOL_NAME, "input": tool_arguments()}));
+    }
+    json!({
+        "id": mock::mock_id("msg_01"),
+        "type": "message",
+        "role": "assistant",
+        "model": mock::ANTHROPIC_MODEL,
+        "content": content,
+        "stop_reason": if turn.tool_call { "tool_use" } else { "end_turn" },
+        "stop_sequence": null,
+        "usage": anthropic_usage(turn.usage, turn.usage.output),
+    })
+}
+
+/// A Messages stream: message_start (input usage), ping, the text block, the tool_use block with
+/// its input as `input_json_delta`s, message_delta (stop reason, output usage), message_stop.
+fn anthropic_events(turn: &Turn) -> Vec<String> {
+    let mut events = vec![
+        sse_event(
+            "message_start",
+            &json!({"type": "message_start", "message": {
+                "id": mock::mock_id("msg_01"), "type": "message", "role": "assistant", "model": mock::ANTHROPIC_MODEL,
+                "content": [], "stop_reason": null, "stop_sequence": null, "usage": anthropic_usage(turn.usage, 1),
+            }}),
+        ),
+        sse_event("ping", &json!({"type": "ping"})),
+        sse_event(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ),
+    ];
+    for piece in pieces(turn.text) {
+        events.push(sse_event(
+            "content_block_delta",
+            &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}),
+        ));
+    }
+    events.push(sse_event("content_block_stop", &json!({"type": "content_block_stop", "index": 0})));
+    if turn.tool_call {
+        events.push(sse_event(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": 1, "content_block":
+                {"type": "tool_use", "id": Fmt::Anthropic.call_id(), "name": TOOL_NAME, "input": {}}}),
+        ));
+        for piece in ARGUMENT_PIECES {
+            events.push(sse_event(
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": piece}}),
+            ));
+        }
+        events.push(sse_event("content_block_stop", &json!({"type": "content_block_stop", "index": 1})));
+    }
+    events.push(sse_event(
+        "message_delta",
+        &json!({
+            "type": "message_delta",
+            "delta": {"stop_reason": if turn.tool_call { "tool_use" } else { "end_turn" }, "stop_sequence": null},
+            "usage": {"output_tokens": turn.usage.output},
+        }),
+    ));
+    events.push(sse_event("message_stop", &json!({"type": "message_stop"})));
+    events
+}
+
+/// Chat usage: `prompt_tokens` includes the cached input.
+fn chat_usage(u: Usage) -> Value {
+    json!({
+        "prompt_tokens": u.total_input(),
+        "completion_tokens": u.output,
+        "total_tokens": u.total_input() + u.output,
+        "prompt_tokens_details": {"cached_tokens": u.cache_read, "audio_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0, "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},
+    })
+}
+
+fn chat_tool_call() -> Value {
+    json!({"id": Fmt::Chat.call_id(), "type": "function",
+           "function": {"name": TOOL_NAME, "arguments": tool_arguments().to_string()}})
+}
+
+/// A Chat Completions answer: content, plus `tool_calls` when the turn calls the tool.
+fn chat_body(turn: &Turn) -> Value {
+    let mut body = mock::openai_chat_body(turn.text);
+    if turn.tool_call {
+        body["choices"][0]["message"]["tool_calls"] = json!([chat_tool_call()]);
+        body["choices"][0]["finish_reason"] = json!("tool_calls");
+    }
+    body["usage"] = chat_usage(turn.usage);
+    body
+}
+
+/// A Chat Completions stream as sent with `stream_options.include_usage`: role chunk, content
+/// chunks, the tool call (id and name with empty arguments, then argument pieces), finish chunk,
+/// usage chunk, `[DONE]`.
+fn chat_events(turn: &Turn) -> Vec<String> {
+    let id = mock::mock_id("chatcmpl-");
+    let chunk = |choices: Value, usage: Value| {
+        sse_data(&json!({
+            "id": id, "object": "chat.completion.chunk", "created": 1_767_225_600, "model": mock::OPENAI_CHAT_MODEL,
+            "service_tier": "default", "system_fingerprint": "fp_mock", "choices": choices, "usage": usage,
+        }))
+    };
+    let delta = |delta: Value| json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": null}]);
+    let mut events = vec![chunk(delta(json!({"role": "assistant", "content": "", "refusal": null})), Value::Null)];
+    for piece in pieces(turn.text) {
+        events.push(chunk(delta(json!({"content": piece})), Value::Null));
+    }
+    if turn.tool_call {
+        events.push(chunk(
+            delta(json!({"tool_calls": [{"index": 0, "id": Fmt::Chat.call_id(), "type": "function",
+                                          "function": {"name": TOOL_NAME, "arguments": ""}}]})),
+            Value::Null,
+        ));
+        for piece in &ARGUMENT_PIECES[1..] {
+            events.push(chunk(delta(json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})), Value::Null));
+        }
+    }
+    let finish = if turn.tool_call { "tool_calls" } else { "stop" };
+    events.push(chunk(json!([{"index": 0, "delta": {}, "logprobs": null, "finish_reason": finish}]), Value::Null));
+    events.push(chunk(json!([]), chat_usage(turn.usage)));
+    events.push("data: [DONE]\n\n".to_owned());
+    events
+}
+
+/// Responses usage: `input_tokens` includes the cached input.
+fn responses_usage(u: Usage) -> Value {
+    json!({
+        "input_tokens": u.total_input(),
+        "input_tokens_details": {"cached_tokens": u.cache_read},
+        "output_tokens": u.output,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": u.total_input() + u.output,
+    })
+}
+
+fn output_text(text: &str) -> Value {
+    json!({"type": "output_text", "annotations": [], "logprobs": [], "text": text})
+}
+
+fn message_item(id: &str, status: &str, content: Value) -> Value {
+    json!({"id": id, "type": "message", "status": status, "content": content, "role": "assistant"})
+}
+
+fn function_call_item(id: &str, status: &str, arguments: &str) -> Value {
+    json!({"id": id, "type": "function_call", "status": status, "arguments": arguments,
+           "call_id": Fmt::Responses.call_id(), "name": TOOL_NAME})
+}
+
+fn responses_tools() -> Value {
+    json!([{"type": "function", "name": TOOL_NAME, "description": "Current weather in a city",
+            "parameters": tool_parameters(), "strict": false}])
+}
+
+/// A Responses object (the mock's canned one, with this id, status, output and usage).
+fn responses_object(id: &str, status: &str, output: Value, usage: Value, tools: bool) -> Value {
+    let mut body = mock::responses_body("");
+    body["id"] = json!(id);
+    body["status"] = json!(status);
+    body["output"] = output;
+    body["usage"] = usage;
+    if tools {
+        body["tools"] = responses_tools();
+    }
+    body
+}
+
+/// A Responses answer: a message item, then a `function_call` item when the turn calls the tool.
+fn responses_body(turn: &Turn) -> Value {
+    let mut output = vec![message_item(&mock::mock_id("msg_"), "completed", json!([output_text(turn.text)]))];
+    if turn.tool_call {
+        output.push(function_call_item(&mock::mock_id("fc_"), "completed", &tool_arguments().to_string()));
+    }
+    responses_object(&mock::mock_id("resp_"), "completed", json!(output), responses_usage(turn.usage), turn.tool_call)
+}
+
+/// A Responses stream: created, in_progress, the message item (added, part added, text deltas,
+/// text done, part done, item done), the function_call item (added, argument deltas, arguments
+/// done, item done), completed; every event with its `sequence_number`.
+fn responses_events(turn: &Turn) -> Vec<String> {
+    let resp_id = mock::mock_id("resp_");
+    let msg_id = mock::mock_id("msg_");
+    let fc_id = mock::mock_id("fc_");
+    let mut events = Vec::new();
+    let mut seq = 0u64;
+    let mut push = |name: &str, mut data: Value| {
+        data["type"] = json!(name);
+        data["sequence_number"] = json!(seq);
+        seq += 1;
+        events.push(sse_event(name, &data));
+    };
+    let in_progress = responses_object(&resp_id, "in_progress", json!([]), Value::Null, turn.tool_call);
+    push("response.created", json!({"response": in_progress}));
+    push("response.in_progress", json!({"response": in_progress}));
+    push("response.output_item.added", json!({"output_index": 0, "item": message_item(&msg_id, "in_progress", json!([]))}));
+    push(
+        "response.content_part.added",
+        json!({"item_id": msg_id, "output_index": 0, "content_index": 0, "part": output_text("")}),
+    );
+    for piece in pieces(turn.text) {
+        push(
+            "response.output_text.delta",
+            json!({"item_id": msg_id, "output_index": 0, "content_index": 0, "delta": piece, "logprobs": []}),
+        );
+    }
+    push(
+        "response.output_text.done",
+        json!({"item_id": msg_id, "output_index": 0, "content_index": 0, "text": turn.text, "logprobs": []}),
+    );
+    push(
+        "response.content_part.done",
+        json!({"item_id": msg_id, "output_index": 0, "content_index": 0, "part": output_text(turn.text)}),
+    );
+    let message = message_item(&msg_id, "completed", json!([output_text(turn.text)]));
+    push("response.output_item.done", json!({"output_index": 0, "item": message}));
+    let mut output = vec![message];
+    if turn.tool_call {
+        let arguments = tool_arguments().to_string();
+        push("response.output_item.added", json!({"output_index": 1, "item": function_call_item(&fc_id, "in_progress", "")}));
+        for piece in &ARGUMENT_PIECES[1..] {
+            push("response.function_call_arguments.delta", json!({"item_id": fc_id, "output_index": 1, "delta": piece}));
+        }
+        push(
+            "response.function_call_arguments.done",
+            json!({"item_id": fc_id, "output_index": 1, "arguments": arguments}),
+        );
+        let done = function_call_item(&fc_id, "completed", &arguments);
+        push("response.output_item.done", json!({"output_index": 1, "item": done}));
+        output.push(done);
+    }
+    let completed = responses_object(&resp_id, "completed", json!(output), responses_usage(turn.usage), turn.tool_call);
+    push("response.completed", json!({"response": completed}));
+    events
+}
+
+// ====================================================================== running the clients
+
+/// Runs one client process against the gateway for both scenarios; returns its output (the
+/// caller asserts on it together with what reached the upstream, for a complete failure report).
+async fn run_client(sdk: Sdk, client: Fmt, upstream: Fmt, gateway: &str) -> Output {
+    let mut cmd = match sdk {
+        Sdk::Python => {
+            let interpreter = off_runtime(python).await;
+            let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests").join("sdk");
+            let mut cmd = Command::new(interpreter);
+            cmd.arg("-B").arg(dir.join("matrix_client.py")).current_dir(&dir);
+            cmd.env("SDK_SCRIPT_TIMEOUT", SCRIPT_TIMEOUT_SECS.to_string()).env("PYTHONUNBUFFERED", "1");
+            cmd
+        }
+        Sdk::Node => {
+            off_runtime(node_modules).await;
+            let dir = js_dir();
+            let mut cmd = Command::new("node");
+            cmd.arg(dir.join("matrix.mjs")).current_dir(&dir);
+            cmd.env("MATRIX_TIMEOUT_SECS", SCRIPT_TIMEOUT_SECS.to_string());
+            cmd
+        }
+    };
+    cmd.arg(gateway).arg(client.client_kind()).args(SCENARIOS);
+    cmd.env("MATRIX_SPEC", spec(upstream).to_string()).stdin(Stdio::null());
+    // Nothing from the environment may redirect or reconfigure the SDKs.
+    for (key, _) in std::env::vars_os() {
+        let upper = key.to_string_lossy().to_ascii_uppercase();
+        if upper.starts_with("ANTHROPIC_")
+            || upper.starts_with("OPENAI_")
+            || upper.starts_with("AI_GATEWAY_")
+            || upper.ends_with("_PROXY")
+        {
+            cmd.env_remove(&key);
+        }
+    }
+    // The gateway and the mock run on this test's runtime: wait for the process off it.
+    match tokio::task::spawn_blocking(move || cmd.output()).await.unwrap() {
+        Ok(out) => out,
+        Err(e) => panic!("cannot run the {sdk:?} client: {e}"),
+    }
+}
+
+/// Runs a blocking setup function (venv / npm install) off the runtime, passing its panic on.
+async fn off_runtime<T: Send + 'static>(f: fn() -> T) -> T {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(v) => v,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+// ============================================================= what reached the upstream
+
+/// One element of a conversation as any format carries it.
+#[derive(Clone, Debug, PartialEq)]
+enum Item {
+    System(String),
+    User(String),
+    Assistant(String),
+    Call { id: String, name: String, arguments: Value },
+    Result { id: String, output: String },
+    /// A Responses `item_reference` (stored server-side state).
+    Reference(String),
+}
+
+/// The text of a string or of an array of text parts (any format's part type).
+fn text_of(v: &Value, what: &str) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .map(|p| {
+                let kind = p["type"].as_str().unwrap_or_default();
+                assert!(["text", "input_text", "output_text"].contains(&kind), "{what}: a non-text part {p}");
+                p["text"].as_str().unwrap_or_else(|| panic!("{what}: part without text {p}")).to_owned()
+            })
+            .collect(),
+        other => panic!("{what}: expected text, got {other}"),
+    }
+}
+
+fn parse_arguments(v: &Value, what: &str) -> Value {
+    let s = v.as_str().unwrap_or_else(|| panic!("{what}: arguments are not a string: {v}"));
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("{what}: arguments are not JSON ({e}): {s}"))
+}
+
+/// The conversation in an upstream request of format `fmt`, as [`Item`]s in order (empty texts
+/// left out).
+fn conversation_of(fmt: Fmt, body: &Value) -> Vec<Item> {
+    let mut items = Vec::new();
+    let text = |items: &mut Vec<Item>, make: fn(String) -> Item, t: String| {
+        if !t.is_empty() {
+            items.push(make(t));
+        }
+    };
+    match fmt {
+        Fmt::Anthropic => {
+            if !body["system"].is_null() {
+                text(&mut items, Item::System, text_of(&body["system"], "system"));
+            }
+            for (i, m) in body["messages"].as_array().unwrap().iter().enumerate() {
+                let what = format!("messages[{i}]");
+                let role: fn(String) -> Item = match m["role"].as_str() {
+                    Some("user") => Item::User,
+                    Some("assistant") => Item::Assistant,
+                    _ => panic!("{what}: role {}", m["role"]),
+                };
+                let Some(blocks) = m["content"].as_array() else {
+                    text(&mut items, role, text_of(&m["content"], &what));
+                    continue;
+                };
+                for b in blocks {
+                    match b["type"].as_str() {
+                        Some("text") => text(&mut items, role, b["text"].as_str().unwrap().to_owned()),
+                        Some("tool_use") => items.push(Item::Call {
+                            id: b["id"].as_str().unwrap().to_owned(),
+                            name: b["name"].as_str().unwrap().to_owned(),
+                            arguments: b["input"].clone(),
+                        }),
+                        Some("tool_result") => items.push(Item::Result {
+                            id: b["tool_use_id"].as_str().unwrap().to_owned(),
+                            output: text_of(&b["content"], &what),
+                        }),
+                        _ => panic!("{what}: unexpected block {b}"),
+                    }
+                }
+            }
+        }
+        Fmt::Chat => {
+            for (i, m) in body["messages"].as_array().unwrap().iter().enumerate() {
+                let what = format!("messages[{i}]");
+                match m["role"].as_str() {
+                    Some("system" | "developer") => text(&mut items, Item::System, text_of(&m["content"], &what)),
+                    Some("user") => text(&mut items, Item::User, text_of(&m["content"], &what)),
+                    Some("assistant") => {
+                        if !m["content"].is_null() {
+                            text(&mut items, Item::Assistant, text_of(&m["content"], &what));
+                        }
+                        for c in m["tool_calls"].as_array().into_iter().flatten() {
+                            assert_eq!(c["type"], "function", "{what}: {c}");
+                            items.push(Item::Call {
+                                id: c["id"].as_str().unwrap().to_owned(),
+                                name: c["function"]["name"].as_str().unwrap().to_owned(),
+                                arguments: parse_arguments(&c["function"]["arguments"], &what),
+                            });
+                        }
+                    }
+                    Some("tool") => items.push(Item::Result {
+                        id: m["tool_call_id"].as_str().unwrap().to_owned(),
+                        output: text_of(&m["content"], &what),
+                    }),
+                    _ => panic!("{what}: role {}", m["role"]),
+                }
+            }
+        }
+        Fmt::Responses => {
+            if let Some(i) = body["instructions"].as_str() {
+                text(&mut items, Item::System, i.to_owned());
+            }
+            if let Some(s) = body["input"].as_str() {
+                text(&mut items, Item::User, s.to_owned());
+                return items;
+            }
+            for (i, item) in body["input"].as_array().unwrap().iter().enumerate() {
+                let what = format!("input[{i}]");
+                match (item["type"].as_str(), item["role"].as_str()) {
+                    (None | Some("message"), Some("system" | "developer")) => {
+                        text(&mut items, Item::System, text_of(&item["content"], &what))
+                    }
+                    (None | Some("message"), Some("user")) => text(&mut items, Item::User, text_of(&item["content"], &what)),
+                    (None | Some("message"), Some("assistant")) => {
+                        text(&mut items, Item::Assistant, text_of(&item["content"], &what))
+                    }
+                    (Some("function_call"), _) => items.push(Item::Call {
+                        id: item["call_id"].as_str().unwrap().to_owned(),
+                        name: item["name"].as_str().unwrap().to_owned(),
+                        arguments: parse_arguments(&item["arguments"], &what),
+                    }),
+                    (Some("function_call_output"), _) => items.push(Item::Result {
+                        id: item["call_id"].as_str().unwrap().to_owned(),
+                        output: text_of(&item["output"], &what),
+                    }),
+                    (Some("item_reference"), _) => items.push(Item::Reference(item["id"].as_str().unwrap().to_owned())),
+                    _ => panic!("{what}: unexpected item {item}"),
+                }
+            }
+        }
+    }
+    items
+}
+
+/// Adjacent user texts as one (joined by a blank line, as the gateway merges adjacent turns).
+fn merge_user_turns(items: Vec<Item>) -> Vec<Item> {
+    let mut out: Vec<Item> = Vec::new();
+    for item in items {
+        match (out.last_mut(), item) {
+            (Some(Item::User(prev)), Item::User(next)) => *prev = format!("{prev}\n\n{next}"),
+            (_, item) => out.push(item),
+        }
+    }
+    out
+}
+
+/// The tools of an upstream request: (name, JSON schema).
+fn tools_of(fmt: Fmt, body: &Value) -> Vec<(String, Value)> {
+    let Some(tools) = body["tools"].as_array() else { return Vec::new() };
+    tools
+        .iter()
+        .map(|t| match fmt {
+            Fmt::Anthropic => (t["name"].as_str().unwrap().to_owned(), t["input_schema"].clone()),
+            Fmt::Chat => {
+                assert_eq!(t["type"], "function", "{t}");
+                (t["function"]["name"].as_str().unwrap().to_owned(), t["function"]["parameters"].clone())
+            }
+            Fmt::Responses => {
+                assert_eq!(t["type"], "function", "{t}");
+                (t["name"].as_str().unwrap().to_owned(), t["parameters"].clone())
+            }
+        })
+        .collect()
+}
+
+/// The upstream got requests of its own format, in order, each carrying the conversation so far;
+/// the last of each scenario has the tool call with the upstream's own id and its result.
+fn check_upstream_requests(sdk: Sdk, client: Fmt, upstream: Fmt, got: &[RecordedRequest]) {
+    let cell = format!("{sdk:?} {} client → {} upstream", client.client_kind(), upstream.endpoint_format());
+    assert_eq!(got.len(), 3 * SCENARIOS.len(), "{cell}: upstream requests");
+    let call = Item::Call { id: upstream.call_id().into(), name: TOOL_NAME.into(), arguments: tool_arguments() };
+    let result = Item::Result { id: upstream.call_id().into(), output: TOOL_RESULT.into() };
+    let full = vec![
+        Item::System(SYSTEM.into()),
+        Item::User(QUESTIONS[0].into()),
+        Item::Assistant(HELLO.into()),
+        Item::User(QUESTIONS[1].into()),
+        Item::Assistant(PREAMBLE.into()),
+        call,
+        result,
+    ];
+    for (s, scenario) in SCENARIOS.iter().enumerate() {
+        let stream = *scenario == "stream_conversation";
+        // The AI SDK's Responses model refers to its earlier output by `item_reference` (store:
+        // true, its default, used in the streamed scenario): a Responses upstream gets the
+        // references, other formats neither them nor the text (the gateway drops them, a recorded
+        // loss: only the provider can resolve stored items).
+        let references = sdk == Sdk::Node && client == Fmt::Responses && stream;
+        for (turn, prefix) in [(0, 2), (1, 4), (2, 7)] {
+            let r = &got[3 * s + turn];
+            let what = format!("{cell}, {scenario}, request {}", turn + 1);
+            let body: Value = serde_json::from_slice(&r.body).unwrap_or_else(|e| panic!("{what}: not JSON ({e})"));
+            assert_eq!((r.method.as_str(), r.path.as_str()), ("POST", upstream.path()), "{what}");
+            assert!(r.query.is_none() || client == upstream, "{what}: query {:?}", r.query);
+            match upstream {
+                Fmt::Anthropic => {
+                    assert_eq!(r.header("x-api-key"), Some("sk-up-secret-key-0000"), "{what}");
+                    assert!(r.header("anthropic-version").is_some(), "{what}");
+                    assert!(body["max_tokens"].as_u64().is_some_and(|n| n > 0), "{what}: max_tokens in {body}");
+                }
+                Fmt::Chat | Fmt::Responses => {
+                    assert_eq!(r.header("authorization"), Some("Bearer sk-up-secret-key-0000"), "{what}");
+                }
+            }
+            assert_eq!(body["stream"].as_bool().unwrap_or(false), stream, "{what}: stream in {body}");
+            if upstream == Fmt::Chat && stream {
+                assert_eq!(body["stream_options"]["include_usage"], true, "{what}: {body}");
+            }
+            let mut want = full[..prefix].to_vec();
+            let mut have = conversation_of(upstream, &body);
+            if references {
+                want.retain(|i| !matches!(i, Item::Assistant(_)));
+                have.retain(|i| !matches!(i, Item::Reference(_)));
+                // Without the assistant turn between them, the two questions are adjacent user
+                // turns, which a converter may merge into one message.
+                want = merge_user_turns(want);
+                have = merge_user_turns(have);
+            }
+            assert_eq!(have, want, "{what}: the conversation that reached the upstream\n{body:#}");
+            let tools = tools_of(upstream, &body);
+            if turn == 0 {
+                assert!(tools.is_empty(), "{what}: tools {tools:?}");
+            } else {
+                assert_eq!(tools.len(), 1, "{what}: {body}");
+                assert_eq!(tools[0].0, TOOL_NAME, "{what}");
+                assert_eq!(
+                    tools[0].1["properties"],
+                    tool_parameters()["properties"],
+                    "{what}: the tool's JSON schema arrives intact"
+                );
+            }
+        }
+    }
+}
+
+// ================================================================================= the cells
+
+async fn cell(sdk: Sdk, client: Fmt, upstream: Fmt) {
+    let started = Instant::now();
+    let up = MockUpstream::start().await;
+    let g = TestGateway::start().await;
+    g.add("up", upstream.endpoint_format(), &up.url(), json!({})).await;
+    for stream in [false, true] {
+        for turn in &turns(upstream) {
+            up.push(reply(upstream, turn, stream));
+        }
+    }
+    let out = run_client(sdk, client, upstream, &g.url).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let got = up.requests();
+    let report = format!(
+        "{sdk:?} {} client → {} upstream exited with {}\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n--- {} upstream request(s)\n{}",
+        client.client_kind(),
+        upstream.endpoint_format(),
+        out.status,
+        got.len(),
+        got.iter().map(|r| format!("{} {}\n{}", r.method, r.path, r.text())).collect::<Vec<_>>().join("\n")
+    );
+    assert!(out.status.success(), "{report}");
+    for scenario in SCENARIOS {
+        assert!(stdout.lines().any(|l| l == format!("ok: {scenario}")), "scenario {scenario} did not pass: {report}");
+    }
+    check_upstream_requests(sdk, client, upstream, &got);
+    let h = g.health("up").await;
+    assert_eq!((h["requests"].clone(), h["consecutive_failures"].clone()), (json!(6), json!(0)), "{h}");
+    eprintln!(
+        "sdk matrix: {sdk:?} {} → {}: ok in {:.2} s",
+        client.client_kind(),
+        upstream.endpoint_format(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+macro_rules! cells {
+    ($($name:ident: $sdk:ident $client:ident -> $upstream:ident;)*) => {
+        $(
+            #[tokio::test]
+            async fn $name() {
+                cell(Sdk::$sdk, Fmt::$client, Fmt::$upstream).await;
+            }
+        )*
+    };
+}
+
+cells! {
+    python_messages_to_anthropic: Python Anthropic -> Anthropic;
+    python_messages_to_openai: Python Anthropic -> Chat;
+    python_messages_to_responses: Python Anthropic -> Responses;
+    python_chat_to_anthropic: Python Chat -> Anthropic;
+    python_chat_to_openai: Python Chat -> Chat;
+    python_chat_to_responses: Python Chat -> Responses;
+    python_responses_to_anthropic: Python Responses -> Anthropic;
+    python_responses_to_openai: Python Responses -> Chat;
+    python_responses_to_responses: Python Responses -> Responses;
+    node_messages_to_anthropic: Node Anthropic -> Anthropic;
+    node_messages_to_openai: Node Anthropic -> Chat;
+    node_messages_to_responses: Node Anthropic -> Responses;
+    node_chat_to_anthropic: Node Chat -> Anthropic;
+    node_chat_to_openai: Node Chat -> Chat;
+    node_chat_to_responses: Node Chat -> Responses;
+    node_responses_to_anthropic: Node Responses -> Anthropic;
+    node_responses_to_openai: Node Responses -> Chat;
+    node_responses_to_responses: Node Responses -> Responses;
+}
