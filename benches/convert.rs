@@ -110,7 +110,10 @@ fn long_stream(format: Format, n: usize) -> String {
             s.push_str("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}\n\n");
             s.push_str("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n");
             for _ in 0..n {
-                s.push_str(&format!("event: content_block_delta\ndata: {}\n\n", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": word}})));
+                s.push_str(&format!(
+                    "event: content_block_delta\ndata: {}\n\n",
+                    json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": word}})
+                ));
             }
             s.push_str("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n");
             s.push_str("event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":5}}\n\n");
@@ -126,10 +129,19 @@ fn long_stream(format: Format, n: usize) -> String {
             };
             let response = json!({"id": "resp_1", "object": "response", "created_at": 1, "status": "in_progress", "model": "m", "output": []});
             ev(&mut s, json!({"type": "response.created", "response": response}));
-            ev(&mut s, json!({"type": "response.output_item.added", "output_index": 0, "item": {"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress", "content": []}}));
-            ev(&mut s, json!({"type": "response.content_part.added", "item_id": "msg_1", "output_index": 0, "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}));
+            ev(
+                &mut s,
+                json!({"type": "response.output_item.added", "output_index": 0, "item": {"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress", "content": []}}),
+            );
+            ev(
+                &mut s,
+                json!({"type": "response.content_part.added", "item_id": "msg_1", "output_index": 0, "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}),
+            );
             for _ in 0..n {
-                ev(&mut s, json!({"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": word}));
+                ev(
+                    &mut s,
+                    json!({"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": word}),
+                );
             }
             let mut done = response.clone();
             done["status"] = json!("completed");
@@ -144,7 +156,8 @@ fn stream_case(rows: &mut Vec<[String; 4]>, from: Format, to: Format, n: usize) 
     let bytes = long_stream(from, n);
     let chunks: Vec<&[u8]> = bytes.as_bytes().chunks(512).collect();
     let t = measure(|| {
-        let mut conv = StreamConversion::new(from, to, EncodeContext { id_seed: "bench".into(), ..EncodeContext::default() });
+        let mut conv =
+            StreamConversion::new(from, to, EncodeContext { id_seed: "bench".into(), ..EncodeContext::default() });
         let mut scanner = SseScanner::new();
         let mut out = Vec::with_capacity(bytes.len() * 2);
         for c in &chunks {
@@ -153,7 +166,12 @@ fn stream_case(rows: &mut Vec<[String; 4]>, from: Format, to: Format, n: usize) 
         conv.finish(&mut out);
         black_box(out);
     });
-    rows.push([format!("stream of {n} text deltas"), format!("{from} → {to}"), format!("{} KB", bytes.len() / 1024), format!("{} per event ({} total)", fmt(t / n as u32), fmt(t))]);
+    rows.push([
+        format!("stream of {n} text deltas"),
+        format!("{from} → {to}"),
+        format!("{} KB", bytes.len() / 1024),
+        format!("{} per event ({} total)", fmt(t / n as u32), fmt(t)),
+    ]);
 }
 
 fn main() {

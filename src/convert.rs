@@ -169,3 +169,178 @@ pub fn upstream_path(format: Format) -> &'static str {
         Format::Responses => "/responses",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Cross-codec properties: for every pair of formats, a request converted on its way to an
+    //! upstream, and an answer converted on its way back, keep their text, tool names and tool
+    //! arguments; no converter panics on any well-typed input.
+
+    use super::*;
+    use ir::{Message, Part, Role, StopReason, TextPart, Tool, Usage};
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    const FORMATS: [Format; 3] = [Format::Anthropic, Format::Openai, Format::Responses];
+
+    fn text(t: &str) -> Part {
+        Part::Text(TextPart { text: t.to_string(), cache_control: None })
+    }
+
+    fn word() -> impl Strategy<Value = String> {
+        "[a-zA-Z][a-zA-Z0-9 ,.!?]{0,30}"
+            .prop_map(|s| s.trim_end().to_string())
+            .prop_filter("non-empty", |s| !s.is_empty())
+    }
+
+    fn args() -> impl Strategy<Value = Value> {
+        (word(), 0i64..1000, any::<bool>()).prop_map(|(s, n, b)| json!({"q": s, "n": n, "flag": b}))
+    }
+
+    /// A conversation: user text, then rounds of (assistant text + tool call, user tool result + text).
+    fn request() -> impl Strategy<Value = ir::Request> {
+        (
+            word(),
+            word(),
+            proptest::collection::vec((word(), "[a-z][a-z_]{0,12}", args(), word(), word()), 0..3),
+            proptest::option::of(0.0f64..1.0),
+        )
+            .prop_map(|(system, first, rounds, temperature)| {
+                let mut messages = vec![Message { role: Role::User, content: vec![text(&first)] }];
+                let mut tools: Vec<Tool> = Vec::new();
+                for (i, (say, name, input, result, follow_up)) in rounds.into_iter().enumerate() {
+                    let name = format!("{name}_{i}");
+                    let id = format!("call_{i}");
+                    tools.push(Tool {
+                        name: name.clone(),
+                        description: Some(format!("tool {i}")),
+                        input_schema: json!({"type": "object", "properties": {"q": {"type": "string"}, "n": {"type": "integer"}, "flag": {"type": "boolean"}}}),
+                        strict: None,
+                        namespace: None,
+                    });
+                    messages.push(Message {
+                        role: Role::Assistant,
+                        content: vec![text(&say), Part::ToolUse { id: id.clone(), name, input, arguments: None }],
+                    });
+                    messages.push(Message {
+                        role: Role::User,
+                        content: vec![Part::ToolResult {
+                            tool_use_id: id,
+                            content: vec![ir::ToolResultContent::Text(result)],
+                            is_error: false,
+                        }],
+                    });
+                    messages.push(Message { role: Role::User, content: vec![text(&follow_up)] });
+                }
+                ir::Request {
+                    model: "m".into(),
+                    system: vec![TextPart { text: system, cache_control: None }],
+                    messages,
+                    tools,
+                    max_tokens: Some(1000),
+                    temperature,
+                    ..ir::Request::default()
+                }
+            })
+    }
+
+    /// Every text, in order, and every tool call (name, arguments) of a request.
+    fn essence(r: &ir::Request) -> (Vec<String>, Vec<(String, Value)>, Vec<String>) {
+        let mut texts = Vec::new();
+        let mut calls = Vec::new();
+        let mut results = Vec::new();
+        for m in &r.messages {
+            for p in &m.content {
+                match p {
+                    Part::Text(t) => texts.push(t.text.clone()),
+                    Part::ToolUse { name, input, arguments, .. } => {
+                        let args =
+                            arguments.as_deref().and_then(|a| serde_json::from_str(a).ok()).unwrap_or(input.clone());
+                        calls.push((name.clone(), args));
+                    }
+                    Part::ToolResult { content, .. } => {
+                        for c in content {
+                            if let ir::ToolResultContent::Text(t) = c {
+                                results.push(t.clone());
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        (texts, calls, results)
+    }
+
+    fn system_text(r: &ir::Request) -> String {
+        r.system.iter().map(|p| p.text.as_str()).collect::<Vec<_>>().join("\n")
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        #[test]
+        fn requests_keep_text_tools_and_arguments_across_every_pair(req in request()) {
+            for client in FORMATS {
+                // What the client sends, as the gateway decodes it.
+                let sent = encode_request(client, &req).map_err(|e| TestCaseError::fail(format!("{client}: {e}")))?;
+                let decoded = decode_request(client, &sent.body).map_err(|e| TestCaseError::fail(format!("{client} decode: {e}")))?;
+                for target in FORMATS.into_iter().filter(|t| *t != client) {
+                    let upstream = encode_request(target, &decoded).map_err(|e| TestCaseError::fail(format!("{client}→{target}: {e}")))?;
+                    let seen = decode_request(target, &upstream.body).map_err(|e| TestCaseError::fail(format!("{target} decode: {e}")))?;
+                    let (texts, calls, results) = essence(&seen);
+                    let (want_texts, want_calls, want_results) = essence(&req);
+                    prop_assert_eq!(&texts, &want_texts, "{}→{}", client, target);
+                    prop_assert_eq!(&calls, &want_calls, "{}→{}", client, target);
+                    prop_assert_eq!(&results, &want_results, "{}→{}", client, target);
+                    prop_assert_eq!(system_text(&seen), system_text(&req));
+                    let names: Vec<_> = seen.tools.iter().map(|t| t.name.clone()).collect();
+                    let want: Vec<_> = req.tools.iter().map(|t| t.name.clone()).collect();
+                    prop_assert_eq!(names, want);
+                    prop_assert_eq!(seen.temperature, req.temperature);
+                }
+            }
+        }
+
+        #[test]
+        fn answers_keep_text_tool_calls_stop_reason_and_usage_across_every_pair(
+            say in word(),
+            calls in proptest::collection::vec(("[a-z][a-z_]{0,12}", args()), 0..3),
+            input in 0u64..100_000, output in 0u64..10_000, cached in 0u64..1000,
+        ) {
+            let mut content = vec![text(&say)];
+            for (i, (name, input)) in calls.iter().enumerate() {
+                content.push(Part::ToolUse { id: format!("call_{i}"), name: format!("{name}_{i}"), input: input.clone(), arguments: None });
+            }
+            let stop = if calls.is_empty() { StopReason::EndTurn } else { StopReason::ToolUse };
+            let resp = ir::Response {
+                id: "x".into(),
+                model: "upstream-model".into(),
+                content,
+                stop_reason: Some(stop),
+                usage: Usage { input: Some(input), output: Some(output), cache_read: Some(cached), ..Usage::default() },
+                ..ir::Response::default()
+            };
+            let ctx = ir::EncodeContext { id_seed: "t".into(), request_model: "asked".into(), ..ir::EncodeContext::default() };
+            for upstream in FORMATS {
+                let body = encode_response(upstream, &resp, &ctx);
+                let from_upstream = decode_response(upstream, &body).map_err(|e| TestCaseError::fail(format!("{upstream}: {e}")))?;
+                for client in FORMATS.into_iter().filter(|c| *c != upstream) {
+                    let out = encode_response(client, &from_upstream, &ctx);
+                    let got = decode_response(client, &out).map_err(|e| TestCaseError::fail(format!("{upstream}→{client}: {e}")))?;
+                    let got_text: String = got.content.iter().filter_map(|p| match p { Part::Text(t) => Some(t.text.as_str()), _ => None }).collect();
+                    prop_assert_eq!(got_text, say.clone(), "{}→{}", upstream, client);
+                    let got_calls: Vec<(String, Value)> = got.content.iter().filter_map(|p| match p {
+                        Part::ToolUse { name, input, arguments, .. } => Some((name.clone(), arguments.as_deref().and_then(|a| serde_json::from_str(a).ok()).unwrap_or(input.clone()))),
+                        _ => None,
+                    }).collect();
+                    let want_calls: Vec<(String, Value)> = calls.iter().enumerate().map(|(i, (n, a))| (format!("{n}_{i}"), a.clone())).collect();
+                    prop_assert_eq!(got_calls, want_calls, "{}→{}", upstream, client);
+                    prop_assert_eq!(got.stop_reason, Some(stop), "{}→{}", upstream, client);
+                    prop_assert_eq!(got.model.as_str(), "upstream-model");
+                    prop_assert_eq!((got.usage.input, got.usage.output, got.usage.cache_read.unwrap_or(0)), (Some(input), Some(output), cached), "{}→{}", upstream, client);
+                }
+            }
+        }
+    }
+}
