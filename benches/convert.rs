@@ -5,6 +5,8 @@
 //! compile-time dependency. Prints a Markdown table (copied into BENCHMARKS.md).
 //!
 //! Run: `cargo bench --bench convert`
+// A benchmark fails loudly on broken fixtures.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::print_stdout)]
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};

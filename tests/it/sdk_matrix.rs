@@ -30,7 +30,7 @@ use crate::support::python::python;
 /// Ceiling for one client process (its own watchdog; the venv / node_modules exist before).
 const SCRIPT_TIMEOUT_SECS: u64 = 120;
 
-const SCENARIOS: [&str; 1] = ["stream_conversation"];
+const SCENARIOS: [&str; 2] = ["conversation", "stream_conversation"];
 const SYSTEM: &str = "You are a terse weather assistant.";
 const QUESTIONS: [&str; 2] = ["Say hello", "What is the weather in Paris?"];
 const TOOL_NAME: &str = "get_weather";
@@ -175,7 +175,7 @@ fn spec(upstream: Fmt) -> Value {
             json!({
                 "text": t.text,
                 "tool": if t.tool_call { json!({"name": TOOL_NAME, "arguments": tool_arguments()}) } else { Value::Null },
-                "usage": {"input": t.usage.input, "cache_read": if t.tool_call { t.usage.cache_read + 1 } else { t.usage.cache_read },
+                "usage": {"input": t.usage.input, "cache_read": t.usage.cache_read,
                           "cache_write": t.usage.cache_write, "output": t.usage.output},
             })
         })
@@ -235,9 +235,7 @@ fn anthropic_usage(u: Usage, output: u64) -> Value {
 fn anthropic_body(turn: &Turn) -> Value {
     let mut content = vec![json!({"type": "text", "text": turn.text})];
     if turn.tool_call {
-        content.push(
-            json!({"type": "tool_use", "id": Fmt::Anthropic.call_id(), "name": TOOL_NAME, "input": tool_arguments()}),
-        );
+        content.push(json!({"type": "tool_use", "id": Fmt::Anthropic.call_id(), "name": TOOL_NAME, "input": tool_arguments()}));
     }
     json!({
         "id": mock::mock_id("msg_01"),
@@ -351,10 +349,7 @@ fn chat_events(turn: &Turn) -> Vec<String> {
             Value::Null,
         ));
         for piece in &ARGUMENT_PIECES[1..] {
-            events.push(chunk(
-                delta(json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})),
-                Value::Null,
-            ));
+            events.push(chunk(delta(json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})), Value::Null));
         }
     }
     let finish = if turn.tool_call { "tool_calls" } else { "stop" };
@@ -433,10 +428,7 @@ fn responses_events(turn: &Turn) -> Vec<String> {
     let in_progress = responses_object(&resp_id, "in_progress", json!([]), Value::Null, turn.tool_call);
     push("response.created", json!({"response": in_progress}));
     push("response.in_progress", json!({"response": in_progress}));
-    push(
-        "response.output_item.added",
-        json!({"output_index": 0, "item": message_item(&msg_id, "in_progress", json!([]))}),
-    );
+    push("response.output_item.added", json!({"output_index": 0, "item": message_item(&msg_id, "in_progress", json!([]))}));
     push(
         "response.content_part.added",
         json!({"item_id": msg_id, "output_index": 0, "content_index": 0, "part": output_text("")}),
@@ -460,15 +452,9 @@ fn responses_events(turn: &Turn) -> Vec<String> {
     let mut output = vec![message];
     if turn.tool_call {
         let arguments = tool_arguments().to_string();
-        push(
-            "response.output_item.added",
-            json!({"output_index": 1, "item": function_call_item(&fc_id, "in_progress", "")}),
-        );
+        push("response.output_item.added", json!({"output_index": 1, "item": function_call_item(&fc_id, "in_progress", "")}));
         for piece in &ARGUMENT_PIECES[1..] {
-            push(
-                "response.function_call_arguments.delta",
-                json!({"item_id": fc_id, "output_index": 1, "delta": piece}),
-            );
+            push("response.function_call_arguments.delta", json!({"item_id": fc_id, "output_index": 1, "delta": piece}));
         }
         push(
             "response.function_call_arguments.done",
@@ -543,15 +529,8 @@ enum Item {
     System(String),
     User(String),
     Assistant(String),
-    Call {
-        id: String,
-        name: String,
-        arguments: Value,
-    },
-    Result {
-        id: String,
-        output: String,
-    },
+    Call { id: String, name: String, arguments: Value },
+    Result { id: String, output: String },
     /// A Responses `item_reference` (stored server-side state).
     Reference(String),
 }
@@ -660,9 +639,7 @@ fn conversation_of(fmt: Fmt, body: &Value) -> Vec<Item> {
                     (None | Some("message"), Some("system" | "developer")) => {
                         text(&mut items, Item::System, text_of(&item["content"], &what))
                     }
-                    (None | Some("message"), Some("user")) => {
-                        text(&mut items, Item::User, text_of(&item["content"], &what))
-                    }
+                    (None | Some("message"), Some("user")) => text(&mut items, Item::User, text_of(&item["content"], &what)),
                     (None | Some("message"), Some("assistant")) => {
                         text(&mut items, Item::Assistant, text_of(&item["content"], &what))
                     }
