@@ -26,6 +26,8 @@ pub mod proxy;
 pub mod routing;
 /// HTTP server wiring and graceful shutdown.
 pub mod server;
+/// Request records, usage, cost, metrics and live events.
+pub mod observe;
 /// SQLite storage of endpoints and settings.
 pub mod store;
 /// RFC 3339 timestamps.

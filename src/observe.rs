@@ -1,0 +1,4 @@
+//! Observability (issue 4): one record per client request with its decision trail, usage and
+//! cost (`record`), written off the request path (`writer`), plus metrics and live events.
+
+pub mod record;

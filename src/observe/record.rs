@@ -1,0 +1,134 @@
+//! The record of one client request: what was asked, what the gateway decided, what each
+//! attempt did, what it cost. Built on the request path (cheaply: plain fields, no I/O) and
+//! handed to the background writer when the request ends — for a stream, when the stream ends.
+
+use serde::{Deserialize, Serialize};
+
+/// Tokens, normalised across protocols: `input` excludes cached input (Anthropic's convention;
+/// OpenAI's `prompt_tokens`/`input_tokens` include cached tokens and are converted). `None` =
+/// unknown (the upstream did not say, or the stream was cut before its usage) — never 0.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tokens {
+    pub input: Option<u64>,
+    pub output: Option<u64>,
+    pub cache_read: Option<u64>,
+    pub cache_write: Option<u64>,
+}
+
+impl Tokens {
+    pub fn is_known(&self) -> bool {
+        self.input.is_some() || self.output.is_some()
+    }
+}
+
+/// How an attempt's outcome was classified (SPEC §4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Classification {
+    Success,
+    /// Returned to the client unchanged; the breaker saw nothing (400, 401, 422, ...).
+    Neutral,
+    /// The endpoint failed (5xx, 403, 404 on a known path, a broken stream, ...).
+    Failure,
+    /// 429.
+    RateLimited,
+    /// A network error or timeout, retried on the same endpoint.
+    Transient,
+    /// The client went away during this attempt.
+    Cancelled,
+}
+
+/// One upstream attempt of a request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    pub endpoint: String,
+    /// The endpoint's format (`anthropic`, `openai`, `responses`); differs from the client's
+    /// protocol when the request was converted.
+    pub format: String,
+    /// Milliseconds from the request's arrival to this attempt's send.
+    pub started_ms: f64,
+    /// Until the outcome was decided (for a stream that succeeded: its end).
+    pub duration_ms: f64,
+    /// The upstream's HTTP status, if it answered.
+    pub status: Option<u16>,
+    /// `connect`, `reset`, `timeout`, `unexpected_eof`, `tls`, `network`, `stream_error`, ...
+    pub error_kind: Option<String>,
+    pub error: Option<String>,
+    pub classification: Classification,
+    /// The breaker transition this outcome caused, e.g. `closed→open (consecutive_failures)`.
+    pub breaker: Option<String>,
+}
+
+/// Why a request failed, when it did.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RecordError {
+    /// `upstream` (an upstream's HTTP error returned to the client), `gateway` (an error ccmesh
+    /// made: no endpoint, circuit open, rate-limited, bad request), `stream` (a stream failed
+    /// after it started), `network`, `cancelled`.
+    pub source: String,
+    /// The error type/code (`rate_limit_error`, `circuit_open`, `timeout`, ...).
+    pub kind: Option<String>,
+    pub message: String,
+    /// The upstream's error body, truncated to 4 KiB, with secrets redacted.
+    pub upstream_body: Option<String>,
+}
+
+/// One client request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    /// Time-ordered unique id (also returned to the client as `x-ccmesh-request-id`).
+    pub id: String,
+    /// Unix milliseconds when the request arrived.
+    pub started_at_ms: u64,
+    /// `claude`, `openai`, `responses`.
+    pub protocol: String,
+    pub method: String,
+    pub path: String,
+    pub user_agent: Option<String>,
+    /// `x-claude-code-session-id`, `session-id`, or `session_id` header, when the client sent one.
+    pub session_id: Option<String>,
+    pub model_requested: Option<String>,
+    /// The model sent to the final endpoint (after `model_map`).
+    pub model_sent: Option<String>,
+    /// The model the upstream said answered.
+    pub model_answered: Option<String>,
+    /// The final endpoint (the one that answered, or the last one tried).
+    pub endpoint: Option<String>,
+    pub stream: bool,
+    /// The status the client got (499 when the client went away first).
+    pub status: u16,
+    pub error: Option<RecordError>,
+    /// Milliseconds until the first byte of the answer went to the client.
+    pub first_byte_ms: Option<f64>,
+    pub total_ms: f64,
+    /// Time spent in ccmesh itself: total minus upstream time minus deliberate waits
+    /// (backoff, retry delay), measured up to the first byte sent to the client.
+    pub overhead_ms: f64,
+    pub tokens: Tokens,
+    /// USD; `None` when the model has no known price (never 0 for "unknown").
+    pub cost_usd: Option<f64>,
+    /// Every upstream attempt, in order.
+    pub attempts: Vec<AttemptRecord>,
+    /// More than one endpoint was tried.
+    pub failed_over: bool,
+    /// `anthropic→openai` when converted.
+    pub conversion: Option<String>,
+    /// What did not survive conversion (`field: note`).
+    pub losses: Vec<String>,
+}
+
+impl RequestRecord {
+    /// `2xx`, `4xx`, `5xx`.
+    pub fn status_class(&self) -> &'static str {
+        status_class(self.status)
+    }
+}
+
+pub fn status_class(status: u16) -> &'static str {
+    match status {
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    }
+}
