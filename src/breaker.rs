@@ -172,7 +172,7 @@ mod tests {
     #[test]
     fn a_dropped_permit_returns_the_probe() {
         let clock = Arc::new(ManualClock::new());
-        let breakers = Breakers::new(Arc::new(clock.clone()), Events::new());
+        let breakers = Breakers::new(Arc::new(clock.clone()), Events::default());
         let cell = open_and_cool(&breakers, &clock);
         let probe = cell.try_acquire("e", false).unwrap();
         assert!(matches!(cell.try_acquire("e", false), Err(Denied::ProbeBusy { .. })));
@@ -183,7 +183,7 @@ mod tests {
     #[test]
     fn a_panicking_request_returns_the_probe() {
         let clock = Arc::new(ManualClock::new());
-        let breakers = Breakers::new(Arc::new(clock.clone()), Events::new());
+        let breakers = Breakers::new(Arc::new(clock.clone()), Events::default());
         let cell = open_and_cool(&breakers, &clock);
         let c = cell.clone();
         let result = std::thread::spawn(move || {
@@ -199,7 +199,7 @@ mod tests {
     #[tokio::test]
     async fn returning_a_probe_wakes_waiters() {
         let clock = Arc::new(ManualClock::new());
-        let breakers = Breakers::new(Arc::new(clock.clone()), Events::new());
+        let breakers = Breakers::new(Arc::new(clock.clone()), Events::default());
         let cell = open_and_cool(&breakers, &clock);
         let probe = cell.try_acquire("e", false).unwrap();
         let mut waiting = std::pin::pin!(breakers.changed().notified());

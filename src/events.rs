@@ -1,13 +1,36 @@
-//! Operational events with stable names (documented in docs/operations.md). Today they go to
-//! the log as structured `tracing` events; the same calls will feed the live event stream.
+//! Operational events with stable names (documented in docs/operations.md), and the hub every
+//! observation passes through: each event goes to the log (structured `tracing` events), to the
+//! metrics, and to the live event stream; each finished request's record goes to the writer.
 //!
 //! Names: `breaker_opened`, `breaker_half_open`, `breaker_closed`, `breaker_reset`, `failover`,
 //! `candidates_exhausted`, `rate_limit_backoff`, `config_changed`. No event ever carries a key.
 
-use crate::breaker::{Circuit, OpenReason, Transition, TransitionCause};
+use std::sync::Arc;
 
-#[derive(Clone, Default)]
-pub struct Events {}
+use serde_json::json;
+
+use crate::breaker::{Circuit, OpenReason, Transition, TransitionCause};
+use crate::observe::live::{LiveBus, LiveEvent};
+use crate::observe::metrics::Metrics;
+use crate::observe::record::RequestRecord;
+use crate::observe::writer::RecordSink;
+
+#[derive(Clone)]
+pub struct Events {
+    hub: Arc<Hub>,
+}
+
+struct Hub {
+    metrics: Metrics,
+    records: RecordSink,
+    live: LiveBus,
+}
+
+impl Default for Events {
+    fn default() -> Self {
+        Self::new(RecordSink::disabled())
+    }
+}
 
 pub fn open_reason_str(r: OpenReason) -> &'static str {
     match r {
@@ -27,12 +50,75 @@ pub fn cause_str(c: &TransitionCause) -> &'static str {
     }
 }
 
+/// `closed→open (consecutive_failures)`, as shown in a decision trail.
+pub fn transition_str(t: &Transition) -> String {
+    let state = |c: Circuit| match c {
+        Circuit::Closed => "closed",
+        Circuit::Open => "open",
+        Circuit::HalfOpen => "half_open",
+    };
+    match t.reason {
+        Some(r) if t.to == Circuit::Open => {
+            format!("{}→open/{} ({})", state(t.from), open_reason_str(r), cause_str(&t.cause))
+        }
+        _ => format!("{}→{} ({})", state(t.from), state(t.to), cause_str(&t.cause)),
+    }
+}
+
 impl Events {
-    pub fn new() -> Self {
-        Self {}
+    pub fn new(records: RecordSink) -> Self {
+        Self { hub: Arc::new(Hub { metrics: Metrics::new(), records, live: LiveBus::new() }) }
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.hub.metrics
+    }
+
+    pub fn records(&self) -> &RecordSink {
+        &self.hub.records
+    }
+
+    pub fn live(&self) -> &LiveBus {
+        &self.hub.live
+    }
+
+    /// A request finished (for a stream: when the stream ended): count it, show it live, store it.
+    pub fn request_completed(&self, record: RequestRecord) {
+        self.hub.metrics.observe_request(&record);
+        self.hub.live.publish(LiveEvent {
+            kind: "request",
+            data: json!({
+                "id": record.id,
+                "started_at_ms": record.started_at_ms,
+                "protocol": record.protocol,
+                "model": record.model_requested,
+                "endpoint": record.endpoint,
+                "status": record.status,
+                "stream": record.stream,
+                "total_ms": record.total_ms,
+                "attempts": record.attempts.len(),
+                "failed_over": record.failed_over,
+                "tokens": record.tokens,
+                "cost_usd": record.cost_usd,
+                "error": record.error.as_ref().map(|e| e.message.clone()),
+            }),
+        });
+        self.hub.records.submit(record);
     }
 
     pub fn breaker_transition(&self, endpoint: &str, t: &Transition) {
+        self.hub.metrics.observe_transition(endpoint, t);
+        self.hub.live.publish(LiveEvent {
+            kind: "breaker",
+            data: json!({
+                "endpoint": endpoint,
+                "to": match t.to { Circuit::Closed => "closed", Circuit::Open => "open", Circuit::HalfOpen => "half_open" },
+                "reason": t.reason.map(open_reason_str),
+                "cause": cause_str(&t.cause),
+                "cooldown_ms": t.cooldown.map(|d| d.as_millis() as u64),
+                "transition": transition_str(t),
+            }),
+        });
         let cause = cause_str(&t.cause);
         match (t.to, t.cause) {
             (_, TransitionCause::ManualReset) => {
@@ -70,6 +156,7 @@ impl Events {
     }
 
     pub fn config_changed(&self, what: &str) {
+        self.hub.live.publish(LiveEvent { kind: "config", data: json!({"what": what}) });
         tracing::info!(event = "config_changed", what, "configuration changed");
     }
 }

@@ -12,6 +12,8 @@ use crate::clock::Clock;
 use crate::config::Settings;
 use crate::endpoint::{Endpoint, EndpointId, Format};
 use crate::events::Events;
+use crate::observe::cost::PriceTable;
+use crate::observe::writer::RecordSink;
 use crate::protocol::Protocol;
 use crate::store::{Store, StoreError};
 
@@ -43,6 +45,8 @@ pub struct Snapshot {
     /// Ordered by `sort_order`, then name.
     pub endpoints: Vec<Arc<LiveEndpoint>>,
     pub settings: Arc<Settings>,
+    /// Model prices (built-in table with the stored overrides).
+    pub prices: Arc<PriceTable>,
 }
 
 impl Snapshot {
@@ -124,12 +128,14 @@ impl Gateway {
         clock: Arc<dyn Clock>,
         client: reqwest::Client,
         admin_token: Option<String>,
+        records: RecordSink,
     ) -> Result<Arc<Gateway>, StoreError> {
-        let events = Events::new();
+        let events = Events::new(records);
         let gateway = Gateway {
             snapshot: ArcSwap::from_pointee(Snapshot {
                 endpoints: Vec::new(),
                 settings: Arc::new(Settings::default()),
+                prices: Arc::new(PriceTable::builtin()),
             }),
             breakers: Breakers::new(clock.clone(), events.clone()),
             rotation: Rotation::default(),
@@ -183,7 +189,8 @@ impl Gateway {
                 })
             })
             .collect();
-        self.snapshot.store(Arc::new(Snapshot { endpoints: live, settings: Arc::new(settings) }));
+        let prices = Arc::new(PriceTable::load(&self.store)?);
+        self.snapshot.store(Arc::new(Snapshot { endpoints: live, settings: Arc::new(settings), prices }));
         Ok(())
     }
 }

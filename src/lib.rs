@@ -18,6 +18,8 @@ pub mod endpoint;
 pub mod events;
 /// Shared state: configuration snapshot, breakers, rotation.
 pub mod gateway;
+/// Request records, usage, cost, metrics and live events.
+pub mod observe;
 /// Inbound protocols, native errors, SSE scanning.
 pub mod protocol;
 /// The request path: ingress, attempt loop, classification, upstream, relay.
@@ -26,8 +28,6 @@ pub mod proxy;
 pub mod routing;
 /// HTTP server wiring and graceful shutdown.
 pub mod server;
-/// Request records, usage, cost, metrics and live events.
-pub mod observe;
 /// SQLite storage of endpoints and settings.
 pub mod store;
 /// RFC 3339 timestamps.

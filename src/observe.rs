@@ -1,4 +1,9 @@
 //! Observability (issue 4): one record per client request with its decision trail, usage and
 //! cost (`record`), written off the request path (`writer`), plus metrics and live events.
 
+pub mod cost;
+pub mod live;
+pub mod metrics;
 pub mod record;
+pub mod usage;
+pub mod writer;

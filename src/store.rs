@@ -22,8 +22,14 @@ pub enum StoreError {
     Corrupt(String),
 }
 
-/// Schema migrations, applied in order; `PRAGMA user_version` records how many ran.
-const MIGRATIONS: &[&str] = &[r#"
+pub mod prices;
+pub mod records;
+
+/// Schema migrations, applied in order; `PRAGMA user_version` records how many ran. Each later
+/// migration lives beside the code that uses its tables.
+const MIGRATIONS: &[&str] = &[V1_ENDPOINTS_AND_SETTINGS, records::SCHEMA, prices::SCHEMA];
+
+const V1_ENDPOINTS_AND_SETTINGS: &str = r#"
 CREATE TABLE endpoints (
     id               INTEGER PRIMARY KEY,
     name             TEXT NOT NULL UNIQUE COLLATE NOCASE,
@@ -47,7 +53,7 @@ CREATE TABLE settings (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
-"#];
+"#;
 
 /// A handle to the database. Cheap to clone; calls are blocking and belong on a blocking thread.
 #[derive(Clone)]

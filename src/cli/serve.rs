@@ -104,7 +104,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!(event = "config_applied", path = %path, endpoints = file.endpoints.len(), "config file applied");
     }
     let client = crate::proxy::upstream::build_client().context("cannot build the HTTP client")?;
-    let gw = Gateway::new(store, Arc::new(SystemClock), client, token)?;
+    let gw = Gateway::new(store, Arc::new(SystemClock), client, token, crate::observe::writer::RecordSink::disabled())?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;

@@ -47,7 +47,14 @@ impl TestGateway {
             None => Arc::new(SystemClock),
         };
         let client = ccmesh::proxy::upstream::build_client().unwrap();
-        let gw = Gateway::new(store, clock, client, options.admin_token.clone()).unwrap();
+        let gw = Gateway::new(
+            store,
+            clock,
+            client,
+            options.admin_token.clone(),
+            ccmesh::observe::writer::RecordSink::disabled(),
+        )
+        .unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
