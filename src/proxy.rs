@@ -7,6 +7,7 @@ pub mod classify;
 pub mod conversion;
 pub mod relay;
 pub mod request;
+pub mod trail;
 pub mod upstream;
 
 use std::sync::Arc;
@@ -16,10 +17,11 @@ use axum::http::{HeaderMap, Method, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
-use crate::gateway::{Gateway, LiveEndpoint};
+use crate::gateway::{Gateway, LiveEndpoint, Snapshot};
 use crate::protocol::errors::{ErrorKind, GatewayError};
 use crate::protocol::{Protocol, Route};
 use crate::routing;
+use trail::Trail;
 
 /// Everything about the client's request that the attempts need, read once.
 pub struct Inbound {
@@ -62,24 +64,54 @@ pub async fn handle(State(gw): State<Arc<Gateway>>, request: Request) -> Respons
     };
     let protocol = route.protocol();
     let snapshot = gw.snapshot_full();
-    let limit = snapshot.settings.max_body_bytes;
+    let mut trail = Trail::start(
+        gw.events.clone(),
+        gw.clock.wall(),
+        protocol.as_str(),
+        parts.method.as_str(),
+        parts.uri.path(),
+        &parts.headers,
+    );
+    match prepare(&snapshot, route, parts, body, &mut trail).await {
+        Ok((inbound, candidates, is_explicit)) => {
+            attempt::run(gw, snapshot, inbound, candidates, is_explicit, trail).await
+        }
+        // Refused before any attempt: the client's request is wrong, or nothing can serve it.
+        Err(error) => {
+            let status = error.kind.status().as_u16();
+            trail.set_error("gateway", Some(error.code), &error.message, None);
+            let mut response = error.into_response(protocol);
+            trail.tag_response(response.headers_mut());
+            trail.finish(status, Default::default(), None, &snapshot);
+            response
+        }
+    }
+}
 
+/// Read and check the request, and choose its candidates (SPEC §2 steps 0–3).
+async fn prepare(
+    snapshot: &Snapshot,
+    route: Route,
+    parts: axum::http::request::Parts,
+    body: axum::body::Body,
+    trail: &mut Trail,
+) -> Result<(Inbound, Vec<Arc<LiveEndpoint>>, bool), GatewayError> {
+    let limit = snapshot.settings.max_body_bytes;
     let too_large = || {
         GatewayError::new(
             ErrorKind::PayloadTooLarge,
             "request_too_large",
-            format!("the request body is larger than max_body_bytes ({limit} bytes); shorten it or raise max_body_bytes in the settings"),
+            format!(
+                "the request body is larger than max_body_bytes ({limit} bytes); shorten it or raise max_body_bytes in the settings"
+            ),
         )
-        .into_response(protocol)
     };
     let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit) {
-        return too_large();
+        return Err(too_large());
     }
-    let body = match axum::body::to_bytes(body, usize::try_from(limit).unwrap_or(usize::MAX)).await {
-        Ok(b) => b,
-        Err(_) => return too_large(),
-    };
+    let body =
+        axum::body::to_bytes(body, usize::try_from(limit).unwrap_or(usize::MAX)).await.map_err(|_| too_large())?;
 
     let query = parts.uri.query();
     let endpoint_query =
@@ -88,8 +120,11 @@ pub async fn handle(State(gw): State<Arc<Gateway>>, request: Request) -> Respons
         None => None,
         Some(Ok(v)) => Some(v.to_string()),
         Some(Err(_)) => {
-            return GatewayError::new(ErrorKind::InvalidRequest, "invalid_header", "x-ccmesh-endpoint must be ASCII")
-                .into_response(protocol);
+            return Err(GatewayError::new(
+                ErrorKind::InvalidRequest,
+                "invalid_header",
+                "x-ccmesh-endpoint must be ASCII",
+            ));
         }
     };
 
@@ -105,26 +140,18 @@ pub async fn handle(State(gw): State<Arc<Gateway>>, request: Request) -> Respons
                     .is_some_and(|v| v.contains("json"))
         }
     };
-    let peek = if is_json {
-        match request::peek(&body) {
-            Ok(p) => Some(p),
-            Err(e) => return e.into_response(protocol),
-        }
-    } else {
-        None
-    };
+    let peek = if is_json { Some(request::peek(&body)?) } else { None };
     let requested_model = peek.as_ref().and_then(|p| p.model.as_deref());
+    let stream = peek.as_ref().is_some_and(|p| p.stream);
+    trail.set_request(requested_model, stream);
 
-    let explicit = match routing::resolve_explicit(
+    let explicit = routing::resolve_explicit(
         &snapshot.endpoints,
         route,
         endpoint_header.as_deref(),
         endpoint_query.as_deref(),
         requested_model,
-    ) {
-        Ok(x) => x,
-        Err(e) => return e.into_response(protocol),
-    };
+    )?;
     let model = explicit.model.as_deref().map(str::to_string);
     let model_prefixed = model.as_deref() != requested_model;
 
@@ -133,19 +160,15 @@ pub async fn handle(State(gw): State<Arc<Gateway>>, request: Request) -> Respons
         None => {
             let routable = routing::list_routable(&snapshot.endpoints, route);
             if routable.is_empty() {
-                return routing::nothing_configured(route).into_response(protocol);
+                return Err(routing::nothing_configured(route));
             }
             let serving = match &model {
-                Some(m) => match routing::filter_by_model(routable, &snapshot.endpoints, route, m) {
-                    Ok(list) => list,
-                    Err(e) => return e.into_response(protocol),
-                },
+                Some(m) => routing::filter_by_model(routable, &snapshot.endpoints, route, m)?,
                 None => routable,
             };
             (serving.into_iter().cloned().collect(), false)
         }
     };
-    let stream = peek.as_ref().is_some_and(|p| p.stream);
     let model_span = peek.as_ref().and_then(|p| p.model_span(&body));
     drop(peek);
 
@@ -161,7 +184,7 @@ pub async fn handle(State(gw): State<Arc<Gateway>>, request: Request) -> Respons
         model_span,
         stream,
     };
-    attempt::run(gw, snapshot, inbound, candidates, is_explicit).await
+    Ok((inbound, candidates, is_explicit))
 }
 
 /// `GET /v1/models`, answered from the endpoints' model lists (SPEC §8): Anthropic's shape when

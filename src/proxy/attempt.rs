@@ -18,6 +18,7 @@ use super::classify::{Class, NetworkErrorKind, classify_network_error, classify_
 use super::conversion::{self, RequestConversion};
 use super::relay::{self, Committed, StreamObserver, Transform};
 use super::request::splice_model;
+use super::trail::Trail;
 use super::upstream::{join_url, request_headers, response_headers};
 use crate::breaker::retry_after::parse_retry_after;
 use crate::breaker::{Denied, Outcome, Permit};
@@ -26,6 +27,8 @@ use crate::convert::{StreamConversion, count_tokens, upstream_path};
 use crate::endpoint::EndpointId;
 use crate::endpoint::Format;
 use crate::gateway::{Gateway, LiveEndpoint, Snapshot};
+use crate::observe::record::{Classification, Tokens};
+use crate::observe::usage;
 use crate::protocol::Route;
 use crate::protocol::errors::{ErrorKind, GatewayError};
 use crate::routing;
@@ -65,6 +68,8 @@ struct Run {
     rewritten: Vec<(String, Bytes)>,
     /// Conversion state for endpoints of another format.
     conversion: RequestConversion,
+    /// The decision trail; moves into the relay when a stream is committed.
+    trail: Option<Trail>,
 }
 
 pub async fn run(
@@ -73,6 +78,7 @@ pub async fn run(
     inbound: Inbound,
     mut candidates: Vec<Arc<LiveEndpoint>>,
     explicit: bool,
+    trail: Trail,
 ) -> Response {
     let protocol = inbound.route.protocol();
     let settings = snapshot.settings.clone();
@@ -89,6 +95,7 @@ pub async fn run(
         start_endpoint: None,
         rewritten: Vec::new(),
         conversion,
+        trail: Some(trail),
     };
 
     // Endpoints of another format need the request converted. Do it once per format and
@@ -204,6 +211,7 @@ pub async fn run(
                 denied_in_a_row.clear();
                 attempts += 1;
                 last_endpoint = Some(endpoint.config.name.clone());
+                run.begin_attempt(endpoint);
                 match run.attempt(endpoint, permit, attempts).await {
                     AttemptResult::Answer(response) => return response,
                     AttemptResult::HttpFailure { answer, class, probe } => {
@@ -233,7 +241,9 @@ pub async fn run(
                         if transient && same_endpoint_failures < 2 {
                             if attempts < cap {
                                 let wake = clock.now() + settings.transient_retry_delay;
+                                let waited = tokio::time::Instant::now();
                                 clock.sleep_until(wake).await;
+                                run.add_wait(waited.elapsed());
                             }
                             continue;
                         }
@@ -266,10 +276,12 @@ pub async fn run(
             WhenBlocked::Wait { until } => {
                 gw.events
                     .rate_limit_backoff(protocol.as_str(), until.saturating_duration_since(now).as_millis() as u64);
+                let waited = tokio::time::Instant::now();
                 tokio::select! {
                     () = clock.sleep_until(until) => {}
                     () = changed => {}
                 }
+                run.add_wait(waited.elapsed());
                 continue 'choose;
             }
             WhenBlocked::RateLimited { retry_after_secs } => {
@@ -392,13 +404,13 @@ impl Run {
         let response = match tokio::time::timeout_at(sent_at + head_limit, request).await {
             Err(_) => {
                 let note = format!("no response headers within {:.1} s", head_limit.as_secs_f64());
-                permit.record(Outcome::Broken, Some(&note), breaker_settings);
+                self.settle(permit, Outcome::Broken, &note, None, Classification::Transient, "timeout");
                 return AttemptResult::NoAnswer { kind: NetworkErrorKind::Timeout, detail: note, transient: true };
             }
             Ok(Err(e)) => {
                 let kind = classify_network_error(&e);
                 let note = kind.describe().to_string();
-                permit.record(Outcome::Broken, Some(&note), breaker_settings);
+                self.settle(permit, Outcome::Broken, &note, None, Classification::Transient, kind.as_str());
                 return AttemptResult::NoAnswer { kind, detail: note, transient: true };
             }
             Ok(Ok(r)) => r,
@@ -433,15 +445,31 @@ impl Run {
             Ok(Err(e)) => {
                 let kind = classify_network_error(&e);
                 let note = format!("{} while reading the body", kind.describe());
-                permit.record(Outcome::Broken, Some(&note), breaker_settings);
+                self.settle(
+                    permit,
+                    Outcome::Broken,
+                    &note,
+                    Some(status.as_u16()),
+                    Classification::Transient,
+                    kind.as_str(),
+                );
                 return AttemptResult::NoAnswer { kind, detail: note, transient: true };
             }
             Err(_) => {
                 let note = "the response body did not complete in time".to_string();
-                permit.record(Outcome::Broken, Some(&note), breaker_settings);
+                self.settle(
+                    permit,
+                    Outcome::Broken,
+                    &note,
+                    Some(status.as_u16()),
+                    Classification::Transient,
+                    "timeout",
+                );
                 return AttemptResult::NoAnswer { kind: NetworkErrorKind::Timeout, detail: note, transient: true };
             }
         };
+        // Usage and the answering model come from the upstream's own answer, before conversion.
+        let answered = (class == Class::Success).then(|| usage::from_body(format, &body));
         if converting {
             let client = self.conversion.client;
             if class == Class::Success {
@@ -451,7 +479,14 @@ impl Run {
                     Err(e) => {
                         // A 2xx we cannot read is no answer at all: this endpoint's failure.
                         let note = format!("the upstream's answer is not a valid {format} response: {}", e.message);
-                        permit.record(Outcome::Broken, Some(&note), breaker_settings);
+                        self.settle(
+                            permit,
+                            Outcome::Broken,
+                            &note,
+                            Some(status.as_u16()),
+                            Classification::Failure,
+                            "invalid_response",
+                        );
                         return AttemptResult::NoAnswer {
                             kind: NetworkErrorKind::Other,
                             detail: note,
@@ -475,7 +510,16 @@ impl Run {
             Class::Failure | Class::RateLimited => Some(status_note(status.as_u16())),
         };
         let probe = permit.is_probe();
-        permit.record(outcome_for(class, retry_after), note.as_deref(), breaker_settings);
+        let classification = match class {
+            Class::Success => Classification::Success,
+            Class::Neutral => Classification::Neutral,
+            Class::Failure => Classification::Failure,
+            Class::RateLimited => Classification::RateLimited,
+        };
+        let transition = permit.record(outcome_for(class, retry_after), note.as_deref(), breaker_settings);
+        if let Some(t) = self.trail.as_mut() {
+            t.end_attempt(Some(status.as_u16()), classification, None, note.as_deref(), transition.as_ref());
+        }
         if class == Class::Neutral
             && self.inbound.route == Route::CountTokens
             && matches!(status.as_u16(), 404 | 405 | 501)
@@ -487,9 +531,9 @@ impl Run {
         match class {
             Class::Success => {
                 self.after_success(endpoint.config.id);
-                AttemptResult::Answer(self.respond(answer, number, &endpoint.config.name))
+                AttemptResult::Answer(self.respond(answer, number, &endpoint.config.name, answered))
             }
-            Class::Neutral => AttemptResult::Answer(self.respond(answer, number, &endpoint.config.name)),
+            Class::Neutral => AttemptResult::Answer(self.respond(answer, number, &endpoint.config.name, None)),
             Class::Failure | Class::RateLimited => AttemptResult::HttpFailure { answer, class, probe },
         }
     }
@@ -518,6 +562,10 @@ impl Run {
                     .headers_mut()
                     .insert(HeaderName::from_static("x-ccmesh-attempts"), HeaderValue::from(attempts));
             }
+        }
+        if let Some(mut t) = self.trail.take() {
+            t.tag_response(response.headers_mut());
+            t.finish(200, Tokens::default(), None, &self.snapshot);
         }
         response
     }
@@ -557,8 +605,9 @@ impl Run {
                 Some(d) => tokio::time::timeout_at(d, upstream.next()).await,
                 None => Ok(upstream.next().await),
             };
-            let fail = |permit: Permit, kind: NetworkErrorKind, note: String, transient: bool| {
-                permit.record(Outcome::Broken, Some(&note), breaker_settings);
+            let mut fail = |permit: Permit, kind: NetworkErrorKind, note: String, transient: bool| {
+                let class = if transient { Classification::Transient } else { Classification::Failure };
+                self.settle(permit, Outcome::Broken, &note, Some(status.as_u16()), class, kind.as_str());
                 AttemptResult::NoAnswer { kind, detail: note, transient }
             };
             match next {
@@ -609,7 +658,9 @@ impl Run {
                             (Outcome::Broken, Class::Failure, ErrorKind::BadGateway, StatusCode::BAD_GATEWAY)
                         };
                         let probe = permit.is_probe();
-                        permit.record(outcome, Some(&note), breaker_settings);
+                        let classification =
+                            if rate_limited { Classification::RateLimited } else { Classification::Failure };
+                        self.settle(permit, outcome, &note, Some(200), classification, "stream_error");
                         let body = Bytes::from(
                             GatewayError::new(kind, "upstream_stream_error", note).body(protocol).to_string(),
                         );
@@ -624,19 +675,26 @@ impl Run {
             }
         }
 
+        let mut response = Response::new(Body::empty());
+        *response.status_mut() = status;
+        *response.headers_mut() = headers;
+        self.tag(&mut response, number, &endpoint.config.name);
+        let mut trail = self.trail.take();
+        if let Some(t) = trail.as_mut() {
+            t.stream_committed(status.as_u16());
+            t.tag_response(response.headers_mut());
+        }
         let committed = Committed {
             gw: self.gw.clone(),
+            snapshot: self.snapshot.clone(),
             breaker_settings: breaker_settings.clone(),
             idle_timeout: timeouts.idle,
             held,
             observer,
             rotation: self.rotation_update(endpoint.config.id),
+            trail,
         };
-        let stream = relay::relay(committed, permit, upstream);
-        let mut response = Response::new(Body::from_stream(stream));
-        *response.status_mut() = status;
-        *response.headers_mut() = headers;
-        self.tag(&mut response, number, &endpoint.config.name);
+        *response.body_mut() = Body::from_stream(relay::relay(committed, permit, upstream));
         AttemptResult::Answer(response)
     }
 
@@ -663,17 +721,72 @@ impl Run {
         }
     }
 
-    fn respond(&self, answer: Buffered, attempts: usize, endpoint: &str) -> Response {
+    /// The attempt about to be sent, in the decision trail.
+    fn begin_attempt(&mut self, endpoint: &LiveEndpoint) {
+        let model = self.inbound.model.as_deref().map(|m| endpoint.config.map_model(m).to_string());
+        let multiplier = 1.0;
+        if let Some(t) = self.trail.as_mut() {
+            t.begin_attempt(&endpoint.config.name, endpoint.config.format.as_str(), model.as_deref(), multiplier);
+            if self.conversion.needed(endpoint.config.format) && matches!(self.inbound.route, Route::Protocol(_)) {
+                let losses = self.conversion.losses(endpoint.config.format);
+                t.set_conversion(self.conversion.client.as_str(), endpoint.config.format.as_str(), losses);
+            }
+        }
+    }
+
+    fn add_wait(&mut self, waited: std::time::Duration) {
+        if let Some(t) = self.trail.as_mut() {
+            t.add_wait(waited);
+        }
+    }
+
+    /// Record an attempt's outcome in the endpoint's breaker and in the decision trail.
+    fn settle(
+        &mut self,
+        permit: Permit,
+        outcome: Outcome,
+        note: &str,
+        status: Option<u16>,
+        classification: Classification,
+        error_kind: &str,
+    ) {
+        let settings = self.snapshot.settings.clone();
+        let transition = permit.record(outcome, Some(note), settings.breaker(self.protocol()));
+        if let Some(t) = self.trail.as_mut() {
+            t.end_attempt(status, classification, Some(error_kind), Some(note), transition.as_ref());
+        }
+    }
+
+    /// Send an upstream answer (a success, a neutral answer, or the last failure) to the client
+    /// and close the record. `answered`: usage and model from a successful answer.
+    fn respond(
+        &mut self,
+        answer: Buffered,
+        attempts: usize,
+        endpoint: &str,
+        answered: Option<(Tokens, Option<String>)>,
+    ) -> Response {
+        let status = answer.status.as_u16();
+        if status >= 400
+            && let Some(t) = self.trail.as_mut()
+        {
+            t.set_error("upstream", None, &format!("upstream answered HTTP {status}"), Some(&answer.body));
+        }
         let mut response = Response::new(Body::from(answer.body));
         *response.status_mut() = answer.status;
         *response.headers_mut() = response_headers(&answer.headers);
         self.tag(&mut response, attempts, endpoint);
+        if let Some(mut t) = self.trail.take() {
+            t.tag_response(response.headers_mut());
+            let (tokens, model) = answered.unwrap_or_default();
+            t.finish(status, tokens, model, &self.snapshot);
+        }
         response
     }
 
-    fn finish_with_answer(&self, answer: Option<Buffered>, attempts: usize, endpoint: Option<&str>) -> Response {
+    fn finish_with_answer(&mut self, answer: Option<Buffered>, attempts: usize, endpoint: Option<&str>) -> Response {
         match answer {
-            Some(a) => self.respond(a, attempts, endpoint.unwrap_or("")),
+            Some(a) => self.respond(a, attempts, endpoint.unwrap_or(""), None),
             None => self.finish_error(
                 GatewayError::new(ErrorKind::BadGateway, "upstream_unreachable", "no upstream answered"),
                 attempts,
@@ -682,11 +795,19 @@ impl Run {
         }
     }
 
-    fn finish_error(&self, error: GatewayError, attempts: usize, endpoint: Option<&str>) -> Response {
+    fn finish_error(&mut self, error: GatewayError, attempts: usize, endpoint: Option<&str>) -> Response {
+        let status = error.kind.status().as_u16();
+        if let Some(t) = self.trail.as_mut() {
+            t.set_error("gateway", Some(error.code), &error.message, None);
+        }
         let mut response = error.into_response(self.protocol());
         response.headers_mut().insert(HeaderName::from_static("x-ccmesh-attempts"), HeaderValue::from(attempts));
         if let Some(Ok(v)) = endpoint.map(HeaderValue::from_str) {
             response.headers_mut().insert(HeaderName::from_static("x-ccmesh-endpoint"), v);
+        }
+        if let Some(mut t) = self.trail.take() {
+            t.tag_response(response.headers_mut());
+            t.finish(status, Tokens::default(), None, &self.snapshot);
         }
         response
     }

@@ -16,12 +16,14 @@ pub struct RequestConversion {
     decoded: Option<Result<ir::Request, ir::ConvertError>>,
     /// Encoded bodies by (format, model sent).
     bodies: Vec<(Format, String, Result<Bytes, ir::ConvertError>)>,
+    /// What did not survive each conversion (`field: note`), by target format.
+    losses: Vec<(Format, Vec<String>)>,
     ctx: Option<ir::EncodeContext>,
 }
 
 impl RequestConversion {
     pub fn new(client: Format) -> Self {
-        Self { client, decoded: None, bodies: Vec::new(), ctx: None }
+        Self { client, decoded: None, bodies: Vec::new(), losses: Vec::new(), ctx: None }
     }
 
     pub fn needed(&self, endpoint: Format) -> bool {
@@ -38,13 +40,16 @@ impl RequestConversion {
         if let Some((_, _, b)) = self.bodies.iter().find(|(f, m, _)| *f == format && m == model) {
             return b.clone();
         }
+        let client = self.client;
+        let mut noted = Vec::new();
         let result = self.decoded(client_body).cloned().and_then(|mut request| {
             request.model = model.to_string();
             let encoded = convert::encode_request(format, &request)?;
             for loss in request.losses.iter().chain(&encoded.losses) {
+                noted.push(format!("{}: {}", loss.field, loss.note));
                 tracing::info!(
                     event = "conversion_loss",
-                    from = self.client.as_str(),
+                    from = client.as_str(),
                     to = format.as_str(),
                     field = %loss.field,
                     note = %loss.note,
@@ -54,7 +59,15 @@ impl RequestConversion {
             Ok(Bytes::from(encoded.body))
         });
         self.bodies.push((format, model.to_string(), result.clone()));
+        if !self.losses.iter().any(|(f, _)| *f == format) {
+            self.losses.push((format, noted));
+        }
         result
+    }
+
+    /// What did not survive the conversion to `format`, for the request record.
+    pub fn losses(&self, format: Format) -> Vec<String> {
+        self.losses.iter().find(|(f, _)| *f == format).map(|(_, l)| l.clone()).unwrap_or_default()
     }
 
     /// What the client-side encoders need, built once from the decoded request.

@@ -17,12 +17,15 @@ use crate::breaker::{Outcome, Permit};
 use crate::config::BreakerSettings;
 use crate::convert::{StreamConversion, ir};
 use crate::endpoint::{EndpointId, Format};
-use crate::gateway::Gateway;
+use crate::gateway::{Gateway, Snapshot};
+use crate::observe::record::Classification;
+use crate::observe::usage::StreamUsage;
 use crate::protocol::Protocol;
 use crate::protocol::sse::SseScanner;
 use crate::protocol::stream_events::{EventKind, StreamContext, error_event, inspect};
 
 use super::classify::classify_network_error;
+use super::trail::Trail;
 
 /// What the observer has seen so far in a stream.
 #[derive(Clone, Debug, Default)]
@@ -73,6 +76,8 @@ pub struct StreamObserver {
     scanner: SseScanner,
     context: StreamContext,
     pub watch: StreamWatch,
+    /// Token usage and the answering model, from the upstream's own events.
+    pub usage: StreamUsage,
     transform: Transform,
 }
 
@@ -84,6 +89,7 @@ impl StreamObserver {
             scanner: SseScanner::new(),
             context: StreamContext::default(),
             watch: StreamWatch::default(),
+            usage: StreamUsage::default(),
             transform,
         }
     }
@@ -95,12 +101,13 @@ impl StreamObserver {
 
     /// Observe one upstream chunk; returns the bytes for the client (possibly none).
     pub fn chunk(&mut self, chunk: Bytes) -> Option<Bytes> {
-        let (format, watch, context) = (self.format, &mut self.watch, &mut self.context);
+        let (format, watch, context, usage) = (self.format, &mut self.watch, &mut self.context, &mut self.usage);
         match &mut self.transform {
             Transform::Pass => {
                 self.scanner.feed(&chunk, |event| {
                     context.observe(format, &event);
                     watch.observe(&inspect(format, &event));
+                    usage.observe(format, &event);
                 });
                 Some(chunk)
             }
@@ -109,6 +116,7 @@ impl StreamObserver {
                 self.scanner.feed(&chunk, |event| {
                     context.observe(format, &event);
                     watch.observe(&inspect(format, &event));
+                    usage.observe(format, &event);
                     conversion.event(&event, &mut out);
                 });
                 (!out.is_empty()).then(|| Bytes::from(out))
@@ -166,11 +174,15 @@ impl RotationUpdate {
 /// A stream that reached its first content event and now belongs to the client.
 pub struct Committed {
     pub gw: Arc<Gateway>,
+    pub snapshot: Arc<Snapshot>,
     pub breaker_settings: BreakerSettings,
     pub idle_timeout: Option<Duration>,
     pub held: Vec<Bytes>,
     pub observer: StreamObserver,
     pub rotation: Option<RotationUpdate>,
+    /// The request's decision trail, closed when the stream ends (or dropped with it, which
+    /// records the client going away).
+    pub trail: Option<Trail>,
 }
 
 struct RelayState<S> {
@@ -247,15 +259,35 @@ impl<S> RelayState<S> {
         match self.c.observer.watch.error.clone() {
             Some((rate_limited, message)) => {
                 let outcome = if rate_limited { Outcome::RateLimited { retry_after: None } } else { Outcome::Broken };
-                permit.record(outcome, Some(&format!("upstream stream error: {message}")), &self.c.breaker_settings);
+                let note = format!("upstream stream error: {message}");
+                let transition = permit.record(outcome, Some(&note), &self.c.breaker_settings);
+                let class = if rate_limited { Classification::RateLimited } else { Classification::Failure };
+                self.close_trail(class, Some(&note), transition.as_ref());
             }
             None => {
-                permit.record(Outcome::Success, None, &self.c.breaker_settings);
+                let transition = permit.record(Outcome::Success, None, &self.c.breaker_settings);
                 if let Some(update) = self.c.rotation {
                     update.apply(&self.c.gw);
                 }
+                self.close_trail(Classification::Success, None, transition.as_ref());
             }
         }
+    }
+
+    /// Close the decision trail with the stream's outcome, usage and model.
+    fn close_trail(
+        &mut self,
+        class: Classification,
+        error: Option<&str>,
+        transition: Option<&crate::breaker::Transition>,
+    ) {
+        let Some(mut trail) = self.c.trail.take() else { return };
+        trail.stream_ended(class, error, transition);
+        if let Some(message) = error {
+            trail.set_error("stream", None, message, None);
+        }
+        let usage = &self.c.observer.usage;
+        trail.finish(200, usage.tokens(), usage.model().map(str::to_string), &self.c.snapshot);
     }
 
     /// A failure after bytes reached the client: end the stream with the protocol's own error
@@ -263,11 +295,12 @@ impl<S> RelayState<S> {
     fn fail(&mut self, message: String) {
         self.done = true;
         if let Some(permit) = self.permit.take() {
-            let outcome = match &self.c.observer.watch.error {
-                Some((true, _)) => Outcome::RateLimited { retry_after: None },
-                _ => Outcome::Broken,
+            let (outcome, class) = match &self.c.observer.watch.error {
+                Some((true, _)) => (Outcome::RateLimited { retry_after: None }, Classification::RateLimited),
+                _ => (Outcome::Broken, Classification::Failure),
             };
-            permit.record(outcome, Some(&message), &self.c.breaker_settings);
+            let transition = permit.record(outcome, Some(&message), &self.c.breaker_settings);
+            self.close_trail(class, Some(&message), transition.as_ref());
         }
         if self.c.observer.watch.error.is_none() {
             let event = self.c.observer.error_event(&message);

@@ -313,7 +313,7 @@ async fn upstream_errors_reach_the_client_in_its_own_shape_with_the_status_kept(
                 assert!(v["error"]["message"].is_string() && v["error"]["type"].is_string(), "{v}")
             }
         }
-        let message = if client == P::Claude { &v["error"]["message"] } else { &v["error"]["message"] };
+        let message = &v["error"]["message"];
         assert!(
             ["too many", "bad thing", "bad key", "boom"].iter().any(|m| message.as_str().unwrap().contains(m)),
             "{v}"

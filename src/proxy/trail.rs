@@ -1,0 +1,369 @@
+//! The decision trail of one client request, filled as the request goes and handed to the
+//! events hub (record writer, metrics, live events) when it ends — or when it is dropped,
+//! because the client went away: a request that disappears still leaves its record.
+//!
+//! Timing: `overhead` is the time spent in ccmesh itself up to the first byte sent to the
+//! client: everything except waiting on upstreams and deliberate waits (rate-limit backoff,
+//! the same-endpoint retry delay).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, UNIX_EPOCH};
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use tokio::time::Instant;
+
+use crate::breaker::Transition;
+use crate::events::{Events, transition_str};
+use crate::gateway::Snapshot;
+use crate::observe::cost;
+use crate::observe::record::{AttemptRecord, Classification, RecordError, RequestRecord, Tokens};
+
+/// Error bodies kept in a record are cut to this many bytes.
+const MAX_ERROR_BODY: usize = 4096;
+
+pub struct Trail {
+    record: RequestRecord,
+    events: Events,
+    started: Instant,
+    /// Deliberate waits (backoff, retry delay).
+    waits: Duration,
+    /// Time spent waiting on upstreams (attempts, up to the point their answer was decided).
+    upstream: Duration,
+    /// The attempt in progress: its index and start.
+    current: Option<(usize, Instant)>,
+    /// Set once the response head went to the client.
+    first_byte: Option<Duration>,
+    /// Overhead frozen at the first byte.
+    overhead: Option<Duration>,
+    /// Price multiplier of the final endpoint.
+    multiplier: f64,
+    submitted: bool,
+}
+
+/// A time-ordered id: unix milliseconds, then a process-wide counter (hex).
+fn new_id(unix_ms: u64) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff;
+    format!("{unix_ms:012x}{n:08x}")
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+impl Trail {
+    pub fn start(
+        events: Events,
+        wall: std::time::SystemTime,
+        protocol: &str,
+        method: &str,
+        path: &str,
+        headers: &HeaderMap,
+    ) -> Trail {
+        let unix_ms = wall.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let session_id =
+            header("x-claude-code-session-id").or_else(|| header("session-id")).or_else(|| header("session_id"));
+        Trail {
+            record: RequestRecord {
+                id: new_id(unix_ms),
+                started_at_ms: unix_ms,
+                protocol: protocol.to_string(),
+                method: method.to_string(),
+                path: path.to_string(),
+                user_agent: header("user-agent"),
+                session_id,
+                model_requested: None,
+                model_sent: None,
+                model_answered: None,
+                endpoint: None,
+                stream: false,
+                status: 0,
+                error: None,
+                first_byte_ms: None,
+                total_ms: 0.0,
+                overhead_ms: 0.0,
+                tokens: Tokens::default(),
+                cost_usd: None,
+                attempts: Vec::new(),
+                failed_over: false,
+                conversion: None,
+                losses: Vec::new(),
+            },
+            events,
+            started: Instant::now(),
+            waits: Duration::ZERO,
+            upstream: Duration::ZERO,
+            current: None,
+            first_byte: None,
+            overhead: None,
+            multiplier: 1.0,
+            submitted: false,
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.record.id
+    }
+
+    pub fn set_request(&mut self, model: Option<&str>, stream: bool) {
+        self.record.model_requested = model.map(str::to_string);
+        self.record.stream = stream;
+    }
+
+    pub fn add_wait(&mut self, d: Duration) {
+        self.waits += d;
+    }
+
+    /// An attempt is about to be sent.
+    pub fn begin_attempt(&mut self, endpoint: &str, format: &str, model_sent: Option<&str>, multiplier: f64) {
+        let now = Instant::now();
+        self.record.attempts.push(AttemptRecord {
+            endpoint: endpoint.to_string(),
+            format: format.to_string(),
+            started_ms: ms(now - self.started),
+            duration_ms: 0.0,
+            status: None,
+            error_kind: None,
+            error: None,
+            classification: Classification::Cancelled,
+            breaker: None,
+        });
+        self.current = Some((self.record.attempts.len() - 1, now));
+        self.record.endpoint = Some(endpoint.to_string());
+        self.record.model_sent = model_sent.map(str::to_string);
+        self.multiplier = multiplier;
+        let mut endpoints = self.record.attempts.iter().map(|a| a.endpoint.as_str());
+        let first = endpoints.next();
+        self.record.failed_over = endpoints.any(|e| Some(e) != first);
+    }
+
+    /// The current attempt's outcome is decided (for a committed stream: its first content).
+    pub fn end_attempt(
+        &mut self,
+        status: Option<u16>,
+        classification: Classification,
+        error_kind: Option<&str>,
+        error: Option<&str>,
+        transition: Option<&Transition>,
+    ) {
+        let Some((index, began)) = self.current.take() else { return };
+        let elapsed = began.elapsed();
+        self.upstream += elapsed;
+        if let Some(a) = self.record.attempts.get_mut(index) {
+            a.duration_ms = ms(elapsed);
+            a.status = status;
+            a.classification = classification;
+            a.error_kind = error_kind.map(str::to_string);
+            a.error = error.map(str::to_string);
+            a.breaker = transition.map(transition_str);
+        }
+    }
+
+    /// A committed stream's attempt: keep its start so the final classification and duration
+    /// can be set when the stream ends, while upstream time so far counts toward "upstream".
+    pub fn stream_committed(&mut self, status: u16) {
+        if let Some((index, began)) = self.current {
+            self.upstream += began.elapsed();
+            if let Some(a) = self.record.attempts.get_mut(index) {
+                a.status = Some(status);
+                a.classification = Classification::Success;
+            }
+        }
+    }
+
+    /// The stream's end decided its attempt's final outcome.
+    pub fn stream_ended(
+        &mut self,
+        classification: Classification,
+        error: Option<&str>,
+        transition: Option<&Transition>,
+    ) {
+        let Some((index, began)) = self.current.take() else { return };
+        if let Some(a) = self.record.attempts.get_mut(index) {
+            a.duration_ms = ms(began.elapsed());
+            a.classification = classification;
+            if error.is_some() {
+                a.error_kind = Some("stream_error".into());
+                a.error = error.map(str::to_string);
+            }
+            a.breaker = transition.map(transition_str);
+        }
+    }
+
+    pub fn set_conversion(&mut self, from: &str, to: &str, losses: Vec<String>) {
+        self.record.conversion = Some(format!("{from}→{to}"));
+        self.record.losses = losses;
+    }
+
+    /// The response head is going to the client now. Returns the `Server-Timing` value.
+    pub fn first_byte(&mut self) -> HeaderValue {
+        let total = self.started.elapsed();
+        let overhead = total.saturating_sub(self.upstream).saturating_sub(self.waits);
+        self.first_byte = Some(total);
+        self.overhead = Some(overhead);
+        let value = format!("gateway;dur={:.3}, upstream;dur={:.3}", ms(overhead), ms(self.upstream));
+        HeaderValue::from_str(&value).unwrap_or_else(|_| HeaderValue::from_static("gateway"))
+    }
+
+    /// Add `x-ccmesh-request-id` and `Server-Timing` to a response about to be sent.
+    pub fn tag_response(&mut self, headers: &mut HeaderMap) {
+        let timing = self.first_byte();
+        headers.insert(HeaderName::from_static("server-timing"), timing);
+        if let Ok(v) = HeaderValue::from_str(&self.record.id) {
+            headers.insert(HeaderName::from_static("x-ccmesh-request-id"), v);
+        }
+    }
+
+    pub fn set_error(&mut self, source: &str, kind: Option<&str>, message: &str, upstream_body: Option<&[u8]>) {
+        self.record.error = Some(RecordError {
+            source: source.to_string(),
+            kind: kind.map(str::to_string),
+            message: message.to_string(),
+            upstream_body: upstream_body.map(redacted_excerpt),
+        });
+    }
+
+    /// Finish and hand the record to the hub.
+    pub fn finish(mut self, status: u16, tokens: Tokens, model_answered: Option<String>, snapshot: &Snapshot) {
+        self.record.status = status;
+        self.record.tokens = tokens;
+        if model_answered.is_some() {
+            self.record.model_answered = model_answered;
+        }
+        let model = self.record.model_answered.as_deref().or(self.record.model_sent.as_deref());
+        self.record.cost_usd =
+            model.and_then(|m| snapshot.prices.price(m)).and_then(|p| cost::cost(&tokens, &p, self.multiplier));
+        self.submit();
+    }
+
+    fn submit(&mut self) {
+        if self.submitted {
+            return;
+        }
+        self.submitted = true;
+        let total = self.started.elapsed();
+        self.record.total_ms = ms(total);
+        self.record.first_byte_ms = self.first_byte.map(ms);
+        let overhead = self.overhead.unwrap_or_else(|| total.saturating_sub(self.upstream).saturating_sub(self.waits));
+        self.record.overhead_ms = ms(overhead);
+        let record = std::mem::replace(&mut self.record, empty_record());
+        self.events.request_completed(record);
+    }
+}
+
+impl Drop for Trail {
+    /// The request ended without `finish`: the client went away (or a bug unwound us).
+    fn drop(&mut self) {
+        if self.submitted {
+            return;
+        }
+        if let Some((index, began)) = self.current.take()
+            && let Some(a) = self.record.attempts.get_mut(index)
+        {
+            a.duration_ms = ms(began.elapsed());
+            a.classification = Classification::Cancelled;
+        }
+        if self.record.status == 0 || self.record.status < 400 {
+            self.record.status = 499;
+        }
+        if self.record.error.is_none() {
+            self.record.error = Some(RecordError {
+                source: "cancelled".into(),
+                kind: Some("client_closed".into()),
+                message: "the client closed the connection before the answer was complete".into(),
+                upstream_body: None,
+            });
+        }
+        self.submit();
+    }
+}
+
+fn empty_record() -> RequestRecord {
+    RequestRecord {
+        id: String::new(),
+        started_at_ms: 0,
+        protocol: String::new(),
+        method: String::new(),
+        path: String::new(),
+        user_agent: None,
+        session_id: None,
+        model_requested: None,
+        model_sent: None,
+        model_answered: None,
+        endpoint: None,
+        stream: false,
+        status: 0,
+        error: None,
+        first_byte_ms: None,
+        total_ms: 0.0,
+        overhead_ms: 0.0,
+        tokens: Tokens::default(),
+        cost_usd: None,
+        attempts: Vec::new(),
+        failed_over: false,
+        conversion: None,
+        losses: Vec::new(),
+    }
+}
+
+/// The first 4 KiB of an upstream error body, as text, with anything that looks like a key
+/// replaced: upstreams sometimes echo the credential they rejected.
+pub fn redacted_excerpt(body: &[u8]) -> String {
+    let cut = &body[..body.len().min(MAX_ERROR_BODY)];
+    let text = String::from_utf8_lossy(cut);
+    redact_secrets(&text)
+}
+
+/// Replace tokens that look like API keys (`sk-...`, `sk-ant-...`, long bearer-like strings
+/// after "key"/"token") with `[redacted]`.
+pub fn redact_secrets(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for word in text.split_inclusive(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ',' | ':' | '=')) {
+        let core = word.trim_end_matches(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ',' | ':' | '='));
+        let tail = &word[core.len()..];
+        let looks_secret = (core.starts_with("sk-") && core.len() >= 12)
+            || (core.len() >= 32
+                && core.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+                && core.chars().any(|c| c.is_ascii_digit())
+                && core.chars().any(|c| c.is_ascii_alphabetic()));
+        if looks_secret {
+            out.push_str("[redacted]");
+        } else {
+            out.push_str(core);
+        }
+        out.push_str(tail);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_time_ordered_and_unique() {
+        let a = new_id(1_700_000_000_000);
+        let b = new_id(1_700_000_000_000);
+        let c = new_id(1_700_000_000_001);
+        assert!(a < b && b < c, "{a} {b} {c}");
+        assert_eq!(a.len(), 20);
+    }
+
+    #[test]
+    fn secrets_are_redacted_from_error_bodies() {
+        let body = br#"{"error":{"message":"Incorrect API key provided: sk-proj-abcdef1234567890. You can find your key at ..."}}"#;
+        let out = redacted_excerpt(body);
+        assert!(!out.contains("abcdef1234567890"), "{out}");
+        assert!(out.contains("[redacted]") && out.contains("Incorrect API key provided"), "{out}");
+        let hex = "token 0123456789abcdef0123456789abcdef01 end";
+        assert_eq!(redact_secrets(hex), "token [redacted] end");
+        assert_eq!(redact_secrets("plain words stay"), "plain words stay");
+    }
+
+    #[test]
+    fn error_bodies_are_cut_to_4_kib() {
+        let body = vec![b'x'; 10_000];
+        assert_eq!(redacted_excerpt(&body).len(), 4096);
+    }
+}
