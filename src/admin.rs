@@ -4,7 +4,10 @@
 
 pub mod auth;
 pub mod connectivity;
+pub mod events;
 pub mod health;
+pub mod prices;
+pub mod requests;
 
 use std::sync::Arc;
 
@@ -29,8 +32,15 @@ pub fn router(gw: Arc<Gateway>) -> Router<Arc<Gateway>> {
         .route("/api/fast-queue", put(put_fast_queue))
         .route("/api/order", put(put_order))
         .route("/api/health", get(health::get_health))
+        .route("/api/events", get(events::stream))
         .route("/api/current", get(get_current).put(put_current))
         .route("/api/settings", get(get_settings).patch(patch_settings))
+        .route("/api/requests", get(requests::list_requests))
+        .route("/api/requests/{id}", get(requests::get_request))
+        .route("/api/stats", get(requests::get_stats))
+        .route("/api/records/status", get(requests::get_records_status))
+        .route("/api/prices", get(prices::list_prices))
+        .route("/api/prices/{model}", put(prices::put_price).delete(prices::delete_price))
         .fallback(api_not_found)
         .layer(axum::middleware::from_fn_with_state(gw, auth::require_admin))
 }
@@ -124,6 +134,7 @@ pub fn endpoint_json(e: &Endpoint) -> Value {
         "test_at": e.test.at,
         "test_latency_ms": e.test.latency_ms,
         "test_error": e.test.error,
+        "price_multiplier": e.price_multiplier,
     })
 }
 

@@ -33,6 +33,10 @@ pub enum Command {
         #[command(flatten)]
         common: manage::Common,
     },
+    /// Recent request records (newest first); `-f` follows new requests live.
+    Logs(manage::LogsArgs),
+    /// A summary of requests, errors, latency, tokens and cost for a period.
+    Stats(manage::StatsArgs),
 }
 
 pub fn main() -> ExitCode {

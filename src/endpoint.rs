@@ -106,6 +106,8 @@ pub struct Endpoint {
     pub headers: BTreeMap<String, String>,
     pub test_model: Option<String>,
     pub test: TestResult,
+    /// Cost multiplier over the list price (relays often bill a multiple); 0 < m ≤ 100.
+    pub price_multiplier: f64,
 }
 
 impl Endpoint {
@@ -264,6 +266,7 @@ mod tests {
             headers: BTreeMap::new(),
             test_model: None,
             test: TestResult::default(),
+            price_multiplier: 1.0,
         }
     }
 

@@ -85,6 +85,10 @@ impl Events {
     /// A request finished (for a stream: when the stream ended): count it, show it live, store it.
     pub fn request_completed(&self, record: RequestRecord) {
         self.hub.metrics.observe_request(&record);
+        if !self.hub.live.has_subscribers() {
+            self.hub.records.submit(record);
+            return;
+        }
         self.hub.live.publish(LiveEvent {
             kind: "request",
             data: json!({

@@ -191,6 +191,8 @@ impl Gateway {
             .collect();
         let prices = Arc::new(PriceTable::load(&self.store)?);
         self.snapshot.store(Arc::new(Snapshot { endpoints: live, settings: Arc::new(settings), prices }));
+        // Metric labels are bounded by the configuration: tell the registry what is configured.
+        self.events.metrics().configure(&self.snapshot.load());
         Ok(())
     }
 }

@@ -216,6 +216,7 @@ mod tests {
             headers: BTreeMap::new(),
             test_model: None,
             test: TestResult::default(),
+            price_multiplier: 1.0,
         }
     }
 

@@ -18,6 +18,11 @@ pub fn router(gw: Arc<Gateway>) -> Router {
     Router::new()
         .route("/health", get(|| async { axum::Json(serde_json::json!({"status": "ok"})) }))
         .route("/", get(dashboard_placeholder))
+        .route(
+            "/metrics",
+            get(crate::observe::metrics::scrape)
+                .route_layer(axum::middleware::from_fn_with_state(gw.clone(), admin::auth::require_admin)),
+        )
         .route("/v1/models", get(proxy::list_models))
         .route("/v1/{*rest}", any(proxy::handle))
         .merge(admin::router(gw.clone()))
@@ -42,6 +47,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
     grace: Duration,
 ) -> std::io::Result<()> {
+    let gw_events = gw.events.clone();
     let app = router(gw);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = axum::serve(
@@ -63,6 +69,8 @@ pub async fn serve(
         grace_secs = grace.as_secs_f64(),
         "no longer accepting connections; waiting for in-flight requests"
     );
+    // Live-event streams never end on their own: close them so they do not hold the drain.
+    gw_events.live().close();
     let _ = stop_tx.send(());
     match tokio::time::timeout(grace, server).await {
         Ok(result) => result,

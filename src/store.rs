@@ -94,7 +94,7 @@ impl Store {
             let mut stmt = c.prepare(
                 "SELECT id, name, base_url, api_key, format, models, model_map, enabled, fast,
                         fast_sort_order, sort_order, headers, test_model, test_status, test_at,
-                        test_latency_ms, test_error
+                        test_latency_ms, test_error, price_multiplier
                  FROM endpoints ORDER BY sort_order, name",
             )?;
             let rows = stmt.query_map([], row_to_raw)?;
@@ -124,8 +124,8 @@ impl Store {
             let fast_sort_order = fast_position(&tx, draft, None)?;
             tx.execute(
                 "INSERT INTO endpoints (name, base_url, api_key, format, models, model_map, enabled, fast,
-                     fast_sort_order, sort_order, headers, test_model)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                     fast_sort_order, sort_order, headers, test_model, price_multiplier)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
                 params![
                     draft.name,
                     draft.base_url,
@@ -139,6 +139,7 @@ impl Store {
                     sort_order,
                     json_text(&draft.headers),
                     draft.test_model,
+                    draft.price_multiplier,
                 ],
             )?;
             tx.commit()?;
@@ -166,8 +167,8 @@ impl Store {
             tx.execute(
                 "UPDATE endpoints SET name = ?1, base_url = ?2, api_key = ?3, format = ?4, models = ?5,
                      model_map = ?6, enabled = ?7, fast = ?8, fast_sort_order = ?9, sort_order = ?10,
-                     headers = ?11, test_model = ?12
-                 WHERE id = ?13",
+                     headers = ?11, test_model = ?12, price_multiplier = ?13
+                 WHERE id = ?14",
                 params![
                     draft.name,
                     draft.base_url,
@@ -181,6 +182,7 @@ impl Store {
                     sort_order,
                     json_text(&draft.headers),
                     draft.test_model,
+                    draft.price_multiplier,
                     id,
                 ],
             )?;
@@ -338,6 +340,7 @@ struct RawEndpoint {
     test_at: Option<String>,
     test_latency_ms: Option<i64>,
     test_error: Option<String>,
+    price_multiplier: f64,
 }
 
 fn row_to_raw(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawEndpoint> {
@@ -359,6 +362,7 @@ fn row_to_raw(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawEndpoint> {
         test_at: r.get(14)?,
         test_latency_ms: r.get(15)?,
         test_error: r.get(16)?,
+        price_multiplier: r.get(17)?,
     })
 }
 
@@ -389,6 +393,7 @@ impl RawEndpoint {
                 latency_ms: self.test_latency_ms.map(|v| v.max(0) as u64),
                 error: self.test_error,
             },
+            price_multiplier: self.price_multiplier,
         })
     }
 }
@@ -409,6 +414,7 @@ impl Endpoint {
             sort_order: Some(self.sort_order),
             headers: self.headers.clone(),
             test_model: self.test_model.clone(),
+            price_multiplier: self.price_multiplier,
         }
     }
 }
@@ -485,6 +491,23 @@ mod tests {
         assert!(matches!(s.update_endpoint("b", &d), Err(StoreError::Duplicate(_))));
         assert!(matches!(s.delete_endpoint("a"), Err(StoreError::NotFound(_))));
         s.delete_endpoint("a2").unwrap();
+    }
+
+    #[test]
+    fn price_multiplier_persists_through_insert_update_and_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ccmesh.db");
+        let s = Store::open(&path).unwrap();
+        assert_eq!(s.insert_endpoint(&draft("plain", json!({}))).unwrap().price_multiplier, 1.0);
+        assert_eq!(s.insert_endpoint(&draft("relay", json!({"price_multiplier": 1.5}))).unwrap().price_multiplier, 1.5);
+        let mut d = s.get_endpoint("relay").unwrap().to_draft();
+        assert_eq!(d.price_multiplier, 1.5);
+        d.price_multiplier = 0.25;
+        s.update_endpoint("relay", &d).unwrap();
+        drop(s);
+        let s = Store::open(&path).unwrap();
+        assert_eq!(s.get_endpoint("relay").unwrap().price_multiplier, 0.25);
+        assert_eq!(s.get_endpoint("plain").unwrap().price_multiplier, 1.0);
     }
 
     #[test]

@@ -114,6 +114,52 @@ pub enum EndpointCommand {
     },
 }
 
+#[derive(Args, Debug)]
+pub struct LogsArgs {
+    /// Show one request's full record and decision trail.
+    #[arg(long)]
+    pub id: Option<String>,
+    /// How many recent requests to show.
+    #[arg(short = 'n', long, default_value_t = 20)]
+    pub limit: u32,
+    /// Keep running and print requests as they complete.
+    #[arg(short, long)]
+    pub follow: bool,
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    #[arg(long)]
+    pub model: Option<String>,
+    /// claude | openai | responses
+    #[arg(long)]
+    pub protocol: Option<String>,
+    /// A status class (2xx, 4xx, 5xx) or an exact status (429).
+    #[arg(long)]
+    pub status: Option<String>,
+    /// Only requests that failed over.
+    #[arg(long)]
+    pub failed_over: bool,
+    /// Start of the period: unix ms, RFC 3339, a date, or an age like 15m, 24h, 7d.
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Text to find in errors.
+    #[arg(long = "search")]
+    pub q: Option<String>,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct StatsArgs {
+    /// Start of the period (unix ms, RFC 3339, a date, or an age like 24h, 7d).
+    #[arg(long, default_value = "24h")]
+    pub since: String,
+    /// Group by endpoint, model or protocol.
+    #[arg(long = "by", default_value = "endpoint")]
+    pub group_by: String,
+    #[command(flatten)]
+    pub common: Common,
+}
+
 #[derive(Subcommand, Debug)]
 pub enum FastCommand {
     /// Make exactly these endpoints the fast queue, in this order (none = empty the queue).
@@ -317,6 +363,12 @@ async fn dispatch(command: Command) -> anyhow::Result<String> {
             let v = Client::new(&common)?.call(Method::GET, "/api/health", None).await?;
             Ok(if common.json { pretty(&v) } else { health_table(&v) })
         }
+        Command::Logs(args) => logs(args).await,
+        Command::Stats(args) => {
+            let q = query_string(&[("since", Some(args.since.as_str())), ("group_by", Some(args.group_by.as_str()))]);
+            let v = Client::new(&args.common)?.call(Method::GET, &format!("/api/stats?{q}"), None).await?;
+            Ok(if args.common.json { pretty(&v) } else { stats_table(&v) })
+        }
         Command::Reset { name, common } => {
             let v = Client::new(&common)?
                 .call(Method::POST, &format!("/api/endpoints/{}/reset", path(&name)), None)
@@ -328,6 +380,285 @@ async fn dispatch(command: Command) -> anyhow::Result<String> {
             })
         }
     }
+}
+
+fn query_string(pairs: &[(&str, Option<&str>)]) -> String {
+    pairs.iter().filter_map(|(k, v)| v.map(|v| format!("{k}={}", url_escape(v)))).collect::<Vec<_>>().join("&")
+}
+
+fn url_escape(v: &str) -> String {
+    v.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b':') {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+async fn logs(args: LogsArgs) -> anyhow::Result<String> {
+    use reqwest::Method;
+    let client = Client::new(&args.common)?;
+    if let Some(id) = &args.id {
+        let v = client.call(Method::GET, &format!("/api/requests/{}", path(id)), None).await?;
+        return Ok(if args.common.json { pretty(&v) } else { record_detail(&v) });
+    }
+    let (status_class, status) = match args.status.as_deref() {
+        Some(s) if s.ends_with("xx") => (Some(s), None),
+        Some(s) => (None, Some(s)),
+        None => (None, None),
+    };
+    let limit = args.limit.clamp(1, 500).to_string();
+    let q = query_string(&[
+        ("limit", Some(limit.as_str())),
+        ("endpoint", args.endpoint.as_deref()),
+        ("model", args.model.as_deref()),
+        ("protocol", args.protocol.as_deref()),
+        ("status_class", status_class),
+        ("status", status),
+        ("failed_over", args.failed_over.then_some("true")),
+        ("since", args.since.as_deref()),
+        ("q", args.q.as_deref()),
+    ]);
+    let v = client.call(Method::GET, &format!("/api/requests?{q}"), None).await?;
+    let mut rows: Vec<Value> = v["requests"].as_array().cloned().unwrap_or_default();
+    rows.reverse(); // oldest first, so the newest line is nearest the prompt
+    let out = if args.common.json {
+        rows.iter().map(|r| r.to_string()).collect::<Vec<_>>().join("\n")
+    } else {
+        log_table(&rows)
+    };
+    if !args.follow {
+        return Ok(out);
+    }
+    {
+        use std::io::Write;
+        let mut stdout = std::io::stdout().lock();
+        if !out.is_empty() {
+            let _ = writeln!(stdout, "{out}");
+        }
+    }
+    follow(&client, &args).await
+}
+
+/// Print `request` live events as they arrive (filters applied here), until the server goes away.
+async fn follow(client: &Client, args: &LogsArgs) -> anyhow::Result<String> {
+    use std::io::Write;
+    let url = format!("{}/api/events", client.server);
+    let mut req = client.http.get(&url).timeout(std::time::Duration::from_secs(365 * 24 * 3600));
+    if let Some(t) = client.token.as_deref().filter(|t| !t.is_empty()) {
+        req = req.bearer_auth(t);
+    }
+    let mut resp =
+        req.send().await.map_err(|_| anyhow!("cannot reach the gateway at {} to follow its events", client.server))?;
+    if !resp.status().is_success() {
+        bail!("the gateway answered {} to GET /api/events", resp.status());
+    }
+    let mut scanner = crate::protocol::sse::SseScanner::new();
+    loop {
+        let chunk = match resp.chunk().await {
+            Ok(Some(c)) => c,
+            Ok(None) => return Ok("the gateway closed the event stream".into()),
+            Err(e) => {
+                bail!("the event stream broke: {}", crate::proxy::classify::classify_network_error(&e).describe())
+            }
+        };
+        let mut lines = Vec::new();
+        scanner.feed(&chunk, |event| {
+            if event.event != Some("request") {
+                return;
+            }
+            let Ok(v) = serde_json::from_str::<Value>(event.data) else { return };
+            if !follow_matches(&v, args) {
+                return;
+            }
+            lines.push(if args.common.json { v.to_string() } else { log_line(&v) });
+        });
+        let mut stdout = std::io::stdout().lock();
+        for line in lines {
+            let _ = writeln!(stdout, "{line}");
+        }
+        let _ = stdout.flush();
+    }
+}
+
+fn follow_matches(v: &Value, args: &LogsArgs) -> bool {
+    let eq = |field: &str, want: &Option<String>| want.as_deref().is_none_or(|w| v[field].as_str() == Some(w));
+    let status_ok = match args.status.as_deref() {
+        None => true,
+        Some(s) if s.ends_with("xx") => {
+            v["status"].as_u64().is_some_and(|st| st / 100 == u64::from(s.as_bytes()[0] - b'0'))
+        }
+        Some(s) => v["status"].as_u64().map(|st| st.to_string()).as_deref() == Some(s),
+    };
+    eq("endpoint", &args.endpoint)
+        && eq("model", &args.model)
+        && eq("protocol", &args.protocol)
+        && status_ok
+        && (!args.failed_over || v["failed_over"] == json!(true))
+        && args
+            .q
+            .as_deref()
+            .is_none_or(|q| v["error"].as_str().is_some_and(|e| e.to_lowercase().contains(&q.to_lowercase())))
+}
+
+fn ms_cell(v: &Value) -> String {
+    v.as_f64()
+        .map(|ms| if ms >= 1000.0 { format!("{:.1}s", ms / 1000.0) } else { format!("{ms:.0}ms") })
+        .unwrap_or_else(|| "-".into())
+}
+
+fn tokens_cell(t: &Value) -> String {
+    match (t["input"].as_u64(), t["output"].as_u64()) {
+        (None, None) => "-".into(),
+        (i, o) => format!(
+            "{}/{}",
+            i.map(|n| n.to_string()).unwrap_or("?".into()),
+            o.map(|n| n.to_string()).unwrap_or("?".into())
+        ),
+    }
+}
+
+fn cost_cell(v: &Value) -> String {
+    v.as_f64().map(|c| format!("${c:.4}")).unwrap_or_else(|| "-".into())
+}
+
+fn time_cell(ms: &Value) -> String {
+    ms.as_u64()
+        .map(|ms| crate::timefmt::rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)))
+        .map(|t| t.replace('T', " ").trim_end_matches('Z').to_string())
+        .unwrap_or_else(|| "-".into())
+}
+
+fn log_row(r: &Value) -> Vec<String> {
+    let attempts = match &r["attempts"] {
+        Value::Array(a) => a.len().to_string(),
+        other => cell(other),
+    };
+    let mut error = r["error"].as_str().map(str::to_string).unwrap_or_else(|| cell(&r["error"]["message"]));
+    if error.chars().count() > 60 {
+        error = error.chars().take(57).collect::<String>() + "...";
+    }
+    vec![
+        time_cell(&r["started_at_ms"]),
+        cell(&r["protocol"]),
+        r["model_requested"].as_str().or(r["model"].as_str()).unwrap_or("-").to_string(),
+        cell(&r["endpoint"]),
+        cell(&r["status"]),
+        format!("{attempts}{}", if r["failed_over"] == json!(true) { "↻" } else { "" }),
+        ms_cell(&r["total_ms"]),
+        tokens_cell(&r["tokens"]),
+        cost_cell(&r["cost_usd"]),
+        if error == "-" { String::new() } else { error },
+    ]
+}
+
+const LOG_HEADERS: [&str; 10] =
+    ["TIME", "PROTO", "MODEL", "ENDPOINT", "STATUS", "TRIES", "TIME", "TOKENS IN/OUT", "COST", "ERROR"];
+
+fn log_table(rows: &[Value]) -> String {
+    if rows.is_empty() {
+        return "no requests recorded in this period".into();
+    }
+    table(&LOG_HEADERS, &rows.iter().map(log_row).collect::<Vec<_>>())
+}
+
+fn log_line(v: &Value) -> String {
+    log_row(v).into_iter().filter(|c| !c.is_empty()).collect::<Vec<_>>().join("  ")
+}
+
+fn record_detail(r: &Value) -> String {
+    let mut out = vec![
+        format!("request {}  {} {}  {}", cell(&r["id"]), cell(&r["method"]), cell(&r["path"]), cell(&r["started_at"])),
+        format!(
+            "protocol {}  model {} → sent {} → answered {}  stream {}",
+            cell(&r["protocol"]),
+            cell(&r["model_requested"]),
+            cell(&r["model_sent"]),
+            cell(&r["model_answered"]),
+            cell(&r["stream"])
+        ),
+        format!(
+            "status {}  total {}  first byte {}  gateway overhead {}  tokens {}  cost {}",
+            cell(&r["status"]),
+            ms_cell(&r["total_ms"]),
+            ms_cell(&r["first_byte_ms"]),
+            ms_cell(&r["overhead_ms"]),
+            tokens_cell(&r["tokens"]),
+            cost_cell(&r["cost_usd"])
+        ),
+    ];
+    if let Some(c) = r["conversion"].as_str() {
+        out.push(format!("converted {c}"));
+    }
+    if let Some(e) = r["error"].as_object() {
+        out.push(format!(
+            "error ({}): {}",
+            e.get("source").and_then(Value::as_str).unwrap_or("-"),
+            e.get("message").and_then(Value::as_str).unwrap_or("-")
+        ));
+    }
+    let attempts: Vec<Vec<String>> = r["attempts"]
+        .as_array()
+        .map(|a| a.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            vec![
+                (i + 1).to_string(),
+                cell(&a["endpoint"]),
+                cell(&a["format"]),
+                ms_cell(&a["started_ms"]),
+                ms_cell(&a["duration_ms"]),
+                a["status"].as_u64().map(|s| s.to_string()).unwrap_or_else(|| cell(&a["error_kind"])),
+                cell(&a["classification"]),
+                a["breaker"].as_str().unwrap_or("").to_string(),
+            ]
+        })
+        .collect();
+    out.push(String::new());
+    out.push(table(&["#", "ENDPOINT", "FORMAT", "AT", "TOOK", "RESULT", "OUTCOME", "BREAKER"], &attempts));
+    out.join("\n")
+}
+
+fn stats_table(v: &Value) -> String {
+    let rows: Vec<Vec<String>> = v["groups"]
+        .as_array()
+        .map(|a| a.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .map(|g| {
+            let t = &g["totals"];
+            vec![
+                g["key"].as_str().unwrap_or("(all)").to_string(),
+                cell(&t["requests"]),
+                cell(&t["errors"]),
+                cell(&t["failovers"]),
+                ms_cell(&t["latency_ms"]["p50"]),
+                ms_cell(&t["latency_ms"]["p95"]),
+                cell(&t["tokens"]["input"]),
+                cell(&t["tokens"]["output"]),
+                cell(&t["tokens"]["cache_read"]),
+                cost_cell(&t["cost_usd"]),
+                cell(&t["unpriced"]["requests"]),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return format!("no requests between {} and {}", cell(&v["since"]), cell(&v["until"]));
+    }
+    format!(
+        "{} → {}\n{}",
+        cell(&v["since"]),
+        cell(&v["until"]),
+        table(
+            &["GROUP", "REQUESTS", "ERRORS", "FAILOVERS", "P50", "P95", "IN", "OUT", "CACHE READ", "COST", "UNPRICED"],
+            &rows
+        )
+    )
 }
 
 async fn set_enabled(name: String, common: Common, enabled: bool) -> anyhow::Result<String> {

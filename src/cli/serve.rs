@@ -104,13 +104,19 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!(event = "config_applied", path = %path, endpoints = file.endpoints.len(), "config file applied");
     }
     let client = crate::proxy::upstream::build_client().context("cannot build the HTTP client")?;
-    let gw = Gateway::new(store, Arc::new(SystemClock), client, token, crate::observe::writer::RecordSink::disabled())?;
+    let clock: Arc<dyn crate::clock::Clock> = Arc::new(SystemClock);
+    let writer_config = crate::observe::writer::WriterConfig::new(clock.clone());
+    let (records, writer) = crate::observe::writer::start(&db_path, writer_config)
+        .with_context(|| format!("cannot start the request-record writer on {}", db_path.display()))?;
+    let gw = Gateway::new(store, clock, client, token, records)?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let local = listener.local_addr()?;
     tracing::info!(event = "listening", addr = %local, data_dir = %data_dir.display(), endpoints = gw.snapshot().endpoints.len(), "ccmesh is ready");
     crate::server::serve(listener, gw, shutdown_signal(), Duration::from_secs_f64(args.shutdown_grace_secs)).await?;
+    // The requests that finished during the grace period are still queued: write them.
+    writer.shutdown();
     tracing::info!(event = "stopped", "ccmesh stopped");
     Ok(())
 }

@@ -1,11 +1,13 @@
-//! The `--config ccmesh.toml` file: endpoints (`[[endpoints]]`) and settings (`[settings...]`)
-//! with the same keys as the admin API's JSON, upserted by name into the database at start.
+//! The `--config ccmesh.toml` file: endpoints (`[[endpoints]]`), settings (`[settings...]`) and
+//! model prices (`[[prices]]`) with the same keys as the admin API's JSON, upserted by name into
+//! the database at start.
 //! Strings may reference environment variables as `${NAME}`, so keys need not live in the file.
 
 use serde_json::Value;
 
 use crate::config::Settings;
-use crate::endpoint::EndpointDraft;
+use crate::endpoint::{EndpointDraft, FieldError};
+use crate::observe::cost::{Price, validate_model};
 use crate::store::{Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +27,8 @@ pub enum ConfigFileError {
 pub struct ConfigFile {
     pub endpoints: Vec<(Value, String)>,
     pub settings: Option<Value>,
+    /// `[[prices]]`: price overrides by model name (or `*` glob).
+    pub prices: Vec<(String, Price)>,
 }
 
 /// Parse and validate (without touching the database), so errors surface before binding a port.
@@ -41,8 +45,10 @@ pub fn parse(path: &str, text: &str, env: &dyn Fn(&str) -> Option<String>) -> Re
     interpolate(&mut doc, env, "").map_err(invalid)?;
     let Value::Object(mut top) = doc else { return Err(invalid("expected a table".into())) };
     for key in top.keys() {
-        if key != "endpoints" && key != "settings" {
-            return Err(invalid(format!("unknown top-level key '{key}'; expected [[endpoints]] and [settings]")));
+        if key != "endpoints" && key != "settings" && key != "prices" {
+            return Err(invalid(format!(
+                "unknown top-level key '{key}'; expected [[endpoints]], [settings] and [[prices]]"
+            )));
         }
     }
     let mut endpoints = Vec::new();
@@ -63,7 +69,27 @@ pub fn parse(path: &str, text: &str, env: &dyn Fn(&str) -> Option<String>) -> Re
     if let Some(s) = &settings {
         Settings::default().patched(s).map_err(|e| invalid(format!("settings: {e}")))?;
     }
-    Ok(ConfigFile { endpoints, settings })
+    let mut prices: Vec<(String, Price)> = Vec::new();
+    if let Some(list) = top.remove("prices") {
+        let Value::Array(items) = list else {
+            return Err(invalid("prices must be an array of tables ([[prices]])".into()));
+        };
+        for (i, item) in items.into_iter().enumerate() {
+            let model = match item.get("model") {
+                Some(Value::String(m)) => validate_model(m),
+                Some(_) => Err(FieldError { field: "model".into(), message: "must be a string".into() }),
+                None => Err(FieldError { field: "model".into(), message: "is required".into() }),
+            }
+            .map_err(|e| invalid(format!("prices[{i}].{}: {}", e.field, e.message)))?;
+            let price = Price::from_json(&item, &["model"])
+                .map_err(|e| invalid(format!("prices[{i}].{}: {}", e.field, e.message)))?;
+            if prices.iter().any(|(m, _)| m.eq_ignore_ascii_case(&model)) {
+                return Err(invalid(format!("prices[{i}].model: '{model}' is declared twice")));
+            }
+            prices.push((model, price));
+        }
+    }
+    Ok(ConfigFile { endpoints, settings, prices })
 }
 
 impl ConfigFile {
@@ -94,6 +120,11 @@ impl ConfigFile {
             };
             let next = current.patched(patch).map_err(|e| invalid(format!("settings: {e}")))?;
             store.save_settings(&next.to_document()).map_err(store_err)?;
+        }
+        // Overrides the file declares replace stored ones of the same name; others (set through
+        // the admin API) stay.
+        for (model, price) in &self.prices {
+            store.upsert_price(model, price).map_err(store_err)?;
         }
         Ok(())
     }
@@ -159,6 +190,18 @@ routing_strategy = "priority"
 
 [settings.breaker.claude]
 failure_threshold = 5
+
+[[prices]]
+model = "glm-4.6"
+input = 0.5
+output = 2
+cache_read = 0.1
+cache_write = 0.5
+
+[[prices]]
+model = "my-relay-*"
+input = 1
+output = 4
 "#;
 
     fn env(name: &str) -> Option<String> {
@@ -189,6 +232,51 @@ failure_threshold = 5
         assert_eq!(eps.len(), 2);
         assert_eq!(eps[0].name, "glm");
         assert_eq!(eps[1].models[0].as_str(), "claude-opus-*");
+    }
+
+    #[test]
+    fn prices_are_upserted_over_the_builtin_table() {
+        use crate::observe::cost::{PriceSource, PriceTable};
+        let store = Store::open_in_memory().unwrap();
+        // An override set through the admin API before this start survives it.
+        let api = Price { input: 9.0, output: 9.0, cache_read: 9.0, cache_write: 9.0 };
+        store.upsert_price("from-api", &api).unwrap();
+        parse("t.toml", FILE, &env).unwrap().apply("t.toml", &store).unwrap();
+        let table = PriceTable::load(&store).unwrap();
+        assert_eq!(table.price("glm-4.6"), Some(Price { input: 0.5, output: 2.0, cache_read: 0.1, cache_write: 0.5 }));
+        assert_eq!(table.lookup("glm-4.6").unwrap().source, PriceSource::Custom);
+        // Omitted cache prices are the input price; globs work.
+        assert_eq!(
+            table.price("my-relay-large"),
+            Some(Price { input: 1.0, output: 4.0, cache_read: 1.0, cache_write: 1.0 })
+        );
+        assert_eq!(table.price("from-api"), Some(api));
+        // A second start with changed numbers replaces them.
+        let changed = FILE.replace("input = 0.5", "input = 0.6");
+        parse("t.toml", &changed, &env).unwrap().apply("t.toml", &store).unwrap();
+        assert_eq!(PriceTable::load(&store).unwrap().price("glm-4.6").unwrap().input, 0.6);
+        assert_eq!(store.list_prices().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn price_errors_name_the_entry_and_field() {
+        let cases = [
+            ("[[prices]]\ninput = 1\noutput = 2\n", "prices[0].model: is required"),
+            ("[[prices]]\nmodel = 3\ninput = 1\noutput = 2\n", "prices[0].model: must be a string"),
+            ("[[prices]]\nmodel = \"x\"\ninput = -1\noutput = 2\n", "prices[0].input: must be 0 or more"),
+            ("[[prices]]\nmodel = \"x\"\ninput = 1\n", "prices[0].output: is required"),
+            ("[[prices]]\nmodel = \"x\"\ninput = 1\noutput = \"2\"\n", "prices[0].output: must be a number"),
+            ("[[prices]]\nmodel = \"x\"\ninput = 1\noutput = 2\ncache = 1\n", "prices[0].cache: unknown field"),
+            (
+                "[[prices]]\nmodel = \"x\"\ninput = 1\noutput = 2\n[[prices]]\nmodel = \"X\"\ninput = 1\noutput = 2\n",
+                "prices[1].model: 'X' is declared twice",
+            ),
+            ("prices = 3\n", "prices must be an array of tables"),
+        ];
+        for (text, want) in cases {
+            let got = parse("t.toml", text, &env).unwrap_err().to_string();
+            assert!(got.contains(want), "{text}: {got}");
+        }
     }
 
     #[test]

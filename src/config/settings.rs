@@ -120,6 +120,8 @@ pub struct Settings {
     pub auth_errors_fail_over: bool,
     pub routing_strategy: RoutingStrategy,
     pub max_body_bytes: u64,
+    /// Request records older than this are pruned in the background (`retention_days`).
+    pub retention: Duration,
 }
 
 impl Default for Settings {
@@ -136,6 +138,7 @@ impl Default for Settings {
             auth_errors_fail_over: false,
             routing_strategy: RoutingStrategy::Sticky,
             max_body_bytes: 32 * 1024 * 1024,
+            retention: Duration::from_secs(30 * 86_400),
         }
     }
 }
@@ -186,6 +189,7 @@ impl Settings {
             "auth_errors_fail_over": self.auth_errors_fail_over,
             "routing_strategy": self.routing_strategy.as_str(),
             "max_body_bytes": self.max_body_bytes,
+            "retention_days": self.retention.as_secs() / 86_400,
         })
     }
 
@@ -239,6 +243,7 @@ impl Settings {
             auth_errors_fail_over: auth,
             routing_strategy: strategy,
             max_body_bytes: top.int_u64("max_body_bytes", 1024, 1024 * 1024 * 1024)?,
+            retention: Duration::from_secs(top.int_u64("retention_days", 1, 3650)? * 86_400),
         })
     }
 
@@ -291,6 +296,7 @@ pub fn defaults_document() -> Value {
         "auth_errors_fail_over": false,
         "routing_strategy": "sticky",
         "max_body_bytes": 33_554_432u64,
+        "retention_days": 30,
     })
 }
 
@@ -400,6 +406,7 @@ mod tests {
         assert_eq!(s.transient_retry_delay, Duration::from_millis(300));
         assert_eq!(s.rate_limit_backoff_budget, Duration::from_secs(5));
         assert_eq!(s.max_body_bytes, 32 * 1024 * 1024);
+        assert_eq!(s.retention, Duration::from_secs(30 * 86_400));
         assert_eq!(s.to_document(), defaults_document());
         assert_eq!(Settings::from_document(&defaults_document()).unwrap(), s);
     }
@@ -446,6 +453,9 @@ mod tests {
             (json!({"transient_retry_delay_ms": 20000}), "transient_retry_delay_ms must be between 0 and 10000"),
             (json!({"rate_limit_backoff_budget_secs": 61}), "rate_limit_backoff_budget_secs must be between 0 and 60"),
             (json!({"auth_errors_fail_over": "yes"}), "auth_errors_fail_over must be true or false"),
+            (json!({"retention_days": 0}), "retention_days must be between 1 and 3650"),
+            (json!({"retention_days": 3651}), "retention_days must be between 1 and 3650"),
+            (json!({"retention_days": 7.5}), "retention_days must be a whole number"),
             (json!({"breaker": 3}), "breaker must be a JSON object"),
             (
                 json!({"breaker": {"claude": {"min_requests": [1]}}}),
@@ -472,9 +482,13 @@ mod tests {
     fn boundaries_are_inclusive() {
         let s = Settings::default()
             .patched(&json!({"breaker": {"claude": {"failure_threshold": 20, "error_rate_threshold": 0, "timeout_secs": 300}},
-                             "max_body_bytes": 1073741824u64, "transient_retry_delay_ms": 0}))
+                             "max_body_bytes": 1073741824u64, "transient_retry_delay_ms": 0, "retention_days": 3650}))
             .unwrap();
         assert_eq!(s.breaker(Protocol::Claude).failure_threshold, 20);
         assert_eq!(s.max_body_bytes, 1 << 30);
+        assert_eq!(s.retention, Duration::from_secs(3650 * 86_400));
+        assert_eq!(s.to_document()["retention_days"], 3650);
+        let s = Settings::default().patched(&json!({"retention_days": 1})).unwrap();
+        assert_eq!(s.retention, Duration::from_secs(86_400));
     }
 }

@@ -25,6 +25,8 @@ pub struct EndpointDraft {
     pub sort_order: Option<i64>,
     pub headers: BTreeMap<String, String>,
     pub test_model: Option<String>,
+    /// Cost multiplier over the list price; 0 < m ≤ 100, default 1.
+    pub price_multiplier: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -51,7 +53,10 @@ const FIELDS: &[&str] = &[
     "sort_order",
     "headers",
     "test_model",
+    "price_multiplier",
 ];
+/// A relay billing more than 100× the list price is surely a typo.
+const MAX_PRICE_MULTIPLIER: f64 = 100.0;
 const READ_ONLY: &[&str] = &["test_status", "test_at", "test_latency_ms", "test_error", "id"];
 
 impl EndpointDraft {
@@ -76,6 +81,7 @@ impl EndpointDraft {
             sort_order: None,
             headers: BTreeMap::new(),
             test_model: None,
+            price_multiplier: 1.0,
         };
         draft.apply(obj)?;
         Ok(draft)
@@ -178,6 +184,12 @@ impl EndpointDraft {
                 _ => return Err(err("test_model", "must be a string or null")),
             };
         }
+        if let Some(v) = map.get("price_multiplier") {
+            self.price_multiplier = v
+                .as_f64()
+                .filter(|m| *m > 0.0 && *m <= MAX_PRICE_MULTIPLIER)
+                .ok_or_else(|| err("price_multiplier", "must be a number above 0 and at most 100 (1 = list price)"))?;
+        }
         Ok(())
     }
 }
@@ -266,6 +278,11 @@ mod tests {
             (json!({"fast_sort_order": "1"}), "fast_sort_order"),
             (json!({"bogus": 1}), "bogus"),
             (json!({"test_status": "available"}), "test_status"),
+            (json!({"price_multiplier": 0}), "price_multiplier"),
+            (json!({"price_multiplier": -1.5}), "price_multiplier"),
+            (json!({"price_multiplier": 100.01}), "price_multiplier"),
+            (json!({"price_multiplier": "2"}), "price_multiplier"),
+            (json!({"price_multiplier": null}), "price_multiplier"),
         ];
         for (patch, field) in cases {
             let mut obj = base();
@@ -289,5 +306,22 @@ mod tests {
         assert_eq!(d.models, vec!["a", "b"]);
         d.apply(&json!({"api_key": "sk-new"})).unwrap();
         assert_eq!(d.api_key, "sk-new");
+    }
+
+    #[test]
+    fn price_multiplier_defaults_to_one_and_accepts_the_range() {
+        assert_eq!(EndpointDraft::create(&base()).unwrap().price_multiplier, 1.0);
+        let mut d = EndpointDraft::create(&base()).unwrap();
+        for m in [0.01, 0.5, 1.0, 2.5, 100.0] {
+            d.apply(&json!({"price_multiplier": m})).unwrap();
+            assert_eq!(d.price_multiplier, m);
+        }
+        // Whole numbers (as TOML and JSON write them) are numbers too.
+        d.apply(&json!({"price_multiplier": 3})).unwrap();
+        assert_eq!(d.price_multiplier, 3.0);
+        d.apply(&json!({"price_multiplier": 100})).unwrap();
+        // A rejected value leaves the draft as it was.
+        assert!(d.apply(&json!({"price_multiplier": 0})).is_err());
+        assert_eq!(d.price_multiplier, 100.0);
     }
 }

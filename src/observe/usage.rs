@@ -1,24 +1,80 @@
-//! Token usage from the upstream's own fields, for all three protocols, streaming and not.
-//! SKELETON: the API is fixed; extraction lands with issue 4's usage work.
+//! Token usage from the upstream's own fields, for all three protocols, streaming and not,
+//! normalised to [`Tokens`]: `input` EXCLUDES cached input (read and written), whatever the
+//! protocol's own convention.
+//!
+//! | format | where | input | cache read | cache write | output |
+//! | --- | --- | --- | --- | --- | --- |
+//! | Anthropic | body `usage`; stream `message_start.message.usage` then `message_delta.usage` | `input_tokens` | `cache_read_input_tokens` | `cache_creation_input_tokens` | `output_tokens` |
+//! | Chat | body `usage`; stream: the usage chunk (`choices: []`) or usage on the finish chunk | `prompt_tokens` − read − write (DeepSeek: `prompt_cache_miss_tokens` when `prompt_tokens` is absent) | `prompt_tokens_details.cached_tokens`, else DeepSeek `prompt_cache_hit_tokens`, else Kimi top-level `cached_tokens` | `prompt_tokens_details.cache_write_tokens` | `completion_tokens` |
+//! | Responses | body `usage`; stream `response.completed` / `.incomplete` / `.failed` | `input_tokens` − read − write | `input_tokens_details.cached_tokens` (or `cache_read_tokens`) | `input_tokens_details.cache_write_tokens` | `output_tokens` |
+//!
+//! The subtraction matches the converters (`convert::openai_chat`, `convert::responses`), which
+//! count cache writes inside OpenAI's prompt total, so converted and native traffic agree.
+//!
+//! Unknown is `None`, never 0: a stream cut before its usage event reports nothing. Anthropic's
+//! `message_start` carries the real input side but only a placeholder `output_tokens` (1), so
+//! output stays unknown until `message_delta` arrives; a stream cut between the two reports its
+//! input and cache tokens with output unknown.
+//!
+//! Cost: [`StreamUsage::observe`] runs for every event of every stream on the request path.
+//! Events that cannot carry usage are skipped by their name or by a substring check for a
+//! `"usage": {` key (a quoted key can only occur structurally: inside a JSON string its quotes
+//! are escaped) before anything is parsed, and parsing goes into small typed structs that skip
+//! unknown fields and read a field of an unexpected type as absent.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::Deserialize;
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::record::Tokens;
 use crate::endpoint::Format;
 use crate::protocol::sse::SseEvent;
 
-/// Usage and the answering model from a complete (non-streaming) answer body.
-pub fn from_body(_format: Format, _body: &[u8]) -> (Tokens, Option<String>) {
-    (Tokens::default(), None)
+/// Usage and the answering model from a complete (non-streaming) answer body. A body that is
+/// not the format's answer (an error, not JSON) gives unknown tokens and no model.
+pub fn from_body(format: Format, body: &[u8]) -> (Tokens, Option<String>) {
+    match format {
+        Format::Anthropic => match serde_json::from_slice::<AnthropicMessage>(body) {
+            Ok(m) => (m.usage.0.map(|u| u.tokens()).unwrap_or_default(), m.model.into_model()),
+            Err(_) => (Tokens::default(), None),
+        },
+        Format::Openai => match serde_json::from_slice::<ChatBody>(body) {
+            Ok(b) => (b.usage.0.map(|u| u.tokens()).unwrap_or_default(), b.model.into_model()),
+            Err(_) => (Tokens::default(), None),
+        },
+        Format::Responses => match serde_json::from_slice::<ResponseObject>(body) {
+            Ok(r) => (r.usage.0.map(|u| u.tokens()).unwrap_or_default(), r.model.into_model()),
+            Err(_) => (Tokens::default(), None),
+        },
+    }
 }
 
-/// Usage and model collected from a stream's events as they pass.
+/// A Chat stream's model is on every chunk; it is read from the first chunks only, so a vendor
+/// that never names its model does not cost a parse per chunk for the whole stream.
+const MODEL_TRIES: u8 = 4;
+
+/// Usage and model collected from a stream's events as they pass. Later numbers win field by
+/// field (a field an event omits keeps its earlier value).
 #[derive(Clone, Debug, Default)]
 pub struct StreamUsage {
     tokens: Tokens,
     model: Option<String>,
+    /// Parses spent looking for the model alone (Chat, Responses).
+    model_tries: u8,
 }
 
 impl StreamUsage {
-    pub fn observe(&mut self, _format: Format, _event: &SseEvent<'_>) {}
+    /// Look at one event of the upstream's stream (`format` = the upstream's format).
+    pub fn observe(&mut self, format: Format, event: &SseEvent<'_>) {
+        match format {
+            Format::Anthropic => self.observe_anthropic(event),
+            Format::Openai => self.observe_chat(event),
+            Format::Responses => self.observe_responses(event),
+        }
+    }
 
     pub fn tokens(&self) -> Tokens {
         self.tokens
@@ -26,5 +82,810 @@ impl StreamUsage {
 
     pub fn model(&self) -> Option<&str> {
         self.model.as_deref()
+    }
+
+    fn observe_anthropic(&mut self, ev: &SseEvent<'_>) {
+        match ev.event {
+            Some("message_start" | "message_delta") => {}
+            // content_block_*, ping, message_stop, error: never usage.
+            Some(_) => return,
+            // Some relays drop event names; both usage events have a usage object.
+            None if !has_usage_object(ev.data) => return,
+            None => {}
+        }
+        let Ok(e) = serde_json::from_str::<AnthropicEvent>(ev.data) else { return };
+        match e.kind.0.as_deref().or(ev.event) {
+            Some("message_start") => {
+                if let Some(m) = e.message.0 {
+                    if let Some(model) = m.model.into_model() {
+                        self.model = Some(model);
+                    }
+                    if let Some(u) = m.usage.0 {
+                        // `output_tokens` here is a placeholder (usually 1): output stays
+                        // unknown until message_delta says how many were generated.
+                        merge(&mut self.tokens, Tokens { output: None, ..u.tokens() });
+                    }
+                }
+            }
+            Some("message_delta") => {
+                if let Some(u) = e.usage.0 {
+                    merge(&mut self.tokens, u.tokens());
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn observe_chat(&mut self, ev: &SseEvent<'_>) {
+        let usage = has_usage_object(ev.data);
+        let want_model = self.model.is_none() && self.model_tries < MODEL_TRIES;
+        if !usage && !want_model {
+            return;
+        }
+        if !usage {
+            if !ev.data.contains("\"model\"") {
+                return;
+            }
+            self.model_tries += 1;
+        }
+        let Ok(chunk) = serde_json::from_str::<ChatBody>(ev.data) else { return };
+        if self.model.is_none() {
+            self.model = chunk.model.into_model();
+        }
+        if let Some(u) = chunk.usage.0 {
+            merge(&mut self.tokens, u.tokens());
+        }
+    }
+
+    fn observe_responses(&mut self, ev: &SseEvent<'_>) {
+        // Only the lifecycle events (`response.created`, `.in_progress`, `.completed`,
+        // `.incomplete`, `.failed`, `.queued`) carry the response object; the many
+        // `response.<part>.<action>` events never do.
+        if let Some(name) = ev.event
+            && name.strip_prefix("response.").is_none_or(|rest| rest.contains('.'))
+        {
+            return;
+        }
+        let usage = has_usage_object(ev.data);
+        let want_model = self.model.is_none() && self.model_tries < MODEL_TRIES;
+        if !usage && !want_model {
+            return;
+        }
+        if !usage {
+            if !ev.data.contains("\"response\"") {
+                return;
+            }
+            self.model_tries += 1;
+        }
+        let Ok(e) = serde_json::from_str::<ResponsesEvent>(ev.data) else { return };
+        let Some(r) = e.response.0 else { return };
+        if let Some(model) = r.model.into_model() {
+            self.model = Some(model);
+        }
+        if let Some(u) = r.usage.0 {
+            merge(&mut self.tokens, u.tokens());
+        }
+    }
+}
+
+/// Field by field: what the newer numbers say wins, what they omit keeps its value.
+fn merge(into: &mut Tokens, new: Tokens) {
+    into.input = new.input.or(into.input);
+    into.output = new.output.or(into.output);
+    into.cache_read = new.cache_read.or(into.cache_read);
+    into.cache_write = new.cache_write.or(into.cache_write);
+}
+
+/// Does the JSON text have a `"usage"` key whose value is an object (not `null`)? A quoted key
+/// cannot occur inside a JSON string (its quotes would be escaped), so a match is structural.
+fn has_usage_object(data: &str) -> bool {
+    const KEY: &str = "\"usage\"";
+    let mut rest = data;
+    while let Some(at) = rest.find(KEY) {
+        rest = &rest[at + KEY.len()..];
+        let after = rest.trim_start();
+        if let Some(value) = after.strip_prefix(':')
+            && value.trim_start().starts_with('{')
+        {
+            return true;
+        }
+    }
+    false
+}
+
+/// `input` minus cache reads and writes, for protocols whose input total includes them.
+fn uncached(total: Option<u64>, read: Option<u64>, write: Option<u64>) -> Option<u64> {
+    total.map(|t| t.saturating_sub(read.unwrap_or(0)).saturating_sub(write.unwrap_or(0)))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Wire shapes (only the fields read; everything else is skipped)
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct AnthropicUsage {
+    input_tokens: Count,
+    output_tokens: Count,
+    cache_read_input_tokens: Count,
+    cache_creation_input_tokens: Count,
+}
+
+impl AnthropicUsage {
+    fn tokens(&self) -> Tokens {
+        Tokens {
+            input: self.input_tokens.0,
+            output: self.output_tokens.0,
+            cache_read: self.cache_read_input_tokens.0,
+            cache_write: self.cache_creation_input_tokens.0,
+        }
+    }
+}
+
+/// A Messages answer body, and `message_start`'s `message`.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct AnthropicMessage {
+    model: Text,
+    usage: Obj<AnthropicUsage>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct AnthropicEvent {
+    #[serde(rename = "type")]
+    kind: Text,
+    message: Obj<AnthropicMessage>,
+    usage: Obj<AnthropicUsage>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ChatPromptDetails {
+    cached_tokens: Count,
+    cache_write_tokens: Count,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ChatUsage {
+    prompt_tokens: Count,
+    completion_tokens: Count,
+    prompt_tokens_details: Obj<ChatPromptDetails>,
+    /// DeepSeek.
+    prompt_cache_hit_tokens: Count,
+    /// DeepSeek: `prompt_tokens` = hit + miss.
+    prompt_cache_miss_tokens: Count,
+    /// Kimi (Moonshot) reports cache hits at the top level.
+    cached_tokens: Count,
+}
+
+impl ChatUsage {
+    fn tokens(&self) -> Tokens {
+        let details = self.prompt_tokens_details.0.as_ref();
+        let read = details.and_then(|d| d.cached_tokens.0).or(self.prompt_cache_hit_tokens.0).or(self.cached_tokens.0);
+        let write = details.and_then(|d| d.cache_write_tokens.0);
+        let input = uncached(self.prompt_tokens.0, read, write).or(self.prompt_cache_miss_tokens.0);
+        Tokens { input, output: self.completion_tokens.0, cache_read: read, cache_write: write }
+    }
+}
+
+/// A Chat completion body or a streamed chunk.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ChatBody {
+    model: Text,
+    usage: Obj<ChatUsage>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ResponsesInputDetails {
+    cached_tokens: Count,
+    cache_read_tokens: Count,
+    cache_write_tokens: Count,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ResponsesUsage {
+    input_tokens: Count,
+    output_tokens: Count,
+    input_tokens_details: Obj<ResponsesInputDetails>,
+}
+
+impl ResponsesUsage {
+    fn tokens(&self) -> Tokens {
+        let details = self.input_tokens_details.0.as_ref();
+        let read = details.and_then(|d| d.cached_tokens.0.or(d.cache_read_tokens.0));
+        let write = details.and_then(|d| d.cache_write_tokens.0);
+        Tokens {
+            input: uncached(self.input_tokens.0, read, write),
+            output: self.output_tokens.0,
+            cache_read: read,
+            cache_write: write,
+        }
+    }
+}
+
+/// A Responses answer body, and the `response` of lifecycle events.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ResponseObject {
+    model: Text,
+    usage: Obj<ResponsesUsage>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ResponsesEvent {
+    response: Obj<ResponseObject>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lenient leaves: a field of an unexpected type reads as absent instead of failing the event
+// ---------------------------------------------------------------------------------------------
+
+/// A token count: a non-negative integer (or an integral float, or a numeric string, as some
+/// vendors send); anything else is unknown.
+#[derive(Clone, Copy, Debug, Default)]
+struct Count(Option<u64>);
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Count;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a token count")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Count, E> {
+                Ok(Count(Some(v)))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Count, E> {
+                Ok(Count(u64::try_from(v).ok()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Count, E> {
+                let ok = v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v < u64::MAX as f64;
+                Ok(Count(ok.then_some(v as u64)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Count, E> {
+                Ok(Count(v.trim().parse().ok()))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Count, E> {
+                Ok(Count(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Count, E> {
+                Ok(Count(None))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Count, E> {
+                Ok(Count(None))
+            }
+            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Count, D2::Error> {
+                Count::deserialize(d)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Count, A::Error> {
+                drain_seq(seq).map(|()| Count(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Count, A::Error> {
+                drain_map(map).map(|()| Count(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A string (the model name); anything else is absent.
+#[derive(Clone, Debug, Default)]
+struct Text(Option<String>);
+
+impl Text {
+    /// The model name, if the upstream gave a non-empty one.
+    fn into_model(self) -> Option<String> {
+        self.0.map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+    }
+}
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Text;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Text, E> {
+                Ok(Text(Some(v.to_string())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Text, E> {
+                Ok(Text(Some(v)))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Text, D2::Error> {
+                Text::deserialize(d)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Text, A::Error> {
+                drain_seq(seq).map(|()| Text(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Text, A::Error> {
+                drain_map(map).map(|()| Text(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// An object read as `T`; `null` or any non-object is absent.
+struct Obj<T>(Option<T>);
+
+impl<T> Default for Obj<T> {
+    fn default() -> Self {
+        Obj(None)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = Obj<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Obj<T>, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map)).map(|t| Obj(Some(t)))
+            }
+            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Obj<T>, D2::Error> {
+                Obj::deserialize(d)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Obj<T>, A::Error> {
+                drain_seq(seq).map(|()| Obj(None))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Obj<T>, E> {
+                Ok(Obj(None))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Obj<T>, E> {
+                Ok(Obj(None))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Obj<T>, E> {
+                Ok(Obj(None))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Obj<T>, E> {
+                Ok(Obj(None))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Obj<T>, E> {
+                Ok(Obj(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Obj<T>, E> {
+                Ok(Obj(None))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Obj<T>, E> {
+                Ok(Obj(None))
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+fn drain_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<(), A::Error> {
+    while seq.next_element::<IgnoredAny>()?.is_some() {}
+    Ok(())
+}
+
+fn drain_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
+    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::sse::SseScanner;
+
+    fn t(input: Option<u64>, output: Option<u64>, cache_read: Option<u64>, cache_write: Option<u64>) -> Tokens {
+        Tokens { input, output, cache_read, cache_write }
+    }
+
+    /// Run a transcript through the real SSE scanner in `chunk`-byte pieces (any boundary).
+    fn stream(format: Format, transcript: &str, chunk: usize) -> StreamUsage {
+        let mut scanner = SseScanner::new();
+        let mut usage = StreamUsage::default();
+        for piece in transcript.as_bytes().chunks(chunk) {
+            scanner.feed(piece, |ev| usage.observe(format, &ev));
+        }
+        usage
+    }
+
+    /// Same result whatever the chunking.
+    fn stream_all(format: Format, transcript: &str) -> (Tokens, Option<String>) {
+        let whole = stream(format, transcript, usize::MAX);
+        for size in [1, 7, 64] {
+            let other = stream(format, transcript, size);
+            assert_eq!(other.tokens(), whole.tokens(), "chunk size {size}");
+            assert_eq!(other.model(), whole.model(), "chunk size {size}");
+        }
+        (whole.tokens(), whole.model().map(str::to_string))
+    }
+
+    /// Cut a transcript just before the first occurrence of `marker`.
+    fn cut_before<'a>(transcript: &'a str, marker: &str) -> &'a str {
+        &transcript[..transcript.find(marker).unwrap()]
+    }
+
+    // -- Anthropic ------------------------------------------------------------------------
+
+    /// A Claude Code turn against api.anthropic.com: cache write and read, and the newer API's
+    /// `message_delta` repeating the input side.
+    const ANTHROPIC_CACHED_STREAM: &str = "event: message_start\n\
+data: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_01Wq1fVbpSVB9C2ab4tjZ3Nq\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-sonnet-4-5-20250929\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":4,\"cache_creation_input_tokens\":1532,\"cache_read_input_tokens\":17839,\"cache_creation\":{\"ephemeral_5m_input_tokens\":1532,\"ephemeral_1h_input_tokens\":0},\"output_tokens\":1,\"service_tier\":\"standard\"}}}\n\
+\n\
+event: content_block_start\n\
+data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\
+\n\
+event: ping\n\
+data: {\"type\": \"ping\"}\n\
+\n\
+event: content_block_delta\n\
+data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"The \\\"usage\\\": {\\\"output_tokens\\\": 999} key is how\"}}\n\
+\n\
+event: content_block_delta\n\
+data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\" the API reports tokens.\"}}\n\
+\n\
+event: content_block_stop\n\
+data: {\"type\":\"content_block_stop\",\"index\":0}\n\
+\n\
+event: message_delta\n\
+data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"input_tokens\":4,\"cache_creation_input_tokens\":1532,\"cache_read_input_tokens\":17839,\"output_tokens\":152}}\n\
+\n\
+event: message_stop\n\
+data: {\"type\":\"message_stop\"}\n\
+\n";
+
+    /// The API reference's streaming example: `message_delta` carries only `output_tokens`.
+    const ANTHROPIC_PLAIN_STREAM: &str = "event: message_start\n\
+data: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_01XFDUDYJgAACzvnptvVoYEL\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"claude-opus-4-1-20250805\",\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":25,\"output_tokens\":1}}}\n\
+\n\
+event: content_block_start\n\
+data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_01T1x1fJ34qAmk2tNTrN7Up6\",\"name\":\"get_weather\",\"input\":{}}}\n\
+\n\
+event: content_block_delta\n\
+data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"location\\\": \\\"San Francisco\\\"}\"}}\n\
+\n\
+event: content_block_stop\n\
+data: {\"type\":\"content_block_stop\",\"index\":0}\n\
+\n\
+event: message_delta\n\
+data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":89}}\n\
+\n\
+event: message_stop\n\
+data: {\"type\":\"message_stop\"}\n\
+\n";
+
+    /// An Anthropic-compatible vendor (GLM / Kimi style): `message_start` reports zeros and
+    /// `message_delta` the real counts, including cache reads.
+    const ANTHROPIC_VENDOR_STREAM: &str = "event: message_start\n\
+data: {\"type\":\"message_start\",\"message\":{\"id\":\"20251130094500abc\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"glm-4.6\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":0,\"output_tokens\":0}}}\n\
+\n\
+event: content_block_start\n\
+data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\
+\n\
+event: content_block_delta\n\
+data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hello\"}}\n\
+\n\
+event: content_block_stop\n\
+data: {\"type\":\"content_block_stop\",\"index\":0}\n\
+\n\
+event: message_delta\n\
+data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"input_tokens\":1200,\"output_tokens\":40,\"cache_read_input_tokens\":1024}}\n\
+\n\
+event: message_stop\n\
+data: {\"type\":\"message_stop\"}\n\
+\n";
+
+    #[test]
+    fn anthropic_body_with_cache_read_and_write() {
+        let body = br#"{"id":"msg_013Zva2CMHLNnXjNJJKqJ2EF","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[{"type":"text","text":"Hi"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"cache_creation_input_tokens":1532,"cache_read_input_tokens":17839,"cache_creation":{"ephemeral_5m_input_tokens":1532,"ephemeral_1h_input_tokens":0},"output_tokens":152,"service_tier":"standard"}}"#;
+        let (tokens, model) = from_body(Format::Anthropic, body);
+        assert_eq!(tokens, t(Some(12), Some(152), Some(17839), Some(1532)));
+        assert_eq!(model.as_deref(), Some("claude-sonnet-4-5-20250929"));
+    }
+
+    #[test]
+    fn anthropic_body_without_cache_fields_leaves_them_unknown() {
+        let body = br#"{"type":"message","model":"claude-haiku-4-5","content":[],"usage":{"input_tokens":25,"output_tokens":10}}"#;
+        assert_eq!(from_body(Format::Anthropic, body).0, t(Some(25), Some(10), None, None));
+    }
+
+    #[test]
+    fn anthropic_stream_with_cache_tokens() {
+        let (tokens, model) = stream_all(Format::Anthropic, ANTHROPIC_CACHED_STREAM);
+        // The escaped "usage" inside the text delta is text, not usage.
+        assert_eq!(tokens, t(Some(4), Some(152), Some(17839), Some(1532)));
+        assert_eq!(model.as_deref(), Some("claude-sonnet-4-5-20250929"));
+    }
+
+    #[test]
+    fn anthropic_stream_keeps_input_from_message_start() {
+        let (tokens, model) = stream_all(Format::Anthropic, ANTHROPIC_PLAIN_STREAM);
+        assert_eq!(tokens, t(Some(25), Some(89), None, None));
+        assert_eq!(model.as_deref(), Some("claude-opus-4-1-20250805"));
+    }
+
+    #[test]
+    fn anthropic_vendor_stream_later_numbers_win() {
+        let (tokens, model) = stream_all(Format::Anthropic, ANTHROPIC_VENDOR_STREAM);
+        assert_eq!(tokens, t(Some(1200), Some(40), Some(1024), None));
+        assert_eq!(model.as_deref(), Some("glm-4.6"));
+    }
+
+    #[test]
+    fn anthropic_stream_without_event_names() {
+        let unnamed: String =
+            ANTHROPIC_CACHED_STREAM.lines().filter(|l| !l.starts_with("event:")).map(|l| format!("{l}\n")).collect();
+        let (tokens, model) = stream_all(Format::Anthropic, &unnamed);
+        assert_eq!(tokens, t(Some(4), Some(152), Some(17839), Some(1532)));
+        assert_eq!(model.as_deref(), Some("claude-sonnet-4-5-20250929"));
+    }
+
+    #[test]
+    fn anthropic_cut_streams_report_unknown_not_zero() {
+        // Cut before message_delta: the input side is real, the output is unknown (not the
+        // placeholder 1 of message_start).
+        let cut = cut_before(ANTHROPIC_CACHED_STREAM, "event: message_delta");
+        let (tokens, model) = stream_all(Format::Anthropic, cut);
+        assert_eq!(tokens, t(Some(4), None, Some(17839), Some(1532)));
+        assert!(tokens.is_known());
+        assert_eq!(model.as_deref(), Some("claude-sonnet-4-5-20250929"));
+        // Cut inside message_start: nothing is known.
+        let cut = &ANTHROPIC_CACHED_STREAM[..60];
+        let (tokens, model) = stream_all(Format::Anthropic, cut);
+        assert_eq!(tokens, Tokens::default());
+        assert!(!tokens.is_known());
+        assert_eq!(model, None);
+    }
+
+    #[test]
+    fn anthropic_error_body_and_error_event_are_unknown() {
+        let body = br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+        assert_eq!(from_body(Format::Anthropic, body), (Tokens::default(), None));
+        let events = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
+        assert_eq!(stream_all(Format::Anthropic, events), (Tokens::default(), None));
+    }
+
+    // -- OpenAI Chat ----------------------------------------------------------------------
+
+    /// The Chat Completions streaming example with `stream_options.include_usage`: `usage: null`
+    /// on every chunk, then a usage chunk with empty `choices`.
+    const CHAT_STREAM: &str = "data: {\"id\":\"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT\",\"object\":\"chat.completion.chunk\",\"created\":1741570283,\"model\":\"gpt-4o-2024-08-06\",\"service_tier\":\"default\",\"system_fingerprint\":\"fp_fc9f1d7035\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\",\"refusal\":null},\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n\
+\n\
+data: {\"id\":\"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT\",\"object\":\"chat.completion.chunk\",\"created\":1741570283,\"model\":\"gpt-4o-2024-08-06\",\"service_tier\":\"default\",\"system_fingerprint\":\"fp_fc9f1d7035\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Bonjour\"},\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n\
+\n\
+data: {\"id\":\"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT\",\"object\":\"chat.completion.chunk\",\"created\":1741570283,\"model\":\"gpt-4o-2024-08-06\",\"service_tier\":\"default\",\"system_fingerprint\":\"fp_fc9f1d7035\",\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":\"stop\"}],\"usage\":null}\n\
+\n\
+data: {\"id\":\"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT\",\"object\":\"chat.completion.chunk\",\"created\":1741570283,\"model\":\"gpt-4o-2024-08-06\",\"service_tier\":\"default\",\"system_fingerprint\":\"fp_fc9f1d7035\",\"choices\":[],\"usage\":{\"prompt_tokens\":2006,\"completion_tokens\":17,\"total_tokens\":2023,\"prompt_tokens_details\":{\"cached_tokens\":1920,\"audio_tokens\":0},\"completion_tokens_details\":{\"reasoning_tokens\":0,\"audio_tokens\":0,\"accepted_prediction_tokens\":0,\"rejected_prediction_tokens\":0}}}\n\
+\n\
+data: [DONE]\n\
+\n";
+
+    #[test]
+    fn chat_body_subtracts_cached_from_prompt_tokens() {
+        let body = br#"{"id":"chatcmpl-abc","object":"chat.completion","created":1741569952,"model":"gpt-4.1-2025-04-14","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":2006,"completion_tokens":300,"total_tokens":2306,"prompt_tokens_details":{"cached_tokens":1920,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}}"#;
+        let (tokens, model) = from_body(Format::Openai, body);
+        assert_eq!(tokens, t(Some(86), Some(300), Some(1920), None));
+        assert_eq!(model.as_deref(), Some("gpt-4.1-2025-04-14"));
+    }
+
+    #[test]
+    fn chat_stream_usage_chunk() {
+        let (tokens, model) = stream_all(Format::Openai, CHAT_STREAM);
+        assert_eq!(tokens, t(Some(86), Some(17), Some(1920), None));
+        assert_eq!(model.as_deref(), Some("gpt-4o-2024-08-06"));
+    }
+
+    #[test]
+    fn chat_stream_cut_before_usage_chunk_is_unknown() {
+        let cut = cut_before(
+            CHAT_STREAM,
+            "data: {\"id\":\"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT\",\"object\":\"chat.completion.chunk\",\"created\":1741570283,\"model\":\"gpt-4o-2024-08-06\",\"service_tier\":\"default\",\"system_fingerprint\":\"fp_fc9f1d7035\",\"choices\":[]",
+        );
+        let (tokens, model) = stream_all(Format::Openai, cut);
+        assert_eq!(tokens, Tokens::default());
+        assert_eq!(model.as_deref(), Some("gpt-4o-2024-08-06"));
+    }
+
+    #[test]
+    fn chat_stream_usage_on_the_finish_chunk() {
+        // Some vendors (no include_usage chunk) put usage on the chunk with finish_reason.
+        let events = "data: {\"id\":\"1\",\"model\":\"qwen-plus\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n\
+data: {\"id\":\"1\",\"model\":\"qwen-plus\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":5,\"total_tokens\":15}}\n\n\
+data: [DONE]\n\n";
+        let (tokens, model) = stream_all(Format::Openai, events);
+        assert_eq!(tokens, t(Some(10), Some(5), None, None));
+        assert_eq!(model.as_deref(), Some("qwen-plus"));
+    }
+
+    #[test]
+    fn chat_stream_running_usage_last_wins() {
+        let events = "data: {\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":1}}\n\n\
+data: {\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"}}],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":2}}\n\n\
+data: {\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":3}}\n\n";
+        assert_eq!(stream_all(Format::Openai, events).0, t(Some(10), Some(3), None, None));
+    }
+
+    #[test]
+    fn chat_deepseek_cache_hit_and_miss() {
+        // Current DeepSeek: both the OpenAI details and its own hit/miss split.
+        let body = br#"{"id":"x","object":"chat.completion","model":"deepseek-chat","choices":[],"usage":{"prompt_tokens":1000,"completion_tokens":50,"total_tokens":1050,"prompt_tokens_details":{"cached_tokens":768},"prompt_cache_hit_tokens":768,"prompt_cache_miss_tokens":232}}"#;
+        assert_eq!(from_body(Format::Openai, body).0, t(Some(232), Some(50), Some(768), None));
+        // Older DeepSeek: only the hit/miss split.
+        let body = br#"{"model":"deepseek-chat","usage":{"prompt_tokens":1000,"completion_tokens":50,"prompt_cache_hit_tokens":768,"prompt_cache_miss_tokens":232}}"#;
+        assert_eq!(from_body(Format::Openai, body).0, t(Some(232), Some(50), Some(768), None));
+        // No prompt total at all: the misses are the uncached input.
+        let body = br#"{"model":"deepseek-chat","usage":{"completion_tokens":50,"prompt_cache_hit_tokens":768,"prompt_cache_miss_tokens":232}}"#;
+        assert_eq!(from_body(Format::Openai, body).0, t(Some(232), Some(50), Some(768), None));
+    }
+
+    #[test]
+    fn chat_kimi_top_level_cached_tokens() {
+        let body = br#"{"id":"chatcmpl-6810567267ee141b4630dccb","object":"chat.completion","model":"kimi-k2-0905-preview","choices":[],"usage":{"prompt_tokens":500,"completion_tokens":20,"total_tokens":520,"cached_tokens":256}}"#;
+        assert_eq!(from_body(Format::Openai, body).0, t(Some(244), Some(20), Some(256), None));
+    }
+
+    #[test]
+    fn chat_cache_write_tokens_from_a_relay() {
+        // OpenRouter-style details for an Anthropic model behind a Chat API.
+        let body = br#"{"model":"anthropic/claude-sonnet-4.5","usage":{"prompt_tokens":2000,"completion_tokens":30,"prompt_tokens_details":{"cached_tokens":0,"cache_write_tokens":1800}}}"#;
+        assert_eq!(from_body(Format::Openai, body).0, t(Some(200), Some(30), Some(0), Some(1800)));
+    }
+
+    #[test]
+    fn chat_without_usage_is_unknown() {
+        let body = br#"{"model":"local-llama","choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}]}"#;
+        assert_eq!(from_body(Format::Openai, body), (Tokens::default(), Some("local-llama".into())));
+        assert_eq!(from_body(Format::Openai, b"not json"), (Tokens::default(), None));
+    }
+
+    #[test]
+    fn chat_azure_first_chunk_without_model() {
+        // Azure's prompt_filter_results chunk has an empty model; the next chunk names it.
+        let events = "data: {\"choices\":[],\"created\":0,\"id\":\"\",\"model\":\"\",\"object\":\"\",\"prompt_filter_results\":[{\"prompt_index\":0,\"content_filter_results\":{}}]}\n\n\
+data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}],\"id\":\"c1\",\"model\":\"gpt-4o-2024-11-20\",\"object\":\"chat.completion.chunk\"}\n\n\
+data: [DONE]\n\n";
+        assert_eq!(stream_all(Format::Openai, events).1.as_deref(), Some("gpt-4o-2024-11-20"));
+    }
+
+    #[test]
+    fn chat_model_is_looked_for_in_the_first_chunks_only() {
+        let mut usage = StreamUsage::default();
+        let nameless = SseEvent {
+            event: None,
+            data: "{\"model\":\"\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}",
+        };
+        for _ in 0..100 {
+            usage.observe(Format::Openai, &nameless);
+        }
+        assert_eq!(usage.model_tries, MODEL_TRIES);
+        // A usage chunk is still read (and may name the model).
+        usage.observe(
+            Format::Openai,
+            &SseEvent {
+                event: None,
+                data: "{\"model\":\"late\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}",
+            },
+        );
+        assert_eq!(usage.tokens(), t(Some(3), Some(4), None, None));
+        assert_eq!(usage.model(), Some("late"));
+    }
+
+    // -- Responses ------------------------------------------------------------------------
+
+    const RESPONSES_STREAM: &str = "event: response.created\n\
+data: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_67c9fdcecf488190bdd9a0409de3a1ec07b8b0ad4e5eb654\",\"object\":\"response\",\"created_at\":1741290958,\"status\":\"in_progress\",\"error\":null,\"model\":\"gpt-5-2025-08-07\",\"output\":[],\"usage\":null,\"metadata\":{}}}\n\
+\n\
+event: response.in_progress\n\
+data: {\"type\":\"response.in_progress\",\"sequence_number\":1,\"response\":{\"id\":\"resp_67c9fdcecf488190bdd9a0409de3a1ec07b8b0ad4e5eb654\",\"object\":\"response\",\"status\":\"in_progress\",\"model\":\"gpt-5-2025-08-07\",\"output\":[],\"usage\":null}}\n\
+\n\
+event: response.output_item.added\n\
+data: {\"type\":\"response.output_item.added\",\"sequence_number\":2,\"output_index\":0,\"item\":{\"id\":\"msg_1\",\"type\":\"message\",\"status\":\"in_progress\",\"role\":\"assistant\",\"content\":[]}}\n\
+\n\
+event: response.output_text.delta\n\
+data: {\"type\":\"response.output_text.delta\",\"sequence_number\":3,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"Hi there\"}\n\
+\n\
+event: response.output_text.done\n\
+data: {\"type\":\"response.output_text.done\",\"sequence_number\":4,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"text\":\"Hi there\"}\n\
+\n\
+event: response.completed\n\
+data: {\"type\":\"response.completed\",\"sequence_number\":5,\"response\":{\"id\":\"resp_67c9fdcecf488190bdd9a0409de3a1ec07b8b0ad4e5eb654\",\"object\":\"response\",\"created_at\":1741290958,\"status\":\"completed\",\"error\":null,\"model\":\"gpt-5-2025-08-07\",\"output\":[{\"id\":\"msg_1\",\"type\":\"message\",\"status\":\"completed\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"Hi there\",\"annotations\":[]}]}],\"usage\":{\"input_tokens\":3000,\"input_tokens_details\":{\"cached_tokens\":2048},\"output_tokens\":120,\"output_tokens_details\":{\"reasoning_tokens\":64},\"total_tokens\":3120},\"metadata\":{}}}\n\
+\n";
+
+    #[test]
+    fn responses_body_subtracts_cached_input() {
+        let body = br#"{"id":"resp_1","object":"response","status":"completed","model":"gpt-4.1-2025-04-14","output":[],"usage":{"input_tokens":3000,"input_tokens_details":{"cached_tokens":2048},"output_tokens":120,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":3120}}"#;
+        let (tokens, model) = from_body(Format::Responses, body);
+        assert_eq!(tokens, t(Some(952), Some(120), Some(2048), None));
+        assert_eq!(model.as_deref(), Some("gpt-4.1-2025-04-14"));
+    }
+
+    #[test]
+    fn responses_body_with_cache_write_tokens() {
+        // What ccmesh's own Responses encoder (and some relays) send for Anthropic models.
+        let body = br#"{"model":"claude-sonnet-4-5","usage":{"input_tokens":5000,"input_tokens_details":{"cached_tokens":1000,"cache_write_tokens":3000},"output_tokens":7}}"#;
+        assert_eq!(from_body(Format::Responses, body).0, t(Some(1000), Some(7), Some(1000), Some(3000)));
+    }
+
+    #[test]
+    fn responses_stream_completed() {
+        let (tokens, model) = stream_all(Format::Responses, RESPONSES_STREAM);
+        assert_eq!(tokens, t(Some(952), Some(120), Some(2048), None));
+        assert_eq!(model.as_deref(), Some("gpt-5-2025-08-07"));
+    }
+
+    #[test]
+    fn responses_stream_incomplete_and_failed_carry_usage() {
+        for kind in ["response.incomplete", "response.failed"] {
+            let events = RESPONSES_STREAM.replace("response.completed", kind);
+            let (tokens, _) = stream_all(Format::Responses, &events);
+            assert_eq!(tokens, t(Some(952), Some(120), Some(2048), None), "{kind}");
+        }
+    }
+
+    #[test]
+    fn responses_stream_without_event_names() {
+        let unnamed: String =
+            RESPONSES_STREAM.lines().filter(|l| !l.starts_with("event:")).map(|l| format!("{l}\n")).collect();
+        assert_eq!(stream_all(Format::Responses, &unnamed), stream_all(Format::Responses, RESPONSES_STREAM));
+    }
+
+    #[test]
+    fn responses_stream_cut_before_completed_is_unknown() {
+        let cut = cut_before(RESPONSES_STREAM, "event: response.completed");
+        let (tokens, model) = stream_all(Format::Responses, cut);
+        assert_eq!(tokens, Tokens::default());
+        assert_eq!(model.as_deref(), Some("gpt-5-2025-08-07"));
+    }
+
+    // -- Leniency -------------------------------------------------------------------------
+
+    #[test]
+    fn odd_values_read_as_unknown_without_losing_the_rest() {
+        let body = br#"{"model":"m","usage":{"prompt_tokens":"120","completion_tokens":7.0,"prompt_tokens_details":"n/a","cached_tokens":-3}}"#;
+        assert_eq!(from_body(Format::Openai, body), (t(Some(120), Some(7), None, None), Some("m".into())));
+        let body = br#"{"model":42,"usage":"lots"}"#;
+        assert_eq!(from_body(Format::Openai, body), (Tokens::default(), None));
+        let body =
+            br#"{"model":"  ","usage":{"input_tokens":1.5,"output_tokens":[1],"cache_read_input_tokens":{"a":1}}}"#;
+        assert_eq!(from_body(Format::Anthropic, body), (Tokens::default(), None));
+        let body = br#"{"model":"x","usage":{"input_tokens":null,"output_tokens":true}}"#;
+        assert_eq!(from_body(Format::Responses, body), (Tokens::default(), Some("x".into())));
+    }
+
+    #[test]
+    fn usage_object_detection_is_structural() {
+        assert!(has_usage_object(r#"{"usage":{"a":1}}"#));
+        assert!(has_usage_object(r#"{"usage" :  {}}"#));
+        assert!(has_usage_object("{\"usage\":\n{}}"));
+        assert!(has_usage_object(r#"{"usage":null,"x":{"usage":{}}}"#));
+        assert!(!has_usage_object(r#"{"usage":null}"#));
+        assert!(!has_usage_object(r#"{"usage":"{"}"#));
+        assert!(!has_usage_object(r#"{"text":"the \"usage\": {} key"}"#));
+        assert!(!has_usage_object(r#"{"usage""#));
+        assert!(!has_usage_object(""));
     }
 }

@@ -724,7 +724,7 @@ impl Run {
     /// The attempt about to be sent, in the decision trail.
     fn begin_attempt(&mut self, endpoint: &LiveEndpoint) {
         let model = self.inbound.model.as_deref().map(|m| endpoint.config.map_model(m).to_string());
-        let multiplier = 1.0;
+        let multiplier = endpoint.config.price_multiplier;
         if let Some(t) = self.trail.as_mut() {
             t.begin_attempt(&endpoint.config.name, endpoint.config.format.as_str(), model.as_deref(), multiplier);
             if self.conversion.needed(endpoint.config.format) && matches!(self.inbound.route, Route::Protocol(_)) {

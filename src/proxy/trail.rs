@@ -231,9 +231,13 @@ impl Trail {
         if model_answered.is_some() {
             self.record.model_answered = model_answered;
         }
-        let model = self.record.model_answered.as_deref().or(self.record.model_sent.as_deref());
-        self.record.cost_usd =
-            model.and_then(|m| snapshot.prices.price(m)).and_then(|p| cost::cost(&tokens, &p, self.multiplier));
+        // Relays often answer with a name the price table does not know: fall back to the model
+        // that was sent (what the endpoint bills for), then the one the client asked for.
+        let price = [&self.record.model_answered, &self.record.model_sent, &self.record.model_requested]
+            .into_iter()
+            .flatten()
+            .find_map(|m| snapshot.prices.price(m));
+        self.record.cost_usd = price.and_then(|p| cost::cost(&tokens, &p, self.multiplier));
         self.submit();
     }
 

@@ -278,3 +278,92 @@ async fn sigterm_lets_an_in_flight_stream_finish_then_exits() {
     assert!(status.0.success(), "{:?}", status.0);
     assert!(status.1.contains("shutdown_started") && status.1.contains("\"stopped\""), "{}", status.1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_and_stats_show_what_happened() {
+    let up = MockUpstream::start().await;
+    up.push(Reply::openai_error(503, "server_error", "first is down"));
+    up.set_default(Reply::openai_chat("hello"));
+    let server = Server::start(None, &[]);
+    for name in ["first", "second"] {
+        let (code, _, err) =
+            server.cli(&["endpoint", "add", name, "--base-url", &up.url(), "--format", "openai", "--api-key", "k"]);
+        assert_eq!(code, 0, "{err}");
+    }
+    // Follow live events in the background before the traffic.
+    let mut follower = Command::new(BIN)
+        .args(["logs", "-f", "-n", "1", "--server", &server.url])
+        .env_remove("CCMESH_ADMIN_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let follower_out = follower.stdout.take().unwrap();
+    let (line_tx, line_rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(follower_out).lines().map_while(Result::ok) {
+            let _ = line_tx.send(line);
+        }
+    });
+    // The follower is connected once the gateway has a live-event subscriber; until then the
+    // event would be missed, so wait for that (the first line printed is the empty-history note).
+    let first = line_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    assert!(first.contains("no requests"), "{first}");
+    let http = crate::support::gateway::http_client();
+    let mut id = String::new();
+    for _ in 0..50 {
+        // Until the follower's subscription is live the request may be missed: repeat requests
+        // until one shows up in the follower (bounded).
+        let r = http
+            .post(format!("{}/v1/chat/completions", server.url))
+            .json(&chat_body("gpt-4o", false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        id = r.headers()["x-ccmesh-request-id"].to_str().unwrap().to_string();
+        if let Ok(line) = line_rx.recv_timeout(Duration::from_millis(500)) {
+            assert!(line.contains("gpt-4o") && line.contains("200"), "{line}");
+            break;
+        }
+    }
+    let _ = follower.kill();
+    let _ = follower.wait();
+
+    // Records reach SQLite within the writer's flush interval; poll the list (bounded).
+    let mut out = String::new();
+    for _ in 0..100 {
+        let (code, o, err) = server.cli(&["logs", "--failed-over"]);
+        assert_eq!(code, 0, "{err}");
+        out = o;
+        if out.contains("second") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let header = out.lines().next().unwrap();
+    assert!(header.starts_with("TIME") && header.contains("ENDPOINT") && header.contains("COST"), "{out}");
+    assert!(out.contains("gpt-4o") && out.contains("2↻"), "the failed-over request with its two attempts: {out}");
+
+    let first_request = server.cli(&["logs", "--failed-over", "--json"]).1;
+    let first_id = serde_json::from_str::<Value>(first_request.lines().last().unwrap()).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (code, detail, err) = server.cli(&["logs", "--id", &first_id]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        detail.contains("ENDPOINT") && detail.contains("first") && detail.contains("503") && detail.contains("failure"),
+        "{detail}"
+    );
+    assert!(detail.contains("second") && detail.contains("success"), "{detail}");
+
+    let (code, stats, err) = server.cli(&["stats", "--since", "1h"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(stats.contains("REQUESTS") && stats.contains("second"), "{stats}");
+    let (_, json_stats, _) = server.cli(&["stats", "--since", "1h", "--json"]);
+    let v: Value = serde_json::from_str(&json_stats).unwrap();
+    assert!(v["totals"]["requests"].as_u64().unwrap() >= 1, "{v}");
+    assert!(v["totals"]["failovers"].as_u64().unwrap() >= 1, "{v}");
+    assert!(!id.is_empty());
+}

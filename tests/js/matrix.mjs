@@ -9,15 +9,18 @@
 // stderr and exits 1.
 //
 // MATRIX_SPEC (JSON, written by sdk_matrix.rs) says what the mock upstream answers, so what the
-// SDK must report: for each of the three turns of a conversation the text, the tool call and the
-// usage as the upstream counted it (input without cache, cache read, cache write, output).
-// MATRIX_TIMEOUT_SECS (default 120) bounds the whole run.
+// SDK must report: for each turn the text, the tool calls and the usage as the upstream counted it
+// (input without cache, cache read, cache write, output). MATRIX_TIMEOUT_SECS (default 120) bounds
+// the whole run.
 //
-// Scenarios (each makes exactly three upstream requests, in this order):
-//   conversation         generateText: a text turn, then a second user turn with a tool whose
-//                        `execute` answers, so the SDK sends the tool result itself (tool call,
-//                        then the final answer); the history of turn 1 is carried along.
-//   stream_conversation  the same with streamText, reading every part of fullStream.
+// Scenarios (the upstream requests they make, in order):
+//   conversation           3: generateText with a text turn; then, with that exchange as history,
+//                          a question and a tool whose `execute` answers, so the SDK sends the tool
+//                          result itself (text and a tool call, then the final answer).
+//   parallel_tools         2: a question the upstream answers with two tool calls and no text; the
+//                          SDK runs both and sends both results.
+//   stream_conversation,   the same with streamText, reading every part of fullStream.
+//   stream_parallel_tools
 
 import { isDeepStrictEqual, inspect } from 'node:util';
 
@@ -95,24 +98,22 @@ function checkStep(step, turn, finishReason, what) {
   eq(step.finishReason, finishReason, `${what}: finishReason`);
   checkUsage(step.usage, turn.usage, `${what}: usage`);
   eq(step.response.modelId, spec.upstream_model, `${what}: response.modelId (the model the upstream names)`);
-  if (turn.tool) {
-    eq(
-      step.toolCalls.map((c) => ({ toolName: c.toolName, input: c.input, invalid: c.invalid ?? false })),
-      [{ toolName: turn.tool.name, input: turn.tool.arguments, invalid: false }],
-      `${what}: toolCalls`,
-    );
-    check(
-      typeof step.toolCalls[0].toolCallId === 'string' && step.toolCalls[0].toolCallId.length > 0,
-      `${what}: toolCallId ${inspect(step.toolCalls[0].toolCallId)}`,
-    );
-    eq(
-      step.toolResults.map((r) => ({ toolName: r.toolName, output: r.output })),
-      [{ toolName: turn.tool.name, output: spec.tool_result }],
-      `${what}: toolResults`,
-    );
-  } else {
-    eq(step.toolCalls, [], `${what}: toolCalls`);
-  }
+  check(typeof step.response.id === 'string' && step.response.id.length > 0, `${what}: response.id`);
+  eq(
+    step.toolCalls.map((c) => ({ toolName: c.toolName, input: c.input, invalid: c.invalid ?? false })),
+    turn.tools.map((t) => ({ toolName: t.name, input: t.arguments, invalid: false })),
+    `${what}: toolCalls`,
+  );
+  const ids = step.toolCalls.map((c) => c.toolCallId);
+  check(
+    ids.every((id) => typeof id === 'string' && id.length > 0) && new Set(ids).size === ids.length,
+    `${what}: toolCallIds ${inspect(ids)}`,
+  );
+  eq(
+    step.toolResults.map((r) => ({ toolName: r.toolName, output: r.output })),
+    turn.tools.map((t) => ({ toolName: t.name, output: spec.tool_results[t.arguments.city] })),
+    `${what}: toolResults`,
+  );
 }
 
 function weatherTool(executed) {
@@ -121,7 +122,7 @@ function weatherTool(executed) {
     inputSchema: jsonSchema(spec.tool.parameters),
     execute: async (input) => {
       executed.push(input);
-      return spec.tool_result;
+      return spec.tool_results[input.city];
     },
   });
 }
@@ -167,7 +168,8 @@ async function call(options, stream, what) {
   steps.forEach((s, i) => {
     eq(texts[i], s.text, `${what}: step ${i}: text deltas`);
     const streamed = Object.values(toolInputs[i]).map((t) => ({ toolName: t.toolName, input: JSON.parse(t.text) }));
-    eq(streamed, s.toolCalls.map((c) => ({ toolName: c.toolName, input: c.input })), `${what}: step ${i}: tool input deltas`);
+    const calls = s.toolCalls.map((c) => ({ toolName: c.toolName, input: c.input }));
+    eq(streamed, calls, `${what}: step ${i}: tool input deltas`);
   });
   return { steps, responseMessages: (await r.response).messages, totalUsage: await r.totalUsage };
 }
@@ -197,7 +199,7 @@ async function conversation(stream) {
   );
   eq(r2.steps.length, 2, `${what} turn 2: steps (tool call, then the answer to the tool result)`);
   checkStep(r2.steps[0], toolTurn, 'tool-calls', `${what} turn 2 step 1`);
-  eq(executed, [toolTurn.tool.arguments], `${what} turn 2: tool executions`);
+  eq(executed, toolTurn.tools.map((t) => t.arguments), `${what} turn 2: tool executions`);
   checkStep(r2.steps[1], final, 'stop', `${what} turn 2 step 2`);
   const sum = (f) => f(toolTurn.usage) + f(final.usage);
   eq(
@@ -207,11 +209,34 @@ async function conversation(stream) {
   );
 }
 
+async function parallelTools(stream) {
+  const [calls, final] = spec.parallel_turns;
+  const what = stream ? 'streamText' : 'generateText';
+  const providerOptions = clientKind === 'openai-responses' && !stream ? { openai: { store: false } } : undefined;
+  const executed = [];
+  const r = await call(
+    {
+      messages: [{ role: 'user', content: spec.questions[2] }],
+      tools: { [spec.tool.name]: weatherTool(executed) },
+      stopWhen: stepCountIs(3),
+      providerOptions,
+    },
+    stream,
+    `${what} parallel`,
+  );
+  eq(r.steps.length, 2, `${what} parallel: steps (two tool calls, then the answer to both results)`);
+  checkStep(r.steps[0], calls, 'tool-calls', `${what} parallel step 1`);
+  eq(executed, calls.tools.map((t) => t.arguments), `${what} parallel: tool executions`);
+  checkStep(r.steps[1], final, 'stop', `${what} parallel step 2`);
+}
+
 function describe(error) {
   if (error == null) return String(error);
   const lines = [`${error.name ?? typeof error}: ${error.message ?? inspect(error)}`];
   for (const key of ['url', 'statusCode', 'responseBody', 'value', 'text']) {
-    if (error[key] !== undefined) lines.push(`  ${key}: ${typeof error[key] === 'string' ? error[key] : inspect(error[key], { depth: 8 })}`);
+    if (error[key] === undefined) continue;
+    const value = typeof error[key] === 'string' ? error[key] : inspect(error[key], { depth: 8 });
+    lines.push(`  ${key}: ${value}`);
   }
   if (error.cause) lines.push(`  cause: ${describe(error.cause)}`);
   if (error.stack && !(error instanceof Mismatch)) lines.push(error.stack);
@@ -221,6 +246,8 @@ function describe(error) {
 const scenarios = {
   conversation: () => conversation(false),
   stream_conversation: () => conversation(true),
+  parallel_tools: () => parallelTools(false),
+  stream_parallel_tools: () => parallelTools(true),
 };
 
 let current = '(none)';

@@ -4,15 +4,17 @@
 
 CLIENT_KIND is `anthropic` (Messages), `openai-chat` (Chat Completions) or `openai-responses`
 (Responses); the gateway sits in front of a mock upstream of any format. MATRIX_SPEC (JSON, written
-by the Rust test) says what the upstream answers each turn: text, tool call, and usage as the
+by the Rust test) says what the upstream answers each turn: text, tool calls, and usage as the
 upstream counted it (input without cache, cache read, cache write, output). Each client must see it
 in its own protocol's convention: Anthropic's `input_tokens` exclude cached input; Chat's
 `prompt_tokens` and Responses' `input_tokens` include it.
 
-Scenarios (each makes exactly three upstream requests, in this order):
-  conversation         a text turn; then, with the first exchange as history, a question that
-                       gets a tool call; then the tool result, which gets the final answer.
-  stream_conversation  the same, streamed, with the SDK's stream helpers accumulating the events.
+Scenarios (the upstream requests they make, in order):
+  conversation           3: a text turn; then, with the first exchange as history, a question that
+                         gets text and a tool call; then the tool result, which gets the final text.
+  parallel_tools         2: a question answered with two tool calls and no text; then both results.
+  stream_conversation,   the same, streamed, with the SDKs' stream helpers accumulating the events.
+  stream_parallel_tools
 """
 
 from __future__ import annotations
@@ -29,59 +31,104 @@ if len(sys.argv) < 3:
     sys.exit(f"usage: {sys.argv[0]} GATEWAY_URL CLIENT_KIND SCENARIO...")
 KIND = sys.argv.pop(2)  # common.run reads the scenarios from sys.argv[2:]
 SPEC: Dict[str, Any] = json.loads(os.environ["MATRIX_SPEC"])
-HELLO, TOOL_TURN, FINAL = SPEC["turns"]
 TOOL = SPEC["tool"]
 SYSTEM = SPEC["system"]
-Q1, Q2 = SPEC["questions"]
+
+Turn = Dict[str, Any]
 
 
 def total_input(u: Dict[str, int]) -> int:
     return u["input"] + u["cache_read"] + u["cache_write"]
 
 
-# ================================================================================ Anthropic
+def want_calls(turn: Turn) -> List[Any]:
+    return [(t["name"], t["arguments"]) for t in turn["tools"]]
 
-def anthropic_conversation(stream: bool) -> None:
-    import anthropic
 
-    client = anthropic.Anthropic(base_url=URL, api_key="sk-ant-client-key-not-forwarded", max_retries=0, timeout=30,
-                                 http_client=anthropic.DefaultHttpxClient(trust_env=False))
-    tools = [{"name": TOOL["name"], "description": TOOL["description"], "input_schema": TOOL["parameters"]}]
-    what = "stream" if stream else "create"
+_reported = set()
 
-    def ask(messages: List[Any], with_tools: bool, turn: Dict[str, Any], label: str) -> Any:
-        kwargs: Dict[str, Any] = dict(model="claude-sonnet-4-5", max_tokens=1024, system=SYSTEM, messages=messages)
+
+def violation(bug: str, message: str) -> None:
+    """A protocol violation: a failure, unless the Rust test lists it as a known gateway bug for
+    this cell (MATRIX_SPEC.known_bugs), in which case it is reported on stdout (`known bug: ...`)
+    for the test to check that it is still there."""
+    if bug not in SPEC.get("known_bugs", []):
+        check(False, f"{bug}: {message}")
+    if bug not in _reported:
+        _reported.add(bug)
+        print(f"known bug: {bug}: {message}", flush=True)
+
+
+def check_sequential(opened: List[int], event: str, index: int, label: str, starts: bool) -> None:
+    """The real APIs stream one content block / output item at a time: each is closed before the
+    next one opens. `opened` holds the open indexes."""
+    if starts:
+        if opened:
+            violation("overlapping_blocks", f"{label}: {event} for index {index} while index {opened} is still open")
+        opened.append(index)
+    elif index in opened:
+        opened.remove(index)
+
+
+def tool_output(arguments: Dict[str, Any]) -> str:
+    """What the tool answers (the application's side of the round trip)."""
+    return SPEC["tool_results"][arguments["city"]]
+
+
+class Anthropic:
+    """Messages: history as `messages` with the returned content blocks; system as `system`."""
+
+    def __init__(self, stream: bool) -> None:
+        import anthropic
+        self.sdk = anthropic
+        self.stream = stream
+        self.client = anthropic.Anthropic(base_url=URL, api_key="sk-ant-client-key-not-forwarded", max_retries=0,
+                                          timeout=30, http_client=anthropic.DefaultHttpxClient(trust_env=False))
+        self.tools = [{"name": TOOL["name"], "description": TOOL["description"], "input_schema": TOOL["parameters"]}]
+
+    def start(self, question: str) -> List[Any]:
+        return [{"role": "user", "content": question}]
+
+    def user(self, question: str) -> List[Any]:
+        return [{"role": "user", "content": question}]
+
+    def ask(self, history: List[Any], with_tools: bool, turn: Turn, label: str) -> Any:
+        kwargs: Dict[str, Any] = dict(model="claude-sonnet-4-5", max_tokens=1024, system=SYSTEM, messages=history)
         if with_tools:
-            kwargs["tools"] = tools
-        if not stream:
-            msg = client.messages.create(**kwargs)
+            kwargs["tools"] = self.tools
+        if not self.stream:
+            msg = self.client.messages.create(**kwargs)
         else:
-            texts, partial_json = [], []
-            with client.messages.stream(**kwargs) as s:
+            texts: List[str] = []
+            partial_json: Dict[int, str] = {}
+            types: List[str] = []
+            opened: List[int] = []
+            with self.client.messages.stream(**kwargs) as s:
                 for event in s:
+                    types.append(event.type)
+                    if event.type in ("content_block_start", "content_block_stop"):
+                        check_sequential(opened, event.type, event.index, label, event.type == "content_block_start")
                     if event.type == "text":
                         texts.append(event.text)
-                    elif event.type == "input_json":
-                        partial_json.append(event.partial_json)
+                    elif event.type == "content_block_delta" and event.delta.type == "input_json_delta":
+                        partial_json[event.index] = partial_json.get(event.index, "") + event.delta.partial_json
                 msg = s.get_final_message()
+            eq(types[0], "message_start", f"{label}: first event")
+            eq(types[-1], "message_stop", f"{label}: last event")
             eq("".join(texts), turn["text"], f"{label}: text events")
-            if turn.get("tool"):
-                eq(json.loads("".join(partial_json)), turn["tool"]["arguments"], f"{label}: input_json events")
-        check(isinstance(msg, anthropic.types.Message), f"{label}: not a Message: {type(msg)}")
+            eq([json.loads(p) for p in partial_json.values()], [a for _, a in want_calls(turn)],
+               f"{label}: input_json_delta events by block")
+        check(isinstance(msg, self.sdk.types.Message), f"{label}: not a Message: {type(msg)}")
+        check(bool(msg.id), f"{label}: id {msg.id!r}")
         eq(msg.model, SPEC["upstream_model"], f"{label}: model")
         eq(msg.role, "assistant", f"{label}: role")
-        text = "".join(b.text for b in msg.content if b.type == "text")
-        eq(text, turn["text"], f"{label}: text")
+        want_types = (["text"] if turn["text"] else []) + ["tool_use"] * len(turn["tools"])
+        eq([b.type for b in msg.content], want_types, f"{label}: content block types")
+        eq("".join(b.text for b in msg.content if b.type == "text"), turn["text"], f"{label}: text")
         calls = [b for b in msg.content if b.type == "tool_use"]
-        if turn.get("tool"):
-            eq([b.type for b in msg.content], ["text", "tool_use"], f"{label}: content block types")
-            eq([(c.name, c.input) for c in calls], [(turn["tool"]["name"], turn["tool"]["arguments"])],
-               f"{label}: tool_use")
-            check(bool(calls[0].id), f"{label}: tool_use id {calls[0].id!r}")
-            eq(msg.stop_reason, "tool_use", f"{label}: stop_reason")
-        else:
-            eq([b.type for b in msg.content], ["text"], f"{label}: content block types")
-            eq(msg.stop_reason, "end_turn", f"{label}: stop_reason")
+        eq([(c.name, c.input) for c in calls], want_calls(turn), f"{label}: tool_use blocks")
+        check(all(c.id for c in calls) and len({c.id for c in calls}) == len(calls), f"{label}: tool_use ids")
+        eq(msg.stop_reason, "tool_use" if calls else "end_turn", f"{label}: stop_reason")
         u = turn["usage"]
         eq((msg.usage.input_tokens, msg.usage.cache_read_input_tokens or 0,
             msg.usage.cache_creation_input_tokens or 0, msg.usage.output_tokens),
@@ -89,62 +136,65 @@ def anthropic_conversation(stream: bool) -> None:
            f"{label}: usage (input, cache read, cache write, output)")
         return msg
 
-    messages: List[Any] = [{"role": "user", "content": Q1}]
-    m1 = ask(messages, False, HELLO, f"{what} turn 1")
-    messages += [{"role": "assistant", "content": m1.content}, {"role": "user", "content": Q2}]
-    m2 = ask(messages, True, TOOL_TURN, f"{what} turn 2 (tool call)")
-    call = next(b for b in m2.content if b.type == "tool_use")
-    messages += [
-        {"role": "assistant", "content": m2.content},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": SPEC["tool_result"]}]},
-    ]
-    ask(messages, True, FINAL, f"{what} turn 3 (after the tool result)")
+    def assistant(self, msg: Any) -> List[Any]:
+        return [{"role": "assistant", "content": msg.content}]
+
+    def results(self, msg: Any) -> List[Any]:
+        return [{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": b.id, "content": tool_output(b.input)}
+            for b in msg.content if b.type == "tool_use"]}]
 
 
-# ======================================================================= OpenAI Chat Completions
+class Chat:
+    """Chat Completions: system as the first message; history as messages, `tool` messages."""
 
-def chat_conversation(stream: bool) -> None:
-    import openai
+    def __init__(self, stream: bool) -> None:
+        import openai
+        self.sdk = openai
+        self.stream = stream
+        self.client = openai.OpenAI(base_url=URL + "/v1", api_key="sk-proj-client-key-not-forwarded", max_retries=0,
+                                    timeout=30, http_client=openai.DefaultHttpxClient(trust_env=False))
+        self.tools = [{"type": "function", "function": {"name": TOOL["name"], "description": TOOL["description"],
+                                                        "parameters": TOOL["parameters"]}}]
 
-    client = openai.OpenAI(base_url=URL + "/v1", api_key="sk-proj-client-key-not-forwarded", max_retries=0,
-                           timeout=30, http_client=openai.DefaultHttpxClient(trust_env=False))
-    tools = [{"type": "function", "function": {"name": TOOL["name"], "description": TOOL["description"],
-                                               "parameters": TOOL["parameters"]}}]
-    what = "stream" if stream else "create"
+    def start(self, question: str) -> List[Any]:
+        return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
 
-    def ask(messages: List[Any], with_tools: bool, turn: Dict[str, Any], label: str) -> Any:
-        kwargs: Dict[str, Any] = dict(model="gpt-4o-mini", messages=messages)
+    def user(self, question: str) -> List[Any]:
+        return [{"role": "user", "content": question}]
+
+    def ask(self, history: List[Any], with_tools: bool, turn: Turn, label: str) -> Any:
+        kwargs: Dict[str, Any] = dict(model="gpt-4o-mini", messages=history)
         if with_tools:
-            kwargs["tools"] = tools
-        if not stream:
-            c = client.chat.completions.create(**kwargs)
-            check(isinstance(c, openai.types.chat.ChatCompletion), f"{label}: not a ChatCompletion: {type(c)}")
+            kwargs["tools"] = self.tools
+        if not self.stream:
+            c = self.client.chat.completions.create(**kwargs)
+            check(isinstance(c, self.sdk.types.chat.ChatCompletion), f"{label}: not a ChatCompletion: {type(c)}")
         else:
-            deltas, args_done = [], []
-            with client.chat.completions.stream(**kwargs, stream_options={"include_usage": True}) as s:
+            deltas, args_done, ids = [], [], set()
+            with self.client.chat.completions.stream(**kwargs, stream_options={"include_usage": True}) as s:
                 for event in s:
-                    if event.type == "content.delta":
+                    if event.type == "chunk":
+                        ids.add(event.chunk.id)
+                    elif event.type == "content.delta":
                         deltas.append(event.delta)
                     elif event.type == "tool_calls.function.arguments.done":
                         args_done.append((event.name, json.loads(event.arguments)))
                 c = s.get_final_completion()
+            eq(len(ids), 1, f"{label}: one id across the chunks")
             eq("".join(deltas), turn["text"], f"{label}: content.delta events")
-            want_args = [(turn["tool"]["name"], turn["tool"]["arguments"])] if turn.get("tool") else []
-            eq(args_done, want_args, f"{label}: tool_calls.function.arguments.done events")
+            eq(args_done, want_calls(turn), f"{label}: tool_calls.function.arguments.done events")
+        check(bool(c.id), f"{label}: id {c.id!r}")
         eq(c.model, SPEC["upstream_model"], f"{label}: model")
         eq(len(c.choices), 1, f"{label}: choices")
         msg = c.choices[0].message
         eq(msg.role, "assistant", f"{label}: role")
-        eq(msg.content, turn["text"], f"{label}: content")
-        if turn.get("tool"):
-            calls = msg.tool_calls or []
-            eq([(t.type, t.function.name, json.loads(t.function.arguments)) for t in calls],
-               [("function", turn["tool"]["name"], turn["tool"]["arguments"])], f"{label}: tool_calls")
-            check(bool(calls[0].id), f"{label}: tool call id {calls[0].id!r}")
-            eq(c.choices[0].finish_reason, "tool_calls", f"{label}: finish_reason")
-        else:
-            check(not msg.tool_calls, f"{label}: unexpected tool_calls {msg.tool_calls!r}")
-            eq(c.choices[0].finish_reason, "stop", f"{label}: finish_reason")
+        eq(msg.content or "", turn["text"], f"{label}: content")
+        calls = msg.tool_calls or []
+        eq([(t.type, t.function.name, json.loads(t.function.arguments)) for t in calls],
+           [("function", n, a) for n, a in want_calls(turn)], f"{label}: tool_calls")
+        check(all(t.id for t in calls) and len({t.id for t in calls}) == len(calls), f"{label}: tool call ids")
+        eq(c.choices[0].finish_reason, "tool_calls" if calls else "stop", f"{label}: finish_reason")
         u = turn["usage"]
         check(c.usage is not None, f"{label}: no usage")
         cached = c.usage.prompt_tokens_details.cached_tokens if c.usage.prompt_tokens_details else None
@@ -153,73 +203,77 @@ def chat_conversation(stream: bool) -> None:
            f"{label}: usage (prompt, cached, completion, total)")
         return c
 
-    messages: List[Any] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": Q1}]
-    c1 = ask(messages, False, HELLO, f"{what} turn 1")
-    messages += [assistant_message(c1, stream), {"role": "user", "content": Q2}]
-    c2 = ask(messages, True, TOOL_TURN, f"{what} turn 2 (tool call)")
-    call = c2.choices[0].message.tool_calls[0]
-    messages += [assistant_message(c2, stream),
-                 {"role": "tool", "tool_call_id": call.id, "content": SPEC["tool_result"]}]
-    ask(messages, True, FINAL, f"{what} turn 3 (after the tool result)")
+    def assistant(self, c: Any) -> List[Any]:
+        """As the docs show it, the message object itself; for an accumulated stream, the plain dict
+        a caller builds from it."""
+        msg = c.choices[0].message
+        if not self.stream:
+            return [msg]
+        out: Dict[str, Any] = {"role": "assistant", "content": msg.content}
+        if msg.tool_calls:
+            out["tool_calls"] = [{"id": t.id, "type": "function",
+                                  "function": {"name": t.function.name, "arguments": t.function.arguments}}
+                                 for t in msg.tool_calls]
+        return [out]
+
+    def results(self, c: Any) -> List[Any]:
+        return [{"role": "tool", "tool_call_id": t.id, "content": tool_output(json.loads(t.function.arguments))}
+                for t in c.choices[0].message.tool_calls]
 
 
-def assistant_message(c: Any, stream: bool) -> Any:
-    """The assistant turn for the history: as the docs show it (the message object itself), or,
-    for an accumulated stream, the plain dict a caller builds from it."""
-    msg = c.choices[0].message
-    if not stream:
-        return msg
-    out: Dict[str, Any] = {"role": "assistant", "content": msg.content}
-    if msg.tool_calls:
-        out["tool_calls"] = [{"id": t.id, "type": "function",
-                              "function": {"name": t.function.name, "arguments": t.function.arguments}}
-                             for t in msg.tool_calls]
-    return out
+class Responses:
+    """Responses: system as `instructions`; history as the earlier output items themselves."""
 
+    def __init__(self, stream: bool) -> None:
+        import openai
+        self.sdk = openai
+        self.stream = stream
+        self.client = openai.OpenAI(base_url=URL + "/v1", api_key="sk-proj-client-key-not-forwarded", max_retries=0,
+                                    timeout=30, http_client=openai.DefaultHttpxClient(trust_env=False))
+        self.tools = [{"type": "function", "name": TOOL["name"], "description": TOOL["description"],
+                       "parameters": TOOL["parameters"], "strict": False}]
 
-# ============================================================================= OpenAI Responses
+    def start(self, question: str) -> List[Any]:
+        return [{"role": "user", "content": question}]
 
-def responses_conversation(stream: bool) -> None:
-    import openai
+    def user(self, question: str) -> List[Any]:
+        return [{"role": "user", "content": question}]
 
-    client = openai.OpenAI(base_url=URL + "/v1", api_key="sk-proj-client-key-not-forwarded", max_retries=0,
-                           timeout=30, http_client=openai.DefaultHttpxClient(trust_env=False))
-    tools = [{"type": "function", "name": TOOL["name"], "description": TOOL["description"],
-              "parameters": TOOL["parameters"], "strict": False}]
-    what = "stream" if stream else "create"
-
-    def ask(items: List[Any], with_tools: bool, turn: Dict[str, Any], label: str) -> Any:
-        kwargs: Dict[str, Any] = dict(model="gpt-4.1", instructions=SYSTEM, input=items)
+    def ask(self, history: List[Any], with_tools: bool, turn: Turn, label: str) -> Any:
+        kwargs: Dict[str, Any] = dict(model="gpt-4.1", instructions=SYSTEM, input=history)
         if with_tools:
-            kwargs["tools"] = tools
-        if not stream:
-            r = client.responses.create(**kwargs)
+            kwargs["tools"] = self.tools
+        if not self.stream:
+            r = self.client.responses.create(**kwargs)
         else:
-            deltas, args_done, seq = [], [], []
-            with client.responses.stream(**kwargs) as s:
+            deltas, args_done, seq, types = [], [], [], []
+            opened: List[int] = []
+            with self.client.responses.stream(**kwargs) as s:
                 for event in s:
                     seq.append(event.sequence_number)
+                    types.append(event.type)
+                    if event.type in ("response.output_item.added", "response.output_item.done"):
+                        check_sequential(opened, event.type, event.output_index, label,
+                                         event.type == "response.output_item.added")
                     if event.type == "response.output_text.delta":
                         deltas.append(event.delta)
                     elif event.type == "response.function_call_arguments.done":
                         args_done.append(json.loads(event.arguments))
                 r = s.get_final_response()
             eq(seq, list(range(len(seq))), f"{label}: sequence numbers")
+            eq((types[0], types[-1]), ("response.created", "response.completed"), f"{label}: first and last events")
             eq("".join(deltas), turn["text"], f"{label}: output_text.delta events")
-            eq(args_done, [turn["tool"]["arguments"]] if turn.get("tool") else [],
-               f"{label}: function_call_arguments.done events")
-        check(isinstance(r, openai.types.responses.Response), f"{label}: not a Response: {type(r)}")
+            eq(args_done, [a for _, a in want_calls(turn)], f"{label}: function_call_arguments.done events")
+        check(isinstance(r, self.sdk.types.responses.Response), f"{label}: not a Response: {type(r)}")
+        check(bool(r.id), f"{label}: id {r.id!r}")
         eq(r.status, "completed", f"{label}: status")
         eq(r.model, SPEC["upstream_model"], f"{label}: model")
         eq(r.output_text, turn["text"], f"{label}: output_text")
-        if turn.get("tool"):
-            eq([o.type for o in r.output], ["message", "function_call"], f"{label}: output item types")
-            call = r.output[1]
-            eq((call.name, json.loads(call.arguments)), (turn["tool"]["name"], turn["tool"]["arguments"]),
-               f"{label}: function_call")
-            check(bool(call.call_id), f"{label}: call_id {call.call_id!r}")
-        else:
-            eq([o.type for o in r.output], ["message"], f"{label}: output item types")
+        want_types = (["message"] if turn["text"] else []) + ["function_call"] * len(turn["tools"])
+        eq([o.type for o in r.output], want_types, f"{label}: output item types")
+        calls = [o for o in r.output if o.type == "function_call"]
+        eq([(o.name, json.loads(o.arguments)) for o in calls], want_calls(turn), f"{label}: function_call items")
+        check(all(o.call_id for o in calls) and len({o.call_id for o in calls}) == len(calls), f"{label}: call ids")
         u = turn["usage"]
         cached = r.usage.input_tokens_details.cached_tokens if r.usage.input_tokens_details else None
         eq((r.usage.input_tokens, cached or 0, r.usage.output_tokens, r.usage.total_tokens),
@@ -227,26 +281,44 @@ def responses_conversation(stream: bool) -> None:
            f"{label}: usage (input, cached, output, total)")
         return r
 
-    # The history the way the docs build it: the earlier output items themselves.
-    items: List[Any] = [{"role": "user", "content": Q1}]
-    r1 = ask(items, False, HELLO, f"{what} turn 1")
-    items += [*r1.output, {"role": "user", "content": Q2}]
-    r2 = ask(items, True, TOOL_TURN, f"{what} turn 2 (tool call)")
-    call = next(o for o in r2.output if o.type == "function_call")
-    items += [*r2.output, {"type": "function_call_output", "call_id": call.call_id, "output": SPEC["tool_result"]}]
-    ask(items, True, FINAL, f"{what} turn 3 (after the tool result)")
+    def assistant(self, r: Any) -> List[Any]:
+        return list(r.output)
+
+    def results(self, r: Any) -> List[Any]:
+        return [{"type": "function_call_output", "call_id": o.call_id, "output": tool_output(json.loads(o.arguments))}
+                for o in r.output if o.type == "function_call"]
 
 
-CONVERSATIONS = {
-    "anthropic": anthropic_conversation,
-    "openai-chat": chat_conversation,
-    "openai-responses": responses_conversation,
-}
-if KIND not in CONVERSATIONS:
-    sys.exit(f"unknown client kind {KIND!r}; known: {sorted(CONVERSATIONS)}")
-conversation = CONVERSATIONS[KIND]
+CLIENTS = {"anthropic": Anthropic, "openai-chat": Chat, "openai-responses": Responses}
+if KIND not in CLIENTS:
+    sys.exit(f"unknown client kind {KIND!r}; known: {sorted(CLIENTS)}")
+
+
+def conversation(stream: bool) -> None:
+    c = CLIENTS[KIND](stream)
+    hello, tool_turn, final = SPEC["turns"]
+    what = "stream" if stream else "create"
+    history = c.start(SPEC["questions"][0])
+    r1 = c.ask(history, False, hello, f"{what} turn 1")
+    history += c.assistant(r1) + c.user(SPEC["questions"][1])
+    r2 = c.ask(history, True, tool_turn, f"{what} turn 2 (tool call)")
+    history += c.assistant(r2) + c.results(r2)
+    c.ask(history, True, final, f"{what} turn 3 (after the tool result)")
+
+
+def parallel_tools(stream: bool) -> None:
+    c = CLIENTS[KIND](stream)
+    calls, final = SPEC["parallel_turns"]
+    what = "stream" if stream else "create"
+    history = c.start(SPEC["questions"][2])
+    r1 = c.ask(history, True, calls, f"{what} parallel tool calls")
+    history += c.assistant(r1) + c.results(r1)
+    c.ask(history, True, final, f"{what} after both tool results")
+
 
 run({
     "conversation": lambda: conversation(False),
     "stream_conversation": lambda: conversation(True),
+    "parallel_tools": lambda: parallel_tools(False),
+    "stream_parallel_tools": lambda: parallel_tools(True),
 })

@@ -16,6 +16,8 @@ pub struct TestGateway {
     pub http: reqwest::Client,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
+    /// The request-record writer; shut down (queued records written) when the gateway drops.
+    pub writer: Option<ccmesh::observe::writer::WriterHandle>,
     pub _dir: tempfile::TempDir,
 }
 
@@ -47,14 +49,9 @@ impl TestGateway {
             None => Arc::new(SystemClock),
         };
         let client = ccmesh::proxy::upstream::build_client().unwrap();
-        let gw = Gateway::new(
-            store,
-            clock,
-            client,
-            options.admin_token.clone(),
-            ccmesh::observe::writer::RecordSink::disabled(),
-        )
-        .unwrap();
+        let writer_config = ccmesh::observe::writer::WriterConfig::new(clock.clone());
+        let (records, writer) = ccmesh::observe::writer::start(&dir.path().join("ccmesh.db"), writer_config).unwrap();
+        let gw = Gateway::new(store, clock, client, options.admin_token.clone(), records).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
@@ -64,7 +61,16 @@ impl TestGateway {
             default_headers.insert("authorization", format!("Bearer {t}").parse().unwrap());
         }
         let http = reqwest::Client::builder().no_proxy().default_headers(default_headers).build().unwrap();
-        TestGateway { url, gw, clock: manual, http, stop: Some(stop), task: Some(task), _dir: dir }
+        TestGateway {
+            url,
+            gw,
+            clock: manual,
+            http,
+            stop: Some(stop),
+            task: Some(task),
+            writer: Some(writer),
+            _dir: dir,
+        }
     }
 
     pub fn clock(&self) -> &Arc<ManualClock> {
@@ -134,6 +140,9 @@ impl Drop for TestGateway {
         }
         if let Some(task) = self.task.take() {
             task.abort();
+        }
+        if let Some(writer) = self.writer.take() {
+            writer.shutdown();
         }
     }
 }

@@ -26,8 +26,8 @@ const JS_DIR: &str = "tests/js";
 const STAMP: &str = ".ccmesh-package-lock.stamp";
 
 const HOW_TO_INSTALL: &str = "the SDK matrix tests need Node.js >= 20 and npm on PATH \
-     (Debian/Ubuntu: `apt-get install nodejs npm`), and npm must reach its registry to install \
-     tests/js/package-lock.json";
+     (Debian 13: `apt-get install nodejs npm`; Debian 12's nodejs is 18, too old), and npm must reach \
+     its registry to install tests/js/package-lock.json";
 
 /// `tests/js/node_modules`, installed and current. Panics (failing the test) if it cannot be had.
 #[allow(clippy::panic)]

@@ -117,7 +117,7 @@ fn run(mut cmd: Command, what: &str, hint: &str) -> Result<Output, String> {
 /// `CCMESH_TEST_PYTHON` must import both SDKs.
 fn check_packages(python: &Path) -> Result<(), String> {
     let mut cmd = Command::new(python);
-    cmd.args(["-c", "import anthropic, openai; print(anthropic.__version__, openai.__version__)"]);
+    cmd.args(["-c", "import anthropic, openai, prometheus_client; print(anthropic.__version__, openai.__version__)"]);
     let hint = format!(
         "install the packages there (`{} -m pip install -r {REQUIREMENTS}`), or unset CCMESH_TEST_PYTHON to use \
          a venv in target/test-venv",
