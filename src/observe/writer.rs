@@ -274,14 +274,44 @@ struct PrunePass {
     deleted: u64,
 }
 
+/// Longest nap between drains while a batch is open: bounds the wake-ups to ~50 a second
+/// under load and the wait of a flush or shutdown request.
+const MAX_NAP: Duration = Duration::from_millis(20);
+
 impl Worker {
+    /// Handle one message; `false` means shut down.
+    fn take(&mut self, msg: Msg, batch: &mut Vec<RequestRecord>, batch_deadline: &mut Option<Instant>) -> bool {
+        match msg {
+            Msg::Record(r) => {
+                self.counters.queued.fetch_sub(1, Ordering::Relaxed);
+                batch.push(*r);
+                // From this record's arrival.
+                batch_deadline.get_or_insert_with(|| Instant::now() + self.linger);
+            }
+            Msg::Flush(ack) => {
+                self.write(batch);
+                *batch_deadline = None;
+                let _ = ack.send(());
+            }
+            Msg::Prune(ack) => {
+                self.write(batch);
+                *batch_deadline = None;
+                let mut full = self.begin_pass();
+                while self.prune_step(&mut full) {}
+                let _ = ack.send(full.deleted);
+            }
+            Msg::Shutdown => return false,
+        }
+        true
+    }
+
     fn run(mut self, rx: Receiver<Msg>) {
         let mut batch: Vec<RequestRecord> = Vec::with_capacity(self.batch_max);
         let mut batch_deadline: Option<Instant> = None;
         // The first pass runs at start: a gateway restarted after a long pause prunes promptly.
         let mut pass: Option<PrunePass> = self.prune_every.map(|_| self.begin_pass());
         let mut next_prune: Option<Instant> = None;
-        loop {
+        'run: loop {
             // Housekeeping first, then wait for the next message or deadline.
             let now = Instant::now();
             if batch.len() >= self.batch_max || batch_deadline.is_some_and(|d| now >= d) {
@@ -311,26 +341,36 @@ impl Worker {
                     .map(|d| d.saturating_duration_since(now))
                     .unwrap_or(Duration::from_secs(3600))
             };
+            // While a batch is open, let records pile up without a wake-up per record (each
+            // wake-up of a parked receiver costs the sender a futex call and both a context
+            // switch), then take everything that arrived in one go.
+            if batch_deadline.is_some() && pass.is_none() {
+                // Capped so a flush or shutdown request waits at most one nap.
+                std::thread::sleep(wait.min(MAX_NAP));
+                loop {
+                    match rx.try_recv() {
+                        Ok(msg) => {
+                            if !self.take(msg, &mut batch, &mut batch_deadline) {
+                                break 'run;
+                            }
+                            if batch.len() >= self.batch_max {
+                                self.write(&mut batch);
+                                batch_deadline = None;
+                            }
+                        }
+                        Err(TryRecvError::Empty) => break,
+                        Err(TryRecvError::Disconnected) => break 'run,
+                    }
+                }
+                continue;
+            }
             match rx.recv_timeout(wait) {
-                Ok(Msg::Record(r)) => {
-                    self.counters.queued.fetch_sub(1, Ordering::Relaxed);
-                    batch.push(*r);
-                    // From this record's arrival (`now` predates the wait, possibly by long).
-                    batch_deadline.get_or_insert_with(|| Instant::now() + self.linger);
+                Ok(msg) => {
+                    if !self.take(msg, &mut batch, &mut batch_deadline) {
+                        break;
+                    }
                 }
-                Ok(Msg::Flush(ack)) => {
-                    self.write(&mut batch);
-                    batch_deadline = None;
-                    let _ = ack.send(());
-                }
-                Ok(Msg::Prune(ack)) => {
-                    self.write(&mut batch);
-                    batch_deadline = None;
-                    let mut full = self.begin_pass();
-                    while self.prune_step(&mut full) {}
-                    let _ = ack.send(full.deleted);
-                }
-                Ok(Msg::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Disconnected) => break,
                 Err(RecvTimeoutError::Timeout) => {}
             }
         }
