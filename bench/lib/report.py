@@ -1,0 +1,406 @@
+#!/usr/bin/env python3
+"""bench/run's report: reads the raw outputs of one run (a directory of JSON fragments written by
+bench_client and wrk, plus meta.txt / notes.tsv / peers.tsv) and writes the machine-readable
+results file and the Markdown tables.
+
+Usage: report.py RES_DIR OUT.json OUT.md
+"""
+import json
+import os
+import sys
+from pathlib import Path
+
+res = Path(sys.argv[1])
+out_json = Path(sys.argv[2])
+out_md = Path(sys.argv[3])
+
+
+def load(name):
+    p = res / f"{name}.json"
+    if not p.exists() or p.stat().st_size == 0:
+        return None
+    try:
+        return json.loads(p.read_text())
+    except json.JSONDecodeError:
+        return None
+
+
+def kv(name):
+    p = res / name
+    d = {}
+    if p.exists():
+        for line in p.read_text().splitlines():
+            if "=" in line:
+                k, v = line.split("=", 1)
+                d[k] = v
+    return d
+
+
+def tsv(name):
+    p = res / name
+    rows = []
+    if p.exists():
+        for line in p.read_text().splitlines():
+            if line.strip():
+                rows.append(line.split("\t"))
+    return rows
+
+
+meta = kv("meta.txt")
+for f in ("load_start.txt", "load_end.txt"):
+    p = res / f
+    if p.exists():
+        meta[f.replace(".txt", "")] = p.read_text().strip().split("load average:")[-1].strip()
+notes = {k: (int(v) if v.isdigit() else v) for k, v in tsv("notes.tsv")}
+peers = {r[0]: {"status": r[1], "detail": r[2] if len(r) > 2 else ""} for r in tsv("peers.tsv")}
+
+TARGETS = ["direct", "ccmesh", "ccmesh_conv", "litellm", "litellm_conv", "portkey"]
+LABEL = {
+    "direct": "direct (no gateway)",
+    "ccmesh": "ccmesh",
+    "ccmesh_conv": "ccmesh, converting (Claude → OpenAI endpoint)",
+    "litellm": "LiteLLM proxy",
+    "litellm_conv": "LiteLLM proxy, converting (Claude → OpenAI)",
+    "portkey": "Portkey gateway",
+}
+
+result = {"meta": meta, "peers": peers, "notes": notes}
+
+# ---------------------------------------------------------------- collect
+result["latency_c1"] = {run: load(f"latency.{run}") for run in ("ccmesh", "litellm", "portkey")}
+result["latency_c1_after_idle"] = {"ccmesh": load("latency_idle.ccmesh")}
+result["ttfc_c1"] = {run: load(f"ttfc.{run}") for run in ("ccmesh", "litellm", "portkey")}
+result["throughput"] = {d: {t: load(f"throughput.{d}.{t}") for t in TARGETS} for d in ("d0", "d20")}
+sizes = sorted({int(p.name.split(".")[1]) for p in res.glob("streams.*.json")})
+result["streams"] = {str(n): {t: load(f"streams.{n}.{t}") for t in TARGETS} for n in sizes}
+result["failover"] = {k: load(f"failover.{k}") for k in ("default", "no_retry_delay")}
+result["large_c8"] = {t: load(f"large.{t}") for t in TARGETS}
+
+mem = {k: v for k, v in notes.items() if k.startswith("rss_")}
+s1024 = (result["streams"].get("1024") or {}).get("ccmesh") or {}
+if s1024.get("rss_kib_at_max_open"):
+    mem["rss_open_streams_kib"] = s1024["rss_kib_at_max_open"]
+    mem["open_streams"] = s1024.get("max_open_at_once")
+    base = notes.get("rss_before_streams_kib")
+    if isinstance(base, int) and s1024.get("max_open_at_once"):
+        mem["per_stream_kib"] = round((s1024["rss_kib_at_max_open"] - base) / s1024["max_open_at_once"], 1)
+result["memory"] = mem
+
+
+# ---------------------------------------------------------------- helpers
+def fmt_us(x):
+    if x is None:
+        return "–"
+    if abs(x) >= 10000:
+        return f"{x / 1000:.1f} ms"
+    if abs(x) >= 1000:
+        return f"{x / 1000:.2f} ms"
+    return f"{x:.0f} µs"
+
+
+def fmt_ratio(x):
+    return "–" if x is None else f"{x:.2f}×"
+
+
+def rps(w):
+    return None if not w else w.get("rps")
+
+
+def wrk_errors(w):
+    if not w:
+        return "–"
+    n = sum(w["errors"].values())
+    return str(n)
+
+
+def added(run, name, key):
+    if not run:
+        return None
+    return (run.get("added_vs_baseline") or {}).get(name, {}).get(key)
+
+
+def tot(run, name, key, field="total_us"):
+    if not run:
+        return None
+    t = (run.get("targets") or {}).get(name)
+    if not t or not t.get(field):
+        return None
+    return t[field].get(key)
+
+
+# ---------------------------------------------------------------- targets of issue 6
+checks = []
+
+
+def check(name, goal, measured, met, shown):
+    checks.append({"target": name, "goal": goal, "measured": measured, "met": met, "shown": shown})
+
+
+lat = result["latency_c1"]["ccmesh"]
+a50, a99 = added(lat, "ccmesh", "p50_us"), added(lat, "ccmesh", "p99_us")
+check("added latency p50, c=1", "≤ 50 µs", a50, None if a50 is None else a50 <= 50, fmt_us(a50))
+check("added latency p99, c=1", "≤ 150 µs", a99, None if a99 is None else a99 <= 150, fmt_us(a99))
+t0 = result["throughput"]["d0"]
+r = None
+if rps(t0.get("ccmesh")) and rps(t0.get("direct")):
+    r = rps(t0["ccmesh"]) / rps(t0["direct"])
+check("throughput, 0 ms upstream, c=64", "≥ 0.45 × direct", r, None if r is None else r >= 0.45, fmt_ratio(r))
+if rps(t0.get("ccmesh")) and rps(t0.get("litellm")):
+    r = rps(t0["ccmesh"]) / rps(t0["litellm"])
+    check("throughput vs LiteLLM", "≥ 10 × LiteLLM", r, r >= 10, fmt_ratio(r))
+s = s1024
+if s:
+    ok = s.get("stall_free") == s.get("streams")
+    check("1024 concurrent streams stall-free", "1024 / 1024", s.get("stall_free"), ok, f"{s.get('stall_free')} / {s.get('streams')}")
+tt = result["ttfc_c1"]["ccmesh"]
+f50 = added(tt, "ccmesh", "first_bytes_p50_us")
+check("added time to first content, p50", "≤ 200 µs", f50, None if f50 is None else f50 <= 200, fmt_us(f50))
+idle = notes.get("rss_idle_start_kib")
+if isinstance(idle, int):
+    check("RSS idle", "≤ 20 MiB", idle, idle <= 20 * 1024, f"{idle / 1024:.1f} MiB")
+if "per_stream_kib" in mem:
+    check("RSS per open stream", "≤ 64 KiB", mem["per_stream_kib"], mem["per_stream_kib"] <= 64, f"{mem['per_stream_kib']} KiB")
+after = notes.get("rss_after_all_streams_kib")
+before = notes.get("rss_before_streams_kib")
+if isinstance(after, int) and isinstance(before, int):
+    grow = after - before
+    check("RSS back to idle after the streams", "no growth", grow, grow <= 1024, f"{grow:+d} KiB ({before / 1024:.1f} → {after / 1024:.1f} MiB)")
+fo = result["failover"]
+for key, label in (("no_retry_delay", "transient_retry_delay_ms=0"), ("default", "default settings")):
+    run = fo.get(key)
+    if run:
+        x = tot(run, "refused", "p50")
+        y = tot(run, "ccmesh", "p50")
+        if x is not None and y is not None:
+            check(f"failover on connection refused ({label}), p50 added", "≤ 1 ms", x - y, x - y <= 1000, fmt_us(x - y))
+result["targets"] = checks
+
+out_json.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+
+# ---------------------------------------------------------------- markdown
+md = []
+w = md.append
+w(f"# ccmesh benchmark run {meta.get('stamp', '')} ({meta.get('mode', '?')})")
+w("")
+w(
+    f"Machine: {meta.get('cpu', '?')}, {meta.get('cores', '?')} cores, {meta.get('mem', '?')}, Linux {meta.get('kernel', '?')}. "
+    f"{meta.get('rustc', '')}; ccmesh {meta.get('ccmesh_rev', '?')}; {meta.get('wrk', '')}; "
+    f"LiteLLM {meta.get('litellm') or 'not run'}; Portkey gateway {meta.get('portkey') or 'not run'}. "
+    f"Load average at start: {meta.get('load_start', '?')}; at end: {meta.get('load_end', '?')}. "
+    f"Run took {meta.get('seconds', '?')} s. Mock, load generator and gateways share the machine: compare ratios measured in this run, not absolute figures across runs."
+)
+w("")
+w("## Against the targets of issue 6")
+w("")
+w("| target | goal | measured | met |")
+w("| --- | --- | --- | --- |")
+for c in checks:
+    met = "–" if c["met"] is None else ("yes" if c["met"] else "**no**")
+    w(f"| {c['target']} | {c['goal']} | {c['shown']} | {met} |")
+w("")
+
+# Latency
+w("## Added latency at concurrency 1 (non-streaming, small body, interleaved with direct calls)")
+w("")
+w("| target | p50 | p99 | added p50 | added p99 | requests |")
+w("| --- | --- | --- | --- | --- | --- |")
+for run_name, names in (("ccmesh", ["direct", "ccmesh", "ccmesh_conv"]), ("litellm", ["litellm", "litellm_conv"]), ("portkey", ["portkey"])):
+    run = lat if run_name == "ccmesh" else result["latency_c1"][run_name]
+    if not run:
+        continue
+    for n in names:
+        t = run["targets"].get(n)
+        if not t:
+            continue
+        errs = t["errors"] + t["non_2xx"]
+        extra = f" ({errs} failed)" if errs else ""
+        w(
+            f"| {LABEL[n]} | {fmt_us(t['total_us']['p50'])} | {fmt_us(t['total_us']['p99'])} | "
+            f"{fmt_us(added(run, n, 'p50_us')) if n != 'direct' else '–'} | {fmt_us(added(run, n, 'p99_us')) if n != 'direct' else '–'} | {t['total_us']['n']}{extra} |"
+        )
+w("")
+w("Each peer's run interleaves it with its own direct calls; \"added\" is always against the direct calls of the same run.")
+w("")
+idle_run = result["latency_c1_after_idle"]["ccmesh"]
+if idle_run:
+    w(f"The same after {idle_run.get('gap_ms', 20)} ms of silence before every request (every thread on the path has gone idle, as between a real client's requests):")
+    w("")
+    w("| target | p50 | p99 | added p50 | added p99 | requests |")
+    w("| --- | --- | --- | --- | --- | --- |")
+    for n in ("direct", "ccmesh", "ccmesh_conv"):
+        t = idle_run["targets"].get(n)
+        if t:
+            w(
+                f"| {LABEL[n]} | {fmt_us(t['total_us']['p50'])} | {fmt_us(t['total_us']['p99'])} | "
+                f"{fmt_us(added(idle_run, n, 'p50_us')) if n != 'direct' else '–'} | {fmt_us(added(idle_run, n, 'p99_us')) if n != 'direct' else '–'} | {t['total_us']['n']} |"
+            )
+    w("")
+
+# Throughput
+w("## Throughput at concurrency 64 (wrk, 2 threads)")
+w("")
+w("| target | 0 ms upstream: req/s | × direct | p99 | 20 ms upstream: req/s | × direct | p99 | errors |")
+w("| --- | --- | --- | --- | --- | --- | --- | --- |")
+for n in TARGETS:
+    a, b = result["throughput"]["d0"].get(n), result["throughput"]["d20"].get(n)
+    if not a and not b:
+        continue
+    da, db = rps(result["throughput"]["d0"].get("direct")), rps(result["throughput"]["d20"].get("direct"))
+
+    def cols(x, d):
+        if not x:
+            return ["–", "–", "–"]
+        return [f"{rps(x):.0f}", fmt_ratio(rps(x) / d if d else None), fmt_us(x["latency_us"]["p99"])]
+
+    w(f"| {LABEL[n]} | " + " | ".join(cols(a, da) + cols(b, db)) + f" | {wrk_errors(a)} / {wrk_errors(b)} |")
+w("")
+
+# TTFC
+w("## Streaming: time to the first content event at concurrency 1 (interleaved with direct calls)")
+w("")
+w("| target | first content p50 | p99 | added p50 | added p99 | streams | incomplete |")
+w("| --- | --- | --- | --- | --- | --- | --- |")
+for run_name, names in (("ccmesh", ["direct", "ccmesh", "ccmesh_conv"]), ("litellm", ["litellm", "litellm_conv"]), ("portkey", ["portkey"])):
+    run = result["ttfc_c1"][run_name]
+    if not run:
+        continue
+    for n in names:
+        t = run["targets"].get(n)
+        if not t:
+            continue
+        fb = t.get("first_bytes_us") or {}
+        w(
+            f"| {LABEL[n]} | {fmt_us(fb.get('p50'))} | {fmt_us(fb.get('p99'))} | "
+            f"{fmt_us(added(run, n, 'first_bytes_p50_us')) if n != 'direct' else '–'} | "
+            f"{fmt_us(added(run, n, 'first_bytes_p99_us')) if n != 'direct' else '–'} | {fb.get('n')} | {t['incomplete_streams'] + t['errors'] + t['non_2xx']} |"
+        )
+w("")
+
+# Streams
+if sizes:
+    w("## Concurrent streams (64 events 20 ms apart; a stall is a gap over 40 ms)")
+    w("")
+    head = "| target | " + " | ".join(f"{n}: stall-free / complete / of" for n in sizes) + f" | largest gap p99 at {sizes[-1]} | first bytes p99 at {sizes[-1]} |"
+    w(head)
+    w("| --- " * (len(sizes) + 3) + "|")
+    for n in TARGETS:
+        cells = []
+        any_ = False
+        for size in sizes:
+            s = result["streams"][str(size)].get(n)
+            if s:
+                any_ = True
+                extra = f" ({s['errors'] + s['non_2xx'] + s['timed_out']} failed)" if s["errors"] + s["non_2xx"] + s["timed_out"] else ""
+                cells.append(f"{s['stall_free']} / {s['completed']} / {s['streams']}{extra}")
+            else:
+                cells.append("–")
+        if not any_:
+            continue
+        last = result["streams"][str(sizes[-1])].get(n) or {}
+        gap = (last.get("max_gap_ms") or {}).get("p99")
+        fb = (last.get("first_bytes_ms") or {}).get("p99")
+        w(f"| {LABEL[n]} | " + " | ".join(cells) + f" | {'–' if gap is None else f'{gap:.1f} ms'} | {'–' if fb is None else f'{fb:.1f} ms'} |")
+    w("")
+
+# Failover
+w("## Failover cost (priority routing; the first candidate fails, the second answers)")
+w("")
+w("| settings | case | p50 | p99 | added p50 vs a normal ccmesh request | added p99 | x-ccmesh-attempts | requests |")
+w("| --- | --- | --- | --- | --- | --- | --- | --- |")
+for key, label in (("default", "defaults (transient_retry_delay_ms=300)"), ("no_retry_delay", "transient_retry_delay_ms=0")):
+    run = fo.get(key)
+    if not run:
+        continue
+    for n, case in (("direct", "direct"), ("ccmesh", "no failover"), ("refused", "connection refused"), ("http503", "HTTP 503")):
+        t = run["targets"].get(n)
+        if not t:
+            continue
+        p50, p99 = t["total_us"]["p50"], t["total_us"]["p99"]
+        b50, b99 = tot(run, "ccmesh", "p50"), tot(run, "ccmesh", "p99")
+        add50 = fmt_us(p50 - b50) if n in ("refused", "http503") and p50 is not None and b50 is not None else "–"
+        add99 = fmt_us(p99 - b99) if n in ("refused", "http503") and p99 is not None and b99 is not None else "–"
+        att = ", ".join(f"{k}: {v}" for k, v in t["x_ccmesh_attempts"].items())
+        w(f"| {label} | {case} | {fmt_us(p50)} | {fmt_us(p99)} | {add50} | {add99} | {att} | {t['total_us']['n']} |")
+w("")
+w("Breakers are reset (untimed) before each failover request, so every one of them really fails over; in production the breaker opens after a few failures and later requests skip the broken endpoint.")
+w("")
+
+# Memory
+w("## Memory (ccmesh resident set, VmRSS)")
+w("")
+w("| moment | RSS |")
+w("| --- | --- |")
+order = [
+    ("rss_idle_start_kib", "idle, just started"),
+    ("rss_after_latency_kib", "idle, after the latency runs"),
+    ("rss_after_throughput_kib", "idle, after the throughput runs"),
+    ("rss_before_streams_kib", "idle, before the streams"),
+    ("rss_open_streams_kib", f"with {mem.get('open_streams', '?')} streams open"),
+    ("rss_after_streams_1024_kib", "2 s after the 1024 streams ended"),
+    ("rss_after_all_streams_kib", "after all stream runs"),
+    ("rss_end_kib", "end of run"),
+]
+for k, label in order:
+    v = mem.get(k)
+    if isinstance(v, int):
+        w(f"| {label} | {v / 1024:.1f} MiB |")
+if "per_stream_kib" in mem:
+    w(f"| per open stream ((open − before) / streams) | {mem['per_stream_kib']} KiB |")
+w("")
+
+# Large
+w(f"## Large request ({notes.get('large_body_bytes', '?')} bytes, Claude Code turn with long history) at concurrency 8")
+w("")
+w("| target | req/s | × direct | p50 | p99 | errors |")
+w("| --- | --- | --- | --- | --- | --- |")
+dl = rps(result["large_c8"].get("direct"))
+for n in TARGETS:
+    x = result["large_c8"].get(n)
+    if not x:
+        continue
+    w(f"| {LABEL[n]} | {rps(x):.0f} | {fmt_ratio(rps(x) / dl if dl else None)} | {fmt_us(x['latency_us']['p50'])} | {fmt_us(x['latency_us']['p99'])} | {wrk_errors(x)} |")
+w("")
+
+# Failures
+fails = []
+for p in sorted(res.glob("*.json")):
+    d = load(p.stem)
+    if not isinstance(d, dict):
+        continue
+    if "targets" in d:  # bench_client latency
+        for n, t in d["targets"].items():
+            bad = t["errors"] + t["non_2xx"] + t.get("incomplete_streams", 0)
+            if bad:
+                fails.append(f"`{p.stem}` {n}: {t['errors']} errors, {t['non_2xx']} non-2xx, {t.get('incomplete_streams', 0)} incomplete streams" + (f" (last error: {t['last_error'][:200]})" if t.get("last_error") else ""))
+    elif "streams" in d and "completed" in d:
+        bad = d["streams"] - d["completed"]
+        if bad:
+            fails.append(f"`{p.stem}`: {bad} of {d['streams']} streams did not complete ({d['errors']} errors, {d['non_2xx']} non-2xx, {d['timed_out']} timed out)" + (f"; first error: {d['first_error']}" if d.get("first_error") else "")
+                         + (f"; first non-2xx: {d['first_non_2xx'][:200]}" if d.get("first_non_2xx") else ""))
+    elif "errors" in d and "requests" in d:  # wrk
+        bad = sum(d["errors"].values())
+        if bad:
+            fails.append(f"`{p.stem}`: {bad} of {d['requests']} requests failed ({', '.join(f'{k} {v}' for k, v in d['errors'].items() if v)})")
+result["failures"] = fails
+out_json.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+if fails:
+    w("## Failures in this run")
+    w("")
+    for f in fails:
+        w(f"- {f}")
+    w("")
+
+# Peers
+w("## Peers")
+w("")
+for name, p in peers.items():
+    w(f"- **{name}**: {p['status']} — {p['detail']}")
+if not peers:
+    w("- none run (--no-peers)")
+w("")
+if meta.get("perf"):
+    w(f"Profile of the gateway under load: `{meta['perf']}`.")
+    w("")
+
+out_md.write_text("\n".join(md))
+print(out_md.read_text())

@@ -1,0 +1,689 @@
+//! The benchmark harness's own client (issue 6, `bench/run`), for what `wrk` cannot measure.
+//!
+//! ```text
+//! bench_client body --kind small|large --model M [--stream]          # a request body on stdout
+//! bench_client latency --target 'NAME|URL|BODY_FILE[|Header: value...]' ... --n N [--stream]
+//!                      [--pre 'NAME|URL'] [--out FILE]
+//! bench_client streams --url URL --body FILE [--header 'Name: value'] --streams N --pace-ms P
+//!                      [--ramp-ms R] [--rss-pid PID] [--out FILE]
+//! ```
+//!
+//! `latency` sends one request at a time, alternating between the targets (the order rotates every
+//! round so none always goes first), each target on its own keep-alive connection, and reports
+//! per-target percentiles and each target's difference to the first one: measured interleaved, the
+//! machine's noise hits every target alike. With `--stream` it also reports the time to the first
+//! body bytes (the first content event: the mock sends its preamble together with it). `--pre`
+//! POSTs to a URL (untimed) before each request of that target, e.g. to reset a breaker.
+//!
+//! `streams` opens N concurrent streams (one connection each, spread over `--ramp-ms`) and
+//! reports how many completed with their terminal event, how many stalled (a gap between two
+//! arrivals longer than 2 × the pace), time-to-first-bytes and gap percentiles, and, with
+//! `--rss-pid`, the resident memory of that process while every stream is open.
+// A benchmark tool: it reports on stdout and fails loudly on bad arguments.
+#![allow(clippy::print_stdout, clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::{Parser, Subcommand};
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::header::{CONTENT_TYPE, HOST, HeaderName, HeaderValue};
+use hyper::{Method, Request};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+
+#[derive(Parser)]
+#[command(about = "Benchmark client for bench/run")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Print a request body (Anthropic Messages) on stdout.
+    Body {
+        /// `small` (one short user turn) or `large` (Claude Code turn 2 grown to ~200 KB of history).
+        #[arg(long)]
+        kind: String,
+        #[arg(long)]
+        model: String,
+        #[arg(long)]
+        stream: bool,
+        /// Target size of the large body, in bytes.
+        #[arg(long, default_value_t = 200 * 1024)]
+        size: usize,
+        /// Directory of the client fixtures.
+        #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/clients"))]
+        fixtures: String,
+    },
+    /// Interleaved sequential requests to several targets.
+    Latency {
+        /// `NAME|URL|BODY_FILE[|Header: value...]`; the first target is the baseline.
+        #[arg(long = "target", required = true)]
+        targets: Vec<String>,
+        /// Measured requests per target.
+        #[arg(long, default_value_t = 1000)]
+        n: usize,
+        /// Unmeasured requests per target first.
+        #[arg(long, default_value_t = 100)]
+        warmup: usize,
+        /// Streaming requests: also measure the time to the first body bytes.
+        #[arg(long)]
+        stream: bool,
+        /// `NAME|URL`: POST to URL (untimed) before each request to target NAME.
+        #[arg(long = "pre")]
+        pre: Vec<String>,
+        /// Give up after this many seconds (the report says so).
+        #[arg(long, default_value_t = 300)]
+        max_secs: u64,
+        /// Pause between two rounds (lets every thread of the target go idle, as between a
+        /// user's requests; 0 = back to back).
+        #[arg(long, default_value_t = 0)]
+        gap_ms: u64,
+        #[arg(long)]
+        out: Option<String>,
+    },
+    /// Many concurrent streams: stall-free count, first-bytes time, memory.
+    Streams {
+        #[arg(long)]
+        url: String,
+        #[arg(long)]
+        body: String,
+        #[arg(long = "header")]
+        headers: Vec<String>,
+        #[arg(long)]
+        streams: usize,
+        /// The upstream's pace between events; a gap over twice this is a stall.
+        #[arg(long, default_value_t = 20)]
+        pace_ms: u64,
+        /// Open the streams evenly over this time.
+        #[arg(long, default_value_t = 1000)]
+        ramp_ms: u64,
+        /// Sample this process's VmRSS while the streams are open.
+        #[arg(long)]
+        rss_pid: Option<u32>,
+        /// Give up on streams still running after this many seconds.
+        #[arg(long, default_value_t = 60)]
+        timeout_secs: u64,
+        /// Client runtime threads (one is not enough on a loaded 2-core machine: the client itself
+        /// then stalls; check any stall figure against the direct run).
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        #[arg(long)]
+        out: Option<String>,
+    },
+}
+
+fn main() {
+    match Cli::parse().cmd {
+        Cmd::Body { kind, model, stream, size, fixtures } => {
+            let body = match kind.as_str() {
+                "small" => small_body(&model, stream),
+                "large" => long_history(&fixtures, &model, stream, size),
+                other => panic!("unknown body kind {other}"),
+            };
+            println!("{}", String::from_utf8(body).unwrap());
+        }
+        Cmd::Latency { targets, n, warmup, stream, pre, max_secs, gap_ms, out } => {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let gap = Duration::from_millis(gap_ms);
+            let report = rt.block_on(latency(targets, n, warmup, stream, pre, Duration::from_secs(max_secs), gap));
+            emit(&report, out.as_deref());
+        }
+        Cmd::Streams { url, body, headers, streams: count, pace_ms, ramp_ms, rss_pid, timeout_secs, threads, out } => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(threads.max(1))
+                .enable_all()
+                .build()
+                .unwrap();
+            let body = Bytes::from(std::fs::read(&body).expect("body file"));
+            let headers = headers.iter().map(|h| parse_header(h)).collect();
+            let report = rt.block_on(streams(StreamsArgs {
+                url: Url::parse(&url),
+                body,
+                headers,
+                count,
+                pace: Duration::from_millis(pace_ms),
+                ramp: Duration::from_millis(ramp_ms),
+                rss_pid,
+                timeout: Duration::from_secs(timeout_secs),
+            }));
+            emit(&report, out.as_deref());
+        }
+    }
+}
+
+fn emit(report: &Value, out: Option<&str>) {
+    let text = serde_json::to_string_pretty(report).unwrap();
+    match out {
+        Some(path) => std::fs::write(path, text + "\n").expect("write report"),
+        None => println!("{text}"),
+    }
+}
+
+// ------------------------------------------------------------------ bodies
+
+fn small_body(model: &str, stream: bool) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "model": model,
+        "max_tokens": 256,
+        "messages": [{"role": "user", "content": "Write a haiku about a gateway."}],
+        "stream": stream,
+    }))
+    .unwrap()
+}
+
+/// Claude Code's turn-2 request with its history grown to about `target` bytes by repeating
+/// realistic tool round trips (as `benches/convert.rs` does, so both measure the same body).
+fn long_history(fixtures: &str, model: &str, stream: bool, target: usize) -> Vec<u8> {
+    let path = format!("{fixtures}/claude_code_2.1.197_turn2_tool_result.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut body = serde_json::from_str::<Value>(&text).expect("fixture json")["body"].clone();
+    let prose = "The build finished; the failing test is in src/routing.rs where the fast queue ordering \
+                 breaks ties by name. I will adjust the comparator and run the suite again. "
+        .repeat(20);
+    let mut n = 0;
+    while serde_json::to_vec(&body).unwrap().len() < target {
+        let messages = body["messages"].as_array_mut().expect("messages");
+        let id = format!("toolu_bench_{n}");
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "text", "text": prose},
+            {"type": "tool_use", "id": id, "name": "Bash", "input": {"command": format!("cargo test -- case_{n}"), "description": "run one test"}}
+        ]}));
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": id, "content": prose}
+        ]}));
+        n += 1;
+    }
+    body["messages"].as_array_mut().unwrap().push(json!({"role": "user", "content": "continue"}));
+    body["model"] = json!(model);
+    body["stream"] = json!(stream);
+    serde_json::to_vec(&body).unwrap()
+}
+
+// ------------------------------------------------------------------ HTTP plumbing
+
+#[derive(Clone, Debug)]
+struct Url {
+    addr: SocketAddr,
+    authority: String,
+    path: String,
+}
+
+impl Url {
+    fn parse(url: &str) -> Url {
+        let rest = url.strip_prefix("http://").unwrap_or_else(|| panic!("only http:// URLs: {url}"));
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        let host = authority.replace("localhost", "127.0.0.1");
+        let addr: SocketAddr = host.parse().unwrap_or_else(|_| panic!("URL needs IP:port: {url}"));
+        Url { addr, authority: authority.to_string(), path: path.to_string() }
+    }
+}
+
+fn parse_header(h: &str) -> (HeaderName, HeaderValue) {
+    let (name, value) = h.split_once(':').unwrap_or_else(|| panic!("header must be 'Name: value': {h}"));
+    (HeaderName::from_bytes(name.trim().as_bytes()).unwrap(), HeaderValue::from_str(value.trim()).unwrap())
+}
+
+async fn connect(addr: SocketAddr) -> std::io::Result<SendRequest<Full<Bytes>>> {
+    let tcp = TcpStream::connect(addr).await?;
+    tcp.set_nodelay(true)?;
+    let (sender, conn) = http1::handshake(TokioIo::new(tcp)).await.map_err(std::io::Error::other)?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
+fn request(url: &Url, body: &Bytes, headers: &[(HeaderName, HeaderValue)]) -> Request<Full<Bytes>> {
+    let mut req = Request::builder()
+        .method(Method::POST)
+        .uri(url.path.as_str())
+        .header(HOST, url.authority.as_str())
+        .header(CONTENT_TYPE, "application/json")
+        .body(Full::new(body.clone()))
+        .unwrap();
+    for (name, value) in headers {
+        req.headers_mut().insert(name.clone(), value.clone());
+    }
+    req
+}
+
+/// Terminal events of the three protocols, as they appear in SSE bytes.
+const TERMINALS: [&[u8]; 3] = [b"message_stop", b"[DONE]", b"response.completed"];
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// One exchange on a kept-alive connection (reconnecting when the server closed it).
+struct Conn {
+    url: Url,
+    sender: Option<SendRequest<Full<Bytes>>>,
+}
+
+struct Exchange {
+    status: u16,
+    /// The start of the body of a non-2xx answer.
+    snippet: Option<String>,
+    total: Duration,
+    first_bytes: Option<Duration>,
+    terminal: bool,
+    attempts: Option<String>,
+}
+
+impl Conn {
+    async fn ready(&mut self) -> &mut SendRequest<Full<Bytes>> {
+        let usable = match self.sender.as_mut() {
+            Some(s) => s.ready().await.is_ok(),
+            None => false,
+        };
+        if !usable {
+            self.sender = Some(connect(self.url.addr).await.unwrap_or_else(|e| panic!("connect {:?}: {e}", self.url)));
+        }
+        self.sender.as_mut().unwrap()
+    }
+
+    async fn exchange(&mut self, body: &Bytes, headers: &[(HeaderName, HeaderValue)]) -> Result<Exchange, String> {
+        let req = request(&self.url, body, headers);
+        let sender = self.ready().await;
+        let start = Instant::now();
+        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status().as_u16();
+        let attempts = resp.headers().get("x-ccmesh-attempts").and_then(|v| v.to_str().ok()).map(str::to_string);
+        let mut body = resp.into_body();
+        let mut first_bytes = None;
+        let mut terminal = false;
+        let mut snippet: Option<String> = None;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| e.to_string())?;
+            if let Some(data) = frame.data_ref()
+                && !data.is_empty()
+            {
+                first_bytes.get_or_insert_with(|| start.elapsed());
+                terminal |= TERMINALS.iter().any(|t| contains(data, t));
+                if !(200..300).contains(&status) && snippet.is_none() {
+                    snippet = Some(String::from_utf8_lossy(&data[..data.len().min(300)]).into_owned());
+                }
+            }
+        }
+        Ok(Exchange { status, snippet, total: start.elapsed(), first_bytes, terminal, attempts })
+    }
+}
+
+// ------------------------------------------------------------------ statistics
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn summary_us(samples: &mut [f64]) -> Value {
+    samples.sort_by(|a, b| a.total_cmp(b));
+    let mean = if samples.is_empty() { f64::NAN } else { samples.iter().sum::<f64>() / samples.len() as f64 };
+    json!({
+        "n": samples.len(),
+        "min": round1(samples.first().copied().unwrap_or(f64::NAN)),
+        "p50": round1(percentile(samples, 50.0)),
+        "p90": round1(percentile(samples, 90.0)),
+        "p99": round1(percentile(samples, 99.0)),
+        "max": round1(samples.last().copied().unwrap_or(f64::NAN)),
+        "mean": round1(mean),
+    })
+}
+
+fn round1(x: f64) -> Value {
+    if x.is_finite() { json!((x * 10.0).round() / 10.0) } else { Value::Null }
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+// ------------------------------------------------------------------ latency
+
+struct Target {
+    name: String,
+    conn: Conn,
+    body: Bytes,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    pre: Option<Conn>,
+    total: Vec<f64>,
+    first: Vec<f64>,
+    errors: usize,
+    non2xx: usize,
+    incomplete: usize,
+    attempts: std::collections::BTreeMap<String, usize>,
+    last_error: Option<String>,
+}
+
+async fn latency(
+    specs: Vec<String>,
+    n: usize,
+    warmup: usize,
+    stream: bool,
+    pre: Vec<String>,
+    max: Duration,
+    gap: Duration,
+) -> Value {
+    let mut targets: Vec<Target> = specs
+        .iter()
+        .map(|spec| {
+            let mut parts = spec.split('|');
+            let name = parts.next().unwrap().to_string();
+            let url = Url::parse(parts.next().expect("target URL"));
+            let body_file = parts.next().expect("target body file");
+            let body = Bytes::from(std::fs::read(body_file).unwrap_or_else(|e| panic!("{body_file}: {e}")));
+            let headers = parts.map(parse_header).collect();
+            let pre = pre.iter().find_map(|p| {
+                let (n, u) = p.split_once('|').expect("--pre NAME|URL");
+                (n == name).then(|| Conn { url: Url::parse(u), sender: None })
+            });
+            Target {
+                name,
+                conn: Conn { url, sender: None },
+                body,
+                headers,
+                pre,
+                total: Vec::with_capacity(n),
+                first: Vec::with_capacity(n),
+                errors: 0,
+                non2xx: 0,
+                incomplete: 0,
+                attempts: Default::default(),
+                last_error: None,
+            }
+        })
+        .collect();
+    let empty = Bytes::new();
+    let started = Instant::now();
+    let mut rounds = 0usize;
+    let mut timed_out = false;
+    for round in 0..warmup + n {
+        if started.elapsed() > max {
+            timed_out = true;
+            break;
+        }
+        let measured = round >= warmup;
+        let k = targets.len();
+        for j in 0..k {
+            let t = &mut targets[(round + j) % k];
+            if let Some(pre) = t.pre.as_mut() {
+                let _ = pre.exchange(&empty, &[]).await;
+            }
+            if !gap.is_zero() {
+                tokio::time::sleep(gap).await;
+            }
+            match t.conn.exchange(&t.body, &t.headers).await {
+                Ok(x) => {
+                    if !measured {
+                        continue;
+                    }
+                    if !(200..300).contains(&x.status) {
+                        t.non2xx += 1;
+                        t.last_error = Some(format!("HTTP {}: {}", x.status, x.snippet.unwrap_or_default()));
+                        continue;
+                    }
+                    if stream && !x.terminal {
+                        t.incomplete += 1;
+                    }
+                    *t.attempts.entry(x.attempts.unwrap_or_else(|| "-".into())).or_default() += 1;
+                    t.total.push(us(x.total));
+                    if let Some(f) = x.first_bytes {
+                        t.first.push(us(f));
+                    }
+                }
+                Err(e) => {
+                    t.errors += 1;
+                    t.last_error = Some(e);
+                    t.conn.sender = None;
+                }
+            }
+        }
+        if measured {
+            rounds += 1;
+        }
+    }
+    let mut out = serde_json::Map::new();
+    let mut base: Option<(Value, Value)> = None;
+    let mut added = serde_json::Map::new();
+    for t in &mut targets {
+        let total = summary_us(&mut t.total);
+        let first = summary_us(&mut t.first);
+        let entry = json!({
+            "total_us": total,
+            "first_bytes_us": if stream { first.clone() } else { Value::Null },
+            "errors": t.errors,
+            "non_2xx": t.non2xx,
+            "incomplete_streams": t.incomplete,
+            "x_ccmesh_attempts": t.attempts,
+            "last_error": t.last_error,
+        });
+        match &base {
+            None => base = Some((total, first)),
+            Some((bt, bf)) => {
+                let diff = |a: &Value, b: &Value, key: &str| match (a[key].as_f64(), b[key].as_f64()) {
+                    (Some(x), Some(y)) => round1(x - y),
+                    _ => Value::Null,
+                };
+                let mut d = json!({
+                    "p50_us": diff(&total, bt, "p50"),
+                    "p99_us": diff(&total, bt, "p99"),
+                    "mean_us": diff(&total, bt, "mean"),
+                });
+                if stream {
+                    d["first_bytes_p50_us"] = diff(&first, bf, "p50");
+                    d["first_bytes_p99_us"] = diff(&first, bf, "p99");
+                }
+                added.insert(t.name.clone(), d);
+            }
+        }
+        out.insert(t.name.clone(), entry);
+    }
+    json!({
+        "mode": if stream { "stream" } else { "unary" },
+        "rounds": rounds,
+        "timed_out": timed_out,
+        "seconds": round1(started.elapsed().as_secs_f64()),
+        "gap_ms": gap.as_millis() as u64,
+        "baseline": targets.first().map(|t| t.name.clone()),
+        "targets": out,
+        "added_vs_baseline": added,
+    })
+}
+
+// ------------------------------------------------------------------ streams
+
+struct StreamsArgs {
+    url: Url,
+    body: Bytes,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    count: usize,
+    pace: Duration,
+    ramp: Duration,
+    rss_pid: Option<u32>,
+    timeout: Duration,
+}
+
+#[derive(Default)]
+struct StreamResult {
+    ok: bool,
+    error: Option<String>,
+    status: u16,
+    terminal: bool,
+    first_bytes: Option<Duration>,
+    max_gap: Duration,
+    events: usize,
+    snippet: Option<String>,
+}
+
+fn vm_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+async fn one_stream(
+    url: Url,
+    body: Bytes,
+    headers: Arc<Vec<(HeaderName, HeaderValue)>>,
+    live: Arc<AtomicUsize>,
+) -> StreamResult {
+    let mut r = StreamResult::default();
+    let mut sender = match connect(url.addr).await {
+        Ok(s) => s,
+        Err(e) => {
+            r.error = Some(format!("connect: {e}"));
+            return r;
+        }
+    };
+    let req = request(&url, &body, &headers);
+    let start = Instant::now();
+    let resp = match sender.send_request(req).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            r.error = Some(format!("request: {e}"));
+            return r;
+        }
+    };
+    r.status = resp.status().as_u16();
+    let mut body = resp.into_body();
+    let mut last: Option<Instant> = None;
+    while let Some(frame) = body.frame().await {
+        let frame = match frame {
+            Ok(f) => f,
+            Err(e) => {
+                r.error = Some(format!("body: {e}"));
+                break;
+            }
+        };
+        let Some(data) = frame.data_ref() else { continue };
+        if data.is_empty() {
+            continue;
+        }
+        let now = Instant::now();
+        match last {
+            None => {
+                r.first_bytes = Some(now - start);
+                live.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(prev) => r.max_gap = r.max_gap.max(now - prev),
+        }
+        last = Some(now);
+        r.events += data.windows(2).filter(|w| w == b"\n\n").count();
+        if !(200..300).contains(&r.status) && r.snippet.is_none() {
+            r.snippet = Some(String::from_utf8_lossy(&data[..data.len().min(300)]).into_owned());
+        }
+        r.terminal |= TERMINALS.iter().any(|t| contains(data, t));
+    }
+    if r.first_bytes.is_some() {
+        live.fetch_sub(1, Ordering::Relaxed);
+    }
+    r.ok = r.error.is_none() && (200..300).contains(&r.status);
+    r
+}
+
+async fn streams(a: StreamsArgs) -> Value {
+    let headers = Arc::new(a.headers);
+    let live = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut handles = Vec::with_capacity(a.count);
+    for i in 0..a.count {
+        let due = started + a.ramp.mul_f64(i as f64 / a.count.max(1) as f64);
+        let (url, body, headers, live) = (a.url.clone(), a.body.clone(), headers.clone(), live.clone());
+        handles.push(tokio::spawn(async move {
+            tokio::time::sleep_until(due.into()).await;
+            one_stream(url, body, headers, live).await
+        }));
+    }
+    // Memory while the streams are open: the resident size at the moment the most streams were
+    // open at once (after their first bytes, before their end), and the peak over the run.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (live, stop, pid) = (live.clone(), stop.clone(), a.rss_pid);
+        tokio::spawn(async move {
+            let (mut at_max_open, mut max_open, mut peak) = (None::<u64>, 0usize, None::<u64>);
+            let Some(pid) = pid else { return (None, 0, None) };
+            while !stop.load(Ordering::Relaxed) {
+                let open = live.load(Ordering::Relaxed);
+                let rss = vm_rss_kib(pid);
+                if let Some(r) = rss {
+                    peak = Some(peak.unwrap_or(0).max(r));
+                }
+                if open > max_open || at_max_open.is_none() {
+                    max_open = max_open.max(open);
+                    at_max_open = rss;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (at_max_open, max_open, peak)
+        })
+    };
+    let deadline = tokio::time::Instant::now() + a.timeout + a.ramp;
+    let mut results = Vec::with_capacity(a.count);
+    let mut timed_out = 0usize;
+    for h in handles {
+        match tokio::time::timeout_at(deadline, h).await {
+            Ok(Ok(r)) => results.push(r),
+            Ok(Err(e)) => results.push(StreamResult { error: Some(format!("task: {e}")), ..Default::default() }),
+            Err(_) => timed_out += 1,
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let (rss_at_max_open, max_open, rss_peak) = sampler.await.unwrap_or((None, 0, None));
+    let stall_limit = a.pace * 2;
+    let completed = results.iter().filter(|r| r.ok && r.terminal).count();
+    let stalled = results.iter().filter(|r| r.ok && r.max_gap > stall_limit).count();
+    let stall_free = results.iter().filter(|r| r.ok && r.terminal && r.max_gap <= stall_limit).count();
+    let mut first: Vec<f64> = results.iter().filter_map(|r| r.first_bytes).map(|d| d.as_secs_f64() * 1e3).collect();
+    let mut gaps: Vec<f64> = results.iter().filter(|r| r.ok).map(|r| r.max_gap.as_secs_f64() * 1e3).collect();
+    let mut events: Vec<f64> = results.iter().filter(|r| r.ok).map(|r| r.events as f64).collect();
+    let errors: Vec<&String> = results.iter().filter_map(|r| r.error.as_ref()).collect();
+    let first_non2xx = results
+        .iter()
+        .find(|r| r.error.is_none() && !(200..300).contains(&r.status))
+        .map(|r| format!("HTTP {}: {}", r.status, r.snippet.clone().unwrap_or_default()));
+    let non2xx = results.iter().filter(|r| r.error.is_none() && !(200..300).contains(&r.status)).count();
+    json!({
+        "streams": a.count,
+        "completed": completed,
+        "stall_free": stall_free,
+        "stalled": stalled,
+        "stall_limit_ms": stall_limit.as_millis() as u64,
+        "errors": errors.len(),
+        "first_error": errors.first(),
+        "first_non_2xx": first_non2xx,
+        "non_2xx": non2xx,
+        "timed_out": timed_out,
+        "seconds": round1(seconds),
+        "first_bytes_ms": summary_ms(&mut first),
+        "max_gap_ms": summary_ms(&mut gaps),
+        "events_per_stream": summary_ms(&mut events),
+        "max_open_at_once": max_open,
+        "rss_kib_at_max_open": rss_at_max_open,
+        "rss_kib_peak": rss_peak,
+    })
+}
+
+fn summary_ms(samples: &mut [f64]) -> Value {
+    samples.sort_by(|a, b| a.total_cmp(b));
+    let r2 = |x: f64| if x.is_finite() { json!((x * 100.0).round() / 100.0) } else { Value::Null };
+    json!({
+        "p50": r2(percentile(samples, 50.0)),
+        "p99": r2(percentile(samples, 99.0)),
+        "max": r2(samples.last().copied().unwrap_or(f64::NAN)),
+    })
+}
