@@ -8,6 +8,7 @@ pub mod events;
 pub mod health;
 pub mod prices;
 pub mod requests;
+pub mod session;
 
 use std::sync::Arc;
 

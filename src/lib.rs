@@ -12,6 +12,8 @@ pub mod clock;
 pub mod config;
 /// Protocol conversion through one intermediate representation.
 pub mod convert;
+/// The web dashboard: server-rendered pages and embedded ES modules.
+pub mod dashboard;
 /// Endpoint domain types and write validation.
 pub mod endpoint;
 /// Operational events with stable names.

@@ -7,17 +7,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::response::{Html, IntoResponse};
 use axum::routing::{any, get};
 use tokio::net::TcpListener;
 
 use crate::gateway::Gateway;
-use crate::{admin, proxy};
+use crate::{admin, dashboard, proxy};
 
 pub fn router(gw: Arc<Gateway>) -> Router {
     Router::new()
         .route("/health", get(|| async { axum::Json(serde_json::json!({"status": "ok"})) }))
-        .route("/", get(dashboard_placeholder))
         .route(
             "/metrics",
             get(crate::observe::metrics::scrape)
@@ -26,17 +24,9 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/v1/models", get(proxy::list_models))
         .route("/v1/{*rest}", any(proxy::handle))
         .merge(admin::router(gw.clone()))
+        .merge(dashboard::router())
         .fallback(proxy::not_found)
         .with_state(gw)
-}
-
-async fn dashboard_placeholder() -> impl IntoResponse {
-    Html(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>ccmesh</title></head>\
-         <body><h1>ccmesh</h1><p>The dashboard is coming. Until then, see \
-         <a href=\"/api/health\">/api/health</a> for endpoint health and \
-         <a href=\"/api/endpoints\">/api/endpoints</a> for the configuration.</p></body></html>",
-    )
 }
 
 /// Serve until `shutdown` resolves, then stop accepting and give in-flight requests (streams

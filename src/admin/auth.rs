@@ -1,21 +1,42 @@
 //! Admin authentication: when `CCMESH_ADMIN_TOKEN` is set, every `/api/*` call needs
 //! `Authorization: Bearer <token>`. The comparison takes the same time wherever the first
 //! difference is, so the token cannot be guessed byte by byte from response timings.
+//!
+//! The dashboard's pages authenticate with their signed session cookie instead (SPEC §10; see
+//! `session.rs`); a state-changing call authenticated that way must also carry the session's
+//! CSRF token in `x-ccmesh-csrf`. A request with an `Authorization` header is judged by the
+//! bearer token alone, exactly as before. Without a token (loopback), a state-changing call that
+//! a browser marks as coming from another site is refused, so a web page cannot drive the
+//! admin API of a gateway on the visitor's machine.
 
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::ApiError;
+use super::{ApiError, session};
 use crate::gateway::Gateway;
 
 pub async fn require_admin(State(gw): State<Arc<Gateway>>, request: Request, next: Next) -> Response {
     let Some(token) = gw.admin_token.as_deref() else {
+        if changes_state(request.method()) && cross_site(request.headers()) {
+            return forbidden(
+                "refused a state-changing admin call sent by another web site; use the dashboard on this gateway, or the API without a browser",
+            );
+        }
         return next.run(request).await;
     };
+    // The dashboard's session cookie, when no bearer token is presented.
+    if !request.headers().contains_key(header::AUTHORIZATION)
+        && session::cookie(request.headers(), session::SESSION_COOKIE).is_some()
+    {
+        return match session_refusal(&gw, token, &request) {
+            None => next.run(request).await,
+            Some(refusal) => refusal,
+        };
+    }
     let presented = request
         .headers()
         .get(header::AUTHORIZATION)
@@ -37,6 +58,49 @@ pub async fn require_admin(State(gw): State<Arc<Gateway>>, request: Request, nex
         }
         .into_response(),
     }
+}
+
+/// `None` for a valid session (and, on a state-changing call, its CSRF token); else the refusal.
+fn session_refusal(gw: &Gateway, token: &str, request: &Request) -> Option<Response> {
+    let session = match session::from_request(gw, request.headers()) {
+        Ok(Some(s)) => s,
+        Ok(None) => return Some(unauthorized(session::Refused::Invalid.message())),
+        Err(refused) => return Some(unauthorized(refused.message())),
+    };
+    if changes_state(request.method()) {
+        let presented = request.headers().get(session::CSRF_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
+        if !session::csrf_ok(token, &session, presented) {
+            return Some(forbidden(
+                "a state-changing call authenticated by the dashboard session needs the page's CSRF token in x-ccmesh-csrf; reload the page",
+            ));
+        }
+    }
+    None
+}
+
+fn changes_state(method: &Method) -> bool {
+    !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+/// The browser says the request comes from another site (`Sec-Fetch-Site`), or its `Origin`
+/// is not the host it is sent to. Non-browser clients send neither header.
+fn cross_site(headers: &HeaderMap) -> bool {
+    let fetch_site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
+    if matches!(fetch_site, Some("cross-site" | "same-site")) {
+        return true;
+    }
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else { return false };
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let origin_host = origin.split_once("://").map(|(_, rest)| rest).unwrap_or(origin);
+    origin == "null" || !origin_host.eq_ignore_ascii_case(host)
+}
+
+fn unauthorized(message: &str) -> Response {
+    ApiError { status: StatusCode::UNAUTHORIZED, message: message.into(), field: None }.into_response()
+}
+
+fn forbidden(message: &str) -> Response {
+    ApiError { status: StatusCode::FORBIDDEN, message: message.into(), field: None }.into_response()
 }
 
 /// Length leaks (it is not secret in practice); contents do not.

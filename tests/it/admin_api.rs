@@ -218,9 +218,10 @@ async fn admin_token_is_required_when_set_and_health_stays_open() {
     let r = anon.get(format!("{}/health", g.url)).send().await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.json::<Value>().await.unwrap(), json!({"status": "ok"}));
-    // The dashboard placeholder links to the health API.
-    let page = anon.get(&g.url).send().await.unwrap().text().await.unwrap();
-    assert!(page.contains("/api/health"));
+    // The dashboard at `/` sends a visitor without a session to its login page.
+    let page = anon.get(&g.url).send().await.unwrap();
+    assert!(page.url().path() == "/login", "{}", page.url());
+    assert!(page.text().await.unwrap().contains("Admin token"));
 }
 
 #[tokio::test]

@@ -9,6 +9,7 @@ mod admin_api;
 mod binary;
 mod breaker_flow;
 mod conversion;
+mod dashboard;
 mod explicit_and_routing;
 mod failover;
 mod metrics_events;

@@ -1,0 +1,281 @@
+//! The settings page's form, rendered on the server from one table of fields: label, valid
+//! range and seed default next to every input (SPEC §5–6). The ranges here are what
+//! `config::settings` enforces; a test walks every boundary through `Settings::patched`, so the
+//! page can never advertise a range the API would reject.
+
+use serde_json::Value;
+
+use super::html::escape;
+use crate::config::settings::defaults_document;
+
+pub const PROTOCOLS: [&str; 3] = ["claude", "openai", "responses"];
+
+#[derive(Clone, Copy, Debug)]
+pub enum Kind {
+    /// A whole number.
+    Int,
+    /// Any number; `step` is what the arrows move by.
+    Num { step: f64 },
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct NumField {
+    pub key: &'static str,
+    pub label: &'static str,
+    pub help: &'static str,
+    pub min: f64,
+    pub max: f64,
+    pub kind: Kind,
+}
+
+const fn int(key: &'static str, label: &'static str, help: &'static str, min: f64, max: f64) -> NumField {
+    NumField { key, label, help, min, max, kind: Kind::Int }
+}
+
+const fn num(key: &'static str, label: &'static str, help: &'static str, min: f64, max: f64, step: f64) -> NumField {
+    NumField { key, label, help, min, max, kind: Kind::Num { step } }
+}
+
+/// `breaker.<protocol>.<key>`.
+pub const BREAKER: &[NumField] = &[
+    int(
+        "failure_threshold",
+        "Failures in a row that open it",
+        "consecutive failures; a success resets the count",
+        1.0,
+        20.0,
+    ),
+    int("success_threshold", "Successful probes that close it", "half-open probes in a row", 1.0, 10.0),
+    num("timeout_secs", "Cooldown when broken (s)", "Open(Broken) lasts this long before a probe", 0.0, 300.0, 1.0),
+    num("error_rate_threshold", "Error rate that opens it", "0–1, over the sliding window", 0.0, 1.0, 0.05),
+    int("min_requests", "Outcomes before the rate counts", "the window must hold at least this many", 1.0, 100.0),
+    num("error_rate_window_secs", "Error-rate window (s)", "sliding window length", 1.0, 3600.0, 1.0),
+    num("rate_limit_timeout_secs", "Rate-limited cooldown (s)", "when a 429 carries no Retry-After", 0.0, 300.0, 1.0),
+    num("max_rate_limit_timeout_secs", "Longest Retry-After honoured (s)", "caps any Retry-After", 0.0, 300.0, 1.0),
+];
+
+/// `timeouts.<protocol>.<key>`.
+pub const TIMEOUTS: &[NumField] = &[
+    num("first_byte_timeout_secs", "First byte (s)", "streaming: until the upstream's first bytes", 0.1, 600.0, 1.0),
+    num(
+        "idle_timeout_secs",
+        "Idle stream (s)",
+        "longest silence between chunks; 0 = off, else ≥ 0.1",
+        0.0,
+        3600.0,
+        1.0,
+    ),
+    num("request_timeout_secs", "Whole request (s)", "non-streaming: the whole response", 0.1, 3600.0, 1.0),
+];
+
+/// Top-level numbers.
+pub const GENERAL: &[NumField] = &[
+    num(
+        "rate_limit_backoff_budget_secs",
+        "Rate-limit backoff budget (s)",
+        "how long a request may wait in the gateway when every candidate is rate-limited, before a 429",
+        0.0,
+        60.0,
+        1.0,
+    ),
+    int(
+        "transient_retry_delay_ms",
+        "Same-endpoint retry delay (ms)",
+        "pause before retrying an endpoint after a network error",
+        0.0,
+        10_000.0,
+    ),
+    int("retention_days", "Keep request records (days)", "older records are pruned in the background", 1.0, 3650.0),
+    int(
+        "max_body_bytes",
+        "Largest request body (bytes)",
+        "bigger requests are refused with 413",
+        1024.0,
+        1_073_741_824.0,
+    ),
+];
+
+fn fmt_num(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 { format!("{}", v as i64) } else { format!("{v}") }
+}
+
+fn value_str(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::Number(n)) => n.as_f64().map(fmt_num).unwrap_or_default(),
+        Some(Value::Bool(b)) => b.to_string(),
+        Some(Value::String(s)) => s.clone(),
+        _ => String::new(),
+    }
+}
+
+fn at<'a>(doc: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('.').try_fold(doc, |cur, part| cur.get(part))
+}
+
+fn input(f: &NumField, path: &str, current: &Value, defaults: &Value, label: &str) -> String {
+    let step = match f.kind {
+        Kind::Int => "1".to_string(),
+        Kind::Num { step } => fmt_num(step),
+    };
+    // `step` also constrains what a browser accepts as valid; fractional seconds are fine.
+    let step_attr = match f.kind {
+        Kind::Int => "step=\"1\"".to_string(),
+        Kind::Num { .. } => "step=\"any\"".to_string(),
+    };
+    let default = value_str(at(defaults, path));
+    format!(
+        "<input type=\"number\" name=\"{path}\" id=\"f-{path}\" inputmode=\"decimal\" {step_attr} data-step=\"{step}\" \
+         min=\"{min}\" max=\"{max}\" value=\"{value}\" data-default=\"{default}\" aria-label=\"{label}\" \
+         aria-describedby=\"e-{path}\">\
+         <small class=\"default\">default {default}</small>\
+         <small class=\"field-error\" id=\"e-{path}\" data-error-for=\"{path}\" role=\"alert\"></small>",
+        min = fmt_num(f.min),
+        max = fmt_num(f.max),
+        value = escape(&value_str(at(current, path))),
+        label = escape(label),
+    )
+}
+
+fn range(f: &NumField) -> String {
+    format!("{}–{}", fmt_num(f.min), fmt_num(f.max))
+}
+
+fn per_protocol_table(section: &str, caption: &str, fields: &[NumField], current: &Value, defaults: &Value) -> String {
+    let mut out = format!(
+        "<div class=\"table-wrap\"><table class=\"settings-grid\"><caption>{caption}</caption><thead><tr>\
+         <th scope=\"col\">setting</th><th scope=\"col\">claude</th><th scope=\"col\">openai</th>\
+         <th scope=\"col\">responses</th><th scope=\"col\">valid range</th></tr></thead><tbody>"
+    );
+    for f in fields {
+        out.push_str(&format!(
+            "<tr><th scope=\"row\">{}<small class=\"help\">{}</small></th>",
+            escape(f.label),
+            escape(f.help)
+        ));
+        for p in PROTOCOLS {
+            let path = format!("{section}.{p}.{}", f.key);
+            let label = format!("{} ({p})", f.label);
+            out.push_str(&format!("<td>{}</td>", input(f, &path, current, defaults, &label)));
+        }
+        out.push_str(&format!("<td class=\"range\">{}</td></tr>", range(f)));
+    }
+    out.push_str("</tbody></table></div>");
+    out
+}
+
+/// The whole form, filled with the current settings.
+pub fn render(current: &Value) -> String {
+    let defaults = defaults_document();
+    let mut out = String::from("<form id=\"settings-form\" class=\"panel\" novalidate>");
+    out.push_str("<h2>Circuit breaker, per inbound protocol</h2><p class=\"muted\">The numbers of the inbound protocol of the request whose outcome is recorded apply. Changes apply to the next request without a restart and without resetting any breaker.</p>");
+    out.push_str(&per_protocol_table("breaker", "Breaker thresholds and cooldowns", BREAKER, current, &defaults));
+    out.push_str("<h2>Timeouts, per inbound protocol</h2>");
+    out.push_str(&per_protocol_table("timeouts", "Upstream timeouts", TIMEOUTS, current, &defaults));
+    out.push_str("<h2>Routing and records</h2><div class=\"fields\">");
+    for f in GENERAL {
+        out.push_str(&format!(
+            "<div class=\"field\"><label for=\"f-{key}\">{label}</label>{input}<small class=\"help\">{help} · valid {range}</small></div>",
+            key = f.key,
+            label = escape(f.label),
+            input = input(f, f.key, current, &defaults, f.label),
+            help = escape(f.help),
+            range = range(f),
+        ));
+    }
+    let strategy = value_str(current.get("routing_strategy"));
+    let options: String = ["sticky", "priority", "round_robin"]
+        .iter()
+        .map(|s| format!("<option value=\"{s}\"{}>{s}</option>", if *s == strategy { " selected" } else { "" }))
+        .collect();
+    out.push_str(&format!(
+        "<div class=\"field\"><label for=\"f-routing_strategy\">Where a request starts</label>\
+         <select name=\"routing_strategy\" id=\"f-routing_strategy\" data-default=\"sticky\">{options}</select>\
+         <small class=\"default\">default sticky</small>\
+         <small class=\"field-error\" data-error-for=\"routing_strategy\" role=\"alert\"></small>\
+         <small class=\"help\">sticky: stay on the current endpoint · priority: always the first candidate · round_robin: rotate</small></div>"
+    ));
+    let auth = current.get("auth_errors_fail_over").and_then(Value::as_bool).unwrap_or(false);
+    out.push_str(&format!(
+        "<div class=\"field check\"><label><input type=\"checkbox\" name=\"auth_errors_fail_over\" id=\"f-auth_errors_fail_over\" data-default=\"false\"{}> \
+         Fail over on 401 (auth_errors_fail_over)</label>\
+         <small class=\"default\">default off</small>\
+         <small class=\"field-error\" data-error-for=\"auth_errors_fail_over\" role=\"alert\"></small>\
+         <small class=\"help\">off: an upstream 401 goes back to the client and the breaker sees nothing; on: it counts as a failure and the next endpoint is tried</small></div>",
+        if auth { " checked" } else { "" }
+    ));
+    out.push_str("</div><div class=\"form-actions\"><button type=\"submit\" class=\"primary\" id=\"settings-save\">Save settings</button>\
+        <button type=\"button\" id=\"settings-defaults\">Fill in the defaults</button>\
+        <span class=\"status\" id=\"settings-status\" role=\"status\" aria-live=\"polite\"></span></div></form>");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::config::Settings;
+
+    fn patch_for(path: &str, v: Value) -> Value {
+        let mut out = v;
+        for part in path.split('.').rev() {
+            out = json!({ part: out });
+        }
+        out
+    }
+
+    fn accepts(path: &str, v: f64, int: bool) -> bool {
+        let value = if int { json!(v as u64) } else { json!(v) };
+        Settings::default().patched(&patch_for(path, value)).is_ok()
+    }
+
+    /// Every range the page shows is exactly the range the API enforces.
+    #[test]
+    fn ranges_match_the_validator() {
+        let mut paths: Vec<(String, NumField)> = Vec::new();
+        for (section, fields) in [("breaker", BREAKER), ("timeouts", TIMEOUTS)] {
+            for p in PROTOCOLS {
+                for f in fields {
+                    paths.push((format!("{section}.{p}.{}", f.key), *f));
+                }
+            }
+        }
+        paths.extend(GENERAL.iter().map(|f| (f.key.to_string(), *f)));
+        let defaults = defaults_document();
+        for (path, f) in paths {
+            let int = matches!(f.kind, Kind::Int);
+            assert!(at(&defaults, &path).is_some(), "{path} is not a settings key");
+            assert!(accepts(&path, f.max, int), "{path}: max {} refused", f.max);
+            let above = if int { f.max + 1.0 } else { f.max + 0.01 };
+            assert!(!accepts(&path, above, int), "{path}: {above} accepted");
+            if f.key == "idle_timeout_secs" {
+                assert!(accepts(&path, 0.0, false) && accepts(&path, 0.1, false) && !accepts(&path, 0.05, false));
+                continue;
+            }
+            assert!(accepts(&path, f.min, int), "{path}: min {} refused", f.min);
+            if f.min > 0.0 {
+                let below = if int { f.min - 1.0 } else { f.min - 0.01 };
+                assert!(!accepts(&path, below, int), "{path}: {below} accepted");
+            }
+            if int {
+                assert!(Settings::default().patched(&patch_for(&path, json!(f.min + 0.5))).is_err(), "{path}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_form_shows_current_values_and_defaults() {
+        let current = Settings::default()
+            .patched(&json!({"breaker": {"openai": {"failure_threshold": 6}}, "auth_errors_fail_over": true}))
+            .unwrap()
+            .to_document();
+        let html = render(&current);
+        assert!(html.contains("name=\"breaker.openai.failure_threshold\""));
+        assert!(html.contains("value=\"6\" data-default=\"4\""), "current 6, default 4");
+        assert!(html.contains("name=\"breaker.claude.failure_threshold\" id=\"f-breaker.claude.failure_threshold\""));
+        assert!(html.contains("<small class=\"default\">default 8</small>"));
+        assert!(html.contains("id=\"f-auth_errors_fail_over\" data-default=\"false\" checked"));
+        assert!(html.contains("name=\"retention_days\""));
+        assert!(html.contains("1–3650"));
+    }
+}
