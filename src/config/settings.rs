@@ -261,43 +261,7 @@ fn to_array<T>(v: Vec<T>) -> Result<[T; 3], SettingsError> {
 
 /// The defaults as a document: the seed-000 numbers of SPEC §5–6.
 pub fn defaults_document() -> Value {
-    let breaker = |b: BreakerSettings| {
-        json!({
-            "failure_threshold": b.failure_threshold,
-            "success_threshold": b.success_threshold,
-            "timeout_secs": secs(b.timeout),
-            "error_rate_threshold": b.error_rate_threshold,
-            "min_requests": b.min_requests,
-            "error_rate_window_secs": secs(b.error_rate_window),
-            "rate_limit_timeout_secs": secs(b.rate_limit_timeout),
-            "max_rate_limit_timeout_secs": secs(b.max_rate_limit_timeout),
-        })
-    };
-    let timeouts = |t: Timeouts| {
-        json!({
-            "first_byte_timeout_secs": secs(t.first_byte),
-            "idle_timeout_secs": t.idle.map(secs).unwrap_or(json!(0)),
-            "request_timeout_secs": secs(t.request),
-        })
-    };
-    json!({
-        "breaker": {
-            "claude": breaker(BreakerSettings::claude_defaults()),
-            "openai": breaker(BreakerSettings::openai_defaults()),
-            "responses": breaker(BreakerSettings::openai_defaults()),
-        },
-        "timeouts": {
-            "claude": timeouts(Timeouts::claude_defaults()),
-            "openai": timeouts(Timeouts::openai_defaults()),
-            "responses": timeouts(Timeouts::openai_defaults()),
-        },
-        "rate_limit_backoff_budget_secs": 5,
-        "transient_retry_delay_ms": 300,
-        "auth_errors_fail_over": false,
-        "routing_strategy": "sticky",
-        "max_body_bytes": 33_554_432u64,
-        "retention_days": 30,
-    })
+    Settings::default().to_document()
 }
 
 /// Whole seconds print as integers (`90`), fractions as floats (`0.25`).
@@ -407,8 +371,12 @@ mod tests {
         assert_eq!(s.rate_limit_backoff_budget, Duration::from_secs(5));
         assert_eq!(s.max_body_bytes, 32 * 1024 * 1024);
         assert_eq!(s.retention, Duration::from_secs(30 * 86_400));
-        assert_eq!(s.to_document(), defaults_document());
-        assert_eq!(Settings::from_document(&defaults_document()).unwrap(), s);
+        let doc = defaults_document();
+        assert_eq!(doc["breaker"]["claude"]["timeout_secs"], json!(90));
+        assert_eq!(doc["breaker"]["openai"]["error_rate_threshold"], json!(0.6));
+        assert_eq!(doc["timeouts"]["responses"]["idle_timeout_secs"], json!(120));
+        assert_eq!(doc["transient_retry_delay_ms"], json!(300));
+        assert_eq!(Settings::from_document(&doc).unwrap(), s);
     }
 
     #[test]

@@ -64,32 +64,18 @@ impl Trail {
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
         let session_id =
             header("x-claude-code-session-id").or_else(|| header("session-id")).or_else(|| header("session_id"));
+        let record = RequestRecord {
+            id: new_id(unix_ms),
+            started_at_ms: unix_ms,
+            protocol: protocol.to_string(),
+            method: method.to_string(),
+            path: path.to_string(),
+            user_agent: header("user-agent"),
+            session_id,
+            ..empty_record()
+        };
         Trail {
-            record: RequestRecord {
-                id: new_id(unix_ms),
-                started_at_ms: unix_ms,
-                protocol: protocol.to_string(),
-                method: method.to_string(),
-                path: path.to_string(),
-                user_agent: header("user-agent"),
-                session_id,
-                model_requested: None,
-                model_sent: None,
-                model_answered: None,
-                endpoint: None,
-                stream: false,
-                status: 0,
-                error: None,
-                first_byte_ms: None,
-                total_ms: 0.0,
-                overhead_ms: 0.0,
-                tokens: Tokens::default(),
-                cost_usd: None,
-                attempts: Vec::new(),
-                failed_over: false,
-                conversion: None,
-                losses: Vec::new(),
-            },
+            record,
             events,
             started: Instant::now(),
             waits: Duration::ZERO,
