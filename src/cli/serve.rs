@@ -31,6 +31,9 @@ pub struct ServeArgs {
     /// Seconds in-flight requests get to finish after SIGINT/SIGTERM.
     #[arg(long, env = "CCMESH_SHUTDOWN_GRACE_SECS", default_value_t = 30.0)]
     pub shutdown_grace_secs: f64,
+    /// Worker threads of the async runtime (default: one per CPU core).
+    #[arg(long, env = "CCMESH_WORKERS")]
+    pub workers: Option<usize>,
     /// Log format: `text` or `json`.
     #[arg(long, env = "CCMESH_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
@@ -38,7 +41,11 @@ pub struct ServeArgs {
 
 pub fn run(args: ServeArgs) -> ExitCode {
     init_logging(&args.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = args.workers.filter(|n| *n > 0) {
+        builder.worker_threads(n);
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("ccmesh: cannot start the async runtime: {e}");
