@@ -254,25 +254,6 @@ fn parse_usage(v: Option<&Value>) -> Usage {
     }
 }
 
-/// Field by field, the newer number wins where present.
-fn merge_usage(into: &mut Usage, newer: &Usage) {
-    if newer.input.is_some() {
-        into.input = newer.input;
-    }
-    if newer.output.is_some() {
-        into.output = newer.output;
-    }
-    if newer.cache_read.is_some() {
-        into.cache_read = newer.cache_read;
-    }
-    if newer.cache_write.is_some() {
-        into.cache_write = newer.cache_write;
-    }
-    if newer.reasoning.is_some() {
-        into.reasoning = newer.reasoning;
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Requests: Anthropic → IR
 // ---------------------------------------------------------------------------------------------
@@ -1599,7 +1580,7 @@ impl StreamDecoder {
                 self.started = true;
                 let msg = data.get("message").and_then(Value::as_object);
                 let usage = parse_usage(msg.and_then(|m| m.get("usage")));
-                merge_usage(&mut self.usage, &usage);
+                self.usage.merge(&usage);
                 out.push(StreamEvent::Start {
                     id: msg.and_then(|m| get_str(m, "id")).unwrap_or_default().to_string(),
                     model: msg.and_then(|m| get_str(m, "model")).unwrap_or_default().to_string(),
@@ -1703,7 +1684,7 @@ impl StreamDecoder {
             "message_delta" => {
                 self.ensure_started(out);
                 let usage = parse_usage(data.get("usage"));
-                merge_usage(&mut self.usage, &usage);
+                self.usage.merge(&usage);
                 if let Some(d) = data.get("delta").and_then(Value::as_object) {
                     if let Some(r) = get_str(d, "stop_reason").and_then(stop_reason_from_wire) {
                         self.stop_reason = Some(r);
@@ -1893,7 +1874,7 @@ impl StreamEncoder {
     /// the end, so 0 here and the real numbers in `message_delta`), then a `ping` as the API does.
     fn start(&mut self, id: &str, model: &str, usage: &Usage, out: &mut Vec<u8>) {
         self.started = true;
-        merge_usage(&mut self.usage, usage);
+        self.usage.merge(usage);
         let id = message_id(id, &self.ctx);
         let ev = MessageStartEvent {
             ty: "message_start",
@@ -1979,7 +1960,7 @@ impl StreamEncoder {
         self.ensure_started(out);
         self.close_all(out);
         self.finished = true;
-        merge_usage(&mut self.usage, usage);
+        self.usage.merge(usage);
         let u = &self.usage;
         let ev = MessageDeltaEvent {
             ty: "message_delta",

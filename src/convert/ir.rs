@@ -238,6 +238,17 @@ pub struct Usage {
     pub reasoning: Option<u64>,
 }
 
+impl Usage {
+    /// Take the newer numbers field by field: a later usage report wins where it says something.
+    pub fn merge(&mut self, newer: &Usage) {
+        self.input = newer.input.or(self.input);
+        self.output = newer.output.or(self.output);
+        self.cache_read = newer.cache_read.or(self.cache_read);
+        self.cache_write = newer.cache_write.or(self.cache_write);
+        self.reasoning = newer.reasoning.or(self.reasoning);
+    }
+}
+
 /// One step of a streamed answer. Blocks are numbered in output order (`index`), whatever the
 /// upstream's own numbering; a decoder opens a block before its first delta and closes it
 /// before the next block of another kind or at the end.

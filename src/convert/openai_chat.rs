@@ -133,24 +133,6 @@ fn parse_arguments(raw: &str) -> Value {
     serde_json::from_str(raw).unwrap_or_else(|_| Value::Object(Obj::new()))
 }
 
-fn merge_usage(base: &mut Usage, new: &Usage) {
-    if new.input.is_some() {
-        base.input = new.input;
-    }
-    if new.output.is_some() {
-        base.output = new.output;
-    }
-    if new.cache_read.is_some() {
-        base.cache_read = new.cache_read;
-    }
-    if new.cache_write.is_some() {
-        base.cache_write = new.cache_write;
-    }
-    if new.reasoning.is_some() {
-        base.reasoning = new.reasoning;
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // decode_request
 // ---------------------------------------------------------------------------------------------
@@ -1800,7 +1782,7 @@ impl StreamDecoder {
             count_field(&chunk, "created"),
         );
         if let Some(u) = usage {
-            merge_usage(&mut self.usage, &decode_usage(u));
+            self.usage.merge(&decode_usage(u));
         }
         if self.finished {
             // Only a late usage chunk or [DONE] can follow the Finish.
@@ -2094,7 +2076,7 @@ impl StreamEncoder {
                 if let Some(c) = created {
                     self.created = *c;
                 }
-                merge_usage(&mut self.usage, usage);
+                self.usage.merge(usage);
                 self.ensure_started(out);
             }
             StreamEvent::BlockStart { index, block: BlockStart::ToolUse { id, name } } => {
@@ -2147,7 +2129,7 @@ impl StreamEncoder {
             }
             StreamEvent::Finish { stop_reason, usage, .. } => {
                 self.ensure_started(out);
-                merge_usage(&mut self.usage, usage);
+                self.usage.merge(usage);
                 self.finish_chunks(out, *stop_reason);
             }
             StreamEvent::End => {

@@ -1170,14 +1170,6 @@ fn decode_usage(u: &Value) -> Usage {
     }
 }
 
-fn merge_usage(into: &mut Usage, from: &Usage) {
-    into.input = from.input.or(into.input);
-    into.output = from.output.or(into.output);
-    into.cache_read = from.cache_read.or(into.cache_read);
-    into.cache_write = from.cache_write.or(into.cache_write);
-    into.reasoning = from.reasoning.or(into.reasoning);
-}
-
 /// Stop reason from a response's status.
 fn stop_reason(status: Option<&str>, incomplete_reason: Option<&str>, tool_calls: bool, refusal: bool) -> StopReason {
     match status {
@@ -2336,7 +2328,7 @@ impl StreamEncoder {
                 if let Some(c) = created {
                     self.created = *c;
                 }
-                merge_usage(&mut self.usage, usage);
+                self.usage.merge(usage);
             }
             self.start(out);
             return;
@@ -2358,7 +2350,7 @@ impl StreamEncoder {
                 if stop_reason.is_some() {
                     self.stop_reason = *stop_reason;
                 }
-                merge_usage(&mut self.usage, usage);
+                self.usage.merge(usage);
             }
             StreamEvent::End => {
                 self.close_all(out);
