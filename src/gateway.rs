@@ -116,7 +116,7 @@ pub struct Gateway {
     pub clock: Arc<dyn Clock>,
     pub events: Events,
     pub store: Store,
-    pub client: reqwest::Client,
+    pub client: crate::proxy::upstream::UpstreamClient,
     pub admin_token: Option<String>,
     /// Serialises admin writes so snapshot rebuilds never race each other.
     pub admin_lock: tokio::sync::Mutex<()>,
@@ -126,7 +126,7 @@ impl Gateway {
     pub fn new(
         store: Store,
         clock: Arc<dyn Clock>,
-        client: reqwest::Client,
+        client: crate::proxy::upstream::UpstreamClient,
         admin_token: Option<String>,
         records: RecordSink,
     ) -> Result<Arc<Gateway>, StoreError> {

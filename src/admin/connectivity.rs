@@ -42,19 +42,30 @@ pub async fn test_endpoint(State(gw): State<Arc<Gateway>>, Path(name): Path<Stri
     let mut headers = request_headers(&axum::http::HeaderMap::new(), &endpoint);
     headers.insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/json"));
     let started = tokio::time::Instant::now();
-    let sent = gw.client.post(url).headers(headers).body(body.to_string()).timeout(TEST_TIMEOUT).send().await;
+    let sent = tokio::time::timeout(
+        TEST_TIMEOUT,
+        gw.client.send(axum::http::Method::POST, &url, headers, bytes::Bytes::from(body.to_string())),
+    )
+    .await;
     let latency_ms = started.elapsed().as_millis() as u64;
     let (status, error) = match sent {
-        Ok(r) if r.status().is_success() => (TestStatus::Available, None),
-        Ok(r) => {
+        Ok(Ok(r)) if r.status().is_success() => (TestStatus::Available, None),
+        Ok(Ok(r)) => {
             let code = r.status().as_u16();
-            let text = r.text().await.unwrap_or_default();
-            let snippet: String = text.chars().take(300).collect();
+            let text = tokio::time::timeout(TEST_TIMEOUT, crate::proxy::upstream::read_body(r.into_body()))
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default();
+            let snippet: String = String::from_utf8_lossy(&text).chars().take(300).collect();
             (TestStatus::Unavailable, Some(format!("HTTP {code}: {snippet}")))
         }
-        Err(e) => {
+        Ok(Err(e)) => {
             let kind = crate::proxy::classify::classify_network_error(&e);
             (TestStatus::Unavailable, Some(kind.describe().to_string()))
+        }
+        Err(_) => {
+            (TestStatus::Unavailable, Some(crate::proxy::classify::NetworkErrorKind::Timeout.describe().to_string()))
         }
     };
     let result = TestResult { status, at: Some(rfc3339(gw.clock.wall())), latency_ms: Some(latency_ms), error };

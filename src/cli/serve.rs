@@ -110,7 +110,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         file.apply(path, &store)?;
         tracing::info!(event = "config_applied", path = %path, endpoints = file.endpoints.len(), "config file applied");
     }
-    let client = crate::proxy::upstream::build_client().context("cannot build the HTTP client")?;
+    let client = crate::proxy::upstream::UpstreamClient::new().context("cannot build the HTTP client")?;
     let clock: Arc<dyn crate::clock::Clock> = Arc::new(SystemClock);
     let writer_config = crate::observe::writer::WriterConfig::new(clock.clone());
     let (records, writer) = crate::observe::writer::start(&db_path, writer_config)

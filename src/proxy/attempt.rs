@@ -11,6 +11,7 @@ use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::StreamExt;
+use http_body_util::BodyDataStream;
 
 use super::Inbound;
 use super::backoff::{WhenBlocked, when_blocked};
@@ -19,7 +20,7 @@ use super::conversion::{self, RequestConversion};
 use super::relay::{self, Committed, StreamObserver, Transform};
 use super::request::splice_model;
 use super::trail::Trail;
-use super::upstream::{join_url, request_headers, response_headers};
+use super::upstream::{UpstreamResponse, join_url, read_body, request_headers, response_headers};
 use crate::breaker::retry_after::parse_retry_after;
 use crate::breaker::{Denied, Outcome, Permit};
 use crate::convert::ir::{ConvertError, EncodeContext};
@@ -399,7 +400,7 @@ impl Run {
         }
         let sent_at = tokio::time::Instant::now();
         let head_limit = if self.inbound.stream { timeouts.first_byte } else { timeouts.request };
-        let request = self.gw.client.request(self.inbound.method.clone(), url).headers(headers).body(body).send();
+        let request = self.gw.client.send(self.inbound.method.clone(), &url, headers, body);
 
         let response = match tokio::time::timeout_at(sent_at + head_limit, request).await {
             Err(_) => {
@@ -437,10 +438,11 @@ impl Run {
 
         // Everything else is read in full: error bodies are small, and a non-streaming answer
         // that breaks mid-body can still fail over invisibly.
-        let mut headers = response.headers().clone();
+        let (head, response_body) = response.into_parts();
+        let mut headers = head.headers;
         let body_deadline = sent_at
             + if self.inbound.stream && class != Class::Success { timeouts.first_byte } else { timeouts.request };
-        let mut body = match tokio::time::timeout_at(body_deadline, response.bytes()).await {
+        let mut body = match tokio::time::timeout_at(body_deadline, read_body(response_body)).await {
             Ok(Ok(b)) => b,
             Ok(Err(e)) => {
                 let kind = classify_network_error(&e);
@@ -576,7 +578,7 @@ impl Run {
         &mut self,
         endpoint: &Arc<LiveEndpoint>,
         permit: Permit,
-        response: reqwest::Response,
+        response: UpstreamResponse,
         mut observer: StreamObserver,
         sent_at: tokio::time::Instant,
         number: usize,
@@ -590,7 +592,7 @@ impl Run {
         if observer.converts() {
             headers = conversion::converted_headers(&headers, "text/event-stream");
         }
-        let mut upstream = response.bytes_stream();
+        let mut upstream = BodyDataStream::new(response.into_body());
         let mut held: Vec<Bytes> = Vec::new();
         let mut received = 0usize;
         let first_byte_deadline = sent_at + timeouts.first_byte;

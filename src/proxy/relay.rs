@@ -200,7 +200,7 @@ pub fn relay<S>(
     upstream: S,
 ) -> impl Stream<Item = Result<Bytes, io::Error>> + Send + 'static
 where
-    S: Stream<Item = Result<Bytes, reqwest::Error>> + Send + Unpin + 'static,
+    S: Stream<Item = Result<Bytes, hyper::Error>> + Send + Unpin + 'static,
 {
     let pending: VecDeque<Bytes> = std::mem::take(&mut committed.held).into();
     let state = RelayState { c: committed, upstream, pending, permit: Some(permit), done: false };

@@ -2,12 +2,20 @@
 
 use std::time::Duration;
 
-use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, Uri, header};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use rustls_platform_verifier::ConfigVerifierExt;
 
 use crate::endpoint::Format;
 use crate::gateway::LiveEndpoint;
 
-/// The upstream client.
+/// The upstream client: hyper's pooled HTTP/1.1 client with rustls, and nothing on top.
 ///
 /// HTTP/1.1 only, with a large idle pool per host. hyper keeps a single HTTP/2 connection per
 /// host and queues requests beyond the server's concurrent-stream limit (hyperium/hyper#2197),
@@ -15,18 +23,69 @@ use crate::gateway::LiveEndpoint;
 /// cost a few more sockets and no head-of-line blocking. TCP_NODELAY avoids the ~40 ms
 /// Nagle/delayed-ACK stall on small SSE writes. Redirects are not followed: a 3xx from an API
 /// is an endpoint misconfiguration and counts as a failure.
-pub fn build_client() -> Result<reqwest::Client, reqwest::Error> {
-    // Installing twice is harmless (the second call reports the first provider).
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .http1_only()
-        .tcp_nodelay(true)
-        .pool_max_idle_per_host(1024)
-        .pool_idle_timeout(Duration::from_secs(90))
-        .connect_timeout(Duration::from_secs(10))
-        .redirect(reqwest::redirect::Policy::none())
-        .no_proxy()
-        .build()
+///
+/// Not reqwest: its redirect and retry layers re-parse the URL of every request and copy its
+/// headers, about a third of the gateway's own CPU per request in a profile (BENCHMARKS.md);
+/// the gateway needs none of them.
+#[derive(Clone)]
+pub struct UpstreamClient {
+    http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+}
+
+/// Why a request never got an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("the endpoint's URL {0:?} is not a valid request URL")]
+    BadUrl(String),
+    #[error("{0}")]
+    Http(#[from] hyper_util::client::legacy::Error),
+}
+
+/// The answer's head and its body, read as it arrives.
+pub type UpstreamResponse = Response<Incoming>;
+
+impl UpstreamClient {
+    pub fn new() -> Result<Self, rustls::Error> {
+        // Installing twice is harmless (the second call reports the first provider).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut tcp = HttpConnector::new();
+        tcp.enforce_http(false);
+        tcp.set_nodelay(true);
+        tcp.set_connect_timeout(Some(Duration::from_secs(10)));
+        let tls = rustls::ClientConfig::with_platform_verifier()?;
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(tcp);
+        let http = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(1024)
+            .build(https);
+        Ok(Self { http })
+    }
+
+    /// Send one request. `url` is absolute (`join_url`); `headers` are the final upstream
+    /// headers (`request_headers`); the Host header and the body's length are added here.
+    pub async fn send(
+        &self,
+        method: Method,
+        url: &str,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Result<UpstreamResponse, SendError> {
+        let mut request = Request::new(Full::new(body));
+        *request.method_mut() = method;
+        *request.headers_mut() = headers;
+        *request.uri_mut() = Uri::try_from(url).map_err(|_| SendError::BadUrl(url.to_string()))?;
+        Ok(self.http.request(request).await?)
+    }
+}
+
+/// Read a whole answer body.
+pub async fn read_body(body: Incoming) -> Result<Bytes, hyper::Error> {
+    Ok(body.collect().await?.to_bytes())
 }
 
 /// SPEC §8 URL joining. `rest` is the inbound path after `/v1` (`/messages`, `/chat/completions`,

@@ -320,7 +320,8 @@ impl Instance {
         let store = Store::open(&db).unwrap();
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let (records, writer) = writer::start(&db, WriterConfig::new(clock.clone())).unwrap();
-        let gw = Gateway::new(store, clock, ccmesh::proxy::upstream::build_client().unwrap(), None, records).unwrap();
+        let gw =
+            Gateway::new(store, clock, ccmesh::proxy::upstream::UpstreamClient::new().unwrap(), None, records).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -48,7 +48,7 @@ impl TestGateway {
             Some(m) => Arc::new(m.clone()),
             None => Arc::new(SystemClock),
         };
-        let client = ccmesh::proxy::upstream::build_client().unwrap();
+        let client = ccmesh::proxy::upstream::UpstreamClient::new().unwrap();
         let writer_config = ccmesh::observe::writer::WriterConfig::new(clock.clone());
         let (records, writer) = ccmesh::observe::writer::start(&dir.path().join("ccmesh.db"), writer_config).unwrap();
         let gw = Gateway::new(store, clock, client, options.admin_token.clone(), records).unwrap();
