@@ -251,12 +251,32 @@ impl Family<AtomicU64> {
 }
 
 /// Unambiguous whatever the values contain: each is prefixed by its length.
+/// Built on every observation, so without `format!` machinery (it was ~10 % of a proxied
+/// request's instructions in a profile).
 fn series_key(labels: &[&str]) -> String {
-    let mut key = String::with_capacity(labels.iter().map(|l| l.len() + 4).sum());
+    let mut key = String::with_capacity(labels.iter().map(|l| l.len() + 6).sum());
     for l in labels {
-        let _ = write!(key, "{}:{l}", l.len());
+        push_decimal(&mut key, l.len());
+        key.push(':');
+        key.push_str(l);
     }
     key
+}
+
+fn push_decimal(out: &mut String, mut n: usize) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[i..] {
+        out.push(char::from(d));
+    }
 }
 
 /// Distinct values admitted for one label, up to a cap.
@@ -850,6 +870,7 @@ ccmesh_records_dropped_total 3
         assert_ne!(series_key(&["a:b", "c"]), series_key(&["a", "b:c"]));
         assert_ne!(series_key(&["1:a", ""]), series_key(&["", "1:a"]));
         assert_eq!(series_key(&["x", "y"]), series_key(&["x", "y"]));
+        assert_eq!(series_key(&["", "abc", &"m".repeat(1234)]), format!("0:3:abc1234:{}", "m".repeat(1234)));
     }
 
     #[test]
