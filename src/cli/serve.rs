@@ -31,7 +31,8 @@ pub struct ServeArgs {
     /// Seconds in-flight requests get to finish after SIGINT/SIGTERM.
     #[arg(long, env = "CCMESH_SHUTDOWN_GRACE_SECS", default_value_t = 30.0)]
     pub shutdown_grace_secs: f64,
-    /// Worker threads of the async runtime (default: one per CPU core).
+    /// Serving threads, each with its own runtime and upstream connection pool (default: one per
+    /// CPU core).
     #[arg(long, env = "CCMESH_WORKERS")]
     pub workers: Option<usize>,
     /// Log format: `text` or `json`.
@@ -41,11 +42,9 @@ pub struct ServeArgs {
 
 pub fn run(args: ServeArgs) -> ExitCode {
     init_logging(&args.log_format);
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = args.workers.filter(|n| *n > 0) {
-        builder.worker_threads(n);
-    }
-    let runtime = match builder.enable_all().build() {
+    // This runtime accepts connections and runs the background work; the serving threads have
+    // their own (server::serve_with).
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("ccmesh: cannot start the async runtime: {e}");
@@ -121,7 +120,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let local = listener.local_addr()?;
     tracing::info!(event = "listening", addr = %local, data_dir = %data_dir.display(), endpoints = gw.snapshot().endpoints.len(), "ccmesh is ready");
-    crate::server::serve(listener, gw, shutdown_signal(), Duration::from_secs_f64(args.shutdown_grace_secs)).await?;
+    let workers = args.workers.filter(|n| *n > 0).unwrap_or_else(crate::server::default_workers);
+    let grace = Duration::from_secs_f64(args.shutdown_grace_secs);
+    crate::server::serve_with(listener, gw, shutdown_signal(), grace, workers).await?;
     // The requests that finished during the grace period are still queued: write them.
     writer.shutdown();
     tracing::info!(event = "stopped", "ccmesh stopped");

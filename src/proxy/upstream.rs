@@ -27,9 +27,21 @@ use crate::gateway::LiveEndpoint;
 /// Not reqwest: its redirect and retry layers re-parse the URL of every request and copy its
 /// headers, about a third of the gateway's own CPU per request in a profile (BENCHMARKS.md);
 /// the gateway needs none of them.
+///
+/// Each serving thread (`server::serve`) installs its own pool with [`UpstreamClient::install_on_this_thread`]:
+/// an upstream connection is then read and written by the thread that serves the request, and
+/// a request never waits for another thread to wake up. Elsewhere the shared pool is used.
 #[derive(Clone)]
 pub struct UpstreamClient {
-    http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    tls: rustls::ClientConfig,
+    shared: HttpClient,
+}
+
+type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+thread_local! {
+    /// This serving thread's pool (see `install_on_this_thread`).
+    static THREAD_POOL: std::cell::RefCell<Option<HttpClient>> = const { std::cell::RefCell::new(None) };
 }
 
 /// Idle connections kept per upstream host after a burst. Active connections are not limited;
@@ -54,22 +66,23 @@ impl UpstreamClient {
     pub fn new() -> Result<Self, rustls::Error> {
         // Installing twice is harmless (the second call reports the first provider).
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut tcp = HttpConnector::new();
-        tcp.enforce_http(false);
-        tcp.set_nodelay(true);
-        tcp.set_connect_timeout(Some(Duration::from_secs(10)));
+        // Reading the system's roots is the slow part (milliseconds): done once, shared by
+        // every thread's pool.
         let tls = rustls::ClientConfig::with_platform_verifier()?;
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(tcp);
-        let http = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(MAX_IDLE_PER_HOST)
-            .build(https);
-        Ok(Self { http })
+        let shared = pool(tls.clone());
+        Ok(Self { tls, shared })
+    }
+
+    /// Give the calling thread its own connection pool; requests sent from this thread use it
+    /// from now on. Only for threads that live as long as their runtime (the pool's connection
+    /// tasks run on it).
+    pub fn install_on_this_thread(&self) {
+        let own = pool(self.tls.clone());
+        THREAD_POOL.with(|p| *p.borrow_mut() = Some(own));
+    }
+
+    fn current(&self) -> HttpClient {
+        THREAD_POOL.with(|p| p.borrow().clone()).unwrap_or_else(|| self.shared.clone())
     }
 
     /// Send one request. `url` is absolute (`join_url`); `headers` are the final upstream
@@ -85,8 +98,25 @@ impl UpstreamClient {
         *request.method_mut() = method;
         *request.headers_mut() = headers;
         *request.uri_mut() = Uri::try_from(url).map_err(|_| SendError::BadUrl(url.to_string()))?;
-        Ok(self.http.request(request).await?)
+        Ok(self.current().request(request).await?)
     }
+}
+
+fn pool(tls: rustls::ClientConfig) -> HttpClient {
+    let mut tcp = HttpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_nodelay(true);
+    tcp.set_connect_timeout(Some(Duration::from_secs(10)));
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(tcp);
+    Client::builder(TokioExecutor::new())
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(MAX_IDLE_PER_HOST)
+        .build(https)
 }
 
 /// Read a whole answer body.

@@ -24,9 +24,13 @@ struct Server {
 impl Server {
     /// Start `ccmesh serve` on a free loopback port and wait for its `listening` event.
     fn start(config: Option<&str>, env: &[(&str, &str)]) -> Server {
+        Self::start_with_grace(config, env, "10")
+    }
+
+    fn start_with_grace(config: Option<&str>, env: &[(&str, &str)], grace_secs: &str) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(BIN);
-        cmd.args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json", "--shutdown-grace-secs", "10"])
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json", "--shutdown-grace-secs", grace_secs])
             .arg("--data-dir")
             .arg(dir.path())
             .env_remove("CCMESH_ADMIN_TOKEN")
@@ -277,6 +281,42 @@ async fn sigterm_lets_an_in_flight_stream_finish_then_exits() {
     .unwrap();
     assert!(status.0.success(), "{:?}", status.0);
     assert!(status.1.contains("shutdown_started") && status.1.contains("\"stopped\""), "{}", status.1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_closes_what_is_still_open_when_the_grace_period_ends() {
+    let up = MockUpstream::start().await;
+    // Two events, then the upstream goes quiet for good (no idle timeout by default).
+    up.push(Reply::openai_chat_stream(&["a", "b"]).stall_after(2));
+    let mut server = Server::start_with_grace(None, &[], "0.5");
+    let (code, _, err) =
+        server.cli(&["endpoint", "add", "o", "--base-url", &up.url(), "--format", "openai", "--api-key", "k"]);
+    assert_eq!(code, 0, "{err}");
+    let http = crate::support::gateway::http_client();
+    let mut r =
+        http.post(format!("{}/v1/chat/completions", server.url)).json(&chat_body("m", true)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let first = r.chunk().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("data: "), "the stream started");
+    server.terminate();
+    // The stream is cut when the grace period is over, and the process exits cleanly.
+    let mut rest = Vec::new();
+    let ended = loop {
+        match r.chunk().await {
+            Ok(Some(c)) => rest.extend_from_slice(&c),
+            Ok(None) => break "eof",
+            Err(_) => break "error",
+        }
+    };
+    assert!(!String::from_utf8_lossy(&rest).contains("[DONE]"), "the stalled stream never completed: {ended}");
+    let (status, logs) = tokio::task::spawn_blocking(move || {
+        let status = server.child.wait().unwrap();
+        (status, server.logs.lock().unwrap().join("\n"))
+    })
+    .await
+    .unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(logs.contains("shutdown_forced") && logs.contains("\"stopped\""), "{logs}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
