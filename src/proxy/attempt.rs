@@ -240,7 +240,9 @@ pub async fn run(
                         // SPEC §3: a transient network error retries the same endpoint after
                         // `transient_retry_delay`, until it has failed twice in a row.
                         if transient && same_endpoint_failures < 2 {
-                            if attempts < cap {
+                            // No timer for a zero delay: tokio rounds deadlines up to the next
+                            // millisecond tick, which was most of a zero-delay failover's cost.
+                            if attempts < cap && !settings.transient_retry_delay.is_zero() {
                                 let wake = clock.now() + settings.transient_retry_delay;
                                 let waited = tokio::time::Instant::now();
                                 clock.sleep_until(wake).await;
