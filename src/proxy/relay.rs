@@ -22,7 +22,7 @@ use crate::observe::record::Classification;
 use crate::observe::usage::StreamUsage;
 use crate::protocol::Protocol;
 use crate::protocol::sse::SseScanner;
-use crate::protocol::stream_events::{EventKind, StreamContext, error_event, inspect};
+use crate::protocol::stream_events::{EventKind, StreamContext, error_event, inspect_and_observe};
 
 use super::classify::classify_network_error;
 use super::trail::Trail;
@@ -105,8 +105,7 @@ impl StreamObserver {
         match &mut self.transform {
             Transform::Pass => {
                 self.scanner.feed(&chunk, |event| {
-                    context.observe(format, &event);
-                    watch.observe(&inspect(format, &event));
+                    watch.observe(&inspect_and_observe(format, &event, context));
                     usage.observe(format, &event);
                 });
                 Some(chunk)
@@ -114,8 +113,7 @@ impl StreamObserver {
             Transform::Convert(conversion) => {
                 let mut out = Vec::new();
                 self.scanner.feed(&chunk, |event| {
-                    context.observe(format, &event);
-                    watch.observe(&inspect(format, &event));
+                    watch.observe(&inspect_and_observe(format, &event, context));
                     usage.observe(format, &event);
                     conversion.event(&event, &mut out);
                 });
