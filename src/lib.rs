@@ -18,6 +18,8 @@ pub mod dashboard;
 pub mod endpoint;
 /// Operational events with stable names.
 pub mod events;
+/// A fast hasher for the request path's small bounded maps.
+pub mod fasthash;
 /// Shared state: configuration snapshot, breakers, rotation.
 pub mod gateway;
 /// Request records, usage, cost, metrics and live events.

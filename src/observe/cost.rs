@@ -20,11 +20,13 @@
 //! the usage fields do not say which a write was.
 
 use std::collections::HashMap;
+use std::sync::{PoisonError, RwLock};
 
 use serde_json::{Map, Value, json};
 
 use super::record::Tokens;
 use crate::endpoint::{FieldError, ModelPattern};
+use crate::fasthash::FastMap;
 
 /// USD per million tokens.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -164,6 +166,40 @@ pub struct PriceTable {
     exact: HashMap<String, usize>,
     /// Glob overrides → index in `entries`, most specific first.
     globs: Vec<(ModelPattern, usize)>,
+    /// Answers already worked out, by the name as asked: every request prices its model (and
+    /// labels its metrics by it), and the globs and suffix rules cost ~1k instructions a time.
+    memo: LookupMemo,
+}
+
+/// Names remembered at most; beyond this (clients inventing names) lookups are simply not
+/// remembered.
+const MEMO_MAX_NAMES: usize = 4096;
+const MEMO_MAX_NAME_LEN: usize = 256;
+
+#[derive(Debug, Default)]
+struct LookupMemo(RwLock<FastMap<String, Option<usize>>>);
+
+impl Clone for LookupMemo {
+    /// A copy starts empty: the memo belongs to one table's contents.
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl LookupMemo {
+    fn get(&self, model: &str) -> Option<Option<usize>> {
+        self.0.read().unwrap_or_else(PoisonError::into_inner).get(model).copied()
+    }
+
+    fn put(&self, model: &str, found: Option<usize>) {
+        if model.len() > MEMO_MAX_NAME_LEN {
+            return;
+        }
+        let mut memo = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        if memo.len() < MEMO_MAX_NAMES {
+            memo.insert(model.to_string(), found);
+        }
+    }
 }
 
 impl PriceTable {
@@ -219,15 +255,27 @@ impl PriceTable {
 
     /// The entry that prices `model` (see the module docs for the order).
     pub fn lookup(&self, model: &str) -> Option<&PriceEntry> {
+        let index = match self.memo.get(model) {
+            Some(found) => found,
+            None => {
+                let found = self.find(model);
+                self.memo.put(model, found);
+                found
+            }
+        };
+        index.and_then(|i| self.entries.get(i))
+    }
+
+    fn find(&self, model: &str) -> Option<usize> {
         let model = model.trim();
         if model.is_empty() {
             return None;
         }
         let lower = model.to_lowercase();
-        let exact = |name: &str| self.exact.get(name).and_then(|&i| self.entries.get(i));
+        let exact = |name: &str| self.exact.get(name).copied();
         exact(&lower)
             .or_else(|| strip_version_suffix(&lower).and_then(exact))
-            .or_else(|| self.globs.iter().find(|(p, _)| p.matches(model)).and_then(|(_, i)| self.entries.get(*i)))
+            .or_else(|| self.globs.iter().find(|(p, _)| p.matches(model)).map(|(_, i)| *i))
     }
 
     /// Cost of `tokens` answered by `model` at an endpoint with price `multiplier`; `None` when
@@ -443,6 +491,34 @@ mod tests {
         assert!(close(cost(&tokens(Some(1000), None, None, None), &p, 1.0), 0.003));
         // Zero usage is a real zero.
         assert_eq!(cost(&tokens(Some(0), Some(0), None, None), &p, 1.0), Some(0.0));
+    }
+
+    #[test]
+    fn remembered_lookups_answer_as_fresh_ones_and_the_memo_stays_bounded() {
+        let table = PriceTable::with_overrides(vec![(
+            "glm-*".into(),
+            Price { input: 1.0, output: 2.0, cache_read: 0.1, cache_write: 1.0 },
+        )]);
+        let names =
+            ["claude-sonnet-4-5-20250929", "GPT-4o", "glm-9-test", "my-local-llama", "", "claude-3-7-sonnet-latest"];
+        let fresh: Vec<Option<String>> =
+            names.iter().map(|n| table.find(n).map(|i| table.entries[i].model.clone())).collect();
+        for _ in 0..2 {
+            let looked: Vec<Option<String>> = names.iter().map(|n| table.lookup(n).map(|e| e.model.clone())).collect();
+            assert_eq!(looked, fresh);
+        }
+        assert_eq!(fresh[2].as_deref(), Some("glm-*"));
+        assert_eq!(fresh[3], None);
+        // A clone (a new snapshot) starts with an empty memo and answers the same.
+        let copy = table.clone();
+        assert_eq!(copy.memo.0.read().unwrap().len(), 0);
+        assert_eq!(copy.lookup("glm-9-test").map(|e| e.model.as_str()), Some("glm-*"));
+        // Invented names beyond the cap are answered, not remembered.
+        for i in 0..(MEMO_MAX_NAMES + 100) {
+            assert!(table.lookup(&format!("invented-{i}")).is_none());
+        }
+        assert_eq!(table.memo.0.read().unwrap().len(), MEMO_MAX_NAMES);
+        assert!(table.lookup(&"x".repeat(MEMO_MAX_NAME_LEN + 1)).is_none());
     }
 
     #[test]

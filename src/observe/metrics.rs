@@ -36,6 +36,7 @@ use super::record::{Classification, RequestRecord};
 use crate::breaker::{Circuit, Transition};
 use crate::endpoint::valid_name;
 use crate::events::cause_str;
+use crate::fasthash::{FastMap, FastSet};
 use crate::gateway::{Gateway, Snapshot};
 use crate::protocol::Protocol;
 
@@ -208,12 +209,12 @@ struct Series<V> {
 
 /// The series of one metric, keyed by label values.
 struct Family<V> {
-    series: RwLock<HashMap<String, Arc<Series<V>>>>,
+    series: RwLock<FastMap<String, Arc<Series<V>>>>,
 }
 
 impl<V> Family<V> {
     fn new() -> Self {
-        Self { series: RwLock::new(HashMap::new()) }
+        Self { series: RwLock::new(FastMap::default()) }
     }
 
     /// Run `f` on the series of `labels`, creating it with `make` the first time.
@@ -282,12 +283,12 @@ fn push_decimal(out: &mut String, mut n: usize) {
 /// Distinct values admitted for one label, up to a cap.
 struct Admitted {
     cap: usize,
-    seen: RwLock<HashSet<String>>,
+    seen: RwLock<FastSet<String>>,
 }
 
 impl Admitted {
     fn new(cap: usize) -> Self {
-        Self { cap, seen: RwLock::new(HashSet::new()) }
+        Self { cap, seen: RwLock::new(FastSet::default()) }
     }
 
     fn admit(&self, value: &str) -> bool {
@@ -353,7 +354,12 @@ impl Vocabulary {
     /// The label for a known model (its configured spelling, or the price entry that prices
     /// it), or `None`.
     fn model(&self, model: &str) -> Option<String> {
-        if let Some(canonical) = self.models.get(model).or_else(|| self.models.get(&model.to_lowercase())) {
+        // Lowercasing allocates: skip it for names that are lowercase already (most of them).
+        let lowered = || {
+            let already = model.is_ascii() && !model.bytes().any(|b| b.is_ascii_uppercase());
+            if already { None } else { self.models.get(&model.to_lowercase()) }
+        };
+        if let Some(canonical) = self.models.get(model).or_else(lowered) {
             return Some(canonical.clone());
         }
         // Labelled by the price entry, not the name as sent: dated variants
