@@ -54,9 +54,10 @@ for f in ("load_start.txt", "load_end.txt"):
 notes = {k: (int(v) if v.isdigit() else v) for k, v in tsv("notes.tsv")}
 peers = {r[0]: {"status": r[1], "detail": r[2] if len(r) > 2 else ""} for r in tsv("peers.tsv")}
 
-TARGETS = ["direct", "ccmesh", "ccmesh_conv", "litellm", "litellm_conv", "portkey"]
+TARGETS = ["direct", "floor", "ccmesh", "ccmesh_conv", "litellm", "litellm_conv", "portkey"]
 LABEL = {
     "direct": "direct (no gateway)",
+    "floor": "floor: bare hyper proxy (examples/bare_proxy.rs)",
     "ccmesh": "ccmesh",
     "ccmesh_conv": "ccmesh, converting (Claude → OpenAI endpoint)",
     "litellm": "LiteLLM proxy",
@@ -140,11 +141,17 @@ lat = result["latency_c1"]["ccmesh"]
 a50, a99 = added(lat, "ccmesh", "p50_us"), added(lat, "ccmesh", "p99_us")
 check("added latency p50, c=1", "≤ 50 µs", a50, None if a50 is None else a50 <= 50, fmt_us(a50))
 check("added latency p99, c=1", "≤ 150 µs", a99, None if a99 is None else a99 <= 150, fmt_us(a99))
+f50, f99 = added(lat, "floor", "p50_us"), added(lat, "floor", "p99_us")
+if f50 is not None:
+    check("(the floor: bare hyper proxy) added latency p50 / p99, c=1", "–", f50, None, f"{fmt_us(f50)} / {fmt_us(f99)}")
 t0 = result["throughput"]["d0"]
 r = None
 if rps(t0.get("ccmesh")) and rps(t0.get("direct")):
     r = rps(t0["ccmesh"]) / rps(t0["direct"])
 check("throughput, 0 ms upstream, c=64", "≥ 0.45 × direct", r, None if r is None else r >= 0.45, fmt_ratio(r))
+if rps(t0.get("floor")) and rps(t0.get("direct")):
+    rf = rps(t0["floor"]) / rps(t0["direct"])
+    check("(the floor: bare hyper proxy) throughput, 0 ms upstream, c=64", "–", rf, None, fmt_ratio(rf))
 if rps(t0.get("ccmesh")) and rps(t0.get("litellm")):
     r = rps(t0["ccmesh"]) / rps(t0["litellm"])
     check("throughput vs LiteLLM", "≥ 10 × LiteLLM", r, r >= 10, fmt_ratio(r))
@@ -155,6 +162,9 @@ if s:
 tt = result["ttfc_c1"]["ccmesh"]
 f50 = added(tt, "ccmesh", "first_bytes_p50_us")
 check("added time to first content, p50", "≤ 200 µs", f50, None if f50 is None else f50 <= 200, fmt_us(f50))
+ff50 = added(tt, "floor", "first_bytes_p50_us")
+if ff50 is not None:
+    check("(the floor: bare hyper proxy) added time to first content, p50", "–", ff50, None, fmt_us(ff50))
 idle = notes.get("rss_idle_start_kib")
 if isinstance(idle, int):
     check("RSS idle", "≤ 20 MiB", idle, idle <= 20 * 1024, f"{idle / 1024:.1f} MiB")
@@ -164,7 +174,11 @@ after = notes.get("rss_after_all_streams_kib")
 before = notes.get("rss_before_streams_kib")
 if isinstance(after, int) and isinstance(before, int):
     grow = after - before
-    check("RSS back to idle after the streams", "no growth", grow, grow <= 1024, f"{grow:+d} KiB ({before / 1024:.1f} → {after / 1024:.1f} MiB)")
+    check("RSS back to idle after the streams (2 s idle)", "no growth", grow, grow <= 1024, f"{grow:+d} KiB ({before / 1024:.1f} → {after / 1024:.1f} MiB)")
+later = notes.get("rss_after_streams_then_traffic_kib")
+if isinstance(later, int) and isinstance(before, int):
+    grow = later - before
+    check("RSS back to idle after the streams (then 1 s of light traffic)", "no growth", grow, grow <= 1024, f"{grow:+d} KiB ({before / 1024:.1f} → {later / 1024:.1f} MiB)")
 fo = result["failover"]
 for key, label in (("no_retry_delay", "transient_retry_delay_ms=0"), ("default", "default settings")):
     run = fo.get(key)
@@ -204,7 +218,7 @@ w("## Added latency at concurrency 1 (non-streaming, small body, interleaved wit
 w("")
 w("| target | p50 | p99 | added p50 | added p99 | requests |")
 w("| --- | --- | --- | --- | --- | --- |")
-for run_name, names in (("ccmesh", ["direct", "ccmesh", "ccmesh_conv"]), ("litellm", ["litellm", "litellm_conv"]), ("portkey", ["portkey"])):
+for run_name, names in (("ccmesh", ["direct", "floor", "ccmesh", "ccmesh_conv"]), ("litellm", ["litellm", "litellm_conv"]), ("portkey", ["portkey"])):
     run = lat if run_name == "ccmesh" else result["latency_c1"][run_name]
     if not run:
         continue
@@ -227,7 +241,7 @@ if idle_run:
     w("")
     w("| target | p50 | p99 | added p50 | added p99 | requests |")
     w("| --- | --- | --- | --- | --- | --- |")
-    for n in ("direct", "ccmesh", "ccmesh_conv"):
+    for n in ("direct", "floor", "ccmesh", "ccmesh_conv"):
         t = idle_run["targets"].get(n)
         if t:
             w(
@@ -260,7 +274,7 @@ w("## Streaming: time to the first content event at concurrency 1 (interleaved w
 w("")
 w("| target | first content p50 | p99 | added p50 | added p99 | streams | incomplete |")
 w("| --- | --- | --- | --- | --- | --- | --- |")
-for run_name, names in (("ccmesh", ["direct", "ccmesh", "ccmesh_conv"]), ("litellm", ["litellm", "litellm_conv"]), ("portkey", ["portkey"])):
+for run_name, names in (("ccmesh", ["direct", "floor", "ccmesh", "ccmesh_conv"]), ("litellm", ["litellm", "litellm_conv"]), ("portkey", ["portkey"])):
     run = result["ttfc_c1"][run_name]
     if not run:
         continue
@@ -337,7 +351,8 @@ order = [
     ("rss_before_streams_kib", "idle, before the streams"),
     ("rss_open_streams_kib", f"with {mem.get('open_streams', '?')} streams open"),
     ("rss_after_streams_1024_kib", "2 s after the 1024 streams ended"),
-    ("rss_after_all_streams_kib", "after all stream runs"),
+    ("rss_after_all_streams_kib", "2 s after all stream runs (idle)"),
+    ("rss_after_streams_then_traffic_kib", "after all stream runs and then 1 s of light traffic"),
     ("rss_end_kib", "end of run"),
 ]
 for k, label in order:
