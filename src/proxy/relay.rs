@@ -6,12 +6,16 @@
 //! records a neutral outcome.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
+use tokio::time::{Instant, Sleep};
 
 use crate::breaker::{Outcome, Permit};
 use crate::config::BreakerSettings;
@@ -192,39 +196,87 @@ struct RelayState<S> {
     done: bool,
 }
 
-pub fn relay<S>(
-    mut committed: Committed,
-    permit: Permit,
-    upstream: S,
-) -> impl Stream<Item = Result<Bytes, io::Error>> + Send + 'static
+pub fn relay<S>(mut committed: Committed, permit: Permit, upstream: S) -> Relay<S>
 where
     S: Stream<Item = Result<Bytes, hyper::Error>> + Send + Unpin + 'static,
 {
     let pending: VecDeque<Bytes> = std::mem::take(&mut committed.held).into();
-    let state = RelayState { c: committed, upstream, pending, permit: Some(permit), done: false };
-    futures_util::stream::unfold(state, |mut s| async move {
+    let idle = committed.idle_timeout.map(IdleWatch::new);
+    Relay { s: RelayState { c: committed, upstream, pending, permit: Some(permit), done: false }, idle }
+}
+
+/// The client's side of a committed stream: the upstream's chunks as they arrive (observed,
+/// maybe converted), then the outcome recorded when it ends.
+pub struct Relay<S> {
+    s: RelayState<S>,
+    idle: Option<IdleWatch>,
+}
+
+/// The idle timeout without a timer operation per chunk: a chunk only notes the time; the one
+/// timer is re-armed when it fires early (at most once per idle period). Arming a timer per
+/// chunk cost a timer-wheel insert and removal for every event of every stream.
+struct IdleWatch {
+    limit: Duration,
+    last_data: Instant,
+    timer: Pin<Box<Sleep>>,
+}
+
+impl IdleWatch {
+    fn new(limit: Duration) -> Self {
+        let now = Instant::now();
+        Self { limit, last_data: now, timer: Box::pin(tokio::time::sleep_until(now + limit)) }
+    }
+
+    /// `Ready` once no data came for `limit`; otherwise `Pending` with the timer armed.
+    fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            ready!(self.timer.as_mut().poll(cx));
+            let deadline = self.last_data + self.limit;
+            if Instant::now() >= deadline {
+                return Poll::Ready(());
+            }
+            self.timer.as_mut().reset(deadline);
+        }
+    }
+}
+
+impl<S> Stream for Relay<S>
+where
+    S: Stream<Item = Result<Bytes, hyper::Error>> + Unpin,
+{
+    type Item = Result<Bytes, io::Error>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let s = &mut this.s;
         loop {
             if let Some(chunk) = s.pending.pop_front() {
-                return Some((Ok(chunk), s));
+                return Poll::Ready(Some(Ok(chunk)));
             }
             if s.done {
-                return None;
+                return Poll::Ready(None);
             }
-            let next = match s.c.idle_timeout {
-                Some(idle) => match tokio::time::timeout(idle, s.upstream.next()).await {
-                    Ok(n) => n,
-                    Err(_) => {
-                        let message = format!("the upstream stream was idle for more than {:.1} s", idle.as_secs_f64());
-                        s.fail(message);
+            let next = match s.upstream.poll_next_unpin(cx) {
+                Poll::Ready(next) => {
+                    if let Some(idle) = &mut this.idle {
+                        idle.last_data = Instant::now();
+                    }
+                    next
+                }
+                Poll::Pending => match &mut this.idle {
+                    Some(idle) => {
+                        ready!(idle.poll_expired(cx));
+                        let limit = idle.limit.as_secs_f64();
+                        s.fail(format!("the upstream stream was idle for more than {limit:.1} s"));
                         continue;
                     }
+                    None => return Poll::Pending,
                 },
-                None => s.upstream.next().await,
             };
             match next {
                 Some(Ok(chunk)) => {
                     if let Some(out) = s.c.observer.chunk(chunk) {
-                        return Some((Ok(out), s));
+                        return Poll::Ready(Some(Ok(out)));
                     }
                 }
                 Some(Err(e)) => {
@@ -246,7 +298,7 @@ where
                 },
             }
         }
-    })
+    }
 }
 
 impl<S> RelayState<S> {

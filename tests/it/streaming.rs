@@ -193,6 +193,21 @@ async fn an_idle_stream_is_ended_with_an_error_event() {
 }
 
 #[tokio::test]
+async fn the_idle_timeout_counts_from_the_last_chunk_not_from_the_start() {
+    let up = MockUpstream::start().await;
+    let g = TestGateway::start().await;
+    // Chunks 0.1 s apart for ~0.8 s in all: four times the idle limit, never idle for it.
+    g.settings(json!({"timeouts": {"claude": {"idle_timeout_secs": 0.2}}})).await;
+    g.add("a", "anthropic", &up.url(), json!({})).await;
+    up.push(Reply::anthropic_stream(&["a", "b", "c", "d", "e"]).paced(Duration::from_millis(100)));
+    let text = body_text(g.post("/v1/messages", &claude_body("m", true)).await).await;
+    assert!(text.contains("event: message_stop") && !text.contains("event: error"), "{text}");
+    for part in ["a", "b", "c", "d", "e"] {
+        assert!(text.contains(&format!("\"text\":\"{part}\"")), "{part} in {text}");
+    }
+}
+
+#[tokio::test]
 async fn a_client_that_goes_away_cancels_the_upstream_request() {
     // Before any byte reached the client.
     let up = MockUpstream::start().await;
