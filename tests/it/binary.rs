@@ -18,6 +18,8 @@ struct Server {
     child: Child,
     url: String,
     logs: Arc<Mutex<Vec<String>>>,
+    /// Reads stderr until the process closes it.
+    reader: Option<std::thread::JoinHandle<()>>,
     _dir: tempfile::TempDir,
 }
 
@@ -50,7 +52,7 @@ impl Server {
         let logs = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = std::sync::mpsc::channel();
         let sink = logs.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Ok(v) = serde_json::from_str::<Value>(&line)
                     && v["fields"]["event"] == "listening"
@@ -63,7 +65,7 @@ impl Server {
         let addr = rx
             .recv_timeout(Duration::from_secs(20))
             .unwrap_or_else(|_| panic!("ccmesh did not start: {:?}", logs.lock().unwrap()));
-        Server { child, url: format!("http://{addr}"), logs, _dir: dir }
+        Server { child, url: format!("http://{addr}"), logs, reader: Some(reader), _dir: dir }
     }
 
     fn cli(&self, args: &[&str]) -> (i32, String, String) {
@@ -79,6 +81,16 @@ impl Server {
             String::from_utf8_lossy(&out.stdout).into_owned(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
+    }
+
+    /// Wait for the process to exit and for every line it logged.
+    fn wait_exit(mut self) -> (std::process::ExitStatus, String) {
+        let status = self.child.wait().unwrap();
+        if let Some(reader) = self.reader.take() {
+            reader.join().unwrap();
+        }
+        let logs = self.logs.lock().unwrap().join("\n");
+        (status, logs)
     }
 
     fn terminate(&mut self) {
@@ -273,12 +285,7 @@ async fn sigterm_lets_an_in_flight_stream_finish_then_exits() {
     server.terminate();
     let text = String::from_utf8(r.bytes().await.unwrap().to_vec()).unwrap();
     assert!(text.ends_with("data: [DONE]\n\n"), "the stream completed: {text}");
-    let status = tokio::task::spawn_blocking(move || {
-        let status = server.child.wait().unwrap();
-        (status, server.logs.lock().unwrap().join("\n"))
-    })
-    .await
-    .unwrap();
+    let status = tokio::task::spawn_blocking(move || server.wait_exit()).await.unwrap();
     assert!(status.0.success(), "{:?}", status.0);
     assert!(status.1.contains("shutdown_started") && status.1.contains("\"stopped\""), "{}", status.1);
 }
@@ -309,12 +316,7 @@ async fn sigterm_closes_what_is_still_open_when_the_grace_period_ends() {
         }
     };
     assert!(!String::from_utf8_lossy(&rest).contains("[DONE]"), "the stalled stream never completed: {ended}");
-    let (status, logs) = tokio::task::spawn_blocking(move || {
-        let status = server.child.wait().unwrap();
-        (status, server.logs.lock().unwrap().join("\n"))
-    })
-    .await
-    .unwrap();
+    let (status, logs) = tokio::task::spawn_blocking(move || server.wait_exit()).await.unwrap();
     assert!(status.success(), "{status:?}");
     assert!(logs.contains("shutdown_forced") && logs.contains("\"stopped\""), "{logs}");
 }
