@@ -81,7 +81,8 @@ pub async fn serve_with(
             Ok((tcp, _)) => {
                 let _ = tcp.set_nodelay(true);
                 let Ok(tcp) = tcp.into_std() else { continue };
-                if let Some(w) = pool.iter().min_by_key(|w| w.open.load(Ordering::Relaxed)) {
+                let open: Vec<usize> = pool.iter().map(|w| w.open.load(Ordering::Relaxed)).collect();
+                if let Some(w) = least_loaded(&open).and_then(|i| pool.get(i)) {
                     w.open.fetch_add(1, Ordering::Relaxed);
                     let _ = w.connections.send(tcp);
                 }
@@ -111,6 +112,11 @@ pub async fn serve_with(
         let _ = stop_tx.send(Stop::Now);
     }
     Ok(())
+}
+
+/// The serving thread with the fewest open connections (the first of equals).
+fn least_loaded(open: &[usize]) -> Option<usize> {
+    open.iter().enumerate().min_by_key(|&(i, n)| (*n, i)).map(|(i, _)| i)
 }
 
 fn is_connection_error(e: &std::io::Error) -> bool {
@@ -217,4 +223,24 @@ async fn serve_connection(tcp: TcpStream, app: Router, mut stop: watch::Receiver
         }
     }
     open.fetch_sub(1, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connections_go_to_the_serving_thread_with_the_fewest_open() {
+        assert_eq!(least_loaded(&[]), None);
+        assert_eq!(least_loaded(&[0]), Some(0));
+        assert_eq!(least_loaded(&[3, 1, 2]), Some(1));
+        // Ties go to the first, so an idle gateway fills its threads in turn.
+        assert_eq!(least_loaded(&[2, 1, 1]), Some(1));
+        let mut open = vec![0usize; 4];
+        for _ in 0..10 {
+            let i = least_loaded(&open).unwrap();
+            open[i] += 1;
+        }
+        assert_eq!(open, vec![3, 3, 2, 2]);
+    }
 }
