@@ -44,7 +44,30 @@ pub struct Trail {
 fn new_id(unix_ms: u64) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff;
-    format!("{unix_ms:012x}{n:08x}")
+    let mut id = String::with_capacity(20);
+    push_hex(&mut id, unix_ms, 12);
+    push_hex(&mut id, n, 8);
+    id
+}
+
+/// The low `digits` hex digits of `n`, zero-padded (what `{n:0digits$x}` gives for values that
+/// fit), without `format!` on the request path.
+fn push_hex(out: &mut String, n: u64, digits: u32) {
+    for shift in (0..digits).rev() {
+        let nibble = ((n >> (shift * 4)) & 0xf) as u32;
+        out.push(char::from_digit(nibble, 16).unwrap_or('0'));
+    }
+}
+
+/// Milliseconds with three decimals (microsecond resolution), as Server-Timing wants them.
+fn push_ms(out: &mut String, d: Duration) {
+    let us = d.as_micros();
+    out.push_str(&(us / 1000).to_string());
+    out.push('.');
+    let frac = us % 1000;
+    for div in [100, 10, 1] {
+        out.push(char::from_digit(((frac / div) % 10) as u32, 10).unwrap_or('0'));
+    }
 }
 
 fn ms(d: Duration) -> f64 {
@@ -188,7 +211,11 @@ impl Trail {
         let overhead = total.saturating_sub(self.upstream).saturating_sub(self.waits);
         self.first_byte = Some(total);
         self.overhead = Some(overhead);
-        let value = format!("gateway;dur={:.3}, upstream;dur={:.3}", ms(overhead), ms(self.upstream));
+        let mut value = String::with_capacity(48);
+        value.push_str("gateway;dur=");
+        push_ms(&mut value, overhead);
+        value.push_str(", upstream;dur=");
+        push_ms(&mut value, self.upstream);
         HeaderValue::from_str(&value).unwrap_or_else(|_| HeaderValue::from_static("gateway"))
     }
 
@@ -338,6 +365,23 @@ mod tests {
         let c = new_id(1_700_000_000_001);
         assert!(a < b && b < c, "{a} {b} {c}");
         assert_eq!(a.len(), 20);
+        assert!(a.starts_with(&format!("{:012x}", 1_700_000_000_000u64)), "{a}");
+    }
+
+    #[test]
+    fn hex_and_milliseconds_are_written_as_format_would() {
+        for (n, digits) in [(0u64, 8), (0xdead_beef, 8), (1_700_000_000_000, 12), (15, 3)] {
+            let mut out = String::new();
+            push_hex(&mut out, n, digits);
+            assert_eq!(out, format!("{n:0width$x}", width = digits as usize));
+        }
+        for (us, want) in
+            [(0u64, "0.000"), (7, "0.007"), (1_234, "1.234"), (90_050, "90.050"), (12_345_678, "12345.678")]
+        {
+            let mut out = String::new();
+            push_ms(&mut out, Duration::from_micros(us));
+            assert_eq!(out, want);
+        }
     }
 
     #[test]
