@@ -8,8 +8,11 @@
 // A benchmark fails loudly on broken fixtures.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::print_stdout)]
 
+mod support;
+use support::measure;
+
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ccmesh::convert::{self, StreamConversion, ir::EncodeContext};
 use ccmesh::endpoint::Format;
@@ -46,28 +49,6 @@ fn long_history(target: usize) -> Vec<u8> {
     // End with a user turn, as a real request does.
     body["messages"].as_array_mut().expect("messages").push(json!({"role": "user", "content": "continue"}));
     serde_json::to_vec(&body).expect("json")
-}
-
-/// Median time per iteration over 5 rounds of ~200 ms each.
-fn measure(mut f: impl FnMut()) -> Duration {
-    for _ in 0..3 {
-        f();
-    }
-    let probe = Instant::now();
-    f();
-    let once = probe.elapsed().max(Duration::from_nanos(50));
-    let iters = ((Duration::from_millis(200).as_nanos() / once.as_nanos()) as u32).clamp(1, 1_000_000);
-    let mut rounds: Vec<Duration> = (0..5)
-        .map(|_| {
-            let start = Instant::now();
-            for _ in 0..iters {
-                f();
-            }
-            start.elapsed() / iters
-        })
-        .collect();
-    rounds.sort();
-    rounds[2]
 }
 
 fn fmt(d: Duration) -> String {

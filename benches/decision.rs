@@ -20,13 +20,16 @@
 // A benchmark fails loudly on broken fixtures.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::print_stdout)]
 
+mod support;
+use support::measure;
+
 use std::collections::BTreeMap;
 use std::error::Error;
 use std::fmt;
 use std::hint::black_box;
 use std::io;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
@@ -48,28 +51,6 @@ use ccmesh::protocol::{Protocol, Route};
 use ccmesh::proxy::classify::{Class, classify_network_error, classify_status, outcome_for};
 use ccmesh::proxy::relay::{StreamObserver, StreamWatch, Transform};
 use ccmesh::routing;
-
-/// Median time per iteration over 5 rounds of ~200 ms each.
-fn measure(mut f: impl FnMut()) -> Duration {
-    for _ in 0..3 {
-        f();
-    }
-    let probe = Instant::now();
-    f();
-    let once = probe.elapsed().max(Duration::from_nanos(50));
-    let iters = ((Duration::from_millis(200).as_nanos() / once.as_nanos()) as u32).clamp(1, 1_000_000);
-    let mut rounds: Vec<Duration> = (0..5)
-        .map(|_| {
-            let start = Instant::now();
-            for _ in 0..iters {
-                f();
-            }
-            start.elapsed() / iters
-        })
-        .collect();
-    rounds.sort();
-    rounds[2]
-}
 
 fn fmt(d: Duration) -> String {
     fmt_ns(d.as_nanos() as f64)
