@@ -81,8 +81,13 @@ impl UpstreamClient {
         THREAD_POOL.with(|p| *p.borrow_mut() = Some(own));
     }
 
-    fn current(&self) -> HttpClient {
-        THREAD_POOL.with(|p| p.borrow().clone()).unwrap_or_else(|| self.shared.clone())
+    /// Start `request` on this thread's pool, or the shared one (the returned future owns what
+    /// it needs, so no client is cloned per request).
+    fn start(&self, request: Request<Full<Bytes>>) -> hyper_util::client::legacy::ResponseFuture {
+        THREAD_POOL.with(|p| match p.borrow().as_ref() {
+            Some(own) => own.request(request),
+            None => self.shared.request(request),
+        })
     }
 
     /// Send one request. `url` is absolute (`join_url`); `headers` are the final upstream
@@ -98,7 +103,7 @@ impl UpstreamClient {
         *request.method_mut() = method;
         *request.headers_mut() = headers;
         *request.uri_mut() = Uri::try_from(url).map_err(|_| SendError::BadUrl(url.to_string()))?;
-        Ok(self.current().request(request).await?)
+        Ok(self.start(request).await?)
     }
 }
 
