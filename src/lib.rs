@@ -1,5 +1,7 @@
 //! ccmesh: a self-hosted LLM API gateway. Module map, in the order a request meets them:
 
+#![forbid(unsafe_code)]
+
 /// Admin REST API under `/api`.
 pub mod admin;
 /// The circuit breaker: pure state machine and its thin shell.
@@ -22,6 +24,8 @@ pub mod events;
 pub mod fasthash;
 /// Shared state: configuration snapshot, breakers, rotation.
 pub mod gateway;
+/// Giving memory back to the system when a thread falls idle.
+pub mod idle_memory;
 /// Request records, usage, cost, metrics and live events.
 pub mod observe;
 /// Inbound protocols, native errors, SSE scanning.

@@ -35,6 +35,26 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .with_state(gw)
 }
 
+/// What an idle serving thread does, and when, counted from its last connection closing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IdleStep {
+    /// Give the memory of the work just done back to the system (`idle_memory`).
+    ReleaseMemory,
+    /// Every pooled upstream connection of this thread has now been unused for the pool's idle
+    /// timeout: close them all now (hyper would sweep them only at its next check, up to another
+    /// timeout later). Their tasks end on this thread's next turns; the next step then returns
+    /// what they held.
+    CloseIdleUpstreams,
+}
+
+/// The idle schedule. After its last step a thread is not woken again until it next serves a
+/// connection.
+const IDLE_STEPS: [(Duration, IdleStep); 3] = [
+    (Duration::from_secs(1), IdleStep::ReleaseMemory),
+    (crate::proxy::upstream::POOL_IDLE_TIMEOUT, IdleStep::CloseIdleUpstreams),
+    (crate::proxy::upstream::POOL_IDLE_TIMEOUT.saturating_add(Duration::from_secs(1)), IdleStep::ReleaseMemory),
+];
+
 /// Serving threads when none are configured: one per CPU core.
 pub fn default_workers() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
@@ -154,7 +174,11 @@ impl Worker {
         let counter = open.clone();
         std::thread::Builder::new().name(format!("ccmesh-worker-{n}")).spawn(move || {
             client.install_on_this_thread();
-            runtime.block_on(serve_connections(incoming, app, stop, counter));
+            let on_idle = move |step: IdleStep| match step {
+                IdleStep::ReleaseMemory => crate::idle_memory::release(),
+                IdleStep::CloseIdleUpstreams => client.close_idle_connections_on_this_thread(),
+            };
+            runtime.block_on(serve_connections(incoming, app, stop, counter, on_idle));
             let _ = done_tx.send(());
         })?;
         Ok(Worker { connections, open, done })
@@ -172,23 +196,50 @@ async fn serve_connections(
     app: Router,
     mut stop: watch::Receiver<Stop>,
     open: Arc<AtomicUsize>,
+    mut on_idle: impl FnMut(IdleStep),
 ) {
     let mut tasks = JoinSet::new();
+    // The idle schedule (`IDLE_STEPS`): armed when the last connection closes, disarmed by the
+    // next one.
+    let mut idle_since: Option<tokio::time::Instant> = None;
+    let mut steps_done = 0;
+    let idle_timer = tokio::time::sleep(Duration::ZERO);
+    let mut idle_timer = std::pin::pin!(idle_timer);
     loop {
         tokio::select! {
             tcp = incoming.recv() => match tcp {
-                Some(tcp) => match TcpStream::from_std(tcp) {
-                    Ok(tcp) => {
-                        tasks.spawn(serve_connection(tcp, app.clone(), stop.clone(), open.clone()));
+                Some(tcp) => {
+                    match TcpStream::from_std(tcp) {
+                        Ok(tcp) => {
+                            idle_since = None;
+                            tasks.spawn(serve_connection(tcp, app.clone(), stop.clone(), open.clone()));
+                        }
+                        Err(_) => {
+                            open.fetch_sub(1, Ordering::Relaxed);
+                        }
                     }
-                    Err(_) => {
-                        open.fetch_sub(1, Ordering::Relaxed);
-                    }
-                },
+                }
                 // The acceptor stopped: drain.
                 None => break,
             },
-            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {
+                if tasks.is_empty() {
+                    let now = tokio::time::Instant::now();
+                    idle_since = Some(now);
+                    steps_done = 0;
+                    idle_timer.as_mut().reset(now + IDLE_STEPS[0].0);
+                }
+            }
+            () = idle_timer.as_mut(), if idle_since.is_some() => {
+                if let Some((_, step)) = IDLE_STEPS.get(steps_done) {
+                    on_idle(*step);
+                }
+                steps_done += 1;
+                match (idle_since, IDLE_STEPS.get(steps_done)) {
+                    (Some(since), Some((after, _))) => idle_timer.as_mut().reset(since + *after),
+                    _ => idle_since = None,
+                }
+            }
         }
     }
     loop {
@@ -242,5 +293,71 @@ mod tests {
             open[i] += 1;
         }
         assert_eq!(open, vec![3, 3, 2, 2]);
+    }
+
+    /// A loopback connection as the acceptor hands it over (non-blocking, counted as open).
+    fn connection(open: &AtomicUsize) -> (std::net::TcpStream, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (served, _) = listener.accept().unwrap();
+        served.set_nonblocking(true).unwrap();
+        open.fetch_add(1, Ordering::SeqCst);
+        (client, served)
+    }
+
+    async fn until_closed(open: &AtomicUsize) {
+        while open.load(Ordering::SeqCst) > 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// The schedule in virtual time: nothing while a connection is open however long it lasts;
+    /// once the last one closes, each step of `IDLE_STEPS` at its time and then silence; the next
+    /// connection starts the schedule again.
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_serving_thread_follows_the_idle_schedule_then_sleeps() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (_stop_tx, stop) = watch::channel(Stop::Running);
+        let open = Arc::new(AtomicUsize::new(0));
+        let app = Router::new().route("/", get(|| async { "ok" }));
+        let steps = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = steps.clone();
+        let on_idle = move |step| seen.lock().unwrap().push(step);
+        let serving = tokio::spawn(serve_connections(rx, app, stop, open.clone(), on_idle));
+        let taken = || steps.lock().unwrap().clone();
+
+        // Never busy yet: nothing to give back, however long nothing happens.
+        tokio::time::sleep(Duration::from_secs(1000)).await;
+        assert_eq!(taken(), []);
+
+        let (client, served) = connection(&open);
+        tx.send(served).unwrap();
+        tokio::time::sleep(Duration::from_secs(1000)).await;
+        assert_eq!(taken(), [], "a connection is open: the thread is not idle");
+
+        drop(client);
+        until_closed(&open).await;
+        let closed = tokio::time::Instant::now();
+        for (i, (after, step)) in IDLE_STEPS.iter().enumerate() {
+            tokio::time::sleep_until(closed + *after - Duration::from_millis(1)).await;
+            assert_eq!(taken().len(), i, "not before {after:?} idle");
+            tokio::time::sleep_until(closed + *after + Duration::from_millis(1)).await;
+            assert_eq!(taken().last(), Some(step), "at {after:?} idle");
+        }
+        tokio::time::sleep(Duration::from_secs(10_000)).await;
+        let all: Vec<IdleStep> = IDLE_STEPS.iter().map(|(_, s)| *s).collect();
+        assert_eq!(taken(), all, "then the thread sleeps");
+
+        // A connection that comes and goes starts the schedule again.
+        let (client, served) = connection(&open);
+        tx.send(served).unwrap();
+        drop(client);
+        until_closed(&open).await;
+        tokio::time::sleep(IDLE_STEPS[0].0 + Duration::from_millis(1)).await;
+        assert_eq!(taken().len(), IDLE_STEPS.len() + 1);
+        assert_eq!(taken().last(), Some(&IdleStep::ReleaseMemory));
+
+        drop(tx);
+        serving.await.unwrap();
     }
 }

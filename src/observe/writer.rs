@@ -158,6 +158,12 @@ pub struct WriterConfig {
     /// Test hook: the thread receives nothing until this yields (or its sender is dropped),
     /// standing in for a writer stuck on a slow disk.
     pub gate: Option<Receiver<()>>,
+    /// How long after its last write the thread counts as idle and gives memory back: SQLite's
+    /// page cache (`PRAGMA shrink_memory`), the batch buffer, and what the allocator holds for
+    /// the thread (`on_idle`).
+    pub idle_after: Duration,
+    /// Called on the writer thread once it is idle (`idle_memory::release`; a counter in tests).
+    pub on_idle: fn(),
 }
 
 impl WriterConfig {
@@ -171,6 +177,8 @@ impl WriterConfig {
             retention: None,
             clock,
             gate: None,
+            idle_after: Duration::from_secs(1),
+            on_idle: crate::idle_memory::release,
         }
     }
 }
@@ -246,6 +254,9 @@ pub fn start(db_path: &Path, config: WriterConfig) -> Result<(RecordSink, Writer
         prune_chunk: config.prune_chunk.max(1),
         retention: config.retention,
         clock: config.clock,
+        idle_after: config.idle_after,
+        on_idle: config.on_idle,
+        idle_at: None,
     };
     let gate = config.gate;
     let thread = std::thread::Builder::new().name("ccmesh-records".into()).spawn(move || {
@@ -266,6 +277,10 @@ struct Worker {
     prune_chunk: usize,
     retention: Option<Duration>,
     clock: Arc<dyn Clock>,
+    idle_after: Duration,
+    on_idle: fn(),
+    /// When the thread, having written, counts as idle (see `WriterConfig::idle_after`).
+    idle_at: Option<Instant>,
 }
 
 /// A retention pass in progress: its cutoff is fixed when it starts.
@@ -318,6 +333,11 @@ impl Worker {
                 self.write(&mut batch);
                 batch_deadline = None;
             }
+            if batch.is_empty() && pass.is_none() && self.idle_at.is_some_and(|d| now >= d) {
+                self.idle_at = None;
+                batch.shrink_to(0);
+                self.release_idle_memory();
+            }
             if pass.is_none() && next_prune.is_some_and(|d| now >= d) {
                 pass = Some(self.begin_pass());
             }
@@ -334,7 +354,7 @@ impl Worker {
             let wait = if pass.is_some() {
                 Duration::ZERO
             } else {
-                [batch_deadline, next_prune]
+                [batch_deadline, next_prune, self.idle_at]
                     .into_iter()
                     .flatten()
                     .min()
@@ -413,6 +433,7 @@ impl Worker {
                 // Duplicates (same id) were already stored: they count as written, not lost.
                 self.counters.written.fetch_add(batch.len() as u64, Ordering::Relaxed);
                 self.counters.batches.fetch_add(1, Ordering::Relaxed);
+                self.idle_at = Some(Instant::now() + self.idle_after);
             }
             Err(e) => {
                 tracing::error!(event = "record_write_failed", error = %e, records = batch.len(), "request records lost");
@@ -421,6 +442,15 @@ impl Worker {
             }
         }
         batch.clear();
+    }
+
+    /// SQLite's page cache (2 MB by default, full after a few thousand records) is rebuilt from
+    /// the OS's file cache on the next write; the allocator's share goes back with `on_idle`.
+    fn release_idle_memory(&mut self) {
+        if let Err(e) = self.conn.execute_batch("PRAGMA shrink_memory") {
+            tracing::debug!(error = %e, "shrink_memory failed");
+        }
+        (self.on_idle)();
     }
 
     fn begin_pass(&self) -> PrunePass {
@@ -482,6 +512,47 @@ mod tests {
     fn stored(path: &Path) -> u64 {
         let conn = Connection::open(path).unwrap();
         records::count(&conn).unwrap()
+    }
+
+    static IDLE_RELEASES: AtomicU64 = AtomicU64::new(0);
+    fn count_idle_release() {
+        IDLE_RELEASES.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn until_idle_releases(n: u64) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while IDLE_RELEASES.load(Ordering::SeqCst) < n {
+            assert!(Instant::now() < deadline, "no idle release #{n}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Once per quiet spell after writing, not before anything was written, not again while it
+    /// stays quiet (an idle gateway's writer sleeps).
+    #[test]
+    fn the_writer_gives_memory_back_once_it_falls_idle_after_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("ccmesh.db");
+        let quiet = Duration::from_millis(20);
+        let cfg = WriterConfig { idle_after: quiet, on_idle: count_idle_release, ..config(system()) };
+        let (sink, handle) = start(&db, cfg).unwrap();
+        assert!(sink.flush(Duration::from_secs(5)), "an empty flush writes nothing");
+        std::thread::sleep(quiet * 5);
+        assert_eq!(IDLE_RELEASES.load(Ordering::SeqCst), 0, "nothing written, nothing to give back");
+
+        sink.submit(sample_record("idle-1", 1_000));
+        assert!(sink.flush(Duration::from_secs(5)));
+        until_idle_releases(1);
+        std::thread::sleep(quiet * 5);
+        assert_eq!(IDLE_RELEASES.load(Ordering::SeqCst), 1, "once per quiet spell");
+
+        sink.submit(sample_record("idle-2", 2_000));
+        assert!(sink.flush(Duration::from_secs(5)));
+        until_idle_releases(2);
+        // The cache it gave back is rebuilt on demand: later writes and reads still work.
+        sink.submit(sample_record("idle-3", 3_000));
+        handle.shutdown();
+        assert_eq!(stored(&db), 3);
     }
 
     #[test]

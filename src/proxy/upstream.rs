@@ -50,6 +50,9 @@ thread_local! {
 /// with TLS). nginx's usual `keepalive` setting is of the same order.
 pub const MAX_IDLE_PER_HOST: usize = 64;
 
+/// How long an upstream connection may sit unused in a pool before it is closed.
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
 /// Why a request never got an answer.
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
@@ -79,6 +82,19 @@ impl UpstreamClient {
     pub fn install_on_this_thread(&self) {
         let own = pool(self.tls.clone());
         THREAD_POOL.with(|p| *p.borrow_mut() = Some(own));
+    }
+
+    /// Close every idle connection of this thread's pool now (by starting a new, empty pool).
+    /// For a serving thread that has served nothing for `POOL_IDLE_TIMEOUT`: its connections have
+    /// all expired, and hyper sweeps expired ones only every `POOL_IDLE_TIMEOUT`, so they would
+    /// otherwise stay open (and their buffers resident) up to that long again.
+    pub fn close_idle_connections_on_this_thread(&self) {
+        THREAD_POOL.with(|p| {
+            let mut pool_slot = p.borrow_mut();
+            if pool_slot.is_some() {
+                *pool_slot = Some(pool(self.tls.clone()));
+            }
+        });
     }
 
     /// Start `request` on this thread's pool, or the shared one (the returned future owns what
@@ -119,7 +135,7 @@ fn pool(tls: rustls::ClientConfig) -> HttpClient {
         .wrap_connector(tcp);
     Client::builder(TokioExecutor::new())
         .pool_timer(TokioTimer::new())
-        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
         .pool_max_idle_per_host(MAX_IDLE_PER_HOST)
         .build(https)
 }
@@ -243,6 +259,69 @@ pub fn response_headers(upstream: &HeaderMap) -> HeaderMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A keep-alive HTTP/1.1 server on loopback answering every request "ok"; it counts the
+    /// connections it accepts and reports each one the client closes.
+    async fn keepalive_server() -> (String, Arc<AtomicUsize>, tokio::sync::mpsc::UnboundedReceiver<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let (closed_tx, closed) = tokio::sync::mpsc::unbounded_channel();
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut tcp, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                let closed_tx = closed_tx.clone();
+                tokio::spawn(async move {
+                    let mut seen = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    loop {
+                        match tcp.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => seen.extend_from_slice(&buf[..n]),
+                        }
+                        while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                            seen.drain(..end + 4);
+                            let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                            if tcp.write_all(answer).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                    let _ = closed_tx.send(());
+                });
+            }
+        });
+        (url, accepted, closed)
+    }
+
+    async fn get_ok(client: &UpstreamClient, url: &str) {
+        let answer = client.send(Method::GET, url, HeaderMap::new(), Bytes::new()).await.unwrap();
+        assert_eq!(read_body(answer.into_body()).await.unwrap(), "ok");
+    }
+
+    #[tokio::test]
+    async fn closing_a_threads_idle_connections_closes_them_and_the_next_request_connects_anew() {
+        let (url, accepted, mut closed) = keepalive_server().await;
+        let client = UpstreamClient::new().unwrap();
+        client.install_on_this_thread();
+        for _ in 0..3 {
+            get_ok(&client, &url).await;
+        }
+        let before = accepted.load(Ordering::SeqCst);
+        assert!(before < 3, "the pool reuses its connection ({before} for 3 requests)");
+
+        client.close_idle_connections_on_this_thread();
+        for _ in 0..before {
+            tokio::time::timeout(Duration::from_secs(10), closed.recv()).await.unwrap().unwrap();
+        }
+        get_ok(&client, &url).await;
+        assert_eq!(accepted.load(Ordering::SeqCst), before + 1, "a fresh connection");
+        assert!(closed.try_recv().is_err(), "and it stays open, pooled");
+    }
 
     #[test]
     fn url_joining_per_format() {
