@@ -4,7 +4,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -13,7 +12,7 @@ use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::gateway::Gateway;
@@ -71,11 +70,14 @@ pub async fn serve(
     serve_with(listener, gw, shutdown, grace, default_workers()).await
 }
 
-/// Thread per core: this task accepts; `workers` threads, each with its own single-threaded
-/// runtime and its own upstream connection pool, serve the connections dealt to them (to the
-/// one with the fewest open). A request, its upstream exchange and its answer then run on one
-/// thread without waking another: on a 2-vCPU VM the multi-threaded scheduler's cross-thread
-/// wake-ups cost ~30 µs per request at concurrency 1 (BENCHMARKS.md).
+/// Thread per core: `workers` serving threads, each with its own single-threaded runtime and its
+/// own upstream connection pool, accept connections from the one listening socket and serve
+/// them. A request, its upstream exchange and its answer then run on one thread without waking
+/// another: on a 2-vCPU VM the multi-threaded scheduler's cross-thread wake-ups cost ~30 µs per
+/// request at concurrency 1, and handing each accepted connection from an acceptor to a serving
+/// thread cost a wake-up of both per connection (BENCHMARKS.md). Every serving thread waits on
+/// the listener; the first to take a new connection serves it, so a busy thread leaves new
+/// connections to an idle one.
 pub async fn serve_with(
     listener: TcpListener,
     gw: Arc<Gateway>,
@@ -86,37 +88,20 @@ pub async fn serve_with(
     let gw_events = gw.events.clone();
     let app = router(gw.clone());
     let (stop_tx, stop_rx) = watch::channel(Stop::Running);
+    let listener = listener.into_std()?;
     let mut pool = Vec::new();
     for n in 0..workers.max(1) {
-        pool.push(Worker::start(n, app.clone(), gw.client.clone(), stop_rx.clone())?);
-    }
-
-    let mut shutdown = std::pin::pin!(shutdown);
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            () = &mut shutdown => break,
-        };
-        match accepted {
-            Ok((tcp, _)) => {
-                let _ = tcp.set_nodelay(true);
-                let Ok(tcp) = tcp.into_std() else { continue };
-                let open: Vec<usize> = pool.iter().map(|w| w.open.load(Ordering::Relaxed)).collect();
-                if let Some(w) = least_loaded(&open).and_then(|i| pool.get(i)) {
-                    w.open.fetch_add(1, Ordering::Relaxed);
-                    let _ = w.connections.send(tcp);
-                }
-            }
-            // The connection died before it was accepted: nothing to do.
-            Err(e) if is_connection_error(&e) => {}
-            // Out of file descriptors or similar: wait instead of spinning on the error.
-            Err(e) => {
-                tracing::error!(event = "accept_failed", error = %e, "cannot accept connections; retrying in 1 s");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        }
+        pool.push(Worker::start(n, listener.try_clone()?, app.clone(), gw.client.clone(), stop_rx.clone())?);
     }
     drop(listener);
+
+    shutdown.await;
+    let _ = stop_tx.send(Stop::Draining);
+    // Each thread closes its handle on the listening socket as it sees the stop: once all have,
+    // new connections are refused.
+    for worker in &mut pool {
+        let _ = (&mut worker.not_listening).await;
+    }
     tracing::info!(
         event = "shutdown_started",
         grace_secs = grace.as_secs_f64(),
@@ -124,19 +109,13 @@ pub async fn serve_with(
     );
     // Live-event streams never end on their own: close them so they do not hold the drain.
     gw_events.live().close();
-    let _ = stop_tx.send(Stop::Draining);
-    let finished: Vec<_> = pool.into_iter().map(Worker::finish).collect();
+    let finished: Vec<_> = pool.into_iter().map(|w| w.done).collect();
     let drained = tokio::time::timeout(grace, futures_util::future::join_all(finished)).await;
     if drained.is_err() {
         tracing::warn!(event = "shutdown_forced", "grace period over; closing remaining connections");
         let _ = stop_tx.send(Stop::Now);
     }
     Ok(())
-}
-
-/// The serving thread with the fewest open connections (the first of equals).
-fn least_loaded(open: &[usize]) -> Option<usize> {
-    open.iter().enumerate().min_by_key(|&(i, n)| (*n, i)).map(|(i, _)| i)
 }
 
 fn is_connection_error(e: &std::io::Error) -> bool {
@@ -153,49 +132,52 @@ enum Stop {
     Now,
 }
 
-/// One serving thread, as the acceptor sees it.
+/// One serving thread, as `serve_with` sees it.
 struct Worker {
-    connections: mpsc::UnboundedSender<std::net::TcpStream>,
-    open: Arc<AtomicUsize>,
+    /// Resolves once the thread has closed its handle on the listening socket.
+    not_listening: oneshot::Receiver<()>,
+    /// Resolves once every connection of the thread has closed.
     done: oneshot::Receiver<()>,
 }
 
 impl Worker {
     fn start(
         n: usize,
+        listener: std::net::TcpListener,
         app: Router,
         client: crate::proxy::upstream::UpstreamClient,
         stop: watch::Receiver<Stop>,
     ) -> std::io::Result<Worker> {
-        let (connections, incoming) = mpsc::unbounded_channel();
-        let open = Arc::new(AtomicUsize::new(0));
+        let (not_listening_tx, not_listening) = oneshot::channel();
         let (done_tx, done) = oneshot::channel();
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        let counter = open.clone();
         std::thread::Builder::new().name(format!("ccmesh-worker-{n}")).spawn(move || {
             client.install_on_this_thread();
             let on_idle = move |step: IdleStep| match step {
                 IdleStep::ReleaseMemory => crate::idle_memory::release(),
                 IdleStep::CloseIdleUpstreams => client.close_idle_connections_on_this_thread(),
             };
-            runtime.block_on(serve_connections(incoming, app, stop, counter, on_idle));
+            runtime.block_on(async move {
+                match TcpListener::from_std(listener) {
+                    Ok(listener) => serve_connections(listener, app, stop, not_listening_tx, on_idle).await,
+                    Err(e) => {
+                        tracing::error!(event = "accept_failed", error = %e, "a serving thread cannot use the listener");
+                    }
+                }
+            });
             let _ = done_tx.send(());
         })?;
-        Ok(Worker { connections, open, done })
-    }
-
-    /// Resolves once every connection of this worker has closed.
-    async fn finish(self) {
-        drop(self.connections);
-        let _ = self.done.await;
+        Ok(Worker { not_listening, done })
     }
 }
 
+/// Accept and serve connections until the stop, then finish the ones open (`Stop::Draining`) or
+/// drop them (`Stop::Now`).
 async fn serve_connections(
-    mut incoming: mpsc::UnboundedReceiver<std::net::TcpStream>,
+    listener: TcpListener,
     app: Router,
     mut stop: watch::Receiver<Stop>,
-    open: Arc<AtomicUsize>,
+    not_listening: oneshot::Sender<()>,
     mut on_idle: impl FnMut(IdleStep),
 ) {
     let mut tasks = JoinSet::new();
@@ -205,23 +187,23 @@ async fn serve_connections(
     let mut steps_done = 0;
     let idle_timer = tokio::time::sleep(Duration::ZERO);
     let mut idle_timer = std::pin::pin!(idle_timer);
-    loop {
+    while *stop.borrow() == Stop::Running {
         tokio::select! {
-            tcp = incoming.recv() => match tcp {
-                Some(tcp) => {
-                    match TcpStream::from_std(tcp) {
-                        Ok(tcp) => {
-                            idle_since = None;
-                            tasks.spawn(serve_connection(tcp, app.clone(), stop.clone(), open.clone()));
-                        }
-                        Err(_) => {
-                            open.fetch_sub(1, Ordering::Relaxed);
-                        }
-                    }
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => {
+                    let _ = tcp.set_nodelay(true);
+                    idle_since = None;
+                    tasks.spawn(serve_connection(tcp, app.clone(), stop.clone()));
                 }
-                // The acceptor stopped: drain.
-                None => break,
+                // The connection died before it was accepted: nothing to do.
+                Err(e) if is_connection_error(&e) => {}
+                // Out of file descriptors or similar: wait instead of spinning on the error.
+                Err(e) => {
+                    tracing::error!(event = "accept_failed", error = %e, "cannot accept connections; retrying in 1 s");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
             },
+            changed = stop.changed() => if changed.is_err() { break },
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {
                 if tasks.is_empty() {
                     let now = tokio::time::Instant::now();
@@ -242,10 +224,17 @@ async fn serve_connections(
             }
         }
     }
+    drop(listener);
+    let _ = not_listening.send(());
     loop {
+        if *stop.borrow() == Stop::Now {
+            tasks.abort_all();
+            while tasks.join_next().await.is_some() {}
+            return;
+        }
         tokio::select! {
             next = tasks.join_next() => if next.is_none() { return },
-            changed = stop.changed() => if changed.is_err() || *stop.borrow() == Stop::Now {
+            changed = stop.changed() => if changed.is_err() {
                 tasks.abort_all();
                 while tasks.join_next().await.is_some() {}
                 return;
@@ -254,7 +243,7 @@ async fn serve_connections(
     }
 }
 
-async fn serve_connection(tcp: TcpStream, app: Router, mut stop: watch::Receiver<Stop>, open: Arc<AtomicUsize>) {
+async fn serve_connection(tcp: TcpStream, app: Router, mut stop: watch::Receiver<Stop>) {
     let service = TowerToHyperService::new(app);
     let connection = http1::Builder::new().serve_connection(TokioIo::new(tcp), service);
     let mut connection = std::pin::pin!(connection.with_upgrades());
@@ -273,42 +262,20 @@ async fn serve_connection(tcp: TcpStream, app: Router, mut stop: watch::Receiver
             }
         }
     }
-    open.fetch_sub(1, Ordering::Relaxed);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn connections_go_to_the_serving_thread_with_the_fewest_open() {
-        assert_eq!(least_loaded(&[]), None);
-        assert_eq!(least_loaded(&[0]), Some(0));
-        assert_eq!(least_loaded(&[3, 1, 2]), Some(1));
-        // Ties go to the first, so an idle gateway fills its threads in turn.
-        assert_eq!(least_loaded(&[2, 1, 1]), Some(1));
-        let mut open = vec![0usize; 4];
-        for _ in 0..10 {
-            let i = least_loaded(&open).unwrap();
-            open[i] += 1;
-        }
-        assert_eq!(open, vec![3, 3, 2, 2]);
-    }
-
-    /// A loopback connection as the acceptor hands it over (non-blocking, counted as open).
-    fn connection(open: &AtomicUsize) -> (std::net::TcpStream, std::net::TcpStream) {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (served, _) = listener.accept().unwrap();
-        served.set_nonblocking(true).unwrap();
-        open.fetch_add(1, Ordering::SeqCst);
-        (client, served)
-    }
-
-    async fn until_closed(open: &AtomicUsize) {
-        while open.load(Ordering::SeqCst) > 0 {
-            tokio::task::yield_now().await;
-        }
+    /// A client connection to `addr` whose end the test can wait for: it sends nothing, closes
+    /// its sending side, and reads until the server has closed the connection too.
+    async fn connect_and_close(addr: std::net::SocketAddr) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        client.read_to_end(&mut rest).await.unwrap();
     }
 
     /// The schedule in virtual time: nothing while a connection is open however long it lasts;
@@ -316,27 +283,29 @@ mod tests {
     /// connection starts the schedule again.
     #[tokio::test(start_paused = true)]
     async fn an_idle_serving_thread_follows_the_idle_schedule_then_sleeps() {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let (_stop_tx, stop) = watch::channel(Stop::Running);
-        let open = Arc::new(AtomicUsize::new(0));
+        use tokio::io::AsyncWriteExt;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop_tx, stop) = watch::channel(Stop::Running);
+        let (not_listening_tx, not_listening) = oneshot::channel();
         let app = Router::new().route("/", get(|| async { "ok" }));
         let steps = Arc::new(std::sync::Mutex::new(Vec::new()));
         let seen = steps.clone();
         let on_idle = move |step| seen.lock().unwrap().push(step);
-        let serving = tokio::spawn(serve_connections(rx, app, stop, open.clone(), on_idle));
+        let serving = tokio::spawn(serve_connections(listener, app, stop, not_listening_tx, on_idle));
         let taken = || steps.lock().unwrap().clone();
 
         // Never busy yet: nothing to give back, however long nothing happens.
         tokio::time::sleep(Duration::from_secs(1000)).await;
         assert_eq!(taken(), []);
 
-        let (client, served) = connection(&open);
-        tx.send(served).unwrap();
+        let mut client = TcpStream::connect(addr).await.unwrap();
         tokio::time::sleep(Duration::from_secs(1000)).await;
         assert_eq!(taken(), [], "a connection is open: the thread is not idle");
 
-        drop(client);
-        until_closed(&open).await;
+        client.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        tokio::io::AsyncReadExt::read_to_end(&mut client, &mut rest).await.unwrap();
         let closed = tokio::time::Instant::now();
         for (i, (after, step)) in IDLE_STEPS.iter().enumerate() {
             tokio::time::sleep_until(closed + *after - Duration::from_millis(1)).await;
@@ -349,15 +318,15 @@ mod tests {
         assert_eq!(taken(), all, "then the thread sleeps");
 
         // A connection that comes and goes starts the schedule again.
-        let (client, served) = connection(&open);
-        tx.send(served).unwrap();
-        drop(client);
-        until_closed(&open).await;
+        connect_and_close(addr).await;
         tokio::time::sleep(IDLE_STEPS[0].0 + Duration::from_millis(1)).await;
         assert_eq!(taken().len(), IDLE_STEPS.len() + 1);
         assert_eq!(taken().last(), Some(&IdleStep::ReleaseMemory));
 
-        drop(tx);
+        // The stop: the thread lets go of the listener, and new connections are refused.
+        stop_tx.send(Stop::Draining).unwrap();
+        not_listening.await.unwrap();
         serving.await.unwrap();
+        assert!(TcpStream::connect(addr).await.is_err(), "no longer listening");
     }
 }
