@@ -176,32 +176,21 @@ if ff50 is not None:
     check("(the floor: bare hyper proxy) added time to first content, p50", "–", ff50, None, fmt_us(ff50))
 idle = notes.get("rss_idle_start_kib")
 if isinstance(idle, int):
-    check("RSS idle", "≤ 20 MiB", idle, idle <= 20 * 1024, f"{idle / 1024:.1f} MiB")
+    check("RSS idle, just started", "≤ 20 MiB", idle, idle <= 20 * 1024, f"{idle / 1024:.1f} MiB")
+before, before_anon = notes.get("rss_before_streams_kib"), notes.get("rss_before_streams_anon_kib")
+if isinstance(before, int):
+    check("RSS idle after every other scenario (95 s without traffic)", "≤ 20 MiB", before, before <= 20 * 1024, f"{before / 1024:.1f} MiB")
 if "per_stream_kib" in mem:
     check("RSS per open stream", "≤ 64 KiB", mem["per_stream_kib"], mem["per_stream_kib"] <= 64, f"{mem['per_stream_kib']} KiB")
-after = notes.get("rss_after_all_streams_kib")
-before = notes.get("rss_before_streams_kib")
-if isinstance(after, int) and isinstance(before, int):
-    grow = after - before
+after, after_anon = notes.get("rss_after_streams_idle_kib"), notes.get("rss_after_streams_idle_anon_kib")
+if all(isinstance(v, int) for v in (before, before_anon, after, after_anon)):
+    grow = after_anon - before_anon
     check(
-        "RSS 2 s after the streams (idle pooled upstream connections still open)",
-        "–",
-        grow,
-        None,
-        f"{grow:+d} KiB ({before / 1024:.1f} → {after / 1024:.1f} MiB)",
-    )
-end, end_anon = notes.get("rss_idle_end_kib"), notes.get("rss_idle_end_anon_kib")
-warm, warm_anon = notes.get("rss_after_latency_kib"), notes.get("rss_after_latency_anon_kib")
-if all(isinstance(v, int) for v in (idle, end, end_anon, warm, warm_anon)):
-    grow = end_anon - warm_anon
-    check(
-        "RSS back to idle: after the whole run and 95 s without traffic, against idle after the first requests",
+        "RSS back to idle after the streams (95 s without traffic before and after)",
         "no growth",
         grow,
-        grow <= 1024 and end <= 20 * 1024,
-        f"{grow:+d} KiB anonymous ({warm_anon / 1024:.1f} → {end_anon / 1024:.1f} MiB); "
-        f"RSS {warm / 1024:.1f} → {end / 1024:.1f} MiB, of which file-backed (code pages) "
-        f"{(warm - warm_anon) / 1024:.1f} → {(end - end_anon) / 1024:.1f} MiB; at start {idle / 1024:.1f} MiB",
+        grow <= 512,
+        f"{after - before:+d} KiB ({before / 1024:.1f} → {after / 1024:.1f} MiB), of which anonymous {grow:+d} KiB",
     )
 fo = result["failover"]
 for key, label in (("no_retry_delay", "transient_retry_delay_ms=0"), ("default", "default settings")):
@@ -370,14 +359,14 @@ w("| moment | RSS |")
 w("| --- | --- |")
 order = [
     ("rss_idle_start_kib", "idle, just started"),
-    ("rss_after_latency_kib", "idle, after the latency runs (the baseline for back to idle)"),
-    ("rss_after_throughput_kib", "idle, after the throughput runs"),
-    ("rss_before_streams_kib", "idle, before the streams"),
+    ("rss_after_latency_kib", "2 s after the latency runs"),
+    ("rss_after_throughput_kib", "after the throughput runs"),
+    ("rss_before_streams_kib", "idle (95 s without traffic) after every other scenario, before the streams"),
     ("rss_open_streams_kib", f"with {mem.get('open_streams', '?')} streams open"),
     ("rss_after_streams_1024_kib", "2 s after the 1024 streams ended"),
-    ("rss_after_all_streams_kib", "2 s after all stream runs (idle)"),
-    ("rss_end_kib", "end of the measured runs"),
-    ("rss_idle_end_kib", "after 95 s without traffic (idle again)"),
+    ("rss_after_all_streams_kib", "2 s after all stream runs"),
+    ("rss_after_streams_idle_kib", "idle (95 s without traffic) after the streams"),
+    ("rss_end_kib", "end of run"),
 ]
 for k, label in order:
     v = mem.get(k)
