@@ -38,6 +38,12 @@ struct Args {
     /// (0 = one multi-threaded runtime).
     #[arg(long, default_value_t = 0)]
     per_thread: usize,
+    /// Keep idle upstream connections without limit, as hyper-util does by default, instead of
+    /// ccmesh's pool policy (at most `MAX_IDLE_PER_HOST` per host, closed after
+    /// `POOL_IDLE_TIMEOUT`). With the default, the floor pays what ccmesh pays to reconnect after a
+    /// burst larger than the pool.
+    #[arg(long)]
+    unbounded_pool: bool,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -82,7 +88,14 @@ async fn serve(args: Args) {
     println!("bare_proxy listening on {}", listener.local_addr().unwrap());
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
-    let hyper_client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
+    let mut builder = Client::builder(TokioExecutor::new());
+    if !args.unbounded_pool {
+        builder
+            .pool_timer(hyper_util::rt::TokioTimer::new())
+            .pool_idle_timeout(ccmesh::proxy::upstream::POOL_IDLE_TIMEOUT)
+            .pool_max_idle_per_host(ccmesh::proxy::upstream::MAX_IDLE_PER_HOST);
+    }
+    let hyper_client: Client<HttpConnector, Full<Bytes>> = builder.build(connector);
     let reqwest_client = reqwest::Client::builder().tcp_nodelay(true).no_proxy().build().unwrap();
     let use_hyper = args.client == "hyper";
     let upstream: &'static str = Box::leak(args.upstream.into_boxed_str());

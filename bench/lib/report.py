@@ -192,6 +192,13 @@ if all(isinstance(v, int) for v in (before, before_anon, after, after_anon)):
         grow <= 512,
         f"{after - before:+d} KiB ({before / 1024:.1f} → {after / 1024:.1f} MiB), of which anonymous {grow:+d} KiB",
     )
+bursts = [(i, notes.get(f"rss_burst_{i}_idle_kib"), notes.get(f"rss_burst_{i}_idle_anon_kib")) for i in range(4)]
+bursts = [b for b in bursts if isinstance(b[1], int) and isinstance(b[2], int)]
+if len(bursts) >= 3:
+    after = [b for b in bursts if b[0] >= 1]
+    spread = max(b[2] for b in after) - min(b[2] for b in after)
+    shown = "; ".join(f"{'warm-up' if i == 0 else f'burst {i}'}: {r / 1024:.1f} MiB (anonymous {a / 1024:.1f})" for i, r, a in bursts)
+    check("RSS idle after repeated bursts of 1024 streams (--only memory)", "no growth", spread, spread <= 256, f"{shown}; spread after the bursts {spread:+d} KiB")
 fo = result["failover"]
 for key, label in (("no_retry_delay", "transient_retry_delay_ms=0"), ("default", "default settings")):
     run = fo.get(key)
