@@ -262,9 +262,19 @@ fn dispatch(bytes: &[u8], joined: &mut String, on_event: &mut impl FnMut(SseEven
     let Some(first) = first_data else {
         return;
     };
-    let data: Cow<'_, str> = if multi { Cow::Borrowed(joined.as_str()) } else { String::from_utf8_lossy(first) };
-    let event = event.filter(|e| !e.is_empty()).map(String::from_utf8_lossy);
+    let data: Cow<'_, str> = if multi { Cow::Borrowed(joined.as_str()) } else { utf8_lossy(first) };
+    let event = event.filter(|e| !e.is_empty()).map(utf8_lossy);
     on_event(SseEvent { event: event.as_deref(), data: &data });
+}
+
+/// `String::from_utf8_lossy`, with the standard library's faster check first: valid text (nearly
+/// every event) is borrowed after the word-at-a-time validation of `str::from_utf8` instead of
+/// the byte-at-a-time walk of the lossy conversion (visible per event in a streams profile).
+fn utf8_lossy(bytes: &[u8]) -> Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(bytes),
+    }
 }
 
 /// Position of the first `\n` or `\r`, eight bytes at a time.
