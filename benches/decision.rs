@@ -408,33 +408,35 @@ const PIECES: [&str; 12] = [
 /// A realistic Anthropic Messages stream with `n` text deltas.
 fn anthropic_stream(n: usize) -> String {
     let mut s = String::new();
-    let mut ev = |name: &str, data: serde_json::Value| s.push_str(&format!("event: {name}\ndata: {data}\n\n"));
+    let mut ev = |name: &str, data: String| s.push_str(&format!("event: {name}\ndata: {data}\n\n"));
     ev(
         "message_start",
         json!({"type": "message_start", "message": {"id": "msg_01XFDUDYJgAACzvnptvVoYEL", "type": "message", "role": "assistant",
             "model": MODEL, "content": [], "stop_reason": null, "stop_sequence": null,
             "usage": {"input_tokens": 2095, "cache_creation_input_tokens": 1024, "cache_read_input_tokens": 31542,
                       "cache_creation": {"ephemeral_5m_input_tokens": 1024, "ephemeral_1h_input_tokens": 0},
-                      "output_tokens": 1, "service_tier": "standard"}}}),
+                      "output_tokens": 1, "service_tier": "standard"}}}).to_string(),
     );
     ev(
         "content_block_start",
-        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}).to_string(),
     );
-    ev("ping", json!({"type": "ping"}));
+    ev("ping", json!({"type": "ping"}).to_string());
+    // The deltas as the API writes them, `type` first (`json!` would sort the keys).
     for i in 0..n {
+        let text = serde_json::to_string(PIECES[i % PIECES.len()]).unwrap();
         ev(
             "content_block_delta",
-            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": PIECES[i % PIECES.len()]}}),
+            format!(r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","text":{text}}}}}"#),
         );
     }
-    ev("content_block_stop", json!({"type": "content_block_stop", "index": 0}));
+    ev("content_block_stop", json!({"type": "content_block_stop", "index": 0}).to_string());
     ev(
         "message_delta",
         json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null},
-               "usage": {"input_tokens": 2095, "cache_creation_input_tokens": 1024, "cache_read_input_tokens": 31542, "output_tokens": 6120}}),
+               "usage": {"input_tokens": 2095, "cache_creation_input_tokens": 1024, "cache_read_input_tokens": 31542, "output_tokens": 6120}}).to_string(),
     );
-    ev("message_stop", json!({"type": "message_stop"}));
+    ev("message_stop", json!({"type": "message_stop"}).to_string());
     s
 }
 

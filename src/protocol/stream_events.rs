@@ -175,7 +175,22 @@ struct AnthropicMessage<'a> {
     model: Lax<'a>,
 }
 
+/// How an Anthropic text or tool-input delta begins, the bulk of a stream's events: compact as
+/// the API sends it, or spaced as its documentation shows it.
+const ANTHROPIC_DELTA_PREFIXES: [&str; 2] =
+    [r#"{"type":"content_block_delta","#, r#"{"type": "content_block_delta", "#];
+
+/// A delta named as such in its event line and, first, in its data: content, with no model or
+/// error in it (a delta has no `message` object), so parsing it (~100 ns an event) would tell
+/// nothing. Anything else is parsed.
+fn is_plain_anthropic_delta(ev: &SseEvent<'_>) -> bool {
+    ev.event == Some("content_block_delta") && ANTHROPIC_DELTA_PREFIXES.iter().any(|p| ev.data.starts_with(p))
+}
+
 fn anthropic(ev: &SseEvent<'_>, ctx: Option<&mut StreamContext>) -> EventKind {
+    if is_plain_anthropic_delta(ev) {
+        return EventKind::Content;
+    }
     let parsed: Option<AnthropicEvent<'_>> = serde_json::from_str(ev.data).ok();
     let name = parsed.as_ref().and_then(|p| p.kind.as_str()).or(ev.event);
     if let (Some(ctx), Some(p)) = (ctx, parsed.as_ref())
@@ -754,6 +769,39 @@ mod tests {
         assert_eq!(ctx.last_sequence_number, Some(9));
         assert_eq!(ctx.model.as_deref(), Some("gpt-4.1-2025-04-14"));
         assert_eq!(ctx.created_at, Some(1741290958));
+    }
+
+    /// The fast path for plain deltas takes exactly the shapes it means to (compact as the API
+    /// sends them, spaced as the docs show them) and leaves near misses to the parser.
+    #[test]
+    fn plain_anthropic_deltas_skip_the_parse_and_near_misses_do_not() {
+        let ev = |event, data| SseEvent { event, data };
+        let compact = r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#;
+        let spaced = r#"{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}}"#;
+        for data in [compact, spaced] {
+            assert!(is_plain_anthropic_delta(&ev(Some("content_block_delta"), data)), "{data}");
+            let mut ctx = StreamContext::default();
+            assert_eq!(inspect_and_observe(Anthropic, &ev(Some("content_block_delta"), data), &mut ctx), Content);
+            assert_eq!(ctx.model, None);
+        }
+        for (event, data) in [
+            (None, compact),
+            (Some("error"), compact),
+            (Some("message_delta"), compact),
+            (Some("content_block_delta"), r#"{"type":"content_block_deltas","index":0}"#),
+            (Some("content_block_delta"), r#"{"type":"content_block_delta"}"#),
+            (Some("content_block_delta"), r#"{"index":0,"type":"content_block_delta"}"#),
+            (Some("content_block_delta"), r#"{"type":"error","error":{"type":"overloaded_error"}}"#),
+        ] {
+            assert!(!is_plain_anthropic_delta(&ev(event, data)), "{event:?} {data}");
+        }
+        // A near miss is still classified by its content.
+        let overloaded =
+            ev(Some("content_block_delta"), r#"{"type":"error","error":{"type":"overloaded_error","message":"x"}}"#);
+        assert!(matches!(
+            inspect_and_observe(Anthropic, &overloaded, &mut StreamContext::default()),
+            EventKind::UpstreamError { overloaded: true, .. }
+        ));
     }
 
     #[test]
