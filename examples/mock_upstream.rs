@@ -191,9 +191,10 @@ fn build(p: Proto, body_bytes: usize, delta_bytes: usize) -> Prebuilt {
                 ),
             ]
             .concat();
-            let delta = sse(
-                Some("content_block_delta"),
-                &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": delta_text}}),
+            // `type` first, as the API writes its deltas (`json!` would sort the keys).
+            let delta = format!(
+                "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":{}}}}}\n\n",
+                Value::String(delta_text.clone())
             );
             let tail = [
                 sse(Some("content_block_stop"), &json!({"type": "content_block_stop", "index": 0})),
