@@ -185,12 +185,18 @@ if "per_stream_kib" in mem:
 after, after_anon = notes.get("rss_after_streams_idle_kib"), notes.get("rss_after_streams_idle_anon_kib")
 if all(isinstance(v, int) for v in (before, before_anon, after, after_anon)):
     grow = after_anon - before_anon
+    opened = mem.get("rss_open_streams_kib")
+    returned = ""
+    if isinstance(opened, int) and opened > before:
+        returned = f"; of the {(opened - before) / 1024:.1f} MiB the streams took, {100 * (opened - after) / (opened - before):.1f} % came back"
+    # Judged over repeated bursts (--only memory): the first burst of a gateway's life leaves its
+    # first-use state (~0.5-1 MiB), which one before/after pair cannot tell from growth.
     check(
-        "RSS back to idle after the streams (95 s without traffic before and after)",
-        "no growth",
+        "RSS idle again after the streams (95 s without traffic before and after)",
+        "back to idle",
         grow,
-        grow <= 512,
-        f"{after - before:+d} KiB ({before / 1024:.1f} → {after / 1024:.1f} MiB), of which anonymous {grow:+d} KiB",
+        None,
+        f"{after - before:+d} KiB ({before / 1024:.1f} → {after / 1024:.1f} MiB), of which anonymous {grow:+d} KiB{returned}",
     )
 bursts = [(i, notes.get(f"rss_burst_{i}_idle_kib"), notes.get(f"rss_burst_{i}_idle_anon_kib")) for i in range(4)]
 bursts = [b for b in bursts if isinstance(b[1], int) and isinstance(b[2], int)]
