@@ -226,21 +226,15 @@ async fn serve_connections(
     }
     drop(listener);
     let _ = not_listening.send(());
-    loop {
-        if *stop.borrow() == Stop::Now {
-            tasks.abort_all();
-            while tasks.join_next().await.is_some() {}
-            return;
-        }
+    // Drain until every connection has closed, or drop them all at `Stop::Now`.
+    while *stop.borrow() != Stop::Now {
         tokio::select! {
             next = tasks.join_next() => if next.is_none() { return },
-            changed = stop.changed() => if changed.is_err() {
-                tasks.abort_all();
-                while tasks.join_next().await.is_some() {}
-                return;
-            },
+            changed = stop.changed() => if changed.is_err() { break },
         }
     }
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
 }
 
 async fn serve_connection(tcp: TcpStream, app: Router, mut stop: watch::Receiver<Stop>) {
