@@ -10,8 +10,7 @@ use axum::body::Body;
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use futures_util::StreamExt;
-use http_body_util::BodyDataStream;
+use http_body_util::BodyExt;
 
 use super::Inbound;
 use super::backoff::{WhenBlocked, when_blocked};
@@ -71,6 +70,19 @@ struct Run {
     conversion: RequestConversion,
     /// The decision trail; moves into the relay when a stream is committed.
     trail: Option<Trail>,
+}
+
+/// The next data chunk of an upstream body (trailers skipped), `None` at its end.
+async fn next_data(body: &mut hyper::body::Incoming) -> Option<Result<Bytes, hyper::Error>> {
+    loop {
+        match body.frame().await? {
+            Ok(frame) => match frame.into_data() {
+                Ok(data) => return Some(Ok(data)),
+                Err(_trailers) => continue,
+            },
+            Err(e) => return Some(Err(e)),
+        }
+    }
 }
 
 pub async fn run(
@@ -594,7 +606,7 @@ impl Run {
         if observer.converts() {
             headers = conversion::converted_headers(&headers, "text/event-stream");
         }
-        let mut upstream = BodyDataStream::new(response.into_body());
+        let mut upstream = response.into_body();
         let mut held: Vec<Bytes> = Vec::new();
         let mut received = 0usize;
         let first_byte_deadline = sent_at + timeouts.first_byte;
@@ -606,8 +618,8 @@ impl Run {
                 (false, None) => None,
             };
             let next = match deadline {
-                Some(d) => tokio::time::timeout_at(d, upstream.next()).await,
-                None => Ok(upstream.next().await),
+                Some(d) => tokio::time::timeout_at(d, next_data(&mut upstream)).await,
+                None => Ok(next_data(&mut upstream).await),
             };
             let mut fail = |permit: Permit, kind: NetworkErrorKind, note: String, transient: bool| {
                 let class = if transient { Classification::Transient } else { Classification::Failure };
@@ -698,7 +710,7 @@ impl Run {
             rotation: self.rotation_update(endpoint.config.id),
             trail,
         };
-        *response.body_mut() = Body::from_stream(relay::relay(committed, permit, upstream));
+        *response.body_mut() = Body::new(relay::relay(committed, permit, upstream));
         AttemptResult::Answer(response)
     }
 

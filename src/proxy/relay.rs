@@ -10,11 +10,11 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll, Waker, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::{Stream, StreamExt};
+use hyper::body::{Body, Frame};
 use tokio::time::{Instant, Sleep};
 
 use crate::breaker::{Outcome, Permit};
@@ -187,28 +187,30 @@ pub struct Committed {
     pub trail: Option<Trail>,
 }
 
-struct RelayState<S> {
+struct RelayState {
     c: Committed,
-    upstream: S,
     pending: VecDeque<Bytes>,
     /// The permit, until the outcome is recorded.
     permit: Option<Permit>,
     done: bool,
 }
 
-pub fn relay<S>(mut committed: Committed, permit: Permit, upstream: S) -> Relay<S>
+pub fn relay<B>(mut committed: Committed, permit: Permit, upstream: B) -> Relay<B>
 where
-    S: Stream<Item = Result<Bytes, hyper::Error>> + Send + Unpin + 'static,
+    B: Body<Data = Bytes, Error = hyper::Error> + Send + Unpin + 'static,
 {
     let pending: VecDeque<Bytes> = std::mem::take(&mut committed.held).into();
     let idle = committed.idle_timeout.map(IdleWatch::new);
-    Relay { s: RelayState { c: committed, upstream, pending, permit: Some(permit), done: false }, idle }
+    Relay { s: RelayState { c: committed, pending, permit: Some(permit), done: false }, upstream, idle }
 }
 
 /// The client's side of a committed stream: the upstream's chunks as they arrive (observed,
-/// maybe converted), then the outcome recorded when it ends.
-pub struct Relay<S> {
-    s: RelayState<S>,
+/// maybe converted), then the outcome recorded when it ends. It is the response body itself
+/// (the upstream body polled directly, no stream adapters in between: every layer is paid on
+/// every event of every stream).
+pub struct Relay<B> {
+    s: RelayState,
+    upstream: B,
     idle: Option<IdleWatch>,
 }
 
@@ -219,18 +221,28 @@ struct IdleWatch {
     limit: Duration,
     last_data: Instant,
     timer: Pin<Box<Sleep>>,
+    /// The waker the armed timer will wake: while it is the task's and the timer has not fired,
+    /// polling the timer again would only re-register the same waker (once per event).
+    armed_for: Option<Waker>,
 }
 
 impl IdleWatch {
     fn new(limit: Duration) -> Self {
         let now = Instant::now();
-        Self { limit, last_data: now, timer: Box::pin(tokio::time::sleep_until(now + limit)) }
+        Self { limit, last_data: now, timer: Box::pin(tokio::time::sleep_until(now + limit)), armed_for: None }
     }
 
     /// `Ready` once no data came for `limit`; otherwise `Pending` with the timer armed.
     fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let armed = self.armed_for.as_ref().is_some_and(|w| w.will_wake(cx.waker()));
+        if armed && !self.timer.is_elapsed() {
+            return Poll::Pending;
+        }
         loop {
-            ready!(self.timer.as_mut().poll(cx));
+            if self.timer.as_mut().poll(cx).is_pending() {
+                self.armed_for = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
             let deadline = self.last_data + self.limit;
             if Instant::now() >= deadline {
                 return Poll::Ready(());
@@ -240,23 +252,24 @@ impl IdleWatch {
     }
 }
 
-impl<S> Stream for Relay<S>
+impl<B> Body for Relay<B>
 where
-    S: Stream<Item = Result<Bytes, hyper::Error>> + Unpin,
+    B: Body<Data = Bytes, Error = hyper::Error> + Unpin,
 {
-    type Item = Result<Bytes, io::Error>;
+    type Data = Bytes;
+    type Error = io::Error;
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         let this = self.get_mut();
         let s = &mut this.s;
         loop {
             if let Some(chunk) = s.pending.pop_front() {
-                return Poll::Ready(Some(Ok(chunk)));
+                return Poll::Ready(Some(Ok(Frame::data(chunk))));
             }
             if s.done {
                 return Poll::Ready(None);
             }
-            let next = match s.upstream.poll_next_unpin(cx) {
+            let next = match Pin::new(&mut this.upstream).poll_frame(cx) {
                 Poll::Ready(next) => {
                     if let Some(idle) = &mut this.idle {
                         idle.last_data = Instant::now();
@@ -274,9 +287,11 @@ where
                 },
             };
             match next {
-                Some(Ok(chunk)) => {
+                Some(Ok(frame)) => {
+                    // Trailers carry nothing a client of these protocols reads.
+                    let Ok(chunk) = frame.into_data() else { continue };
                     if let Some(out) = s.c.observer.chunk(chunk) {
-                        return Poll::Ready(Some(Ok(out)));
+                        return Poll::Ready(Some(Ok(Frame::data(out))));
                     }
                 }
                 Some(Err(e)) => {
@@ -299,9 +314,13 @@ where
             }
         }
     }
+
+    fn is_end_stream(&self) -> bool {
+        self.s.done && self.s.pending.is_empty()
+    }
 }
 
-impl<S> RelayState<S> {
+impl RelayState {
     /// Record the stream's outcome: success unless the upstream reported an error in it.
     fn finish(&mut self) {
         self.done = true;
