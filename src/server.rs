@@ -12,11 +12,14 @@ use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use crate::gateway::Gateway;
 use crate::{admin, dashboard, proxy};
+
+mod stop;
+use stop::{Stop, StopSignal};
 
 pub fn router(gw: Arc<Gateway>) -> Router {
     Router::new()
@@ -87,16 +90,18 @@ pub async fn serve_with(
 ) -> std::io::Result<()> {
     let gw_events = gw.events.clone();
     let app = router(gw.clone());
-    let (stop_tx, stop_rx) = watch::channel(Stop::Running);
+    let stop = StopSignal::new();
+    // However this function ends (even dropped mid-wait), no serving thread outlives it.
+    let _stop_all = StopNowOnDrop(stop.clone());
     let listener = listener.into_std()?;
     let mut pool = Vec::new();
     for n in 0..workers.max(1) {
-        pool.push(Worker::start(n, listener.try_clone()?, app.clone(), gw.client.clone(), stop_rx.clone())?);
+        pool.push(Worker::start(n, listener.try_clone()?, app.clone(), gw.client.clone(), stop.clone())?);
     }
     drop(listener);
 
     shutdown.await;
-    let _ = stop_tx.send(Stop::Draining);
+    stop.set(Stop::Draining);
     // Each thread closes its handle on the listening socket as it sees the stop: once all have,
     // new connections are refused.
     for worker in &mut pool {
@@ -113,23 +118,22 @@ pub async fn serve_with(
     let drained = tokio::time::timeout(grace, futures_util::future::join_all(finished)).await;
     if drained.is_err() {
         tracing::warn!(event = "shutdown_forced", "grace period over; closing remaining connections");
-        let _ = stop_tx.send(Stop::Now);
+        stop.set(Stop::Now);
     }
     Ok(())
+}
+
+struct StopNowOnDrop(Arc<StopSignal>);
+
+impl Drop for StopNowOnDrop {
+    fn drop(&mut self) {
+        self.0.set(Stop::Now);
+    }
 }
 
 fn is_connection_error(e: &std::io::Error) -> bool {
     use std::io::ErrorKind as K;
     matches!(e.kind(), K::ConnectionRefused | K::ConnectionAborted | K::ConnectionReset)
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Stop {
-    Running,
-    /// Finish the requests in flight, accept no new ones on kept-alive connections.
-    Draining,
-    /// The grace period is over: drop every connection.
-    Now,
 }
 
 /// One serving thread, as `serve_with` sees it.
@@ -146,7 +150,7 @@ impl Worker {
         listener: std::net::TcpListener,
         app: Router,
         client: crate::proxy::upstream::UpstreamClient,
-        stop: watch::Receiver<Stop>,
+        stop: Arc<StopSignal>,
     ) -> std::io::Result<Worker> {
         let (not_listening_tx, not_listening) = oneshot::channel();
         let (done_tx, done) = oneshot::channel();
@@ -176,7 +180,7 @@ impl Worker {
 async fn serve_connections(
     listener: TcpListener,
     app: Router,
-    mut stop: watch::Receiver<Stop>,
+    stop: Arc<StopSignal>,
     not_listening: oneshot::Sender<()>,
     mut on_idle: impl FnMut(IdleStep),
 ) {
@@ -187,7 +191,8 @@ async fn serve_connections(
     let mut steps_done = 0;
     let idle_timer = tokio::time::sleep(Duration::ZERO);
     let mut idle_timer = std::pin::pin!(idle_timer);
-    while *stop.borrow() == Stop::Running {
+    let mut watch = stop.watch();
+    while stop.get() == Stop::Running {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((tcp, _)) => {
@@ -203,7 +208,7 @@ async fn serve_connections(
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
             },
-            changed = stop.changed() => if changed.is_err() { break },
+            _ = watch.changed_from(Stop::Running) => {}
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {
                 if tasks.is_empty() {
                     let now = tokio::time::Instant::now();
@@ -227,35 +232,31 @@ async fn serve_connections(
     drop(listener);
     let _ = not_listening.send(());
     // Drain until every connection has closed, or drop them all at `Stop::Now`.
-    while *stop.borrow() != Stop::Now {
+    while stop.get() != Stop::Now {
         tokio::select! {
             next = tasks.join_next() => if next.is_none() { return },
-            changed = stop.changed() => if changed.is_err() { break },
+            _ = watch.changed_from(Stop::Draining) => {}
         }
     }
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
 }
 
-async fn serve_connection(tcp: TcpStream, app: Router, mut stop: watch::Receiver<Stop>) {
+async fn serve_connection(tcp: TcpStream, app: Router, stop: Arc<StopSignal>) {
     let service = TowerToHyperService::new(app);
     let connection = http1::Builder::new().serve_connection(TokioIo::new(tcp), service);
     let mut connection = std::pin::pin!(connection.with_upgrades());
-    let mut draining = *stop.borrow() != Stop::Running;
-    if draining {
-        connection.as_mut().graceful_shutdown();
-    }
-    loop {
-        tokio::select! {
-            _ = connection.as_mut() => break,
-            changed = stop.changed(), if !draining => {
-                draining = true;
-                if changed.is_ok() {
-                    connection.as_mut().graceful_shutdown();
-                }
-            }
+    let mut watch = stop.watch();
+    let mut draining = false;
+    // Checked on every wake-up of the connection (for a stream: every event), hence `StopWatch`.
+    std::future::poll_fn(|cx| {
+        if !draining && watch.poll_get(cx) != Stop::Running {
+            draining = true;
+            connection.as_mut().graceful_shutdown();
         }
-    }
+        connection.as_mut().poll(cx).map(|_| ())
+    })
+    .await
 }
 
 #[cfg(test)]
@@ -280,13 +281,13 @@ mod tests {
         use tokio::io::AsyncWriteExt;
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let (stop_tx, stop) = watch::channel(Stop::Running);
+        let stop = StopSignal::new();
         let (not_listening_tx, not_listening) = oneshot::channel();
         let app = Router::new().route("/", get(|| async { "ok" }));
         let steps = Arc::new(std::sync::Mutex::new(Vec::new()));
         let seen = steps.clone();
         let on_idle = move |step| seen.lock().unwrap().push(step);
-        let serving = tokio::spawn(serve_connections(listener, app, stop, not_listening_tx, on_idle));
+        let serving = tokio::spawn(serve_connections(listener, app, stop.clone(), not_listening_tx, on_idle));
         let taken = || steps.lock().unwrap().clone();
 
         // Never busy yet: nothing to give back, however long nothing happens.
@@ -318,7 +319,7 @@ mod tests {
         assert_eq!(taken().last(), Some(&IdleStep::ReleaseMemory));
 
         // The stop: the thread lets go of the listener, and new connections are refused.
-        stop_tx.send(Stop::Draining).unwrap();
+        stop.set(Stop::Draining);
         not_listening.await.unwrap();
         serving.await.unwrap();
         assert!(TcpStream::connect(addr).await.is_err(), "no longer listening");
