@@ -108,6 +108,10 @@ enum Cmd {
         /// Sample this process's VmRSS while the streams are open.
         #[arg(long)]
         rss_pid: Option<u32>,
+        /// `NAME=PID`: report the CPU time this process spent during the run (repeatable); the
+        /// client's own is always reported.
+        #[arg(long = "cpu-pid")]
+        cpu_pids: Vec<String>,
         /// Give up on streams still running after this many seconds.
         #[arg(long, default_value_t = 60)]
         timeout_secs: u64,
@@ -136,7 +140,19 @@ fn main() {
             let report = rt.block_on(latency(targets, n, warmup, stream, pre, Duration::from_secs(max_secs), gap));
             emit(&report, out.as_deref());
         }
-        Cmd::Streams { url, body, headers, streams: count, pace_ms, ramp_ms, rss_pid, timeout_secs, threads, out } => {
+        Cmd::Streams {
+            url,
+            body,
+            headers,
+            streams: count,
+            pace_ms,
+            ramp_ms,
+            rss_pid,
+            cpu_pids,
+            timeout_secs,
+            threads,
+            out,
+        } => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(threads.max(1))
                 .enable_all()
@@ -152,6 +168,13 @@ fn main() {
                 pace: Duration::from_millis(pace_ms),
                 ramp: Duration::from_millis(ramp_ms),
                 rss_pid,
+                cpu_pids: cpu_pids
+                    .iter()
+                    .map(|s| {
+                        let (name, pid) = s.split_once('=').expect("--cpu-pid NAME=PID");
+                        (name.to_string(), pid.parse().expect("--cpu-pid NAME=PID"))
+                    })
+                    .collect(),
                 timeout: Duration::from_secs(timeout_secs),
             }));
             emit(&report, out.as_deref());
@@ -344,6 +367,10 @@ fn summary_us(samples: &mut [f64]) -> Value {
     })
 }
 
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
 fn round1(x: f64) -> Value {
     if x.is_finite() { json!((x * 10.0).round() / 10.0) } else { Value::Null }
 }
@@ -514,8 +541,22 @@ struct StreamsArgs {
     pace: Duration,
     ramp: Duration,
     rss_pid: Option<u32>,
+    cpu_pids: Vec<(String, u32)>,
     timeout: Duration,
 }
+
+/// CPU time (user + system, all threads) a process has used so far, in clock ticks.
+fn cpu_ticks(pid: &str) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces: count fields after its closing parenthesis.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let utime: u64 = fields.nth(11)?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// Clock ticks per second (`getconf CLK_TCK`); 100 on every Linux this runs on.
+const TICKS_PER_SECOND: f64 = 100.0;
 
 #[derive(Default)]
 struct StreamResult {
@@ -525,6 +566,8 @@ struct StreamResult {
     terminal: bool,
     first_bytes: Option<Duration>,
     max_gap: Duration,
+    /// When the largest gap ended.
+    max_gap_at: Option<Instant>,
     events: usize,
     snippet: Option<String>,
 }
@@ -579,7 +622,11 @@ async fn one_stream(
                 r.first_bytes = Some(now - start);
                 live.fetch_add(1, Ordering::Relaxed);
             }
-            Some(prev) => r.max_gap = r.max_gap.max(now - prev),
+            Some(prev) if now - prev > r.max_gap => {
+                r.max_gap = now - prev;
+                r.max_gap_at = Some(now);
+            }
+            Some(_) => {}
         }
         last = Some(now);
         r.events += data.windows(2).filter(|w| w == b"\n\n").count();
@@ -598,6 +645,10 @@ async fn one_stream(
 async fn streams(a: StreamsArgs) -> Value {
     let headers = Arc::new(a.headers);
     let live = Arc::new(AtomicUsize::new(0));
+    let mut cpu_watched: Vec<(String, String)> =
+        a.cpu_pids.iter().map(|(name, pid)| (name.clone(), pid.to_string())).collect();
+    cpu_watched.push(("client".to_string(), "self".to_string()));
+    let cpu_before: Vec<Option<u64>> = cpu_watched.iter().map(|(_, pid)| cpu_ticks(pid)).collect();
     let started = Instant::now();
     let mut handles = Vec::with_capacity(a.count);
     for i in 0..a.count {
@@ -642,6 +693,7 @@ async fn streams(a: StreamsArgs) -> Value {
         }
     }
     let seconds = started.elapsed().as_secs_f64();
+    let cpu_after: Vec<Option<u64>> = cpu_watched.iter().map(|(_, pid)| cpu_ticks(pid)).collect();
     stop.store(true, Ordering::Relaxed);
     let (rss_at_max_open, max_open, rss_peak) = sampler.await.unwrap_or((None, 0, None));
     let stall_limit = a.pace * 2;
@@ -651,6 +703,32 @@ async fn streams(a: StreamsArgs) -> Value {
     let mut first: Vec<f64> = results.iter().filter_map(|r| r.first_bytes).map(|d| d.as_secs_f64() * 1e3).collect();
     let mut gaps: Vec<f64> = results.iter().filter(|r| r.ok).map(|r| r.max_gap.as_secs_f64() * 1e3).collect();
     let mut events: Vec<f64> = results.iter().filter(|r| r.ok).map(|r| r.events as f64).collect();
+    // When the stalls happened: a stall shared by most streams at one moment is the machine
+    // pausing (or the client), not the proxy falling behind.
+    let mut stall_times = std::collections::BTreeMap::<u64, usize>::new();
+    for r in results.iter().filter(|r| r.ok && r.max_gap > stall_limit) {
+        if let Some(at) = r.max_gap_at {
+            *stall_times.entry((at - started).as_millis() as u64 / 250 * 250).or_default() += 1;
+        }
+    }
+    // CPU per event relayed, per process, and what all of them together would need with every
+    // stream open at once (the end of the ramp): more than the machine's cores, and the
+    // streams wait their turn.
+    let events_received: usize = results.iter().map(|r| r.events).sum();
+    let mut cpu_seconds = serde_json::Map::new();
+    let mut cpu_us_per_event = serde_json::Map::new();
+    let mut us_per_event_total = 0.0;
+    for (((name, _), before), after) in cpu_watched.iter().zip(&cpu_before).zip(&cpu_after) {
+        if let (Some(b), Some(a)) = (before, after) {
+            let secs = (a - b) as f64 / TICKS_PER_SECOND;
+            let per_event = secs * 1e6 / events_received.max(1) as f64;
+            us_per_event_total += per_event;
+            cpu_seconds.insert(name.clone(), json!(round2(secs)));
+            cpu_us_per_event.insert(name.clone(), json!(round2(per_event)));
+        }
+    }
+    let events_per_second_all_open = a.count as f64 * 1000.0 / a.pace.as_millis().max(1) as f64;
+    let demand_cores = us_per_event_total * events_per_second_all_open / 1e6;
     let errors: Vec<&String> = results.iter().filter_map(|r| r.error.as_ref()).collect();
     let first_non2xx = results
         .iter()
@@ -671,8 +749,14 @@ async fn streams(a: StreamsArgs) -> Value {
         "seconds": round1(seconds),
         "first_bytes_ms": summary_ms(&mut first),
         "max_gap_ms": summary_ms(&mut gaps),
+        "stalls_by_quarter_second": stall_times.iter().map(|(ms, n)| json!([ms, n])).collect::<Vec<_>>(),
         "events_per_stream": summary_ms(&mut events),
         "max_open_at_once": max_open,
+        "events_received": events_received,
+        "cpu_seconds": cpu_seconds,
+        "cpu_us_per_event": cpu_us_per_event,
+        "cores_needed_all_open": round2(demand_cores),
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         "rss_kib_at_max_open": rss_at_max_open,
         "rss_kib_peak": rss_peak,
     })

@@ -159,6 +159,18 @@ s = s1024
 if s:
     ok = s.get("stall_free") == s.get("streams")
     check("1024 concurrent streams stall-free", "1024 / 1024", s.get("stall_free"), ok, f"{s.get('stall_free')} / {s.get('streams')}")
+    # Whether the machine can carry the load at all: the CPU every process (proxy, mock, client)
+    # spends per relayed event, times the events per second with all 1024 streams open.
+    need = {t: (result["streams"]["1024"].get(t) or {}).get("cores_needed_all_open") for t in ("direct", "floor", "ccmesh")}
+    if all(v is not None for v in need.values()):
+        cores = s.get("cores", "?")
+        check(
+            "(why) cores all processes need with 1024 streams open",
+            f"≤ {cores} cores on this machine",
+            need,
+            None,
+            f"direct {need['direct']:.2f}, floor {need['floor']:.2f}, ccmesh {need['ccmesh']:.2f} of {cores}",
+        )
 rounds = sorted({int(p.name.split(".")[1]) for p in res.glob("repeat1024.*.json")})
 repeat = {t: [load(f"repeat1024.{i}.{t}") for i in rounds] for t in ("floor", "ccmesh")}
 result["streams_1024_repeated"] = repeat
@@ -167,7 +179,9 @@ for t, label in (("ccmesh", "1024 streams stall-free, repeated rounds"), ("floor
     if got:
         full = sum(1 for g in got if g == 1024)
         met = None if t == "floor" else full == len(got)
-        check(label, "1024 every round", got, met, f"{', '.join(map(str, got))} ({full} of {len(got)} rounds all 1024)")
+        need = [r.get("cores_needed_all_open") for r in repeat[t] if r and r.get("cores_needed_all_open") is not None]
+        cores = f"; cores needed with all open {', '.join(f'{c:.2f}' for c in need)}" if need else ""
+        check(label, "1024 every round", got, met, f"{', '.join(map(str, got))} ({full} of {len(got)} rounds all 1024){cores}")
 tt = result["ttfc_c1"]["ccmesh"]
 f50 = added(tt, "ccmesh", "first_bytes_p50_us")
 check("added time to first content, p50", "≤ 200 µs", f50, None if f50 is None else f50 <= 200, fmt_us(f50))
@@ -320,9 +334,9 @@ w("")
 if sizes:
     w("## Concurrent streams (64 events 20 ms apart; a stall is a gap over 40 ms)")
     w("")
-    head = "| target | " + " | ".join(f"{n}: stall-free / complete / of" for n in sizes) + f" | largest gap p99 at {sizes[-1]} | first bytes p99 at {sizes[-1]} |"
+    head = "| target | " + " | ".join(f"{n}: stall-free / complete / of" for n in sizes) + f" | largest gap p99 at {sizes[-1]} | first bytes p99 at {sizes[-1]} | CPU µs per event at {sizes[-1]}: proxy / mock / client | cores needed, all {sizes[-1]} open |"
     w(head)
-    w("| --- " * (len(sizes) + 3) + "|")
+    w("| --- " * (len(sizes) + 5) + "|")
     for n in TARGETS:
         cells = []
         any_ = False
@@ -339,7 +353,13 @@ if sizes:
         last = result["streams"][str(sizes[-1])].get(n) or {}
         gap = (last.get("max_gap_ms") or {}).get("p99")
         fb = (last.get("first_bytes_ms") or {}).get("p99")
-        w(f"| {LABEL[n]} | " + " | ".join(cells) + f" | {'–' if gap is None else f'{gap:.1f} ms'} | {'–' if fb is None else f'{fb:.1f} ms'} |")
+        per = last.get("cpu_us_per_event") or {}
+        cpu = " / ".join("–" if per.get(k) is None else f"{per[k]:.1f}" for k in ("proxy", "mock", "client"))
+        need = last.get("cores_needed_all_open")
+        need = "–" if need is None else f"{need:.2f} of {last.get('cores', '?')}"
+        w(f"| {LABEL[n]} | " + " | ".join(cells) + f" | {'–' if gap is None else f'{gap:.1f} ms'} | {'–' if fb is None else f'{fb:.1f} ms'} | {cpu} | {need} |")
+    w("")
+    w(f"CPU per event: user + system time of each process during the run (connection set-up included) over the events the client received; cores needed: their sum times the events per second with all {sizes[-1]} streams open (the end of the 1 s ramp). Above the machine's cores, streams queue for a CPU and stall.")
     w("")
 
 # Failover
