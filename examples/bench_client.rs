@@ -718,8 +718,9 @@ async fn streams(a: StreamsArgs) -> Value {
     let mut cpu_seconds = serde_json::Map::new();
     let mut cpu_us_per_event = serde_json::Map::new();
     let mut us_per_event_total = 0.0;
+    // No event received (every stream failed): no per-event figure.
     for (((name, _), before), after) in cpu_watched.iter().zip(&cpu_before).zip(&cpu_after) {
-        if let (Some(b), Some(a)) = (before, after) {
+        if let (Some(b), Some(a), true) = (before, after, events_received > 0) {
             let secs = (a - b) as f64 / TICKS_PER_SECOND;
             let per_event = secs * 1e6 / events_received.max(1) as f64;
             us_per_event_total += per_event;
@@ -728,7 +729,7 @@ async fn streams(a: StreamsArgs) -> Value {
         }
     }
     let events_per_second_all_open = a.count as f64 * 1000.0 / a.pace.as_millis().max(1) as f64;
-    let demand_cores = us_per_event_total * events_per_second_all_open / 1e6;
+    let demand_cores = (events_received > 0).then(|| round2(us_per_event_total * events_per_second_all_open / 1e6));
     let errors: Vec<&String> = results.iter().filter_map(|r| r.error.as_ref()).collect();
     let first_non2xx = results
         .iter()
@@ -755,7 +756,7 @@ async fn streams(a: StreamsArgs) -> Value {
         "events_received": events_received,
         "cpu_seconds": cpu_seconds,
         "cpu_us_per_event": cpu_us_per_event,
-        "cores_needed_all_open": round2(demand_cores),
+        "cores_needed_all_open": demand_cores,
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         "rss_kib_at_max_open": rss_at_max_open,
         "rss_kib_peak": rss_peak,
