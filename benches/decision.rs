@@ -144,7 +144,13 @@ fn snapshot(endpoints: Vec<Endpoint>, breakers: &Breakers, strategy: RoutingStra
                     (header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {}", config.api_key)).expect("key"))
                 }
             };
-            Arc::new(LiveEndpoint { breaker: breakers.cell(config.id), auth, extra_headers: HeaderMap::new(), config })
+            Arc::new(LiveEndpoint {
+                breaker: breakers.cell(config.id),
+                auth,
+                extra_headers: HeaderMap::new(),
+                host: None,
+                config,
+            })
         })
         .collect();
     let mut settings = Settings::default();

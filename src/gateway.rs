@@ -26,6 +26,9 @@ pub struct LiveEndpoint {
     pub auth: (HeaderName, HeaderValue),
     /// The endpoint's extra headers, validated at write time.
     pub extra_headers: HeaderMap,
+    /// The `Host` header its requests carry (host, and port unless the scheme's default), built
+    /// once here rather than by the HTTP client from the URL on every request.
+    pub host: Option<HeaderValue>,
 }
 
 impl AsRef<Endpoint> for LiveEndpoint {
@@ -184,6 +187,7 @@ impl Gateway {
                 Arc::new(LiveEndpoint {
                     auth: auth_header(&config),
                     extra_headers: extra_headers(&config),
+                    host: host_header(&config.base_url),
                     breaker,
                     config,
                 })
@@ -211,6 +215,22 @@ fn auth_header(e: &Endpoint) -> (HeaderName, HeaderValue) {
     (name, value)
 }
 
+/// What hyper-util's client would put in `Host` for a request to `base_url`: the host, with the
+/// port only when it is not the scheme's default. `None` when the URL has no host (the client
+/// then reports the bad URL as before).
+pub fn host_header(base_url: &str) -> Option<HeaderValue> {
+    let uri: axum::http::Uri = base_url.parse().ok()?;
+    let host = uri.host()?;
+    let secure = matches!(uri.scheme_str(), Some("https" | "wss"));
+    let value = match uri.port_u16() {
+        Some(443) if secure => host.to_string(),
+        Some(80) if !secure => host.to_string(),
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_string(),
+    };
+    HeaderValue::from_str(&value).ok()
+}
+
 fn extra_headers(e: &Endpoint) -> HeaderMap {
     let mut map = HeaderMap::new();
     for (k, v) in &e.headers {
@@ -219,4 +239,23 @@ fn extra_headers(e: &Endpoint) -> HeaderMap {
         }
     }
     map
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_header;
+
+    #[test]
+    fn the_host_header_carries_the_port_only_when_it_is_not_the_schemes_default() {
+        let host = |url: &str| host_header(url).map(|v| v.to_str().unwrap().to_string());
+        assert_eq!(host("http://127.0.0.1:8080").as_deref(), Some("127.0.0.1:8080"));
+        assert_eq!(host("https://api.anthropic.com").as_deref(), Some("api.anthropic.com"));
+        assert_eq!(host("https://relay.example.com/api/v1").as_deref(), Some("relay.example.com"));
+        assert_eq!(host("http://relay.example.com:80/x").as_deref(), Some("relay.example.com"));
+        assert_eq!(host("https://relay.example.com:443").as_deref(), Some("relay.example.com"));
+        assert_eq!(host("https://relay.example.com:8443").as_deref(), Some("relay.example.com:8443"));
+        assert_eq!(host("http://relay.example.com:443").as_deref(), Some("relay.example.com:443"));
+        assert_eq!(host("http://[::1]:9000").as_deref(), Some("[::1]:9000"));
+        assert_eq!(host("not a url"), None);
+    }
 }

@@ -229,6 +229,10 @@ pub fn request_headers(client: &HeaderMap, endpoint: &LiveEndpoint) -> HeaderMap
     }
     let (name, value) = &endpoint.auth;
     out.insert(name.clone(), value.clone());
+    // The client's `Host` was dropped above and endpoints cannot set one (`reserved_header`).
+    if let Some(host) = &endpoint.host {
+        out.insert(header::HOST, host.clone());
+    }
     out
 }
 

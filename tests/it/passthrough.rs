@@ -175,6 +175,18 @@ async fn both_anthropic_client_auth_styles_are_accepted_and_replaced() {
 }
 
 #[tokio::test]
+async fn the_upstream_sees_its_own_host_not_the_gateways() {
+    let up = MockUpstream::start().await;
+    let g = TestGateway::start().await;
+    g.add("a", "anthropic", &format!("{}/", up.url()), json!({})).await;
+    up.set_default(Reply::anthropic_message("ok"));
+    let r = g.post_with("/v1/messages", &claude_body("m", false), &[("host", "gateway.example:9")]).await;
+    assert_eq!(r.status(), 200);
+    let seen = up.last_request().unwrap();
+    assert_eq!(seen.header_all("host"), vec![format!("127.0.0.1:{}", up.addr().port())]);
+}
+
+#[tokio::test]
 async fn admin_token_is_never_forwarded() {
     let up = MockUpstream::start().await;
     let g = TestGateway::start_with(crate::support::gateway::Options {
