@@ -13,7 +13,7 @@ pub mod upstream;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, Method, header};
+use axum::http::{HeaderMap, HeaderName, Method, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
@@ -42,16 +42,22 @@ pub struct Inbound {
     pub stream: bool,
 }
 
+// Header names looked up on every request, parsed once (a lookup by `&str` parses the name).
+const ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
+const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+const X_CCMESH_ENDPOINT: HeaderName = HeaderName::from_static("x-ccmesh-endpoint");
+
 /// Decide the route from the path. `None` = not a proxied path.
 pub fn route_for(method: &Method, path: &str, headers: &HeaderMap) -> Option<Route> {
     let rest = path.strip_prefix("/v1/")?;
-    let anthropic_client = headers.contains_key("anthropic-version") || headers.contains_key("x-api-key");
     Some(match (method, rest.trim_end_matches('/')) {
         (&Method::POST, "messages") => Route::Protocol(Protocol::Claude),
         (&Method::POST, "chat/completions") => Route::Protocol(Protocol::Openai),
         (&Method::POST, "responses") => Route::Protocol(Protocol::Responses),
         (&Method::POST, "messages/count_tokens") => Route::CountTokens,
-        _ => Route::PassThrough { anthropic: anthropic_client },
+        _ => {
+            Route::PassThrough { anthropic: headers.contains_key(ANTHROPIC_VERSION) || headers.contains_key(X_API_KEY) }
+        }
     })
 }
 
@@ -116,7 +122,7 @@ async fn prepare(
     let query = parts.uri.query();
     let endpoint_query =
         query.and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("endpoint=")).map(|v| v.to_string()));
-    let endpoint_header = match parts.headers.get("x-ccmesh-endpoint").map(|v| v.to_str()) {
+    let endpoint_header = match parts.headers.get(X_CCMESH_ENDPOINT).map(|v| v.to_str()) {
         None => None,
         Some(Ok(v)) => Some(v.to_string()),
         Some(Err(_)) => {

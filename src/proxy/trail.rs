@@ -40,6 +40,14 @@ pub struct Trail {
     submitted: bool,
 }
 
+/// Where clients put their session id, in order of preference (parsed once: a lookup by `&str`
+/// parses the name on every request).
+const SESSION_ID_HEADERS: [HeaderName; 3] = [
+    HeaderName::from_static("x-claude-code-session-id"),
+    HeaderName::from_static("session-id"),
+    HeaderName::from_static("session_id"),
+];
+
 /// A time-ordered id: unix milliseconds, then a process-wide counter (hex).
 fn new_id(unix_ms: u64) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -84,16 +92,15 @@ impl Trail {
         headers: &HeaderMap,
     ) -> Trail {
         let unix_ms = wall.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
-        let session_id =
-            header("x-claude-code-session-id").or_else(|| header("session-id")).or_else(|| header("session_id"));
+        let header = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let session_id = SESSION_ID_HEADERS.iter().find_map(header);
         let record = RequestRecord {
             id: new_id(unix_ms),
             started_at_ms: unix_ms,
             protocol: protocol.to_string(),
             method: method.to_string(),
             path: path.to_string(),
-            user_agent: header("user-agent"),
+            user_agent: header(&axum::http::header::USER_AGENT),
             session_id,
             ..empty_record()
         };

@@ -220,8 +220,9 @@ pub fn request_headers(client: &HeaderMap, endpoint: &LiveEndpoint) -> HeaderMap
         }
         out.append(name.clone(), value.clone());
     }
-    if endpoint.config.format == Format::Anthropic && !out.contains_key("anthropic-version") {
-        out.insert(HeaderName::from_static("anthropic-version"), HeaderValue::from_static("2023-06-01"));
+    const ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
+    if endpoint.config.format == Format::Anthropic && !out.contains_key(&ANTHROPIC_VERSION) {
+        out.insert(ANTHROPIC_VERSION, HeaderValue::from_static("2023-06-01"));
     }
     out.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
     for (name, value) in &endpoint.extra_headers {

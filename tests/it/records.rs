@@ -305,6 +305,31 @@ async fn a_proxied_request_leaves_a_record_with_its_attempts() {
     assert_eq!(ids(&page), [id]);
 }
 
+#[tokio::test]
+async fn a_record_keeps_the_clients_session_id_and_user_agent() {
+    let up = MockUpstream::start().await;
+    let g = TestGateway::start().await;
+    g.add("a", "anthropic", &up.url(), json!({})).await;
+    up.set_default(Reply::anthropic_message("ok"));
+    // Claude Code's own header first; the generic names as fallbacks, in that order.
+    let cases = [
+        (vec![("x-claude-code-session-id", "cc-1"), ("session-id", "generic")], Some("cc-1")),
+        (vec![("session-id", "dash-2"), ("session_id", "underscore")], Some("dash-2")),
+        (vec![("session_id", "underscore-3")], Some("underscore-3")),
+        (vec![], None),
+    ];
+    for (headers, session) in cases {
+        let mut all = headers.clone();
+        all.push(("user-agent", "claude-cli/2.0.14 (external, cli)"));
+        let r = g.post_with("/v1/messages", &claude_body("m", false), &all).await;
+        assert_eq!(r.status(), 200);
+        let id = r.headers()["x-ccmesh-request-id"].to_str().unwrap().to_string();
+        let record = wait_for_record(&g, &id).await;
+        assert_eq!(record["session_id"].as_str(), session, "{headers:?}");
+        assert_eq!(record["user_agent"], "claude-cli/2.0.14 (external, cli)");
+    }
+}
+
 /// A gateway on a given data dir, so a test can stop it and start another on the same files.
 struct Instance {
     url: String,
