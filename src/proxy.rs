@@ -43,7 +43,7 @@ pub struct Inbound {
 }
 
 // Header names looked up on every request, parsed once (a lookup by `&str` parses the name).
-const ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
+pub(crate) const ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
 const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 const X_CCMESH_ENDPOINT: HeaderName = HeaderName::from_static("x-ccmesh-endpoint");
 

@@ -220,9 +220,8 @@ pub fn request_headers(client: &HeaderMap, endpoint: &LiveEndpoint) -> HeaderMap
         }
         out.append(name.clone(), value.clone());
     }
-    const ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
-    if endpoint.config.format == Format::Anthropic && !out.contains_key(&ANTHROPIC_VERSION) {
-        out.insert(ANTHROPIC_VERSION, HeaderValue::from_static("2023-06-01"));
+    if endpoint.config.format == Format::Anthropic && !out.contains_key(&super::ANTHROPIC_VERSION) {
+        out.insert(super::ANTHROPIC_VERSION, HeaderValue::from_static("2023-06-01"));
     }
     out.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
     for (name, value) in &endpoint.extra_headers {
