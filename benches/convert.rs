@@ -19,7 +19,7 @@ use ccmesh::endpoint::Format;
 use ccmesh::protocol::sse::SseScanner;
 use serde_json::{Value, json};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/clients");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/clients");
 
 fn fixture(name: &str) -> Value {
     let text = std::fs::read_to_string(format!("{FIXTURES}/{name}")).expect("fixture");

@@ -59,7 +59,7 @@ enum Cmd {
         #[arg(long, default_value_t = 200 * 1024)]
         size: usize,
         /// Directory of the client fixtures.
-        #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/clients"))]
+        #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/clients"))]
         fixtures: String,
     },
     /// Interleaved sequential requests to several targets.

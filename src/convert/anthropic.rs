@@ -2275,14 +2275,14 @@ mod tests {
     // -----------------------------------------------------------------------------------------
 
     const CC_TURN1: &str =
-        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/clients/claude_code_2.1.197_turn1.json"));
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/clients/claude_code_2.1.197_turn1.json"));
     const CC_TURN2: &str = include_str!(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/fixtures/clients/claude_code_2.1.197_turn2_tool_result.json"
+        "/tests/fixtures/clients/claude_code_2.1.197_turn2_tool_result.json"
     ));
     const CODEX_CHAT: &str = include_str!(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/fixtures/clients/codex_0.80.0_chat_turn2_tool.json"
+        "/tests/fixtures/clients/codex_0.80.0_chat_turn2_tool.json"
     ));
 
     #[test]

@@ -2208,11 +2208,11 @@ mod tests {
 
     const CODEX_080: &str = include_str!(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/fixtures/clients/codex_0.80.0_chat_turn2_tool.json"
+        "/tests/fixtures/clients/codex_0.80.0_chat_turn2_tool.json"
     ));
     const CLAUDE_CODE_TURN2: &str = include_str!(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/fixtures/clients/claude_code_2.1.197_turn2_tool_result.json"
+        "/tests/fixtures/clients/claude_code_2.1.197_turn2_tool_result.json"
     ));
 
     // -----------------------------------------------------------------------------------------

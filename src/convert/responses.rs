@@ -2443,11 +2443,11 @@ mod tests {
 
     const CODEX_TURN1: &str = include_str!(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/fixtures/clients/codex_0.171.0_responses_turn1.json"
+        "/tests/fixtures/clients/codex_0.171.0_responses_turn1.json"
     ));
     const CODEX_TURN2: &str = include_str!(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/fixtures/clients/codex_0.171.0_responses_turn2_function_call_output.json"
+        "/tests/fixtures/clients/codex_0.171.0_responses_turn2_function_call_output.json"
     ));
 
     fn fixture_body(fixture: &str) -> Vec<u8> {

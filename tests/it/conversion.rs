@@ -445,7 +445,7 @@ async fn a_request_that_cannot_be_converted_is_a_400_naming_the_feature() {
 
 #[tokio::test]
 async fn real_codex_and_claude_code_requests_convert_and_get_answers() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/clients");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/clients");
     for (file, client, target) in [
         ("claude_code_2.1.197_turn2_tool_result.json", P::Claude, P::Chat),
         ("claude_code_2.1.197_turn1.json", P::Claude, P::Responses),

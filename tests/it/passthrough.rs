@@ -255,7 +255,7 @@ async fn other_v1_paths_pass_through_and_their_404_is_neutral() {
 
 #[tokio::test]
 async fn real_client_fixtures_reach_the_upstream_unchanged() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/clients");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/clients");
     let Ok(entries) = std::fs::read_dir(&dir) else {
         panic!("fixtures not found at {}", dir.display());
     };
