@@ -604,13 +604,13 @@ fn stream_cases(rows: &mut Vec<[String; 4]>) {
     for (format, bytes, events) in [(Format::Anthropic, &anthropic, a_events), (Format::Openai, &chat, c_events)] {
         let chunks: Vec<Bytes> = bytes.as_bytes().chunks(1400).map(Bytes::copy_from_slice).collect();
         let t = measure(|| {
-            let mut observer = StreamObserver::new(format, format, Transform::Pass);
+            let mut observer = StreamObserver::new(format, format, Transform::Pass, u64::MAX);
             for c in &chunks {
                 black_box(observer.chunk(c.clone()));
             }
             black_box(observer.clean_end());
         });
-        let mut check = StreamObserver::new(format, format, Transform::Pass);
+        let mut check = StreamObserver::new(format, format, Transform::Pass, u64::MAX);
         chunks.iter().for_each(|c| {
             check.chunk(c.clone());
         });

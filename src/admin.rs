@@ -6,6 +6,7 @@ pub mod auth;
 pub mod connectivity;
 pub mod events;
 pub mod health;
+pub mod login_limit;
 pub mod prices;
 pub mod requests;
 pub mod session;
@@ -40,6 +41,7 @@ pub fn router(gw: Arc<Gateway>) -> Router<Arc<Gateway>> {
         .route("/api/requests/{id}", get(requests::get_request))
         .route("/api/stats", get(requests::get_stats))
         .route("/api/records/status", get(requests::get_records_status))
+        .route("/api/status", get(get_status))
         .route("/api/prices", get(prices::list_prices))
         .route("/api/prices/{model}", put(prices::put_price).delete(prices::delete_price))
         .fallback(api_not_found)
@@ -111,6 +113,24 @@ impl IntoResponse for ApiError {
 
 pub type ApiResult<T> = Result<T, ApiError>;
 
+/// `GET /api/status` (SPEC §15.8): what state the gateway is in beyond liveness.
+async fn get_status(State(gw): State<Arc<Gateway>>) -> Json<Value> {
+    let storage = match gw.storage_problem() {
+        None => "ok".to_string(),
+        Some(problem) => format!("degraded: {problem}"),
+    };
+    let limits = gw.snapshot().settings.limits.clone();
+    Json(json!({
+        "storage": storage,
+        "cluster": "off",
+        "version": env!("CARGO_PKG_VERSION"),
+        "instance_id": gw.instance_id,
+        "connections": gw.open_connections.load(std::sync::atomic::Ordering::Relaxed),
+        "max_connections": limits.max_connections,
+        "records": gw.events.records().stats(),
+    }))
+}
+
 /// Parse a JSON body ourselves so that malformed JSON gets our error shape, not axum's text.
 pub fn parse_body(bytes: &[u8]) -> ApiResult<Value> {
     serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
@@ -134,7 +154,7 @@ pub fn endpoint_json(e: &Endpoint) -> Value {
         "test_status": e.test.status.as_str(),
         "test_at": e.test.at,
         "test_latency_ms": e.test.latency_ms,
-        "test_error": e.test.error,
+        "test_error": e.test.error.as_deref().map(crate::redact::scrub),
         "price_multiplier": e.price_multiplier,
     })
 }
@@ -179,8 +199,24 @@ async fn get_endpoint(State(gw): State<Arc<Gateway>>, Path(name): Path<String>) 
     Ok(Json(endpoint_json(&e.config)))
 }
 
+/// SPEC §8: an endpoint that points back at this gateway would send every request round in a
+/// circle.
+fn refuse_self(gw: &Gateway, base_url: &str) -> ApiResult<()> {
+    match gw.listen_addr.get() {
+        Some(listen) if crate::hosts::points_at(base_url, *listen) => Err(ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: format!(
+                "base_url: {base_url} is this gateway's own address ({listen}); every request to it would come back here — give the upstream's URL"
+            ),
+            field: Some("base_url".into()),
+        }),
+        _ => Ok(()),
+    }
+}
+
 async fn create_endpoint(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes) -> ApiResult<Response> {
     let draft = EndpointDraft::create(&parse_body(&body)?)?;
+    refuse_self(&gw, &draft.base_url)?;
     let created = write(&gw, "endpoint_created", move |g| Ok(g.store.insert_endpoint(&draft)?)).await?;
     Ok((StatusCode::CREATED, Json(endpoint_json(&created))).into_response())
 }
@@ -198,6 +234,7 @@ async fn patch_endpoint(
     let mut draft = current.to_draft();
     let had_fast_order = patch.get("fast_sort_order").is_some();
     draft.apply(&patch)?;
+    refuse_self(&gw, &draft.base_url)?;
     // Joining the fast queue without a position means "at the end" (SPEC §10).
     if draft.fast && !current.fast && !had_fast_order {
         draft.fast_sort_order = None;

@@ -33,6 +33,18 @@ pub enum Command {
         #[command(flatten)]
         common: manage::Common,
     },
+    /// Turn failover on or off for one inbound protocol (seed 001's switch): off, a request goes
+    /// only to the endpoint the routing strategy starts at.
+    Failover {
+        /// `on` or `off`.
+        #[arg(value_parser = ["on", "off"])]
+        state: String,
+        /// `claude`, `openai` or `responses`.
+        #[arg(value_parser = ["claude", "openai", "responses"])]
+        protocol: String,
+        #[command(flatten)]
+        common: manage::Common,
+    },
     /// Recent request records (newest first); `-f` follows new requests live.
     Logs(manage::LogsArgs),
     /// A summary of requests, errors, latency, tokens and cost for a period.

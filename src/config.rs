@@ -4,4 +4,4 @@
 pub mod file;
 pub mod settings;
 
-pub use settings::{BreakerSettings, RoutingStrategy, Settings, Timeouts};
+pub use settings::{BreakerSettings, Limits, RoutingStrategy, Settings, Timeouts};

@@ -35,7 +35,7 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'
      img-src 'self' data:; connect-src 'self'; font-src 'self'; manifest-src 'self'; base-uri 'none'; \
      form-action 'self'; frame-ancestors 'none'";
 
-pub fn router() -> Router<Arc<Gateway>> {
+pub fn router(gw: Arc<Gateway>) -> Router<Arc<Gateway>> {
     Router::new()
         .route("/", get(overview))
         .route("/endpoints", get(endpoints))
@@ -47,6 +47,21 @@ pub fn router() -> Router<Arc<Gateway>> {
         .route("/logout", post(logout))
         .route("/assets/{file}", get(assets::serve))
         .route("/favicon.ico", get(assets::favicon))
+        .layer(axum::middleware::from_fn_with_state(gw, guard_host))
+}
+
+/// SPEC §15.7: without an admin token, or for a page opened with the session cookie, only the
+/// loopback names (and `allowed_hosts`) may load the dashboard.
+async fn guard_host(
+    State(gw): State<Arc<Gateway>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let by_cookie = session::cookie(request.headers(), session::SESSION_COOKIE).is_some();
+    if (gw.admin_token.is_none() || by_cookie) && crate::admin::auth::foreign_host(&gw, request.headers()) {
+        return crate::admin::auth::foreign_host_refusal(request.headers());
+    }
+    next.run(request).await
 }
 
 pub(crate) mod html {
@@ -157,10 +172,14 @@ async fn settings(State(gw): State<Arc<Gateway>>, headers: HeaderMap, uri: Uri) 
     page(&gw, &headers, &uri, pages::settings(&settings_form::render(&current)))
 }
 
-/// Only a path on this site: `/x`, never `//host` or `/\host` (browsers read both as hosts).
+/// Only a path on this site: it starts with a single `/` and holds no control character,
+/// backslash, space or non-ASCII byte. Browsers drop tabs and newlines from URLs and read `\` as
+/// `/`, so `/<tab>/evil.example` or `/\evil.example` would send the user to another host.
 fn safe_next(next: Option<&str>) -> String {
     match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.starts_with("/\\") && !n.contains(['\r', '\n']) => {
+        Some(n)
+            if n.starts_with('/') && !n.starts_with("//") && n.bytes().all(|b| b.is_ascii_graphic() && b != b'\\') =>
+        {
             n.to_string()
         }
         _ => "/".to_string(),
@@ -180,15 +199,31 @@ async fn login_page(State(gw): State<Arc<Gateway>>, headers: HeaderMap, RawQuery
     html_response(StatusCode::OK, pages::login(&next, None))
 }
 
-async fn login_submit(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+async fn login_submit(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    client: Option<axum::Extension<crate::server::conn::ClientAddr>>,
+    body: axum::body::Bytes,
+) -> Response {
     let form: Vec<(String, String)> =
         url::form_urlencoded::parse(&body).map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
     let field = |name: &str| form.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
     let next = safe_next(field("next"));
     let Some(token) = gw.admin_token.as_deref() else { return Redirect::to(&next).into_response() };
+    let addr = client.map(|c| c.0.0.ip()).unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]));
+    let now = gw.clock.now();
+    if let Err(wait) = gw.login_limit.check(addr, now) {
+        let secs = wait.as_secs().max(1);
+        tracing::warn!(event = "dashboard_login_limited", client = %addr, "too many failed dashboard logins");
+        let message = format!("Too many failed logins from your address; try again in {secs} s.");
+        let mut response = html_response(StatusCode::TOO_MANY_REQUESTS, pages::login(&next, Some(&message)));
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        return response;
+    }
     let presented = field("token").unwrap_or("").trim();
     if !crate::admin::auth::constant_time_eq(presented.as_bytes(), token.as_bytes()) {
-        tracing::warn!(event = "dashboard_login_failed", "dashboard login with a wrong admin token");
+        gw.login_limit.failed(addr, now);
+        tracing::warn!(event = "dashboard_login_failed", client = %addr, "dashboard login with a wrong admin token");
         let message = if presented.is_empty() { "Enter the admin token." } else { "That is not the admin token." };
         return html_response(StatusCode::UNAUTHORIZED, pages::login(&next, Some(message)));
     }
@@ -201,6 +236,7 @@ async fn login_submit(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: 
             ),
         );
     };
+    gw.login_limit.succeeded(addr);
     tracing::info!(event = "dashboard_login", "dashboard session started");
     let mut response = Redirect::to(&next).into_response();
     response.headers_mut().insert(header::SET_COOKIE, session::set_cookie(&headers, &cookie));
@@ -234,8 +270,18 @@ mod tests {
     #[test]
     fn next_stays_on_this_site() {
         assert_eq!(safe_next(Some("/endpoints?x=1")), "/endpoints?x=1");
-        for bad in ["//evil.example", "/\\evil.example", "https://evil.example", "endpoints", "", "/a\r\nSet-Cookie: x"]
-        {
+        for bad in [
+            "//evil.example",
+            "/\\evil.example",
+            "https://evil.example",
+            "endpoints",
+            "",
+            "/a\r\nSet-Cookie: x",
+            "/\t/evil.example",
+            "/\u{1}",
+            "/a\\b",
+            "/caf\u{e9}",
+        ] {
             assert_eq!(safe_next(Some(bad)), "/", "{bad}");
         }
         assert_eq!(safe_next(None), "/");

@@ -65,6 +65,26 @@ pub fn transition_str(t: &Transition) -> String {
     }
 }
 
+/// Mask every known secret in the free text of a record (its error and the attempts' notes),
+/// the only parts that can carry an upstream's words.
+fn scrub_record(record: &mut RequestRecord) {
+    if record.error.is_none() && record.attempts.iter().all(|a| a.error.is_none()) {
+        return;
+    }
+    let redactor = crate::redact::current();
+    if let Some(e) = &mut record.error {
+        redactor.scrub_in_place(&mut e.message, None);
+        if let Some(body) = &mut e.upstream_body {
+            redactor.scrub_in_place(body, None);
+        }
+    }
+    for a in &mut record.attempts {
+        if let Some(note) = &mut a.error {
+            redactor.scrub_in_place(note, None);
+        }
+    }
+}
+
 impl Events {
     pub fn new(records: RecordSink) -> Self {
         Self { hub: Arc::new(Hub { metrics: Metrics::new(), records, live: LiveBus::new() }) }
@@ -83,7 +103,8 @@ impl Events {
     }
 
     /// A request finished (for a stream: when the stream ended): count it, show it live, store it.
-    pub fn request_completed(&self, record: RequestRecord) {
+    pub fn request_completed(&self, mut record: RequestRecord) {
+        scrub_record(&mut record);
         self.hub.metrics.observe_request(&record);
         if !self.hub.live.has_subscribers() {
             self.hub.records.submit(record);

@@ -123,6 +123,36 @@ pub struct Gateway {
     pub admin_token: Option<String>,
     /// Serialises admin writes so snapshot rebuilds never race each other.
     pub admin_lock: tokio::sync::Mutex<()>,
+    /// This instance's identity in the loop-detection header (SPEC §8), random per start.
+    pub instance_id: String,
+    /// `x-ccmesh-hop: <instance_id>`, for requests that arrive with no hop header of their own.
+    pub hop_header: HeaderValue,
+    /// Host names given with `serve --allowed-host` (besides the `allowed_hosts` setting).
+    pub allowed_hosts: std::sync::OnceLock<Vec<String>>,
+    /// Failed dashboard logins per client address.
+    pub login_limit: crate::admin::login_limit::LoginLimit,
+    /// Client connections open now, across every serving thread.
+    pub open_connections: Arc<std::sync::atomic::AtomicUsize>,
+    /// The address this gateway listens on, once bound (for refusing endpoints that point at it).
+    pub listen_addr: std::sync::OnceLock<std::net::SocketAddr>,
+    /// This gateway's entry in the process-wide set of secrets to redact.
+    redact_owner: u64,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        crate::redact::uninstall(self.redact_owner);
+    }
+}
+
+/// A random identifier, as lower-case hex.
+pub fn random_hex(bytes: usize) -> String {
+    use ring::rand::SecureRandom;
+    let mut buf = vec![0u8; bytes];
+    // The system RNG does not fail on the platforms ccmesh runs on; a zero id only weakens
+    // loop detection between two such instances.
+    let _ = ring::rand::SystemRandom::new().fill(&mut buf);
+    buf.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Gateway {
@@ -134,6 +164,8 @@ impl Gateway {
         records: RecordSink,
     ) -> Result<Arc<Gateway>, StoreError> {
         let events = Events::new(records);
+        let instance_id = random_hex(8);
+        let hop_header = HeaderValue::from_str(&instance_id).unwrap_or_else(|_| HeaderValue::from_static("0"));
         let gateway = Gateway {
             snapshot: ArcSwap::from_pointee(Snapshot {
                 endpoints: Vec::new(),
@@ -148,9 +180,24 @@ impl Gateway {
             client,
             admin_token,
             admin_lock: tokio::sync::Mutex::new(()),
+            instance_id,
+            hop_header,
+            listen_addr: std::sync::OnceLock::new(),
+            open_connections: Arc::default(),
+            allowed_hosts: std::sync::OnceLock::new(),
+            login_limit: Default::default(),
+            redact_owner: {
+                static OWNERS: AtomicU64 = AtomicU64::new(1);
+                OWNERS.fetch_add(1, Ordering::Relaxed)
+            },
         };
         gateway.reload()?;
         Ok(Arc::new(gateway))
+    }
+
+    /// `None` while storage works; else what is wrong (SPEC §15.8).
+    pub fn storage_problem(&self) -> Option<String> {
+        self.events.records().problem()
     }
 
     /// A short-lived view of the configuration (do not hold across an `.await`).
@@ -174,6 +221,8 @@ impl Gateway {
             }),
             None => Settings::default(),
         };
+        let secrets = endpoints.iter().map(|e| e.api_key.clone()).chain(self.admin_token.clone()).collect();
+        crate::redact::install(self.redact_owner, secrets);
         let ids: Vec<EndpointId> = endpoints.iter().map(|e| e.id).collect();
         let old = self.snapshot.load();
         for gone in old.endpoints.iter().map(|e| e.config.id).filter(|id| !ids.contains(id)) {

@@ -24,6 +24,8 @@ pub mod events;
 pub mod fasthash;
 /// Shared state: configuration snapshot, breakers, rotation.
 pub mod gateway;
+/// Host names: the admin API's `Host` allow-list, base URLs that point back at the gateway.
+pub mod hosts;
 /// Giving memory back to the system when a thread falls idle.
 pub mod idle_memory;
 /// Request records, usage, cost, metrics and live events.
@@ -32,6 +34,8 @@ pub mod observe;
 pub mod protocol;
 /// The request path: ingress, attempt loop, classification, upstream, relay.
 pub mod proxy;
+/// Redaction of secrets by their literal value, wherever text is stored or logged.
+pub mod redact;
 /// Choosing candidates and where a request starts (pure).
 pub mod routing;
 /// HTTP server wiring and graceful shutdown.

@@ -10,10 +10,11 @@ pub mod request;
 pub mod trail;
 pub mod upstream;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderName, Method, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
@@ -21,6 +22,7 @@ use crate::gateway::{Gateway, LiveEndpoint, Snapshot};
 use crate::protocol::errors::{ErrorKind, GatewayError};
 use crate::protocol::{Protocol, Route};
 use crate::routing;
+use crate::server::conn::{ReadBodyError, read_limited};
 use trail::Trail;
 
 /// Everything about the client's request that the attempts need, read once.
@@ -40,12 +42,105 @@ pub struct Inbound {
     /// Where the model value sits in `body`, for rewriting.
     pub model_span: Option<std::ops::Range<usize>>,
     pub stream: bool,
+    /// The loop-detection header this request's upstream requests carry (SPEC §8).
+    pub hop: HeaderValue,
 }
 
 // Header names looked up on every request, parsed once (a lookup by `&str` parses the name).
 pub(crate) const ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
 const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+const X_GOOG_API_KEY: HeaderName = HeaderName::from_static("x-goog-api-key");
 const X_CCMESH_ENDPOINT: HeaderName = HeaderName::from_static("x-ccmesh-endpoint");
+pub(crate) const X_CCMESH_HOP: HeaderName = HeaderName::from_static("x-ccmesh-hop");
+/// On a 508: the instance that found the loop.
+pub(crate) const X_CCMESH_LOOP: HeaderName = HeaderName::from_static("x-ccmesh-loop");
+
+/// The credential the client presented: `x-api-key`, `Authorization: Bearer` (the scheme in any
+/// case, RFC 9110), `x-goog-api-key`, or `?key=` in the query.
+pub fn presented_credential<'a>(headers: &'a HeaderMap, query: Option<&'a str>) -> Option<Cow<'a, str>> {
+    let header = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    if let Some(key) = header(&X_API_KEY).or_else(|| header(&X_GOOG_API_KEY)).filter(|k| !k.is_empty()) {
+        return Some(Cow::Borrowed(key));
+    }
+    if let Some(token) = header(&header::AUTHORIZATION).and_then(bearer_token) {
+        return Some(Cow::Borrowed(token));
+    }
+    let query = query?;
+    if !query.contains("key=") {
+        return None;
+    }
+    url::form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "key").map(|(_, v)| v).filter(|v| !v.is_empty())
+}
+
+/// The token of an `Authorization: Bearer <token>` value; the scheme is case-insensitive.
+pub fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// Gateways a request may pass through before it is refused as a loop.
+const MAX_HOPS: usize = 5;
+
+/// Whether `path` has a `.` or `..` segment, raw or percent-encoded (also behind an encoded
+/// slash): an upstream that normalises the path could otherwise be sent outside the base URL's
+/// prefix, with the endpoint's key.
+pub fn has_dot_segment(path: &str) -> bool {
+    if !path.contains('.') && !path.contains('%') {
+        return false;
+    }
+    let decoded = percent_decode(path);
+    decoded.split(['/', '\\']).any(|segment| segment == "." || segment == "..")
+}
+
+fn percent_decode(path: &str) -> String {
+    let bytes = path.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let (Some(h), Some(l)) = (bytes.get(i + 1).and_then(hex), bytes.get(i + 2).and_then(hex))
+        {
+            out.push(h * 16 + l);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn hex(b: &u8) -> Option<u8> {
+    (*b as char).to_digit(16).map(|d| d as u8)
+}
+
+/// SPEC §8: the request came back to this gateway, or has passed through too many. Returns the
+/// refusal, or the hop header the upstream requests carry (this instance first).
+fn check_hops(gw: &Gateway, headers: &HeaderMap) -> Result<HeaderValue, GatewayError> {
+    let Some(value) = headers.get(X_CCMESH_HOP) else { return Ok(gw.hop_header.clone()) };
+    let earlier = value.to_str().unwrap_or("");
+    let hops: Vec<&str> = earlier.split(',').map(str::trim).filter(|h| !h.is_empty()).collect();
+    if hops.iter().any(|h| *h == gw.instance_id) {
+        return Err(GatewayError::new(
+            ErrorKind::LoopDetected,
+            "loop_detected",
+            "loop detected: this request came back to the gateway that sent it; an endpoint's base_url points back at this gateway — change it with `ccmesh endpoint edit NAME --base-url URL`",
+        ));
+    }
+    if hops.len() >= MAX_HOPS {
+        return Err(GatewayError::new(
+            ErrorKind::LoopDetected,
+            "loop_detected",
+            format!(
+                "loop detected: this request has passed through {} gateways; their endpoints point at each other",
+                hops.len()
+            ),
+        ));
+    }
+    HeaderValue::from_str(&format!("{}, {earlier}", gw.instance_id))
+        .map_err(|_| GatewayError::new(ErrorKind::InvalidRequest, "invalid_header", "x-ccmesh-hop must be ASCII"))
+}
 
 /// Decide the route from the path. `None` = not a proxied path.
 pub fn route_for(method: &Method, path: &str, headers: &HeaderMap) -> Option<Route> {
@@ -78,20 +173,44 @@ pub async fn handle(State(gw): State<Arc<Gateway>>, request: Request) -> Respons
         parts.uri.path(),
         &parts.headers,
     );
-    match prepare(&snapshot, route, parts, body, &mut trail).await {
+    if has_dot_segment(parts.uri.path()) {
+        let e = GatewayError::new(
+            ErrorKind::InvalidRequest,
+            "invalid_path",
+            "the request path has a '.' or '..' segment, which the gateway does not forward; send the path without it",
+        );
+        return refuse(e, protocol, trail, &snapshot);
+    }
+    let hop = match check_hops(&gw, &parts.headers) {
+        Ok(hop) => hop,
+        Err(e) => {
+            let mut response = refuse(e, protocol, trail, &snapshot);
+            // Tells the gateway that sent the request which instance found the loop: when it is
+            // that gateway itself, it names its endpoint that points here (attempt loop).
+            response.headers_mut().insert(X_CCMESH_LOOP, gw.hop_header.clone());
+            return response;
+        }
+    };
+    match prepare(&snapshot, route, parts, body, hop, &mut trail).await {
         Ok((inbound, candidates, is_explicit)) => {
             attempt::run(gw, snapshot, inbound, candidates, is_explicit, trail).await
         }
+        // The client went away while sending: nobody to answer; the dropped trail records it.
+        // (Should a client still be there after all, it learns what happened.)
+        Err(error) if error.is_client_gone() => error.into_response(protocol),
         // Refused before any attempt: the client's request is wrong, or nothing can serve it.
-        Err(error) => {
-            let status = error.kind.status().as_u16();
-            trail.set_error("gateway", Some(error.code), &error.message, None);
-            let mut response = error.into_response(protocol);
-            trail.tag_response(response.headers_mut());
-            trail.finish(status, Default::default(), None, &snapshot);
-            response
-        }
+        Err(error) => refuse(error, protocol, trail, &snapshot),
     }
+}
+
+/// Answer a request refused before any attempt, and close its record.
+fn refuse(error: GatewayError, protocol: Protocol, mut trail: Trail, snapshot: &Snapshot) -> Response {
+    let status = error.kind.status().as_u16();
+    trail.set_error("gateway", Some(error.code), &error.message, None);
+    let mut response = error.into_response(protocol);
+    trail.tag_response(response.headers_mut());
+    trail.finish(status, Default::default(), None, snapshot);
+    response
 }
 
 /// Read and check the request, and choose its candidates (SPEC §2 steps 0–3).
@@ -100,6 +219,7 @@ async fn prepare(
     route: Route,
     parts: axum::http::request::Parts,
     body: axum::body::Body,
+    hop: HeaderValue,
     trail: &mut Trail,
 ) -> Result<(Inbound, Vec<Arc<LiveEndpoint>>, bool), GatewayError> {
     let limit = snapshot.settings.max_body_bytes;
@@ -116,12 +236,30 @@ async fn prepare(
     if declared.is_some_and(|n| n > limit) {
         return Err(too_large());
     }
-    let body =
-        axum::body::to_bytes(body, usize::try_from(limit).unwrap_or(usize::MAX)).await.map_err(|_| too_large())?;
+    let body = match read_limited(body, usize::try_from(limit).unwrap_or(usize::MAX)).await {
+        Ok(body) => body,
+        Err(ReadBodyError::TooLarge) => return Err(too_large()),
+        Err(ReadBodyError::Stalled(message)) => {
+            return Err(GatewayError::new(
+                ErrorKind::RequestTimeout,
+                "body_timeout",
+                format!("{message}; send the body without pauses, or raise limits.body_read_timeout_secs"),
+            ));
+        }
+        Err(ReadBodyError::Malformed(detail)) => {
+            return Err(GatewayError::new(
+                ErrorKind::InvalidRequest,
+                "malformed_body",
+                format!(
+                    "the request body is not valid HTTP/1.1 framing ({detail}); fix the client or proxy that sent it"
+                ),
+            ));
+        }
+        Err(ReadBodyError::ClientGone) => return Err(GatewayError::client_gone()),
+    };
 
     let query = parts.uri.query();
-    let endpoint_query =
-        query.and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("endpoint=")).map(|v| v.to_string()));
+    let endpoint_query = endpoint_selector(query)?;
     let endpoint_header = match parts.headers.get(X_CCMESH_ENDPOINT).map(|v| v.to_str()) {
         None => None,
         Some(Ok(v)) => Some(v.to_string()),
@@ -189,8 +327,32 @@ async fn prepare(
         model_prefixed,
         model_span,
         stream,
+        hop,
     };
     Ok((inbound, candidates, is_explicit))
+}
+
+/// The `endpoint=` query selector; given twice with different names it is refused (SPEC §2.2:
+/// the selectors must agree).
+fn endpoint_selector(query: Option<&str>) -> Result<Option<String>, GatewayError> {
+    let mut found: Option<String> = None;
+    for (key, value) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        if key != "endpoint" {
+            continue;
+        }
+        match &found {
+            Some(earlier) if *earlier != value => {
+                return Err(GatewayError::new(
+                    ErrorKind::InvalidRequest,
+                    "conflicting_endpoints",
+                    format!("the query names two endpoints ('{earlier}' and '{value}'); name one"),
+                )
+                .with_param("endpoint"));
+            }
+            _ => found = Some(value.into_owned()),
+        }
+    }
+    Ok(found)
 }
 
 /// `GET /v1/models`, answered from the endpoints' model lists (SPEC §8): Anthropic's shape when

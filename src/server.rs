@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::{any, get};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
@@ -15,15 +17,48 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
+use crate::config::Limits;
 use crate::gateway::Gateway;
 use crate::{admin, dashboard, proxy};
 
+pub mod conn;
 mod stop;
+use conn::{Activity, ConnTimers, Counted, TimedIo};
 use stop::{Stop, StopSignal};
+
+/// What every serving thread needs to admit a connection: the limits in force now (read from
+/// the live settings for each new connection) and the count of client connections open across
+/// all threads.
+#[derive(Clone)]
+pub struct Admission {
+    limits: Arc<dyn Fn() -> Limits + Send + Sync>,
+    open: Arc<AtomicUsize>,
+}
+
+impl Admission {
+    pub fn new(limits: impl Fn() -> Limits + Send + Sync + 'static) -> Admission {
+        Admission { limits: Arc::new(limits), open: Arc::new(AtomicUsize::new(0)) }
+    }
+
+    fn for_gateway(gw: &Arc<Gateway>) -> Admission {
+        let open = gw.open_connections.clone();
+        let gw = gw.clone();
+        Admission { limits: Arc::new(move || gw.snapshot().settings.limits.clone()), open }
+    }
+}
+
+/// One open client connection in the count; dropped when the connection closes.
+struct Open(Arc<AtomicUsize>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 pub fn router(gw: Arc<Gateway>) -> Router {
     Router::new()
-        .route("/health", get(|| async { axum::Json(serde_json::json!({"status": "ok"})) }))
+        .route("/health", get(health))
         .route(
             "/metrics",
             get(crate::observe::metrics::scrape)
@@ -32,9 +67,19 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/v1/models", get(proxy::list_models))
         .route("/v1/{*rest}", any(proxy::handle))
         .merge(admin::router(gw.clone()))
-        .merge(dashboard::router())
+        .merge(dashboard::router(gw.clone()))
         .fallback(proxy::not_found)
         .with_state(gw)
+}
+
+/// Liveness (SPEC §15.8): always 200 while the gateway serves; storage trouble is named, so a
+/// monitor sees it, without turning the gateway "down" while the proxy works.
+async fn health(axum::extract::State(gw): axum::extract::State<Arc<Gateway>>) -> axum::Json<serde_json::Value> {
+    let mut body = serde_json::json!({"status": "ok"});
+    if let Some(problem) = gw.storage_problem() {
+        body["storage"] = serde_json::Value::String(format!("degraded: {problem}"));
+    }
+    axum::Json(body)
 }
 
 /// What an idle serving thread does, and when, counted from its last connection closing.
@@ -89,14 +134,25 @@ pub async fn serve_with(
     workers: usize,
 ) -> std::io::Result<()> {
     let gw_events = gw.events.clone();
+    let admission = Admission::for_gateway(&gw);
     let app = router(gw.clone());
     let stop = StopSignal::new();
     // However this function ends (even dropped mid-wait), no serving thread outlives it.
     let _stop_all = StopNowOnDrop(stop.clone());
+    if let Ok(addr) = listener.local_addr() {
+        let _ = gw.listen_addr.set(addr);
+    }
     let listener = listener.into_std()?;
     let mut pool = Vec::new();
     for n in 0..workers.max(1) {
-        pool.push(Worker::start(n, listener.try_clone()?, app.clone(), gw.client.clone(), stop.clone())?);
+        pool.push(Worker::start(
+            n,
+            listener.try_clone()?,
+            app.clone(),
+            admission.clone(),
+            gw.client.clone(),
+            stop.clone(),
+        )?);
     }
     drop(listener);
 
@@ -149,6 +205,7 @@ impl Worker {
         n: usize,
         listener: std::net::TcpListener,
         app: Router,
+        admission: Admission,
         client: crate::proxy::upstream::UpstreamClient,
         stop: Arc<StopSignal>,
     ) -> std::io::Result<Worker> {
@@ -163,7 +220,9 @@ impl Worker {
             };
             runtime.block_on(async move {
                 match TcpListener::from_std(listener) {
-                    Ok(listener) => serve_connections(listener, app, stop, not_listening_tx, on_idle).await,
+                    Ok(listener) => {
+                        serve_connections(listener, app, admission, stop, not_listening_tx, on_idle).await
+                    }
                     Err(e) => {
                         tracing::error!(event = "accept_failed", error = %e, "a serving thread cannot use the listener");
                     }
@@ -180,6 +239,7 @@ impl Worker {
 async fn serve_connections(
     listener: TcpListener,
     app: Router,
+    admission: Admission,
     stop: Arc<StopSignal>,
     not_listening: oneshot::Sender<()>,
     mut on_idle: impl FnMut(IdleStep),
@@ -192,20 +252,35 @@ async fn serve_connections(
     let idle_timer = tokio::time::sleep(Duration::ZERO);
     let mut idle_timer = std::pin::pin!(idle_timer);
     let mut watch = stop.watch();
+    // A file descriptor kept in reserve: when the process runs out, it is given up to accept one
+    // more connection, which is answered (`/health`, or 503) and closed, so running out of
+    // descriptors never silences the gateway.
+    let mut reserve = reserve_descriptor();
     while stop.get() == Stop::Running {
+        if reserve.is_none() {
+            reserve = reserve_descriptor();
+        }
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((tcp, _)) => {
-                    let _ = tcp.set_nodelay(true);
                     idle_since = None;
-                    tasks.spawn(serve_connection(tcp, app.clone(), stop.clone()));
+                    tasks.spawn(serve_connection(tcp, app.clone(), admission.clone(), false, stop.clone()));
                 }
                 // The connection died before it was accepted: nothing to do.
                 Err(e) if is_connection_error(&e) => {}
-                // Out of file descriptors or similar: wait instead of spinning on the error.
+                Err(e) if out_of_descriptors(&e) && reserve.is_some() => {
+                    drop(reserve.take());
+                    if let Ok((tcp, _)) = listener.accept().await {
+                        idle_since = None;
+                        tasks.spawn(serve_connection(tcp, app.clone(), admission.clone(), true, stop.clone()));
+                    }
+                    tracing::warn!(event = "accept_failed", error = %e, "out of file descriptors; answering with the reserve descriptor");
+                }
+                // Out of descriptors with the reserve in use, or similar: wait a little instead
+                // of spinning on the error; closing connections frees descriptors meanwhile.
                 Err(e) => {
-                    tracing::error!(event = "accept_failed", error = %e, "cannot accept connections; retrying in 1 s");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    tracing::error!(event = "accept_failed", error = %e, "cannot accept connections; retrying shortly");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
             _ = watch.changed_from(Stop::Running) => {}
@@ -242,9 +317,47 @@ async fn serve_connections(
     while tasks.join_next().await.is_some() {}
 }
 
-async fn serve_connection(tcp: TcpStream, app: Router, stop: Arc<StopSignal>) {
-    let service = TowerToHyperService::new(app);
-    let connection = http1::Builder::new().serve_connection(TokioIo::new(tcp), service);
+fn out_of_descriptors(e: &std::io::Error) -> bool {
+    // EMFILE (the process's limit) and ENFILE (the system's).
+    matches!(e.raw_os_error(), Some(24 | 23))
+}
+
+fn reserve_descriptor() -> Option<std::fs::File> {
+    std::fs::File::open("/dev/null").ok()
+}
+
+/// Serve one connection. `past_descriptors`: accepted with the reserve descriptor, so it is
+/// treated as past the connection cap whatever the count says.
+async fn serve_connection(
+    tcp: TcpStream,
+    app: Router,
+    admission: Admission,
+    past_descriptors: bool,
+    stop: Arc<StopSignal>,
+) {
+    let _ = tcp.set_nodelay(true);
+    let tcp_peer = tcp.peer_addr().ok();
+    let limits = (admission.limits)();
+    let open = admission.open.fetch_add(1, Ordering::AcqRel) + 1;
+    let _open = Open(admission.open.clone());
+    let overloaded = past_descriptors || open > limits.max_connections;
+    let activity = Arc::new(Activity::default());
+    let timers = ConnTimers { header_read: limits.header_read_timeout, keepalive: limits.keepalive_timeout };
+    let io = TimedIo::new(tcp, activity.clone(), timers);
+    let service = Counted {
+        inner: TowerToHyperService::new(app),
+        peer: tcp_peer,
+        activity,
+        body_read_timeout: limits.body_read_timeout,
+        overloaded,
+    };
+    let mut builder = http1::Builder::new();
+    // hyper's own limits sit above the gateway's (100 headers, 64 KiB), which hyper enforces
+    // with a 431 that `TimedIo` gives a JSON body.
+    builder.max_headers(100).max_buf_size(64 * 1024);
+    // A connection over the cap is answered and closed, not kept.
+    builder.keep_alive(!overloaded);
+    let connection = builder.serve_connection(TokioIo::new(io), service);
     let mut connection = std::pin::pin!(connection.with_upgrades());
     let mut watch = stop.watch();
     let mut draining = false;
@@ -273,6 +386,12 @@ mod tests {
         client.read_to_end(&mut rest).await.unwrap();
     }
 
+    /// Limits that let an idle test connection stay open for the whole test.
+    fn patient() -> Admission {
+        let hour = Duration::from_secs(3600);
+        Admission::new(move || Limits { header_read_timeout: hour, keepalive_timeout: hour, ..Limits::default() })
+    }
+
     /// The schedule in virtual time: nothing while a connection is open however long it lasts;
     /// once the last one closes, each step of `IDLE_STEPS` at its time and then silence; the next
     /// connection starts the schedule again.
@@ -287,7 +406,8 @@ mod tests {
         let steps = Arc::new(std::sync::Mutex::new(Vec::new()));
         let seen = steps.clone();
         let on_idle = move |step| seen.lock().unwrap().push(step);
-        let serving = tokio::spawn(serve_connections(listener, app, stop.clone(), not_listening_tx, on_idle));
+        let serving =
+            tokio::spawn(serve_connections(listener, app, patient(), stop.clone(), not_listening_tx, on_idle));
         let taken = || steps.lock().unwrap().clone();
 
         // Never busy yet: nothing to give back, however long nothing happens.

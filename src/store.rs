@@ -22,6 +22,7 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+pub mod data_dir;
 pub mod prices;
 pub mod records;
 
@@ -65,6 +66,23 @@ impl Store {
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         let conn = Connection::open(path)?;
         Self::init(conn)
+    }
+
+    /// Open a database that cannot be written (a read-only data dir or file system): the gateway
+    /// then serves with the configuration it last stored, and says storage is degraded.
+    /// `immutable` tells SQLite not to create its shared-memory file, which it could not.
+    pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
+        use rusqlite::OpenFlags;
+        let uri = format!("file:{}?immutable=1", url_path(path));
+        let conn = Connection::open_with_flags(uri, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI)?;
+        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        if version != MIGRATIONS.len() as i64 {
+            return Err(StoreError::Corrupt(format!(
+                "the read-only database has schema version {version}, this ccmesh needs {}; make the data dir writable once so it can migrate",
+                MIGRATIONS.len()
+            )));
+        }
+        Ok(Store { conn: Arc::new(Mutex::new(conn)) })
     }
 
     pub fn open_in_memory() -> Result<Store, StoreError> {
@@ -263,6 +281,20 @@ impl Store {
             Ok(())
         })
     }
+}
+
+/// A path as the path part of an SQLite `file:` URI (`?` and `#` would end it; `%` escapes).
+fn url_path(path: &Path) -> String {
+    let mut out = String::new();
+    for c in path.to_string_lossy().chars() {
+        match c {
+            '?' => out.push_str("%3f"),
+            '#' => out.push_str("%23"),
+            '%' => out.push_str("%25"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn migrate(conn: &mut Connection) -> Result<(), StoreError> {

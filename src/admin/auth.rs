@@ -19,8 +19,28 @@ use axum::response::{IntoResponse, Response};
 use super::{ApiError, session};
 use crate::gateway::Gateway;
 
+/// SPEC §15.7: the `Host` is not one this gateway answers the admin API and the dashboard for
+/// (a DNS-rebinding page sends its own domain).
+pub fn foreign_host(gw: &Gateway, headers: &HeaderMap) -> bool {
+    let host = headers.get(header::HOST).map(|v| v.to_str().unwrap_or("\u{0}"));
+    let snapshot = gw.snapshot();
+    !crate::hosts::host_allowed(host, &snapshot.settings.allowed_hosts)
+        && !crate::hosts::host_allowed(host, gw.allowed_hosts.get().map_or(&[], Vec::as_slice))
+}
+
+/// The refusal of a request with a foreign `Host`, saying how to allow it.
+pub fn foreign_host_refusal(headers: &HeaderMap) -> Response {
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("?");
+    forbidden(&format!(
+        "refused: Host '{host}' is not a loopback name of this gateway; open it as http://127.0.0.1:<port>/, or allow the name with `ccmesh serve --allowed-host {host}` (or the allowed_hosts setting)"
+    ))
+}
+
 pub async fn require_admin(State(gw): State<Arc<Gateway>>, request: Request, next: Next) -> Response {
     let Some(token) = gw.admin_token.as_deref() else {
+        if foreign_host(&gw, request.headers()) {
+            return foreign_host_refusal(request.headers());
+        }
         if changes_state(request.method()) && cross_site(request.headers()) {
             return forbidden(
                 "refused a state-changing admin call sent by another web site; use the dashboard on this gateway, or the API without a browser",
@@ -32,17 +52,16 @@ pub async fn require_admin(State(gw): State<Arc<Gateway>>, request: Request, nex
     if !request.headers().contains_key(header::AUTHORIZATION)
         && session::cookie(request.headers(), session::SESSION_COOKIE).is_some()
     {
+        if foreign_host(&gw, request.headers()) {
+            return foreign_host_refusal(request.headers());
+        }
         return match session_refusal(&gw, token, &request) {
             None => next.run(request).await,
             Some(refusal) => refusal,
         };
     }
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-        .map(str::trim);
+    let presented =
+        request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(crate::proxy::bearer_token);
     match presented {
         Some(p) if constant_time_eq(p.as_bytes(), token.as_bytes()) => next.run(request).await,
         Some(_) => ApiError {

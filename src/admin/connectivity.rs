@@ -39,7 +39,7 @@ pub async fn test_endpoint(State(gw): State<Arc<Gateway>>, Path(name): Path<Stri
         Format::Responses => ("/responses", json!({"model": model, "max_output_tokens": 16, "input": "ping"})),
     };
     let url = join_url(&endpoint.config.base_url, endpoint.config.format, rest, None);
-    let mut headers = request_headers(&axum::http::HeaderMap::new(), &endpoint);
+    let mut headers = request_headers(&axum::http::HeaderMap::new(), &endpoint, &gw.hop_header);
     headers.insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/json"));
     let started = tokio::time::Instant::now();
     let sent = tokio::time::timeout(
@@ -52,12 +52,16 @@ pub async fn test_endpoint(State(gw): State<Arc<Gateway>>, Path(name): Path<Stri
         Ok(Ok(r)) if r.status().is_success() => (TestStatus::Available, None),
         Ok(Ok(r)) => {
             let code = r.status().as_u16();
-            let text = tokio::time::timeout(TEST_TIMEOUT, crate::proxy::upstream::read_body(r.into_body()))
+            let text = tokio::time::timeout(TEST_TIMEOUT, crate::proxy::upstream::read_body(r.into_body(), 64 * 1024))
                 .await
                 .ok()
                 .and_then(Result::ok)
                 .unwrap_or_default();
-            let snippet: String = String::from_utf8_lossy(&text).chars().take(300).collect();
+            // Masked before the cut, so the cut cannot leave part of a key behind: upstreams
+            // that reject a key often quote it.
+            let text = String::from_utf8_lossy(&text);
+            let snippet: String =
+                crate::redact::current().scrub(&text, Some(&endpoint.config.api_key)).chars().take(300).collect();
             (TestStatus::Unavailable, Some(format!("HTTP {code}: {snippet}")))
         }
         Ok(Err(e)) => {

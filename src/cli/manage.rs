@@ -369,6 +369,20 @@ async fn dispatch(command: Command) -> anyhow::Result<String> {
             let v = Client::new(&args.common)?.call(Method::GET, &format!("/api/stats?{q}"), None).await?;
             Ok(if args.common.json { pretty(&v) } else { stats_table(&v) })
         }
+        Command::Failover { state, protocol, common } => {
+            let on = state == "on";
+            let patch = json!({"failover_enabled": {protocol.as_str(): on}});
+            let v = Client::new(&common)?.call(Method::PATCH, "/api/settings", Some(patch)).await?;
+            Ok(if common.json {
+                pretty(&v["failover_enabled"])
+            } else if on {
+                format!("failover on for {protocol}: a failed request moves to the next endpoint")
+            } else {
+                format!(
+                    "failover off for {protocol}: requests go only to the endpoint the routing strategy starts at; turn it back on with `ccmesh failover on {protocol}`"
+                )
+            })
+        }
         Command::Reset { name, common } => {
             let v = Client::new(&common)?
                 .call(Method::POST, &format!("/api/endpoints/{}/reset", path(&name)), None)

@@ -13,6 +13,7 @@ use clap::Args;
 use crate::clock::SystemClock;
 use crate::gateway::Gateway;
 use crate::store::Store;
+use crate::store::data_dir::DataDir;
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -35,6 +36,10 @@ pub struct ServeArgs {
     /// CPU core).
     #[arg(long, env = "CCMESH_WORKERS")]
     pub workers: Option<usize>,
+    /// A host name (or name:port) besides the loopback ones that may open the admin API and the
+    /// dashboard without an admin token (repeatable; also the `allowed_hosts` setting).
+    #[arg(long = "allowed-host", value_name = "HOST")]
+    pub allowed_hosts: Vec<String>,
     /// Log format: `text` or `json`.
     #[arg(long, env = "CCMESH_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
@@ -63,7 +68,9 @@ pub fn run(args: ServeArgs) -> ExitCode {
 fn init_logging(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CCMESH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Every line passes through the redactor: no code path can log a key by accident.
+    let writer = || crate::redact::RedactingWriter(std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
     if format == "json" {
         builder.json().init();
     } else {
@@ -88,9 +95,37 @@ pub fn default_data_dir() -> anyhow::Result<PathBuf> {
     Ok(base.join("ccmesh"))
 }
 
+/// Raise the soft limit on open files to the hard limit: every client connection and every
+/// upstream connection is a descriptor, and the common soft default (1024) is reached long before
+/// the gateway's own `limits.max_connections`.
+fn raise_open_files_limit() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let current = getrlimit(Resource::Nofile);
+    if current.current == current.maximum {
+        return;
+    }
+    let raised = Rlimit { current: current.maximum, maximum: current.maximum };
+    match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => tracing::debug!(limit = ?current.maximum, "raised the open-files limit to the hard limit"),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot raise the open-files limit; the gateway may run out of descriptors early")
+        }
+    }
+}
+
+/// Below this an admin token can be guessed by an attacker who can reach the port.
+const SHORT_TOKEN: usize = 24;
+
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let token = args.admin_token.clone().filter(|t| !t.is_empty());
     check_listen(&args.listen, token.as_deref())?;
+    if token.as_ref().is_some_and(|t| t.chars().count() < SHORT_TOKEN) {
+        tracing::warn!(
+            event = "admin_token_short",
+            "the admin token is shorter than {SHORT_TOKEN} characters; use a long random one (e.g. `openssl rand -hex 24`)"
+        );
+    }
+    raise_open_files_limit();
     if !(0.0..=3600.0).contains(&args.shutdown_grace_secs) {
         bail!("--shutdown-grace-secs must be between 0 and 3600");
     }
@@ -102,9 +137,25 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Some(d) => d,
         None => default_data_dir()?,
     };
-    std::fs::create_dir_all(&data_dir).with_context(|| format!("cannot create data dir {}", data_dir.display()))?;
-    let db_path = data_dir.join("ccmesh.db");
-    let store = Store::open(&db_path).with_context(|| format!("cannot open database {}", db_path.display()))?;
+    let data_dir = DataDir::open(&data_dir)?;
+    let db_path = data_dir.path().join("ccmesh.db");
+    let storage_problem = match data_dir.writable(&db_path) {
+        Ok(()) => None,
+        Err(e) => {
+            let problem = format!("the data dir {} is not writable ({e})", data_dir.path().display());
+            tracing::warn!(event = "storage_degraded", problem = %problem, "the gateway serves with the stored configuration, but cannot keep records or changes");
+            Some(problem)
+        }
+    };
+    let store = if storage_problem.is_some() {
+        Store::open_read_only(&db_path)
+            .with_context(|| format!("cannot open the database {} read-only", db_path.display()))?
+    } else {
+        data_dir.prepare_database(&db_path);
+        let store = Store::open(&db_path).with_context(|| format!("cannot open database {}", db_path.display()))?;
+        data_dir.prepare_database(&db_path);
+        store
+    };
     if let Some((path, file)) = &config {
         file.apply(path, &store)?;
         tracing::info!(event = "config_applied", path = %path, endpoints = file.endpoints.len(), "config file applied");
@@ -112,19 +163,38 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let client = crate::proxy::upstream::UpstreamClient::new().context("cannot build the HTTP client")?;
     let clock: Arc<dyn crate::clock::Clock> = Arc::new(SystemClock);
     let writer_config = crate::observe::writer::WriterConfig::new(clock.clone());
-    let (records, writer) = crate::observe::writer::start(&db_path, writer_config)
-        .with_context(|| format!("cannot start the request-record writer on {}", db_path.display()))?;
+    let (records, writer) = if storage_problem.is_some() {
+        (crate::observe::writer::RecordSink::disabled(), None)
+    } else {
+        let (records, writer) = crate::observe::writer::start(&db_path, writer_config)
+            .with_context(|| format!("cannot start the request-record writer on {}", db_path.display()))?;
+        (records, Some(writer))
+    };
+    if let Some(problem) = storage_problem {
+        records.report_problem(problem);
+    }
     let gw = Gateway::new(store, clock, client, token, records)?;
+    let _ = gw.allowed_hosts.set(args.allowed_hosts.iter().map(|h| h.trim().to_ascii_lowercase()).collect());
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let local = listener.local_addr()?;
-    tracing::info!(event = "listening", addr = %local, data_dir = %data_dir.display(), endpoints = gw.snapshot().endpoints.len(), "ccmesh is ready");
+    if let Some(e) = gw.snapshot().endpoints.iter().find(|e| crate::hosts::points_at(&e.config.base_url, local)) {
+        bail!(
+            "endpoint '{}' has base_url {} — this gateway's own address, so every request to it would come back here; change it (ccmesh endpoint edit {} --base-url URL) or remove it from the config file",
+            e.config.name,
+            e.config.base_url,
+            e.config.name
+        );
+    }
+    tracing::info!(event = "listening", addr = %local, data_dir = %data_dir.path().display(), endpoints = gw.snapshot().endpoints.len(), "ccmesh is ready");
     let workers = args.workers.filter(|n| *n > 0).unwrap_or_else(crate::server::default_workers);
     let grace = Duration::from_secs_f64(args.shutdown_grace_secs);
     crate::server::serve_with(listener, gw, shutdown_signal(), grace, workers).await?;
     // The requests that finished during the grace period are still queued: write them.
-    writer.shutdown();
+    if let Some(writer) = writer {
+        writer.shutdown();
+    }
     tracing::info!(event = "stopped", "ccmesh stopped");
     Ok(())
 }

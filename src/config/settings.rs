@@ -68,6 +68,11 @@ pub struct Timeouts {
     pub idle: Option<Duration>,
     /// Non-streaming: the whole response.
     pub request: Duration,
+    /// One request from arrival until its answer starts reaching the client, across every
+    /// attempt and backoff (SPEC §15.1).
+    pub total: Duration,
+    /// The longest a relayed stream may last; `None` = no cap.
+    pub max_stream_duration: Option<Duration>,
 }
 
 impl Timeouts {
@@ -76,6 +81,8 @@ impl Timeouts {
             first_byte: Duration::from_secs(90),
             idle: Some(Duration::from_secs(180)),
             request: Duration::from_secs(600),
+            total: Duration::from_secs(600),
+            max_stream_duration: None,
         }
     }
     pub fn openai_defaults() -> Self {
@@ -83,6 +90,41 @@ impl Timeouts {
             first_byte: Duration::from_secs(60),
             idle: Some(Duration::from_secs(120)),
             request: Duration::from_secs(600),
+            total: Duration::from_secs(600),
+            max_stream_duration: None,
+        }
+    }
+}
+
+/// What one client may hold of the gateway (connections, time, memory), so that slow, idle or
+/// hostile peers on either side cannot exhaust it. The defaults are those of the proxies that
+/// face the internet (nginx, Envoy): generous for real clients, finite for everyone.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Limits {
+    /// From a connection's first byte of a request (or its opening) until the request's headers
+    /// are complete.
+    pub header_read_timeout: Duration,
+    /// The longest pause between two pieces of a request body.
+    pub body_read_timeout: Duration,
+    /// How long a kept-alive connection may wait for its next request.
+    pub keepalive_timeout: Duration,
+    /// Client connections open at once; past it the gateway answers 503 (SPEC §15.8).
+    pub max_connections: usize,
+    /// The largest upstream body the gateway reads in full (non-streaming answers, errors).
+    pub max_upstream_body_bytes: u64,
+    /// The largest single SSE event of an upstream stream.
+    pub max_sse_event_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(75),
+            max_connections: 4096,
+            max_upstream_body_bytes: 64 * 1024 * 1024,
+            max_sse_event_bytes: 16 * 1024 * 1024,
         }
     }
 }
@@ -112,6 +154,8 @@ impl RoutingStrategy {
 pub struct Settings {
     breaker: [BreakerSettings; 3],
     timeouts: [Timeouts; 3],
+    /// Per inbound protocol: may a request move to another endpoint (seed 001's switch)?
+    failover_enabled: [bool; 3],
     /// Total in-gateway wait per request when every candidate is rate-limited.
     pub rate_limit_backoff_budget: Duration,
     /// Pause before retrying the same endpoint after a transient network error.
@@ -122,6 +166,10 @@ pub struct Settings {
     pub max_body_bytes: u64,
     /// Request records older than this are pruned in the background (`retention_days`).
     pub retention: Duration,
+    pub limits: Limits,
+    /// Host names besides the loopback ones that may reach the admin API and dashboard without
+    /// an admin token (SPEC §15.7), lower-case, with or without a port.
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for Settings {
@@ -133,12 +181,15 @@ impl Default for Settings {
                 BreakerSettings::openai_defaults(),
             ],
             timeouts: [Timeouts::claude_defaults(), Timeouts::openai_defaults(), Timeouts::openai_defaults()],
+            failover_enabled: [true; 3],
             rate_limit_backoff_budget: Duration::from_secs(5),
             transient_retry_delay: Duration::from_millis(300),
             auth_errors_fail_over: false,
             routing_strategy: RoutingStrategy::Sticky,
             max_body_bytes: 32 * 1024 * 1024,
             retention: Duration::from_secs(30 * 86_400),
+            limits: Limits::default(),
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -152,11 +203,17 @@ impl Settings {
         &self.timeouts[protocol.index()]
     }
 
+    pub fn failover_enabled(&self, protocol: Protocol) -> bool {
+        self.failover_enabled[protocol.index()]
+    }
+
     /// The JSON document of SPEC §10 (`GET /api/settings`).
     pub fn to_document(&self) -> Value {
         let mut breaker = Map::new();
         let mut timeouts = Map::new();
+        let mut failover = Map::new();
         for p in Protocol::ALL {
+            failover.insert(p.as_str().into(), json!(self.failover_enabled(p)));
             let b = self.breaker(p);
             breaker.insert(
                 p.as_str().into(),
@@ -178,18 +235,31 @@ impl Settings {
                     "first_byte_timeout_secs": secs(t.first_byte),
                     "idle_timeout_secs": t.idle.map(secs).unwrap_or(json!(0)),
                     "request_timeout_secs": secs(t.request),
+                    "total_timeout_secs": secs(t.total),
+                    "max_stream_duration_secs": t.max_stream_duration.map(secs).unwrap_or(json!(0)),
                 }),
             );
         }
+        let l = &self.limits;
         json!({
             "breaker": breaker,
             "timeouts": timeouts,
+            "failover_enabled": failover,
             "rate_limit_backoff_budget_secs": secs(self.rate_limit_backoff_budget),
             "transient_retry_delay_ms": self.transient_retry_delay.as_millis() as u64,
             "auth_errors_fail_over": self.auth_errors_fail_over,
             "routing_strategy": self.routing_strategy.as_str(),
             "max_body_bytes": self.max_body_bytes,
             "retention_days": self.retention.as_secs() / 86_400,
+            "limits": {
+                "header_read_timeout_secs": secs(l.header_read_timeout),
+                "body_read_timeout_secs": secs(l.body_read_timeout),
+                "keepalive_timeout_secs": secs(l.keepalive_timeout),
+                "max_connections": l.max_connections,
+                "max_upstream_body_bytes": l.max_upstream_body_bytes,
+                "max_sse_event_bytes": l.max_sse_event_bytes,
+            },
+            "allowed_hosts": self.allowed_hosts,
         })
     }
 
@@ -197,7 +267,10 @@ impl Settings {
     pub fn from_document(doc: &Value) -> Result<Settings, SettingsError> {
         let mut breaker = Vec::with_capacity(3);
         let mut timeouts = Vec::with_capacity(3);
+        let mut failover = Vec::with_capacity(3);
+        let failover_section = Field::new(doc, "failover_enabled")?;
         for p in Protocol::ALL {
+            failover.push(failover_section.bool(p.as_str())?);
             let path = format!("breaker.{}", p.as_str());
             let b = Field::new(doc, &path)?;
             breaker.push(BreakerSettings {
@@ -220,6 +293,14 @@ impl Settings {
                 first_byte: t.secs("first_byte_timeout_secs", 0.1, 600.0)?,
                 idle: (idle > 0.0).then(|| Duration::from_secs_f64(idle)),
                 request: t.secs("request_timeout_secs", 0.1, 3600.0)?,
+                total: t.secs("total_timeout_secs", 1.0, 3600.0)?,
+                max_stream_duration: {
+                    let cap = t.num("max_stream_duration_secs", 0.0, 86_400.0)?;
+                    if cap > 0.0 && cap < 1.0 {
+                        return Err(t.error("max_stream_duration_secs", "must be 0 (no cap) or between 1 and 86400"));
+                    }
+                    (cap > 0.0).then(|| Duration::from_secs_f64(cap))
+                },
             });
         }
         let top = Field::new(doc, "")?;
@@ -231,19 +312,30 @@ impl Settings {
                 return Err(top.error("routing_strategy", "must be one of \"sticky\", \"priority\", \"round_robin\""));
             }
         };
-        let auth = top
-            .get("auth_errors_fail_over")?
-            .as_bool()
-            .ok_or_else(|| top.error("auth_errors_fail_over", "must be true or false"))?;
+        let auth = top.bool("auth_errors_fail_over")?;
+        let l = Field::new(doc, "limits")?;
+        let limits = Limits {
+            header_read_timeout: l.secs("header_read_timeout_secs", 0.1, 3600.0)?,
+            body_read_timeout: l.secs("body_read_timeout_secs", 0.1, 3600.0)?,
+            keepalive_timeout: l.secs("keepalive_timeout_secs", 0.1, 3600.0)?,
+            max_connections: usize::try_from(l.int_u64("max_connections", 1, 1_000_000)?)
+                .map_err(|_| l.error("max_connections", "is out of range"))?,
+            max_upstream_body_bytes: l.int_u64("max_upstream_body_bytes", 1024, 4 * 1024 * 1024 * 1024)?,
+            max_sse_event_bytes: l.int_u64("max_sse_event_bytes", 1024, 1024 * 1024 * 1024)?,
+        };
+        let allowed_hosts = top.host_list("allowed_hosts")?;
         Ok(Settings {
             breaker: to_array(breaker)?,
             timeouts: to_array(timeouts)?,
+            failover_enabled: to_array(failover)?,
             rate_limit_backoff_budget: top.secs("rate_limit_backoff_budget_secs", 0.0, 60.0)?,
             transient_retry_delay: Duration::from_millis(top.int("transient_retry_delay_ms", 0, 10_000)?.into()),
             auth_errors_fail_over: auth,
             routing_strategy: strategy,
             max_body_bytes: top.int_u64("max_body_bytes", 1024, 1024 * 1024 * 1024)?,
             retention: Duration::from_secs(top.int_u64("retention_days", 1, 3650)? * 86_400),
+            limits,
+            allowed_hosts,
         })
     }
 
@@ -285,6 +377,12 @@ pub fn merge_checked(doc: &mut Value, patch: &Value, path: &str) -> Result<(), S
         };
         if slot.is_object() {
             merge_checked(slot, value, &full)?;
+        } else if slot.is_array() {
+            // A list is replaced as a whole: merging lists element by element means nothing.
+            if !value.is_array() {
+                return Err(SettingsError(format!("{full} must be a JSON array")));
+            }
+            *slot = value.clone();
         } else if value.is_object() || value.is_array() {
             return Err(SettingsError(format!("{full} must be a single value, not an object or array")));
         } else {
@@ -347,6 +445,28 @@ impl<'a> Field<'a> {
             return Err(self.error(key, &format!("must be between {min} and {max} (got {n})")));
         }
         Ok(n)
+    }
+
+    fn bool(&self, key: &str) -> Result<bool, SettingsError> {
+        self.get(key)?.as_bool().ok_or_else(|| self.error(key, "must be true or false"))
+    }
+
+    /// A list of host names (optionally `host:port`), stored lower-case.
+    fn host_list(&self, key: &str) -> Result<Vec<String>, SettingsError> {
+        let items = self.get(key)?.as_array().ok_or_else(|| self.error(key, "must be an array of host names"))?;
+        if items.len() > 256 {
+            return Err(self.error(key, "may hold at most 256 host names"));
+        }
+        items
+            .iter()
+            .map(|item| {
+                let host = item.as_str().map(str::trim).unwrap_or_default().to_ascii_lowercase();
+                let valid = !host.is_empty()
+                    && host.len() <= 255
+                    && host.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b));
+                if valid { Ok(host) } else { Err(self.error(key, &format!("holds an invalid host name {item}"))) }
+            })
+            .collect()
     }
 
     fn int(&self, key: &str, min: u32, max: u32) -> Result<u32, SettingsError> {

@@ -2280,10 +2280,8 @@ mod tests {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/clients/claude_code_2.1.197_turn2_tool_result.json"
     ));
-    const CODEX_CHAT: &str = include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/clients/codex_0.80.0_chat_turn2_tool.json"
-    ));
+    const CODEX_CHAT: &str =
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/clients/codex_0.80.0_chat_turn2_tool.json"));
 
     #[test]
     fn decode_claude_code_turn1() {

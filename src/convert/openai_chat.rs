@@ -2206,10 +2206,8 @@ mod tests {
     use insta::{assert_json_snapshot, assert_snapshot};
     use proptest::prelude::*;
 
-    const CODEX_080: &str = include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/clients/codex_0.80.0_chat_turn2_tool.json"
-    ));
+    const CODEX_080: &str =
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/clients/codex_0.80.0_chat_turn2_tool.json"));
     const CLAUDE_CODE_TURN2: &str = include_str!(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/clients/claude_code_2.1.197_turn2_tool_result.json"

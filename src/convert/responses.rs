@@ -2441,10 +2441,8 @@ mod tests {
     use crate::protocol::sse::SseScanner;
     use proptest::prelude::*;
 
-    const CODEX_TURN1: &str = include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/clients/codex_0.171.0_responses_turn1.json"
-    ));
+    const CODEX_TURN1: &str =
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/clients/codex_0.171.0_responses_turn1.json"));
     const CODEX_TURN2: &str = include_str!(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/clients/codex_0.171.0_responses_turn2_function_call_output.json"

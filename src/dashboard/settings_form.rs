@@ -66,6 +66,71 @@ pub const TIMEOUTS: &[NumField] = &[
         1.0,
     ),
     num("request_timeout_secs", "Whole request (s)", "non-streaming: the whole response", 0.1, 3600.0, 1.0),
+    num(
+        "total_timeout_secs",
+        "Total deadline (s)",
+        "one request across every attempt and wait, until its answer starts",
+        1.0,
+        3600.0,
+        1.0,
+    ),
+    num(
+        "max_stream_duration_secs",
+        "Longest stream (s)",
+        "a relayed stream ends after this long; 0 = no cap, else ≥ 1",
+        0.0,
+        86_400.0,
+        1.0,
+    ),
+];
+
+/// `limits.<key>`: what one client may hold of the gateway.
+pub const LIMITS: &[NumField] = &[
+    num(
+        "header_read_timeout_secs",
+        "Request head (s)",
+        "a client must send its request head within this",
+        0.1,
+        3600.0,
+        1.0,
+    ),
+    num(
+        "body_read_timeout_secs",
+        "Pause in a body (s)",
+        "longest pause inside a request body (408 past it)",
+        0.1,
+        3600.0,
+        1.0,
+    ),
+    num(
+        "keepalive_timeout_secs",
+        "Idle connection (s)",
+        "a kept-alive connection waits this long for its next request",
+        0.1,
+        3600.0,
+        1.0,
+    ),
+    int(
+        "max_connections",
+        "Client connections",
+        "past it only /health and /api/status answer; the rest get 503",
+        1.0,
+        1_000_000.0,
+    ),
+    int(
+        "max_upstream_body_bytes",
+        "Largest upstream answer (bytes)",
+        "a longer answer fails that endpoint",
+        1024.0,
+        4_294_967_296.0,
+    ),
+    int(
+        "max_sse_event_bytes",
+        "Largest stream event (bytes)",
+        "a longer event fails the stream as malformed",
+        1024.0,
+        1_073_741_824.0,
+    ),
 ];
 
 /// Top-level numbers.
@@ -171,6 +236,28 @@ pub fn render(current: &Value) -> String {
     out.push_str(&per_protocol_table("breaker", "Breaker thresholds and cooldowns", BREAKER, current, &defaults));
     out.push_str("<h2>Timeouts, per inbound protocol</h2>");
     out.push_str(&per_protocol_table("timeouts", "Upstream timeouts", TIMEOUTS, current, &defaults));
+    out.push_str("<h2>Failover, per inbound protocol</h2><p class=\"muted\">Off: a request goes only to the endpoint the routing strategy starts at (no breaker filter); its failures still count in health and the breaker, but nothing is sent to another endpoint.</p><div class=\"fields\">");
+    for p in PROTOCOLS {
+        let on = current.get("failover_enabled").and_then(|f| f.get(p)).and_then(Value::as_bool).unwrap_or(true);
+        out.push_str(&format!(
+            "<div class=\"field check\"><label><input type=\"checkbox\" name=\"failover_enabled.{p}\" id=\"f-failover_enabled.{p}\" data-default=\"true\"{}> Fail over ({p})</label>\
+             <small class=\"default\">default on</small>\
+             <small class=\"field-error\" data-error-for=\"failover_enabled.{p}\" role=\"alert\"></small></div>",
+            if on { " checked" } else { "" }
+        ));
+    }
+    out.push_str("</div><h2>Limits</h2><p class=\"muted\">What one client may hold of the gateway; new values apply to new connections.</p><div class=\"fields\">");
+    for f in LIMITS {
+        let path = format!("limits.{}", f.key);
+        out.push_str(&format!(
+            "<div class=\"field\"><label for=\"f-{path}\">{label}</label>{input}<small class=\"help\">{help} · valid {range}</small></div>",
+            label = escape(f.label),
+            input = input(f, &path, current, &defaults, f.label),
+            help = escape(f.help),
+            range = range(f),
+        ));
+    }
+    out.push_str("</div>");
     out.push_str("<h2>Routing and records</h2><div class=\"fields\">");
     for f in GENERAL {
         out.push_str(&format!(
@@ -241,6 +328,7 @@ mod tests {
             }
         }
         paths.extend(GENERAL.iter().map(|f| (f.key.to_string(), *f)));
+        paths.extend(LIMITS.iter().map(|f| (format!("limits.{}", f.key), *f)));
         let defaults = defaults_document();
         for (path, f) in paths {
             let int = matches!(f.kind, Kind::Int);
@@ -277,5 +365,10 @@ mod tests {
         assert!(html.contains("id=\"f-auth_errors_fail_over\" data-default=\"false\" checked"));
         assert!(html.contains("name=\"retention_days\""));
         assert!(html.contains("1–3650"));
+        assert!(html.contains(
+            "name=\"failover_enabled.claude\" id=\"f-failover_enabled.claude\" data-default=\"true\" checked"
+        ));
+        assert!(html.contains("name=\"limits.max_connections\""));
+        assert!(html.contains("name=\"timeouts.openai.total_timeout_secs\""));
     }
 }

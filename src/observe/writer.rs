@@ -54,6 +54,9 @@ enum Msg {
 
 #[derive(Default)]
 struct Counters {
+    /// Why storage is failing now (the last batch failed, or the data dir is not writable);
+    /// cleared by the next batch that is written.
+    problem: std::sync::Mutex<Option<String>>,
     capacity: AtomicU64,
     queued: AtomicU64,
     written: AtomicU64,
@@ -103,6 +106,16 @@ impl RecordSink {
             self.counters.queued.fetch_sub(1, Ordering::Relaxed);
             self.counters.dropped.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Why records cannot be stored right now, if they cannot (`/health`, `/api/status`).
+    pub fn problem(&self) -> Option<String> {
+        self.counters.problem.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Report a storage problem found outside the writer (a read-only data dir at start).
+    pub fn report_problem(&self, problem: String) {
+        *self.counters.problem.lock().unwrap_or_else(|p| p.into_inner()) = Some(problem);
     }
 
     /// Records dropped since start because the writer could not keep up (or could not write).
@@ -434,11 +447,18 @@ impl Worker {
                 self.counters.written.fetch_add(batch.len() as u64, Ordering::Relaxed);
                 self.counters.batches.fetch_add(1, Ordering::Relaxed);
                 self.idle_at = Some(Instant::now() + self.idle_after);
+                let mut problem = self.counters.problem.lock().unwrap_or_else(|p| p.into_inner());
+                if problem.is_some() {
+                    tracing::info!(event = "storage_recovered", "request records are being written again");
+                    *problem = None;
+                }
             }
             Err(e) => {
                 tracing::error!(event = "record_write_failed", error = %e, records = batch.len(), "request records lost");
                 self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
                 self.counters.dropped.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                *self.counters.problem.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(format!("request records cannot be written ({e})"));
             }
         }
         batch.clear();

@@ -13,6 +13,8 @@ pub enum ErrorKind {
     InvalidRequest,
     /// 404: no enabled endpoint serves the model, or an unknown path.
     NotFound,
+    /// 408: the request body paused longer than `limits.body_read_timeout_secs`.
+    RequestTimeout,
     /// 413: body over `max_body_bytes`.
     PayloadTooLarge,
     /// 429: every candidate is rate-limited past the backoff budget.
@@ -21,6 +23,10 @@ pub enum ErrorKind {
     BadGateway,
     /// 503: nothing configured for this protocol.
     NoEndpoints,
+    /// 504: the request's total deadline passed.
+    GatewayTimeout,
+    /// 508: the request came back to this gateway (an endpoint points at it).
+    LoopDetected,
     /// 500: a bug or an internal failure of ours.
     Internal,
 }
@@ -30,29 +36,43 @@ impl ErrorKind {
         match self {
             ErrorKind::InvalidRequest => StatusCode::BAD_REQUEST,
             ErrorKind::NotFound => StatusCode::NOT_FOUND,
+            ErrorKind::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ErrorKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             ErrorKind::BadGateway => StatusCode::BAD_GATEWAY,
             ErrorKind::NoEndpoints => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::GatewayTimeout => StatusCode::GATEWAY_TIMEOUT,
+            ErrorKind::LoopDetected => StatusCode::LOOP_DETECTED,
             ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
     fn anthropic_type(self) -> &'static str {
         match self {
-            ErrorKind::InvalidRequest | ErrorKind::PayloadTooLarge => "invalid_request_error",
+            ErrorKind::InvalidRequest | ErrorKind::PayloadTooLarge | ErrorKind::RequestTimeout => {
+                "invalid_request_error"
+            }
             ErrorKind::NotFound => "not_found_error",
             ErrorKind::RateLimited => "rate_limit_error",
-            ErrorKind::BadGateway | ErrorKind::Internal => "api_error",
+            ErrorKind::BadGateway | ErrorKind::Internal | ErrorKind::GatewayTimeout | ErrorKind::LoopDetected => {
+                "api_error"
+            }
             ErrorKind::NoEndpoints => "overloaded_error",
         }
     }
 
     fn openai_type(self) -> &'static str {
         match self {
-            ErrorKind::InvalidRequest | ErrorKind::PayloadTooLarge | ErrorKind::NotFound => "invalid_request_error",
+            ErrorKind::InvalidRequest
+            | ErrorKind::PayloadTooLarge
+            | ErrorKind::NotFound
+            | ErrorKind::RequestTimeout => "invalid_request_error",
             ErrorKind::RateLimited => "rate_limit_error",
-            ErrorKind::BadGateway | ErrorKind::NoEndpoints | ErrorKind::Internal => "server_error",
+            ErrorKind::BadGateway
+            | ErrorKind::NoEndpoints
+            | ErrorKind::Internal
+            | ErrorKind::GatewayTimeout
+            | ErrorKind::LoopDetected => "server_error",
         }
     }
 }
@@ -73,6 +93,15 @@ pub struct GatewayError {
 impl GatewayError {
     pub fn new(kind: ErrorKind, code: &'static str, message: impl Into<String>) -> Self {
         Self { kind, message: message.into(), code, param: None, retry_after_secs: None }
+    }
+
+    /// Not an answer at all: the client closed the connection before its request was complete.
+    pub fn client_gone() -> Self {
+        Self::new(ErrorKind::InvalidRequest, "client_closed", "the client closed the connection mid-request")
+    }
+
+    pub fn is_client_gone(&self) -> bool {
+        self.code == "client_closed"
     }
 
     pub fn with_param(mut self, param: &'static str) -> Self {

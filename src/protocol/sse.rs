@@ -37,6 +37,10 @@ pub struct SseScanner {
     /// How many bytes of a leading UTF-8 BOM have been matched (while `!bom_done`).
     bom_matched: usize,
     bom_done: bool,
+    /// The largest event the scanner will hold (`limits.max_sse_event_bytes`).
+    limit: usize,
+    /// An event grew past `limit`: the stream is malformed and nothing more is scanned.
+    overflowed: bool,
     /// Bytes examined, to prove linear work in tests.
     #[cfg(test)]
     work: u64,
@@ -62,14 +66,30 @@ impl SseScanner {
             significant: false,
             bom_matched: 0,
             bom_done: false,
+            limit: usize::MAX,
+            overflowed: false,
             #[cfg(test)]
             work: 0,
         }
     }
 
+    /// A scanner that refuses events larger than `limit` bytes: such an event (an upstream that
+    /// never ends a line, say) would otherwise be held in memory whole.
+    pub fn with_limit(limit: usize) -> Self {
+        Self { limit, ..Self::new() }
+    }
+
+    /// Whether an event grew past the limit (the scanner then ignores the rest of the stream).
+    pub fn overflowed(&self) -> bool {
+        self.overflowed
+    }
+
     /// Feed the next chunk exactly as it arrived from the network. Calls `on_event` for every
     /// event completed by this chunk, in order.
     pub fn feed(&mut self, chunk: &[u8], mut on_event: impl FnMut(SseEvent<'_>)) {
+        if self.overflowed {
+            return;
+        }
         let mut rest = chunk;
         if !self.bom_done {
             while let Some((&b, tail)) = rest.split_first() {
@@ -134,6 +154,11 @@ impl SseScanner {
                         match start {
                             Some(s) => {
                                 let bytes = chunk.get(s..i).unwrap_or_default();
+                                if bytes.len() > self.limit {
+                                    self.overflowed = true;
+                                    self.carry = Vec::new();
+                                    return;
+                                }
                                 #[cfg(test)]
                                 {
                                     self.work += bytes.len() as u64;
@@ -142,6 +167,11 @@ impl SseScanner {
                             }
                             None => {
                                 self.carry.extend_from_slice(chunk.get(..i).unwrap_or_default());
+                                if self.carry.len() > self.limit {
+                                    self.overflowed = true;
+                                    self.carry = Vec::new();
+                                    return;
+                                }
                                 #[cfg(test)]
                                 {
                                     self.work += self.carry.len() as u64;
@@ -205,6 +235,10 @@ impl SseScanner {
                     self.carry.extend_from_slice(chunk.get(s..).unwrap_or_default());
                 }
                 None => self.carry.extend_from_slice(chunk),
+            }
+            if self.carry.len() > self.limit {
+                self.overflowed = true;
+                self.carry = Vec::new();
             }
         } else {
             self.carry.clear();
@@ -467,6 +501,43 @@ pub(crate) mod tests {
             v.push((name, format!("\u{feff}: keep-alive\n\n{}", t.replace("\n\n", "\n: ping\n\n"))));
         }
         v
+    }
+
+    #[test]
+    fn an_event_over_the_limit_stops_the_scanner_and_frees_its_memory() {
+        // One line that never ends, in many chunks: held up to the limit, then refused.
+        let mut scanner = SseScanner::with_limit(1024);
+        let mut events = 0;
+        scanner.feed(b"data: ", |_| events += 1);
+        for _ in 0..100 {
+            scanner.feed(&[b'x'; 100], |_| events += 1);
+            assert!(scanner.pending_bytes() <= 1024);
+        }
+        assert!(scanner.overflowed());
+        assert_eq!(scanner.pending_bytes(), 0);
+        scanner.feed(b"\n\ndata: {}\n\n", |_| events += 1);
+        assert_eq!(events, 0, "nothing is dispatched after the overflow");
+
+        // An over-limit event inside one chunk, and one that completes in a later chunk.
+        let big = format!("data: {}\n\n", "y".repeat(2000));
+        let mut scanner = SseScanner::with_limit(1024);
+        scanner.feed(big.as_bytes(), |_| events += 1);
+        assert!(scanner.overflowed());
+        let mut scanner = SseScanner::with_limit(1024);
+        scanner.feed(&big.as_bytes()[..900], |_| events += 1);
+        assert!(!scanner.overflowed());
+        scanner.feed(&big.as_bytes()[900..], |_| events += 1);
+        assert!(scanner.overflowed());
+        assert_eq!(events, 0);
+
+        // Events under the limit pass, however they are split.
+        let mut scanner = SseScanner::with_limit(1024);
+        let small = format!("data: {}\n\n", "z".repeat(1000));
+        for piece in small.as_bytes().chunks(7) {
+            scanner.feed(piece, |_| events += 1);
+        }
+        assert_eq!(events, 1);
+        assert!(!scanner.overflowed());
     }
 
     #[test]

@@ -19,7 +19,7 @@ use super::conversion::{self, RequestConversion};
 use super::relay::{self, Committed, StreamObserver, Transform};
 use super::request::splice_model;
 use super::trail::Trail;
-use super::upstream::{UpstreamResponse, join_url, read_body, request_headers, response_headers};
+use super::upstream::{UpstreamBodyError, UpstreamResponse, join_url, read_body, request_headers, response_headers};
 use crate::breaker::retry_after::parse_retry_after;
 use crate::breaker::{Denied, Outcome, Permit};
 use crate::convert::ir::{ConvertError, EncodeContext};
@@ -70,6 +70,15 @@ struct Run {
     conversion: RequestConversion,
     /// The decision trail; moves into the relay when a stream is committed.
     trail: Option<Trail>,
+    /// SPEC §15.1: the request's total deadline, from its arrival, for the attempts' timers.
+    deadline: tokio::time::Instant,
+    /// The same deadline on the gateway's clock, for the waits.
+    deadline_clock: std::time::Instant,
+    /// An attempt was cut short by the total deadline.
+    deadline_passed: bool,
+    /// Endpoints out of the rest of this request: asking them again cannot help (their answer
+    /// could not be used, or the request looped back to this gateway).
+    excluded: Vec<EndpointId>,
 }
 
 /// The next data chunk of an upstream body (trailers skipped), `None` at its end.
@@ -96,7 +105,12 @@ pub async fn run(
     let protocol = inbound.route.protocol();
     let settings = snapshot.settings.clone();
     let clock = gw.clock.clone();
-    let budget_deadline = clock.now() + settings.rate_limit_backoff_budget;
+    let total = settings.timeouts(protocol).total;
+    let deadline = trail.started() + total;
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    let deadline_clock = clock.now() + left;
+    // One budget per request for every wait (SPEC §15.1), and never past the total deadline.
+    let budget_deadline = (clock.now() + settings.rate_limit_backoff_budget).min(deadline_clock);
     let seen_current = gw.rotation.current(protocol);
     let conversion = RequestConversion::new(Format::native_to(protocol));
     let mut run = Run {
@@ -109,6 +123,10 @@ pub async fn run(
         rewritten: Vec::new(),
         conversion,
         trail: Some(trail),
+        deadline,
+        deadline_clock,
+        deadline_passed: false,
+        excluded: Vec::new(),
     };
 
     // Endpoints of another format need the request converted. Do it once per format and
@@ -148,6 +166,18 @@ pub async fn run(
         candidates.retain(|e| e.config.format == Format::Anthropic);
     }
 
+    // Seed 001's failover switch (SPEC §2 step 1): off, a request goes only to the endpoint the
+    // strategy starts at, and is treated like an explicit one there (no breaker filter, no probe
+    // permit; outcomes recorded), its HTTP failures returned at once.
+    let pinned = !explicit && !settings.failover_enabled(protocol) && !candidates.is_empty();
+    if pinned {
+        let ids: Vec<EndpointId> = candidates.iter().map(|e| e.config.id).collect();
+        let start = run.start_index(&ids, seen_current);
+        run.start_endpoint = Some(ids[start]);
+        candidates = vec![candidates[start].clone()];
+    }
+    let explicit = explicit || pinned;
+
     let mut attempts = 0usize;
     let mut cap: Option<usize> = None;
     let mut last_answer: Option<Buffered> = None;
@@ -184,31 +214,41 @@ pub async fn run(
         } else {
             let cap = *cap.get_or_insert_with(|| routing::attempt_cap(live.len(), explicit));
             let ids: Vec<EndpointId> = live.iter().map(|e| e.config.id).collect();
-            let start = if first_pass {
-                let manual = run.gw.rotation.take_manual(protocol);
-                let ticket = if settings.routing_strategy == crate::config::RoutingStrategy::RoundRobin {
-                    run.gw.rotation.next_round_robin(protocol)
-                } else {
-                    0
-                };
-                routing::start_index(settings.routing_strategy, &ids, seen_current, manual, ticket)
+            let start = if pinned {
+                0
+            } else if first_pass {
+                run.start_index(&ids, seen_current)
             } else {
                 // After a backoff, begin where rotation says, like a new request would.
                 routing::start_index(settings.routing_strategy, &ids, gw.rotation.current(protocol), None, 0)
             };
-            if first_pass {
+            if first_pass && !pinned {
                 run.start_endpoint = Some(ids[start]);
-                first_pass = false;
             }
+            first_pass = false;
 
             let mut index = start;
             let mut denied_in_a_row: Vec<Denied> = Vec::new();
+            let mut skipped_in_a_row = 0usize;
             let mut same_endpoint_failures = 0u32;
             loop {
                 if attempts >= cap {
                     break 'choose;
                 }
+                if run.deadline_passed || (attempts > 0 && tokio::time::Instant::now() >= run.deadline) {
+                    return run.deadline_over(last_answer.take(), attempts, last_endpoint.as_deref());
+                }
                 let endpoint = live[index];
+                if run.excluded.contains(&endpoint.config.id) {
+                    skipped_in_a_row += 1;
+                    if skipped_in_a_row >= live.len() {
+                        break 'choose;
+                    }
+                    index = routing::advance(index, live.len());
+                    same_endpoint_failures = 0;
+                    continue;
+                }
+                skipped_in_a_row = 0;
                 let permit = match endpoint.breaker.try_acquire(&endpoint.config.name, explicit) {
                     Ok(p) => p,
                     Err(denied) => {
@@ -227,6 +267,10 @@ pub async fn run(
                 run.begin_attempt(endpoint);
                 match run.attempt(endpoint, permit, attempts).await {
                     AttemptResult::Answer(response) => return response,
+                    AttemptResult::HttpFailure { answer, .. } if pinned => {
+                        // Failover is off: the endpoint's answer is the answer.
+                        return run.finish_with_answer(Some(answer), attempts, last_endpoint.as_deref());
+                    }
                     AttemptResult::HttpFailure { answer, class, probe } => {
                         last_was_probe_429 = probe && answer.status == StatusCode::TOO_MANY_REQUESTS;
                         let cause = format!("HTTP {}", answer.status.as_u16());
@@ -255,7 +299,7 @@ pub async fn run(
                             // No timer for a zero delay: tokio rounds deadlines up to the next
                             // millisecond tick, which was most of a zero-delay failover's cost.
                             if attempts < cap && !settings.transient_retry_delay.is_zero() {
-                                let wake = clock.now() + settings.transient_retry_delay;
+                                let wake = (clock.now() + settings.transient_retry_delay).min(run.deadline_clock);
                                 let waited = tokio::time::Instant::now();
                                 clock.sleep_until(wake).await;
                                 run.add_wait(waited.elapsed());
@@ -348,6 +392,20 @@ impl Run {
         self.inbound.route.protocol()
     }
 
+    /// Where a new request starts among `ids` (SPEC §3), taking a manual switch and a
+    /// round-robin ticket when the strategy uses one.
+    fn start_index(&self, ids: &[EndpointId], seen_current: Option<EndpointId>) -> usize {
+        let protocol = self.protocol();
+        let strategy = self.snapshot.settings.routing_strategy;
+        let manual = self.gw.rotation.take_manual(protocol);
+        let ticket = if strategy == crate::config::RoutingStrategy::RoundRobin {
+            self.gw.rotation.next_round_robin(protocol)
+        } else {
+            0
+        };
+        routing::start_index(strategy, ids, seen_current, manual, ticket)
+    }
+
     /// The body to send to `endpoint`: the client's bytes unless its model must change.
     fn native_body(&mut self, endpoint: &LiveEndpoint) -> Bytes {
         let (Some(model), Some(span)) = (self.inbound.model.as_deref(), self.inbound.model_span.clone()) else {
@@ -404,7 +462,7 @@ impl Run {
             let url = join_url(&endpoint.config.base_url, format, &self.inbound.rest, self.inbound.query.as_deref());
             (url, self.native_body(endpoint))
         };
-        let mut headers = request_headers(&self.inbound.headers, endpoint);
+        let mut headers = request_headers(&self.inbound.headers, endpoint, &self.inbound.hop);
         if converting {
             let foreign: Vec<_> =
                 headers.keys().filter(|name| conversion::foreign_header(name.as_str(), format)).cloned().collect();
@@ -416,7 +474,8 @@ impl Run {
         let head_limit = if self.inbound.stream { timeouts.first_byte } else { timeouts.request };
         let request = self.gw.client.send(self.inbound.method.clone(), &url, headers, body);
 
-        let response = match tokio::time::timeout_at(sent_at + head_limit, request).await {
+        let response = match tokio::time::timeout_at((sent_at + head_limit).min(self.deadline), request).await {
+            Err(_) if sent_at + head_limit > self.deadline => return self.cut_by_deadline(permit),
             Err(_) => {
                 let note = format!("no response headers within {:.1} s", head_limit.as_secs_f64());
                 self.settle(permit, Outcome::Broken, &note, None, Classification::Transient, "timeout");
@@ -446,7 +505,12 @@ impl Run {
             } else {
                 Transform::Pass
             };
-            let observer = StreamObserver::new(format, Format::native_to(protocol), transform);
+            let observer = StreamObserver::new(
+                format,
+                Format::native_to(protocol),
+                transform,
+                settings.limits.max_sse_event_bytes,
+            );
             return self.hold_preamble(endpoint, permit, response, observer, sent_at, number).await;
         }
 
@@ -456,9 +520,29 @@ impl Run {
         let mut headers = head.headers;
         let body_deadline = sent_at
             + if self.inbound.stream && class != Class::Success { timeouts.first_byte } else { timeouts.request };
-        let mut body = match tokio::time::timeout_at(body_deadline, read_body(response_body)).await {
+        let limit = settings.limits.max_upstream_body_bytes;
+        let mut body = match tokio::time::timeout_at(body_deadline.min(self.deadline), read_body(response_body, limit))
+            .await
+        {
+            Err(_) if body_deadline > self.deadline => return self.cut_by_deadline(permit),
             Ok(Ok(b)) => b,
-            Ok(Err(e)) => {
+            Ok(Err(UpstreamBodyError::TooLarge { limit })) => {
+                // Reading stops at the limit: the endpoint's answer cannot be relayed, and the
+                // gateway's memory is not the upstream's to fill.
+                let note =
+                    format!("the upstream's answer is larger than limits.max_upstream_body_bytes ({limit} bytes)");
+                self.settle(
+                    permit,
+                    Outcome::Broken,
+                    &note,
+                    Some(status.as_u16()),
+                    Classification::Failure,
+                    "response_too_large",
+                );
+                self.excluded.push(endpoint.config.id);
+                return AttemptResult::NoAnswer { kind: NetworkErrorKind::BadAnswer, detail: note, transient: false };
+            }
+            Ok(Err(UpstreamBodyError::Network(e))) => {
                 let kind = classify_network_error(&e);
                 let note = format!("{} while reading the body", kind.describe());
                 self.settle(
@@ -484,9 +568,36 @@ impl Run {
                 return AttemptResult::NoAnswer { kind: NetworkErrorKind::Timeout, detail: note, transient: true };
             }
         };
+        if class != Class::Success {
+            // What the upstream said, for whoever debugs it; the log writer masks any key in it.
+            tracing::debug!(
+                event = "upstream_error_body",
+                endpoint = %endpoint.config.name,
+                status = status.as_u16(),
+                body = %crate::proxy::trail::error_excerpt(&body),
+                "upstream answered with an error"
+            );
+        }
         // Usage and the answering model come from the upstream's own answer, before conversion.
         let answered = (class == Class::Success).then(|| usage::from_body(format, &body));
-        if converting {
+        let looped = status == StatusCode::LOOP_DETECTED
+            && headers.get(super::X_CCMESH_LOOP).is_some_and(|v| v.as_bytes() == self.gw.instance_id.as_bytes());
+        if looped {
+            // Our own request came back to us: name the endpoint that points here. The body is
+            // made in the client's protocol, so it is not converted.
+            let name = &endpoint.config.name;
+            let e = GatewayError::new(
+                ErrorKind::LoopDetected,
+                "loop_detected",
+                format!(
+                    "loop detected: endpoint {name} points back at this gateway; change its base_url with `ccmesh endpoint edit {name} --base-url URL`"
+                ),
+            );
+            body = Bytes::from(e.body(protocol).to_string());
+            self.excluded.push(endpoint.config.id);
+            headers = axum::http::HeaderMap::new();
+            headers.insert(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        } else if converting {
             let client = self.conversion.client;
             if class == Class::Success {
                 let ctx = self.encode_context();
@@ -503,8 +614,9 @@ impl Run {
                             Classification::Failure,
                             "invalid_response",
                         );
+                        self.excluded.push(endpoint.config.id);
                         return AttemptResult::NoAnswer {
-                            kind: NetworkErrorKind::Other,
+                            kind: NetworkErrorKind::BadAnswer,
                             detail: note,
                             transient: false,
                         };
@@ -610,17 +722,22 @@ impl Run {
         let mut held: Vec<Bytes> = Vec::new();
         let mut received = 0usize;
         let first_byte_deadline = sent_at + timeouts.first_byte;
+        // Until the stream is committed the total deadline holds too (SPEC §15.1).
+        let deadline = self.deadline;
 
         loop {
-            let deadline = match (received == 0, timeouts.idle) {
+            let deadline_for = match (received == 0, timeouts.idle) {
                 (true, _) => Some(first_byte_deadline),
                 (false, Some(idle)) => Some(tokio::time::Instant::now() + idle),
                 (false, None) => None,
             };
-            let next = match deadline {
-                Some(d) => tokio::time::timeout_at(d, next_data(&mut upstream)).await,
-                None => Ok(next_data(&mut upstream).await),
-            };
+            let cut_by_deadline = deadline_for.is_none_or(|d| d > deadline);
+            let next =
+                tokio::time::timeout_at(deadline_for.map_or(deadline, |d| d.min(deadline)), next_data(&mut upstream))
+                    .await;
+            if next.is_err() && cut_by_deadline {
+                return self.cut_by_deadline(permit);
+            }
             let mut fail = |permit: Permit, kind: NetworkErrorKind, note: String, transient: bool| {
                 let class = if transient { Classification::Transient } else { Classification::Failure };
                 self.settle(permit, Outcome::Broken, &note, Some(status.as_u16()), class, kind.as_str());
@@ -657,6 +774,12 @@ impl Run {
                     received += chunk.len();
                     if let Some(out) = observer.chunk(chunk) {
                         held.push(out);
+                    }
+                    if let Some(problem) = observer.watch.malformed.clone() {
+                        let result =
+                            fail(permit, NetworkErrorKind::BadAnswer, format!("{problem}, before any content"), false);
+                        self.excluded.push(endpoint.config.id);
+                        return result;
                     }
                     if let Some((rate_limited, message)) = observer.watch.error.clone() {
                         // An error event before any content: a failure of this endpoint that the
@@ -705,6 +828,7 @@ impl Run {
             snapshot: self.snapshot.clone(),
             breaker_settings: breaker_settings.clone(),
             idle_timeout: timeouts.idle,
+            max_duration: timeouts.max_stream_duration,
             held,
             observer,
             rotation: self.rotation_update(endpoint.config.id),
@@ -712,6 +836,33 @@ impl Run {
         };
         *response.body_mut() = Body::new(relay::relay(committed, permit, upstream));
         AttemptResult::Answer(response)
+    }
+
+    /// SPEC §15.1: the attempt in progress is cut short by the request's total deadline. That
+    /// says nothing about the endpoint: neutral for its breaker.
+    fn cut_by_deadline(&mut self, permit: Permit) -> AttemptResult {
+        self.deadline_passed = true;
+        let note = "cut short by the request's total deadline".to_string();
+        self.settle(permit, Outcome::Neutral, &note, None, Classification::Neutral, "total_deadline");
+        AttemptResult::NoAnswer { kind: NetworkErrorKind::Timeout, detail: note, transient: false }
+    }
+
+    /// The total deadline passed: the most recent upstream answer, else 504 (SPEC §15.1).
+    fn deadline_over(&mut self, answer: Option<Buffered>, attempts: usize, endpoint: Option<&str>) -> Response {
+        if answer.is_some() {
+            return self.finish_with_answer(answer, attempts, endpoint);
+        }
+        let protocol = self.protocol();
+        let total = self.snapshot.settings.timeouts(protocol).total.as_secs_f64();
+        let e = GatewayError::new(
+            ErrorKind::GatewayTimeout,
+            "timeout",
+            format!(
+                "the request's total deadline (timeouts.{}.total_timeout_secs = {total} s) passed before an endpoint answered; check the endpoints' health, or raise the deadline",
+                protocol.as_str()
+            ),
+        );
+        self.finish_error(e, attempts, endpoint)
     }
 
     /// What a success on `endpoint` should do to the rotation (SPEC §3), applied by the caller
@@ -783,12 +934,20 @@ impl Run {
         answered: Option<(Tokens, Option<String>)>,
     ) -> Response {
         let status = answer.status.as_u16();
-        if status >= 400
-            && let Some(t) = self.trail.as_mut()
-        {
-            t.set_error("upstream", None, &format!("upstream answered HTTP {status}"), Some(&answer.body));
+        let mut body = answer.body;
+        if status >= 400 {
+            // An upstream that rejects a key often quotes it: the client must not receive the
+            // endpoint's key (SPEC §15.6). Only error bodies are scanned.
+            let query = self.inbound.query.as_deref();
+            let credential = super::presented_credential(&self.inbound.headers, query);
+            if let Some(clean) = crate::redact::current().scrub_bytes(&body, credential.as_deref()) {
+                body = Bytes::from(clean);
+            }
+            if let Some(t) = self.trail.as_mut() {
+                t.set_error("upstream", None, &format!("upstream answered HTTP {status}"), Some(&body));
+            }
         }
-        let mut response = Response::new(Body::from(answer.body));
+        let mut response = Response::new(Body::from(body));
         *response.status_mut() = answer.status;
         *response.headers_mut() = response_headers(&answer.headers);
         self.tag(&mut response, attempts, endpoint);

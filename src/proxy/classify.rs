@@ -51,6 +51,8 @@ pub enum NetworkErrorKind {
     Timeout,
     /// TLS handshake or certificate failure.
     Tls,
+    /// An answer arrived but cannot be relayed (too large, unreadable, malformed).
+    BadAnswer,
     /// Any other transport failure.
     Other,
 }
@@ -63,6 +65,7 @@ impl NetworkErrorKind {
             NetworkErrorKind::UnexpectedEof => "unexpected_eof",
             NetworkErrorKind::Timeout => "timeout",
             NetworkErrorKind::Tls => "tls",
+            NetworkErrorKind::BadAnswer => "bad_answer",
             NetworkErrorKind::Other => "network",
         }
     }
@@ -74,6 +77,7 @@ impl NetworkErrorKind {
             NetworkErrorKind::UnexpectedEof => "the upstream closed the connection before answering completely",
             NetworkErrorKind::Timeout => "the upstream did not answer in time",
             NetworkErrorKind::Tls => "TLS with the upstream failed",
+            NetworkErrorKind::BadAnswer => "the upstream's answer could not be used",
             NetworkErrorKind::Other => "a network error occurred talking to the upstream",
         }
     }

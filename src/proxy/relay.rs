@@ -41,6 +41,8 @@ pub struct StreamWatch {
     pub content: bool,
     /// The first upstream error event: (rate limited, message).
     pub error: Option<(bool, String)>,
+    /// The stream cannot be read as its protocol's events (an event over the size limit).
+    pub malformed: Option<String>,
 }
 
 impl StreamWatch {
@@ -86,11 +88,12 @@ pub struct StreamObserver {
 }
 
 impl StreamObserver {
-    pub fn new(format: Format, client: Format, transform: Transform) -> Self {
+    /// `max_event`: the largest single event accepted (`limits.max_sse_event_bytes`).
+    pub fn new(format: Format, client: Format, transform: Transform, max_event: u64) -> Self {
         Self {
             format,
             client,
-            scanner: SseScanner::new(),
+            scanner: SseScanner::with_limit(usize::try_from(max_event).unwrap_or(usize::MAX)),
             context: StreamContext::default(),
             watch: StreamWatch::default(),
             usage: StreamUsage::default(),
@@ -105,6 +108,14 @@ impl StreamObserver {
 
     /// Observe one upstream chunk; returns the bytes for the client (possibly none).
     pub fn chunk(&mut self, chunk: Bytes) -> Option<Bytes> {
+        let out = self.scan(chunk);
+        if self.scanner.overflowed() && self.watch.malformed.is_none() {
+            self.watch.malformed = Some("an upstream stream event is larger than limits.max_sse_event_bytes".into());
+        }
+        out
+    }
+
+    fn scan(&mut self, chunk: Bytes) -> Option<Bytes> {
         let (format, watch, context, usage) = (self.format, &mut self.watch, &mut self.context, &mut self.usage);
         match &mut self.transform {
             Transform::Pass => {
@@ -179,6 +190,8 @@ pub struct Committed {
     pub snapshot: Arc<Snapshot>,
     pub breaker_settings: BreakerSettings,
     pub idle_timeout: Option<Duration>,
+    /// `timeouts.<protocol>.max_stream_duration_secs`, counted from the commit.
+    pub max_duration: Option<Duration>,
     pub held: Vec<Bytes>,
     pub observer: StreamObserver,
     pub rotation: Option<RotationUpdate>,
@@ -201,7 +214,8 @@ where
 {
     let pending: VecDeque<Bytes> = std::mem::take(&mut committed.held).into();
     let idle = committed.idle_timeout.map(IdleWatch::new);
-    Relay { s: RelayState { c: committed, pending, permit: Some(permit), done: false }, upstream, idle }
+    let cap = committed.max_duration.map(|d| (d, Box::pin(tokio::time::sleep(d))));
+    Relay { s: RelayState { c: committed, pending, permit: Some(permit), done: false }, upstream, idle, cap }
 }
 
 /// The client's side of a committed stream: the upstream's chunks as they arrive (observed,
@@ -212,6 +226,8 @@ pub struct Relay<B> {
     s: RelayState,
     upstream: B,
     idle: Option<IdleWatch>,
+    /// The stream's longest allowed duration and its timer, when capped.
+    cap: Option<(Duration, Pin<Box<Sleep>>)>,
 }
 
 /// The idle timeout without a timer operation per chunk: a chunk only notes the time; the one
@@ -269,7 +285,17 @@ where
             if s.done {
                 return Poll::Ready(None);
             }
-            let next = match Pin::new(&mut this.upstream).poll_frame(cx) {
+            let polled = Pin::new(&mut this.upstream).poll_frame(cx);
+            if let Some((limit, timer)) = &mut this.cap {
+                let over = if polled.is_pending() { timer.as_mut().poll(cx).is_ready() } else { timer.is_elapsed() };
+                if over {
+                    let limit = limit.as_secs_f64();
+                    this.cap = None;
+                    s.fail(format!("the stream lasted longer than max_stream_duration_secs ({limit:.0} s)"));
+                    continue;
+                }
+            }
+            let next = match polled {
                 Poll::Ready(next) => {
                     if let Some(idle) = &mut this.idle {
                         idle.last_data = Instant::now();
@@ -290,7 +316,14 @@ where
                 Some(Ok(frame)) => {
                     // Trailers carry nothing a client of these protocols reads.
                     let Ok(chunk) = frame.into_data() else { continue };
-                    if let Some(out) = s.c.observer.chunk(chunk) {
+                    let out = s.c.observer.chunk(chunk);
+                    if let Some(problem) = s.c.observer.watch.malformed.clone() {
+                        // The chunk completing the problem is not relayed: the client gets the
+                        // stream up to here, then its protocol's error event.
+                        s.fail(problem);
+                        continue;
+                    }
+                    if let Some(out) = out {
                         return Poll::Ready(Some(Ok(Frame::data(out))));
                     }
                 }

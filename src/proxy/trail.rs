@@ -20,6 +20,26 @@ use crate::observe::record::{AttemptRecord, Classification, RecordError, Request
 
 /// Error bodies kept in a record are cut to this many bytes.
 const MAX_ERROR_BODY: usize = 4096;
+/// What a record keeps of a model name, a session id or a user agent: a client may send
+/// megabytes there, and every record would keep them.
+const MAX_NAME: usize = 256;
+/// What a record keeps of a path or a message.
+const MAX_TEXT: usize = 2048;
+
+/// `text` cut to at most `max` bytes at a character boundary, marked with `…` when cut.
+fn capped(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max.saturating_sub('…'.len_utf8());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out = String::with_capacity(end + 3);
+    out.push_str(&text[..end]);
+    out.push('…');
+    out
+}
 
 pub struct Trail {
     record: RequestRecord,
@@ -92,14 +112,14 @@ impl Trail {
         headers: &HeaderMap,
     ) -> Trail {
         let unix_ms = wall.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-        let header = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let header = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).map(|v| capped(v, MAX_NAME));
         let session_id = SESSION_ID_HEADERS.iter().find_map(header);
         let record = RequestRecord {
             id: new_id(unix_ms),
             started_at_ms: unix_ms,
             protocol: protocol.to_string(),
             method: method.to_string(),
-            path: path.to_string(),
+            path: capped(path, MAX_TEXT),
             user_agent: header(&axum::http::header::USER_AGENT),
             session_id,
             ..empty_record()
@@ -118,12 +138,17 @@ impl Trail {
         }
     }
 
+    /// When the request arrived.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
     pub fn id(&self) -> &str {
         &self.record.id
     }
 
     pub fn set_request(&mut self, model: Option<&str>, stream: bool) {
-        self.record.model_requested = model.map(str::to_string);
+        self.record.model_requested = model.map(|m| capped(m, MAX_NAME));
         self.record.stream = stream;
     }
 
@@ -147,7 +172,7 @@ impl Trail {
         });
         self.current = Some((self.record.attempts.len() - 1, now));
         self.record.endpoint = Some(endpoint.to_string());
-        self.record.model_sent = model_sent.map(str::to_string);
+        self.record.model_sent = model_sent.map(|m| capped(m, MAX_NAME));
         self.multiplier = multiplier;
         let mut endpoints = self.record.attempts.iter().map(|a| a.endpoint.as_str());
         let first = endpoints.next();
@@ -171,7 +196,7 @@ impl Trail {
             a.status = status;
             a.classification = classification;
             a.error_kind = error_kind.map(str::to_string);
-            a.error = error.map(str::to_string);
+            a.error = error.map(|e| capped(e, MAX_TEXT));
             a.breaker = transition.map(transition_str);
         }
     }
@@ -201,7 +226,7 @@ impl Trail {
             a.classification = classification;
             if error.is_some() {
                 a.error_kind = Some("stream_error".into());
-                a.error = error.map(str::to_string);
+                a.error = error.map(|e| capped(e, MAX_TEXT));
             }
             a.breaker = transition.map(transition_str);
         }
@@ -239,8 +264,8 @@ impl Trail {
         self.record.error = Some(RecordError {
             source: source.to_string(),
             kind: kind.map(str::to_string),
-            message: message.to_string(),
-            upstream_body: upstream_body.map(redacted_excerpt),
+            message: capped(message, MAX_TEXT),
+            upstream_body: upstream_body.map(error_excerpt),
         });
     }
 
@@ -248,8 +273,8 @@ impl Trail {
     pub fn finish(mut self, status: u16, tokens: Tokens, model_answered: Option<String>, snapshot: &Snapshot) {
         self.record.status = status;
         self.record.tokens = tokens;
-        if model_answered.is_some() {
-            self.record.model_answered = model_answered;
+        if let Some(answered) = model_answered {
+            self.record.model_answered = Some(capped(&answered, MAX_NAME));
         }
         // Relays often answer with a name the price table does not know: fall back to the model
         // that was sent (what the endpoint bills for), then the one the client asked for.
@@ -331,34 +356,11 @@ fn empty_record() -> RequestRecord {
     }
 }
 
-/// The first 4 KiB of an upstream error body, as text, with anything that looks like a key
-/// replaced: upstreams sometimes echo the credential they rejected.
-pub fn redacted_excerpt(body: &[u8]) -> String {
+/// The first 4 KiB of an upstream error body, as text. Secrets are masked by the caller before
+/// the cut (`redact`), so the cut cannot leave half a key behind.
+pub fn error_excerpt(body: &[u8]) -> String {
     let cut = &body[..body.len().min(MAX_ERROR_BODY)];
-    let text = String::from_utf8_lossy(cut);
-    redact_secrets(&text)
-}
-
-/// Replace tokens that look like API keys (`sk-...`, `sk-ant-...`, long bearer-like strings
-/// after "key"/"token") with `[redacted]`.
-pub fn redact_secrets(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for word in text.split_inclusive(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ',' | ':' | '=')) {
-        let core = word.trim_end_matches(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ',' | ':' | '='));
-        let tail = &word[core.len()..];
-        let looks_secret = (core.starts_with("sk-") && core.len() >= 12)
-            || (core.len() >= 32
-                && core.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-                && core.chars().any(|c| c.is_ascii_digit())
-                && core.chars().any(|c| c.is_ascii_alphabetic()));
-        if looks_secret {
-            out.push_str("[redacted]");
-        } else {
-            out.push_str(core);
-        }
-        out.push_str(tail);
-    }
-    out
+    String::from_utf8_lossy(cut).into_owned()
 }
 
 #[cfg(test)]
@@ -392,19 +394,17 @@ mod tests {
     }
 
     #[test]
-    fn secrets_are_redacted_from_error_bodies() {
-        let body = br#"{"error":{"message":"Incorrect API key provided: sk-proj-abcdef1234567890. You can find your key at ..."}}"#;
-        let out = redacted_excerpt(body);
-        assert!(!out.contains("abcdef1234567890"), "{out}");
-        assert!(out.contains("[redacted]") && out.contains("Incorrect API key provided"), "{out}");
-        let hex = "token 0123456789abcdef0123456789abcdef01 end";
-        assert_eq!(redact_secrets(hex), "token [redacted] end");
-        assert_eq!(redact_secrets("plain words stay"), "plain words stay");
+    fn long_text_is_capped_at_a_character_boundary() {
+        assert_eq!(capped("short", 10), "short");
+        let long = "é".repeat(300);
+        let cut = capped(&long, MAX_NAME);
+        assert!(cut.len() <= MAX_NAME && cut.ends_with('…'), "{} bytes", cut.len());
+        assert_eq!(capped(&"x".repeat(5_000_000), MAX_NAME).len(), MAX_NAME);
     }
 
     #[test]
     fn error_bodies_are_cut_to_4_kib() {
         let body = vec![b'x'; 10_000];
-        assert_eq!(redacted_excerpt(&body).len(), 4096);
+        assert_eq!(error_excerpt(&body).len(), 4096);
     }
 }

@@ -141,8 +141,48 @@ fn pool(tls: rustls::ClientConfig) -> HttpClient {
 }
 
 /// Read a whole answer body.
-pub async fn read_body(body: Incoming) -> Result<Bytes, hyper::Error> {
-    Ok(body.collect().await?.to_bytes())
+/// Why an upstream body could not be read in full.
+#[derive(Debug)]
+pub enum UpstreamBodyError {
+    Network(hyper::Error),
+    /// Longer than the limit: reading stopped there (the rest is never read, and the connection
+    /// is dropped with the body).
+    TooLarge {
+        limit: u64,
+    },
+}
+
+/// Read an upstream body in full, up to `limit` bytes. A `Content-Length` over the limit is
+/// refused before any of the body is read.
+pub async fn read_body(body: Incoming, limit: u64) -> Result<Bytes, UpstreamBodyError> {
+    use hyper::body::Body as _;
+    if body.size_hint().lower() > limit {
+        return Err(UpstreamBodyError::TooLarge { limit });
+    }
+    let limit_usize = usize::try_from(limit).unwrap_or(usize::MAX);
+    let mut body = std::pin::pin!(body);
+    let mut first: Option<Bytes> = None;
+    let mut rest = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(UpstreamBodyError::Network)?.into_data() else { continue };
+        let held = first.as_ref().map_or(0, Bytes::len) + rest.len();
+        if held + data.len() > limit_usize {
+            return Err(UpstreamBodyError::TooLarge { limit });
+        }
+        match &first {
+            None if rest.is_empty() => first = Some(data),
+            _ => {
+                if let Some(f) = first.take() {
+                    rest.extend_from_slice(&f);
+                }
+                rest.extend_from_slice(&data);
+            }
+        }
+    }
+    Ok(match first {
+        Some(only) => only,
+        None => rest.freeze(),
+    })
 }
 
 /// SPEC §8 URL joining. `rest` is the inbound path after `/v1` (`/messages`, `/chat/completions`,
@@ -205,7 +245,7 @@ fn dropped_request_header(name: &HeaderName) -> bool {
 }
 
 /// Build the upstream request headers from the client's.
-pub fn request_headers(client: &HeaderMap, endpoint: &LiveEndpoint) -> HeaderMap {
+pub fn request_headers(client: &HeaderMap, endpoint: &LiveEndpoint, hop: &HeaderValue) -> HeaderMap {
     let listed_in_connection: Vec<String> = client
         .get_all(header::CONNECTION)
         .iter()
@@ -229,6 +269,7 @@ pub fn request_headers(client: &HeaderMap, endpoint: &LiveEndpoint) -> HeaderMap
     }
     let (name, value) = &endpoint.auth;
     out.insert(name.clone(), value.clone());
+    out.insert(super::X_CCMESH_HOP, hop.clone());
     // The client's `Host` was dropped above and endpoints cannot set one (`reserved_header`).
     if let Some(host) = &endpoint.host {
         out.insert(header::HOST, host.clone());
@@ -304,7 +345,7 @@ mod tests {
 
     async fn get_ok(client: &UpstreamClient, url: &str) {
         let answer = client.send(Method::GET, url, HeaderMap::new(), Bytes::new()).await.unwrap();
-        assert_eq!(read_body(answer.into_body()).await.unwrap(), "ok");
+        assert_eq!(read_body(answer.into_body(), 1024).await.unwrap(), "ok");
     }
 
     #[tokio::test]

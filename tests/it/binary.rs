@@ -3,108 +3,15 @@
 //! the logs.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::support::binary::{BIN, Server};
+
 use crate::support::gateway::{chat_body, claude_body};
 use crate::support::mock::{MockUpstream, Reply};
-
-const BIN: &str = env!("CARGO_BIN_EXE_ccmesh");
-
-struct Server {
-    child: Child,
-    url: String,
-    logs: Arc<Mutex<Vec<String>>>,
-    /// Reads stderr until the process closes it.
-    reader: Option<std::thread::JoinHandle<()>>,
-    _dir: tempfile::TempDir,
-}
-
-impl Server {
-    /// Start `ccmesh serve` on a free loopback port and wait for its `listening` event.
-    fn start(config: Option<&str>, env: &[(&str, &str)]) -> Server {
-        Self::start_with_grace(config, env, "10")
-    }
-
-    fn start_with_grace(config: Option<&str>, env: &[(&str, &str)], grace_secs: &str) -> Server {
-        let dir = tempfile::tempdir().unwrap();
-        let mut cmd = Command::new(BIN);
-        cmd.args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json", "--shutdown-grace-secs", grace_secs])
-            .arg("--data-dir")
-            .arg(dir.path())
-            .env_remove("CCMESH_ADMIN_TOKEN")
-            .env_remove("CCMESH_CONFIG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        if let Some(text) = config {
-            let path = dir.path().join("ccmesh.toml");
-            std::fs::write(&path, text).unwrap();
-            cmd.arg("--config").arg(&path);
-        }
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let logs = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let sink = logs.clone();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<Value>(&line)
-                    && v["fields"]["event"] == "listening"
-                {
-                    let _ = tx.send(v["fields"]["addr"].as_str().unwrap_or_default().to_string());
-                }
-                sink.lock().unwrap().push(line);
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(20))
-            .unwrap_or_else(|_| panic!("ccmesh did not start: {:?}", logs.lock().unwrap()));
-        Server { child, url: format!("http://{addr}"), logs, reader: Some(reader), _dir: dir }
-    }
-
-    fn cli(&self, args: &[&str]) -> (i32, String, String) {
-        let out = Command::new(BIN)
-            .args(args)
-            .arg("--server")
-            .arg(&self.url)
-            .env_remove("CCMESH_ADMIN_TOKEN")
-            .output()
-            .unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    /// Wait for the process to exit and for every line it logged.
-    fn wait_exit(mut self) -> (std::process::ExitStatus, String) {
-        let status = self.child.wait().unwrap();
-        if let Some(reader) = self.reader.take() {
-            reader.join().unwrap();
-        }
-        let logs = self.logs.lock().unwrap().join("\n");
-        (status, logs)
-    }
-
-    fn terminate(&mut self) {
-        let status = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status().unwrap();
-        assert!(status.success());
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_applies_the_config_file_and_proxies() {
@@ -215,6 +122,15 @@ async fn the_cli_manages_a_running_gateway() {
     let (code, out, _) = server.cli(&["reset", "kimi"]);
     assert_eq!(code, 0);
     assert!(out.contains("reset"), "{out}");
+
+    let (code, out, _) = server.cli(&["failover", "off", "openai"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("failover off for openai") && out.contains("ccmesh failover on openai"), "{out}");
+    let (_, out, _) = server.cli(&["failover", "on", "openai", "--json"]);
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["openai"], true);
+    let (code, _, err) = server.cli(&["failover", "off", "nonsense"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("claude") && err.contains("responses"), "{err}");
 
     // Errors from the API: non-zero exit and the API's message.
     let (code, _, err) =

@@ -270,3 +270,54 @@ async fn count_tokens_without_an_anthropic_endpoint_is_estimated_without_a_reque
     assert!(n > 10, "{n}");
     assert_eq!(o.request_count(), 0);
 }
+
+/// Seed 001's switch: with failover off a request stays on the endpoint the strategy starts at.
+#[tokio::test]
+async fn with_failover_off_a_request_stays_on_its_starting_endpoint() {
+    let (a, b) = (MockUpstream::start().await, MockUpstream::start().await);
+    let g = TestGateway::start().await;
+    g.add("a", "openai", &a.url(), json!({"models": ["m"]})).await;
+    g.add("b", "openai", &b.url(), json!({"models": ["m"]})).await;
+    b.set_default(Reply::openai_chat("from b"));
+    let s = g
+        .settings(json!({"failover_enabled": {"openai": false}, "breaker": {"openai": {"failure_threshold": 1}}}))
+        .await;
+    assert_eq!(s["failover_enabled"], json!({"claude": true, "openai": false, "responses": true}));
+
+    // An HTTP failure comes back at once; nothing goes to b; the failure still counts.
+    a.push(Reply::openai_error(500, "server_error", "a is down"));
+    let r = g.post("/v1/chat/completions", &chat_body("m", false)).await;
+    assert_eq!(r.status(), 500);
+    assert_eq!(r.headers()["x-ccmesh-attempts"], "1");
+    assert_eq!(b.request_count(), 0);
+    let h = g.health("a").await;
+    assert_eq!(h["circuit"], "open", "the failure tripped the breaker (threshold 1): {h}");
+
+    // An open breaker does not move the request either (no breaker filter), and a transient
+    // error is retried on the same endpoint.
+    a.push(Reply::Reset);
+    a.push(Reply::openai_chat("a again"));
+    let r = g.post("/v1/chat/completions", &chat_body("m", false)).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-ccmesh-endpoint"], "a");
+    assert_eq!(r.headers()["x-ccmesh-attempts"], "2");
+    assert_eq!(b.request_count(), 0);
+
+    // Other protocols keep failing over.
+    let (c, d) = (MockUpstream::start().await, MockUpstream::start().await);
+    g.add("c", "anthropic", &c.url(), json!({"models": ["claude-*"]})).await;
+    g.add("d", "anthropic", &d.url(), json!({"models": ["claude-*"]})).await;
+    c.push(Reply::anthropic_error(500, "api_error", "c is down"));
+    d.set_default(Reply::anthropic_message("from d"));
+    let r = g.post("/v1/messages", &claude_body("claude-m", false)).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-ccmesh-endpoint"], "d");
+
+    // Back on: the same failure moves on to b.
+    g.settings(json!({"failover_enabled": {"openai": true}})).await;
+    g.api(reqwest::Method::POST, "/api/endpoints/a/reset", None).await;
+    a.push(Reply::openai_error(500, "server_error", "a is down"));
+    let r = g.post("/v1/chat/completions", &chat_body("m", false)).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-ccmesh-endpoint"], "b");
+}

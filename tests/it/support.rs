@@ -1,3 +1,4 @@
+pub mod binary;
 pub mod gateway;
 pub mod mock;
 pub mod node;

@@ -179,6 +179,11 @@ impl MockUpstream {
     }
 
     /// How many TCP connections have been accepted so far.
+    /// Bytes of generated bodies (`Reply::Generated`) handed to the connection so far.
+    pub fn generated_bytes(&self) -> u64 {
+        self.shared.generated.load(Ordering::SeqCst)
+    }
+
     pub fn connection_count(&self) -> u64 {
         self.shared.connections.load(Ordering::SeqCst)
     }
@@ -338,6 +343,11 @@ pub enum Reply {
     /// Wait `delay`, then answer with `reply`. A peer leaving during the
     /// delay counts as a cancellation.
     Delayed { delay: Duration, reply: Box<Reply> },
+    /// A body of `total` bytes made of `chunk` repeated, generated as hyper
+    /// asks for it (never held whole), with `content-length` when `declared`.
+    /// Every byte handed to hyper is counted in [`MockUpstream::generated_bytes`],
+    /// so a test sees how much of a huge body the gateway really read.
+    Generated { status: u16, headers: Vec<(String, String)>, chunk: Bytes, total: u64, declared: bool },
 }
 
 /// How a [`Reply::Stream`] ends after its chunks.
@@ -437,7 +447,7 @@ impl Reply {
                 let inner = std::mem::replace(reply.as_mut(), Reply::Stall);
                 **reply = inner.with_header(name, value);
             }
-            Reply::Reset | Reply::Close | Reply::Stall => {}
+            Reply::Reset | Reply::Close | Reply::Stall | Reply::Generated { .. } => {}
         }
         self
     }
@@ -450,7 +460,7 @@ impl Reply {
                 let inner = std::mem::replace(reply.as_mut(), Reply::Stall);
                 **reply = inner.with_status(code);
             }
-            Reply::Reset | Reply::Close | Reply::Stall => {}
+            Reply::Reset | Reply::Close | Reply::Stall | Reply::Generated { .. } => {}
         }
         self
     }
@@ -507,7 +517,7 @@ impl Reply {
                 let inner = std::mem::replace(reply.as_mut(), Reply::Stall);
                 **reply = inner.map_stream(f);
             }
-            Reply::Full { .. } | Reply::Reset | Reply::Close | Reply::Stall => {}
+            Reply::Full { .. } | Reply::Reset | Reply::Close | Reply::Stall | Reply::Generated { .. } => {}
         }
         self
     }
@@ -862,6 +872,8 @@ struct Shared {
     stopped: watch::Sender<bool>,
     shutting_down: AtomicBool,
     connections: AtomicU64,
+    /// Bytes of `Reply::Generated` bodies handed to hyper.
+    generated: Arc<AtomicU64>,
 }
 
 struct State {
@@ -883,6 +895,7 @@ impl Shared {
             stopped: watch::Sender::new(false),
             shutting_down: AtomicBool::new(false),
             connections: AtomicU64::new(0),
+            generated: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -1107,6 +1120,27 @@ async fn handle(
                 ctl.kill.notify_one();
                 let never: Infallible = std::future::pending().await;
                 match never {}
+            }
+            Reply::Generated { status, headers, chunk, total, declared } => {
+                guard.complete();
+                let counter = guard.shared.generated.clone();
+                let mut headers = headers;
+                if declared {
+                    headers.push(h("content-length", &total.to_string()));
+                }
+                let frames = futures_util::stream::unfold(0u64, move |sent| {
+                    let chunk = chunk.clone();
+                    let counter = counter.clone();
+                    async move {
+                        if sent >= total || chunk.is_empty() {
+                            return None;
+                        }
+                        let n = (total - sent).min(chunk.len() as u64) as usize;
+                        counter.fetch_add(n as u64, Ordering::SeqCst);
+                        Some((Ok::<_, io::Error>(Frame::data(chunk.slice(..n))), sent + n as u64))
+                    }
+                });
+                return Ok(build_response(status, &headers, StreamBody::new(frames).boxed_unsync()));
             }
             Reply::Stall => {
                 // `guard` is dropped with this future when the peer leaves.

@@ -1,0 +1,561 @@
+//! One client connection, and the limits hyper's HTTP/1 server does not enforce on its own.
+//!
+//! hyper has one timer, `header_read_timeout`, and it also runs while a kept-alive connection
+//! waits for its next request, so it cannot tell "slow headers" (10 s) from "idle between
+//! requests" (75 s). ccmesh keeps the timers itself, in two small wrappers that share one
+//! [`Activity`]:
+//! - [`TimedIo`] wraps the socket. Whenever no request is being served it holds a deadline: the
+//!   header deadline from the first byte of a request (or from the opening of the connection,
+//!   so a client that connects and sends nothing is closed too), else the keep-alive deadline
+//!   from the end of the last request. It enforces it where hyper waits for those bytes, in
+//!   `poll_read`, so nothing is checked while a request is served (streams pay nothing).
+//!   It also gives hyper's automatic rejections (400 for a malformed head, 414, 431), which hyper
+//!   writes with an empty body, a short JSON body that says what was wrong.
+//! - [`Counted`] wraps the service: it marks a request in flight from the call until its
+//!   response body is dropped, bounds the pauses within the request body
+//!   (`limits.body_read_timeout_secs`), and on a connection past `limits.max_connections`
+//!   answers everything but `/health` and `/api/status` at once with 503 (SPEC §15.8).
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::{Request, Response, StatusCode};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
+
+/// What the socket wrapper and the service wrapper of one connection share.
+#[derive(Default)]
+pub struct Activity {
+    /// Requests handed to the service whose response body is not yet dropped.
+    in_flight: AtomicU32,
+    /// Requests handed to the service so far (wraps; only compared for change).
+    calls: AtomicU32,
+    /// Times the connection became idle after serving (wraps; only compared for change).
+    idled: AtomicU32,
+    /// The connection task, parked in a read while a request was served.
+    reader: std::sync::Mutex<Option<std::task::Waker>>,
+}
+
+impl Activity {
+    fn park(&self, waker: &std::task::Waker) {
+        let mut reader = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+        if !reader.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            *reader = Some(waker.clone());
+        }
+    }
+
+    fn became_idle(&self) {
+        self.idled.fetch_add(1, Ordering::AcqRel);
+        if let Some(waker) = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            waker.wake();
+        }
+    }
+}
+
+/// The timers of [`TimedIo`].
+#[derive(Clone, Copy, Debug)]
+pub struct ConnTimers {
+    pub header_read: Duration,
+    pub keepalive: Duration,
+}
+
+/// The client socket, with the header and keep-alive deadlines (module docs).
+pub struct TimedIo<T> {
+    io: T,
+    activity: Arc<Activity>,
+    timers: ConnTimers,
+    /// When the connection last became idle (at first: when it opened).
+    idle_since: Instant,
+    /// Whether a request has been served on it (the first wait is bounded by the header timer).
+    served: bool,
+    seen_idled: u32,
+    /// The first byte of the request head being read now, and the call count then.
+    head_started: Option<(Instant, u32)>,
+    timer: Option<Pin<Box<Sleep>>>,
+    timer_deadline: Option<Instant>,
+    /// A rewritten automatic rejection still to be written, and how much of it has been.
+    rejection: Option<(Bytes, usize)>,
+}
+
+impl<T> TimedIo<T> {
+    pub fn new(io: T, activity: Arc<Activity>, timers: ConnTimers) -> Self {
+        TimedIo {
+            io,
+            activity,
+            timers,
+            idle_since: Instant::now(),
+            served: false,
+            seen_idled: 0,
+            head_started: None,
+            timer: None,
+            timer_deadline: None,
+            rejection: None,
+        }
+    }
+
+    /// The deadline that applies now, if any: none while a request is being served.
+    fn deadline(&mut self) -> Option<Instant> {
+        if self.activity.in_flight.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let idled = self.activity.idled.load(Ordering::Acquire);
+        if idled != self.seen_idled {
+            self.seen_idled = idled;
+            self.served = true;
+            self.idle_since = Instant::now();
+        }
+        let calls = self.activity.calls.load(Ordering::Acquire);
+        match self.head_started {
+            // The head being read has not reached the service yet.
+            Some((started, at_calls)) if at_calls == calls => Some(started + self.timers.header_read),
+            _ => {
+                self.head_started = None;
+                let wait = if self.served { self.timers.keepalive } else { self.timers.header_read };
+                Some(self.idle_since + wait)
+            }
+        }
+    }
+
+    /// Whether hyper is about to answer a request head it could not parse (it never reached
+    /// the service, so nothing else can be writing now).
+    fn rejecting_a_head(&self) -> bool {
+        let calls = self.activity.calls.load(Ordering::Acquire);
+        self.activity.in_flight.load(Ordering::Acquire) == 0
+            && self.head_started.is_some_and(|(_, at_calls)| at_calls == calls)
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for TimedIo<T> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let this = &mut *self;
+        match Pin::new(&mut this.io).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before
+                    && this.head_started.is_none()
+                    && this.activity.in_flight.load(Ordering::Acquire) == 0
+                {
+                    this.head_started = Some((Instant::now(), this.activity.calls.load(Ordering::Acquire)));
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => {
+                let Some(deadline) = this.deadline() else {
+                    // Serving: no timer. hyper will not read again until the socket is readable,
+                    // so the end of the request must wake this task to arm the next timer.
+                    this.activity.park(cx.waker());
+                    return Poll::Pending;
+                };
+                let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                if this.timer_deadline != Some(deadline) {
+                    timer.as_mut().reset(deadline);
+                    this.timer_deadline = Some(deadline);
+                }
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => {
+                        let what = if this.head_started.is_some() || !this.served {
+                            "the request headers did not arrive within limits.header_read_timeout_secs"
+                        } else {
+                            "the connection was idle longer than limits.keepalive_timeout_secs"
+                        };
+                        Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, what)))
+                    }
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+            other => other,
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> TimedIo<T> {
+    /// Write what is left of a rewritten rejection; `Ready(Ok)` once it is all out.
+    fn poll_rejection(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while let Some((bytes, written)) = &mut self.rejection {
+            if *written >= bytes.len() {
+                self.rejection = None;
+                break;
+            }
+            let n = ready!(Pin::new(&mut self.io).poll_write(cx, &bytes[*written..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            *written += n;
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Replace hyper's empty-bodied automatic rejection by one with a JSON body; `None` when
+    /// `head` is not one.
+    fn rewrite_rejection(&mut self, head: &[u8]) -> Option<usize> {
+        if !self.rejecting_a_head() {
+            return None;
+        }
+        let status = automatic_rejection_status(head)?;
+        self.rejection = Some((rejection_response(status), 0));
+        Some(head.len())
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        ready!(this.poll_rejection(cx))?;
+        if let Some(consumed) = this.rewrite_rejection(buf) {
+            ready!(this.poll_rejection(cx))?;
+            return Poll::Ready(Ok(consumed));
+        }
+        Pin::new(&mut this.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        ready!(this.poll_rejection(cx))?;
+        if let Some(first) = bufs.iter().find(|b| !b.is_empty())
+            && this.rewrite_rejection(first).is_some()
+        {
+            ready!(this.poll_rejection(cx))?;
+            return Poll::Ready(Ok(bufs.iter().map(|b| b.len()).sum()));
+        }
+        Pin::new(&mut this.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.poll_rejection(cx))?;
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.poll_rejection(cx))?;
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// The status of one of hyper's automatic rejections (a complete head, no body, one of the
+/// statuses hyper sends for a request it cannot parse), else `None`.
+fn automatic_rejection_status(head: &[u8]) -> Option<u16> {
+    let rest = head.strip_prefix(b"HTTP/1.1 ")?;
+    let status = std::str::from_utf8(rest.get(..3)?).ok()?.parse::<u16>().ok()?;
+    let whole_head = head.ends_with(b"\r\n\r\n");
+    let empty = head.windows(19).any(|w| w.eq_ignore_ascii_case(b"content-length: 0\r\n"));
+    (matches!(status, 400 | 414 | 431) && whole_head && empty).then_some(status)
+}
+
+/// What the client is told when the request line or head is rejected: the reason phrase and a
+/// JSON body. The shape is Anthropic's error, which the OpenAI SDKs read too (`error.message`);
+/// the protocol is unknown when the head is.
+fn rejection(status: u16) -> (&'static str, String) {
+    let (reason, message) = match status {
+        414 => {
+            ("URI Too Long", "the request URI is longer than the gateway accepts (16 KiB); shorten the path or query")
+        }
+        431 => (
+            "Request Header Fields Too Large",
+            "the request headers are larger than the gateway accepts (at most 100 headers and 64 KiB); send fewer or smaller headers",
+        ),
+        _ => (
+            "Bad Request",
+            "the request is not valid HTTP/1.1 (a malformed request line or header, a control character in a header, or a missing, duplicate or invalid Content-Length); fix the client or proxy that sent it",
+        ),
+    };
+    let body = serde_json::json!({"type": "error", "error": {"type": "invalid_request_error", "message": message}});
+    (reason, body.to_string())
+}
+
+/// The whole response that replaces one of hyper's empty rejections.
+fn rejection_response(status: u16) -> Bytes {
+    let (reason, body) = rejection(status);
+    Bytes::from(format!(
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    ))
+}
+
+/// Marks a request in flight until its response body is dropped.
+struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    fn start(activity: &Arc<Activity>) -> InFlight {
+        activity.calls.fetch_add(1, Ordering::AcqRel);
+        activity.in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight(activity.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.became_idle();
+        }
+    }
+}
+
+/// A response body that keeps its request marked in flight while it is being sent.
+pub struct CountedBody<B> {
+    body: B,
+    _in_flight: InFlight,
+}
+
+impl<B: Body + Unpin> Body for CountedBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// Why a request body could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestBodyError {
+    #[error("the request body paused longer than limits.body_read_timeout_secs ({0:.1} s)")]
+    Stalled(f64),
+    #[error(transparent)]
+    Incoming(#[from] hyper::Error),
+}
+
+/// The request body, with a bound on each pause between its pieces.
+pub struct TimedBody {
+    body: Incoming,
+    pause: Duration,
+    /// Armed at the first pause, re-armed after each piece that arrives.
+    timer: Option<Pin<Box<Sleep>>>,
+    progressed: bool,
+}
+
+impl Body for TimedBody {
+    type Data = Bytes;
+    type Error = RequestBodyError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.body).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                this.progressed = true;
+                Poll::Ready(frame.map(|f| f.map_err(RequestBodyError::from)))
+            }
+            Poll::Pending => {
+                let deadline = Instant::now() + this.pause;
+                let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                if std::mem::take(&mut this.progressed) {
+                    timer.as_mut().reset(deadline);
+                }
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Some(Err(RequestBodyError::Stalled(this.pause.as_secs_f64())))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The client's address, on requests outside the proxy paths (the admin API and the dashboard
+/// use it; the proxy path does not pay for it).
+#[derive(Clone, Copy, Debug)]
+pub struct ClientAddr(pub std::net::SocketAddr);
+
+/// The connection's service: in-flight accounting, the body timer, and the overload answer.
+pub struct Counted<S> {
+    pub inner: S,
+    pub peer: Option<std::net::SocketAddr>,
+    pub activity: Arc<Activity>,
+    pub body_read_timeout: Duration,
+    /// The connection was accepted past `limits.max_connections`.
+    pub overloaded: bool,
+}
+
+/// Paths that answer even past the connection cap, so the gateway can always be checked on.
+fn always_answered(path: &str) -> bool {
+    path == "/health" || path == "/api/status"
+}
+
+/// The longest request URI the gateway takes (nginx's default line buffer is 8 KiB; API paths
+/// and queries are far shorter).
+pub const MAX_URI: usize = 16 * 1024;
+
+fn uri_too_long() -> Response<axum::body::Body> {
+    let (_, body) = rejection(414);
+    let mut response = Response::new(axum::body::Body::from(body));
+    *response.status_mut() = StatusCode::URI_TOO_LONG;
+    let headers = response.headers_mut();
+    headers.insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+    headers.insert(hyper::header::CONNECTION, hyper::header::HeaderValue::from_static("close"));
+    response
+}
+
+fn overloaded_response() -> Response<axum::body::Body> {
+    let body = serde_json::json!({"type": "error", "error": {"type": "overloaded_error",
+        "message": "the gateway is at limits.max_connections open client connections; retry in a moment"}});
+    let mut response = Response::new(axum::body::Body::from(body.to_string()));
+    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    let headers = response.headers_mut();
+    headers.insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+    headers.insert(hyper::header::RETRY_AFTER, hyper::header::HeaderValue::from_static("1"));
+    headers.insert(hyper::header::CONNECTION, hyper::header::HeaderValue::from_static("close"));
+    response
+}
+
+impl<S> hyper::service::Service<Request<Incoming>> for Counted<S>
+where
+    S: hyper::service::Service<Request<TimedBody>, Response = Response<axum::body::Body>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = Response<CountedBody<axum::body::Body>>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
+
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
+        let in_flight = InFlight::start(&self.activity);
+        if request.uri().path_and_query().map_or(0, |pq| pq.as_str().len()) > MAX_URI {
+            let response = uri_too_long().map(|body| CountedBody { body, _in_flight: in_flight });
+            return Box::pin(std::future::ready(Ok(response)));
+        }
+        if self.overloaded && !always_answered(request.uri().path()) {
+            let response = overloaded_response().map(|body| CountedBody { body, _in_flight: in_flight });
+            return Box::pin(std::future::ready(Ok(response)));
+        }
+        let pause = self.body_read_timeout;
+        let mut request = request.map(|body| TimedBody { body, pause, timer: None, progressed: false });
+        if let Some(peer) = self.peer
+            && !request.uri().path().starts_with("/v1/")
+        {
+            request.extensions_mut().insert(ClientAddr(peer));
+        }
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let response = answer.await?;
+            Ok(response.map(|body| CountedBody { body, _in_flight: in_flight }))
+        })
+    }
+}
+
+/// Read a whole request body up to `limit` bytes.
+pub async fn read_limited(body: axum::body::Body, limit: usize) -> Result<Bytes, ReadBodyError> {
+    let mut body = std::pin::pin!(body);
+    let mut collected = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(ReadBodyError::from_axum)?;
+        if let Ok(data) = frame.into_data() {
+            if collected.len() + data.len() > limit {
+                return Err(ReadBodyError::TooLarge);
+            }
+            if collected.is_empty() && body.is_end_stream() {
+                return Ok(data);
+            }
+            collected.extend_from_slice(&data);
+        }
+    }
+    Ok(collected.freeze())
+}
+
+/// Why reading a request body failed, as the client should be told.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ReadBodyError {
+    TooLarge,
+    /// A pause longer than the body timer.
+    Stalled(String),
+    /// The client closed the connection before the body was complete: nobody to answer.
+    ClientGone,
+    /// The framing is broken (bad chunk sizes and the like).
+    Malformed(String),
+}
+
+impl ReadBodyError {
+    fn from_axum(e: axum::Error) -> ReadBodyError {
+        let inner = e.into_inner();
+        if let Some(e) = inner.downcast_ref::<RequestBodyError>() {
+            return match e {
+                RequestBodyError::Stalled(_) => ReadBodyError::Stalled(e.to_string()),
+                RequestBodyError::Incoming(h) => Self::from_hyper(h),
+            };
+        }
+        if let Some(h) = inner.downcast_ref::<hyper::Error>() {
+            return Self::from_hyper(h);
+        }
+        ReadBodyError::Malformed(inner.to_string())
+    }
+
+    fn from_hyper(e: &hyper::Error) -> ReadBodyError {
+        if e.is_incomplete_message() || e.is_canceled() || e.is_closed() {
+            return ReadBodyError::ClientGone;
+        }
+        // hyper reports bad chunk framing as an `InvalidData`/`InvalidInput` I/O error; a reset or
+        // EOF under the body is the client's connection going away.
+        let mut source = std::error::Error::source(e);
+        while let Some(s) = source {
+            if let Some(io) = s.downcast_ref::<io::Error>() {
+                return match io.kind() {
+                    io::ErrorKind::InvalidData | io::ErrorKind::InvalidInput => {
+                        ReadBodyError::Malformed(io.to_string())
+                    }
+                    _ => ReadBodyError::ClientGone,
+                };
+            }
+            source = s.source();
+        }
+        ReadBodyError::Malformed(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognises_hypers_automatic_rejections_only() {
+        let head = b"HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\ncontent-length: 0\r\ndate: x\r\n\r\n";
+        assert_eq!(automatic_rejection_status(head), Some(431));
+        let head = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n";
+        assert_eq!(automatic_rejection_status(head), Some(400));
+        assert_eq!(automatic_rejection_status(b"HTTP/1.1 414 URI Too Long\r\ncontent-length: 0\r\n\r\n"), Some(414));
+        // An answer of our own with a body, another status, or an incomplete head is left alone.
+        assert_eq!(automatic_rejection_status(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 12\r\n\r\n"), None);
+        assert_eq!(automatic_rejection_status(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"), None);
+        assert_eq!(automatic_rejection_status(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n"), None);
+        assert_eq!(automatic_rejection_status(b"data: HTTP/1.1 400"), None);
+    }
+
+    #[test]
+    fn the_rewritten_rejection_is_complete_json() {
+        let response = rejection_response(431);
+        let text = std::str::from_utf8(&response).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 431 "));
+        assert!(head.contains(&format!("content-length: {}", body.len())));
+        let json: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert!(json["error"]["message"].as_str().unwrap().contains("headers"));
+    }
+}
