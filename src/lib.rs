@@ -8,6 +8,8 @@ pub mod admin;
 pub mod breaker;
 /// Command line: `serve` and the management commands that talk to the admin API.
 pub mod cli;
+/// Pointing coding agents (Claude Code, Codex CLI, Gemini CLI) at the gateway, and back.
+pub mod clients;
 /// Time source (injectable for exact tests).
 pub mod clock;
 /// Settings (per-protocol breaker and timeouts) and the `--config` file.
