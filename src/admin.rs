@@ -3,6 +3,7 @@
 //! swapped; the request path never waits on any of this.
 
 pub mod auth;
+pub mod clients;
 pub mod connectivity;
 pub mod events;
 pub mod health;
@@ -40,6 +41,9 @@ pub fn router(gw: Arc<Gateway>) -> Router<Arc<Gateway>> {
         .route("/api/requests/{id}", get(requests::get_request))
         .route("/api/stats", get(requests::get_stats))
         .route("/api/records/status", get(requests::get_records_status))
+        .route("/api/clients", get(clients::list))
+        .route("/api/clients/{client}/connect", post(clients::connect))
+        .route("/api/clients/{client}/disconnect", post(clients::disconnect))
         .route("/api/prices", get(prices::list_prices))
         .route("/api/prices/{model}", put(prices::put_price).delete(prices::delete_price))
         .fallback(api_not_found)

@@ -1,6 +1,7 @@
 //! The command line. `ccmesh serve` runs the gateway; every other command is a small client of
 //! a running gateway's admin API (`--server`, default http://127.0.0.1:3999).
 
+pub mod clients;
 pub mod manage;
 pub mod serve;
 
@@ -37,6 +38,17 @@ pub enum Command {
     Logs(manage::LogsArgs),
     /// A summary of requests, errors, latency, tokens and cost for a period.
     Stats(manage::StatsArgs),
+    /// Point a coding agent (claude-code, codex, gemini-cli) at the gateway: only the keys that
+    /// do that change in its settings; a backup and a record go to the data directory.
+    Connect(clients::ConnectArgs),
+    /// Undo `ccmesh connect` for a client: the values from before come back.
+    Disconnect(clients::DisconnectArgs),
+    /// Show each client's state: not installed, connected to this gateway, pointing elsewhere,
+    /// or not configured.
+    Clients(clients::ClientsArgs),
+    /// Run the gateway as a login service.
+    #[command(subcommand)]
+    Service(clients::ServiceCommand),
 }
 
 pub fn main() -> ExitCode {

@@ -200,14 +200,20 @@ pub struct KeyEdit {
     pub key: Vec<String>,
     pub value: Option<String>,
     pub secret: bool,
+    /// What the report shows for a value that mixes a secret with things worth seeing.
+    pub shown: Option<String>,
 }
 
 impl KeyEdit {
     pub fn set(key: &[&str], raw: String, secret: bool) -> KeyEdit {
-        KeyEdit { key: key.iter().map(|s| s.to_string()).collect(), value: Some(raw), secret }
+        KeyEdit { key: key.iter().map(|s| s.to_string()).collect(), value: Some(raw), secret, shown: None }
     }
     pub fn remove(key: &[&str], secret: bool) -> KeyEdit {
-        KeyEdit { key: key.iter().map(|s| s.to_string()).collect(), value: None, secret }
+        KeyEdit { key: key.iter().map(|s| s.to_string()).collect(), value: None, secret, shown: None }
+    }
+    pub fn shown_as(mut self, shown: String) -> KeyEdit {
+        self.shown = Some(shown);
+        self
     }
 }
 
@@ -278,6 +284,8 @@ pub struct Report {
     pub changes: Vec<Change>,
     /// Files restored to their exact bytes from the backup (disconnect).
     pub restored_exactly: Vec<String>,
+    /// Files `connect` had created and nobody changed since, removed again (disconnect).
+    pub removed_files: Vec<String>,
     pub backups: Vec<String>,
     pub notes: Vec<String>,
 }
@@ -424,12 +432,16 @@ pub fn connect(
             })?;
             let rec =
                 KeyRecord { key: edit.key.clone(), previous, written: edit.value.clone(), secret: edit.secret, anchor };
+            if edit.value.is_none() && rec.previous.is_none() {
+                // Nothing was there to remove: nothing to report, nothing to restore.
+                continue;
+            }
             changes.push(Change {
                 file: shown_path.clone(),
                 key: edit.key.join("."),
                 action: if edit.value.is_some() { "set" } else { "removed" },
                 value: if edit.value.is_some() {
-                    shown(&rec, edit.value.as_deref(), plan.format)
+                    edit.shown.clone().or_else(|| shown(&rec, edit.value.as_deref(), plan.format))
                 } else {
                     rec.previous.as_ref().map(|_| "(kept for disconnect)".to_string())
                 },
@@ -486,7 +498,14 @@ pub fn connect(
     let state = dir.join("state.json");
     let json = serde_json::to_vec_pretty(&record).map_err(|e| ClientError::Refused(e.to_string()))?;
     files::atomic_write(&state, &json, 0o600).map_err(io(format!("cannot write {}", state.display())))?;
-    Ok(Report { client, changes, restored_exactly: Vec::new(), backups, notes: client.notes(target) })
+    Ok(Report {
+        client,
+        changes,
+        restored_exactly: Vec::new(),
+        removed_files: Vec::new(),
+        backups,
+        notes: client.notes(target),
+    })
 }
 
 fn backup_text(dir: &Path, rec: &FileRecord) -> Result<Option<String>, ClientError> {
@@ -509,6 +528,7 @@ pub fn disconnect(client: ClientKind, env: &Environment, data_dir: &Path) -> Res
     };
     let mut changes = Vec::new();
     let mut exact = Vec::new();
+    let mut removed = Vec::new();
     let mut notes = Vec::new();
     let mut writes: Vec<(PathBuf, Option<String>)> = Vec::new();
     for rec in &record.files {
@@ -520,7 +540,11 @@ pub fn disconnect(client: ClientKind, env: &Environment, data_dir: &Path) -> Res
         if files::sha256_hex(current.as_bytes()) == rec.written_sha256 {
             // Nothing else changed the file: its bytes from before connect, exactly.
             writes.push((rec.path.clone(), backup_text(&dir, rec)?));
-            exact.push(shown_path);
+            if rec.existed {
+                exact.push(shown_path);
+            } else {
+                removed.push(shown_path);
+            }
             continue;
         }
         rec.format.validate(&current).map_err(|e| {
@@ -548,7 +572,7 @@ pub fn disconnect(client: ClientKind, env: &Environment, data_dir: &Path) -> Res
     }
     let state = dir.join("state.json");
     std::fs::remove_file(&state).map_err(io(format!("cannot remove {}", state.display())))?;
-    Ok(Report { client, changes, restored_exactly: exact, backups: Vec::new(), notes })
+    Ok(Report { client, changes, restored_exactly: exact, removed_files: removed, backups: Vec::new(), notes })
 }
 
 /// How a client is set up right now.

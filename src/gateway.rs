@@ -123,6 +123,9 @@ pub struct Gateway {
     pub admin_token: Option<String>,
     /// Serialises admin writes so snapshot rebuilds never race each other.
     pub admin_lock: tokio::sync::Mutex<()>,
+    /// Where this gateway listens and keeps its data, and whose home it runs in: set once it is
+    /// bound, for the client settings the admin API may edit (`/api/clients`).
+    pub local: std::sync::OnceLock<crate::admin::clients::LocalHost>,
 }
 
 impl Gateway {
@@ -148,6 +151,7 @@ impl Gateway {
             client,
             admin_token,
             admin_lock: tokio::sync::Mutex::new(()),
+            local: std::sync::OnceLock::new(),
         };
         gateway.reload()?;
         Ok(Arc::new(gateway))

@@ -194,14 +194,14 @@ pub fn run(command: Command) -> ExitCode {
     }
 }
 
-struct Client {
+pub(crate) struct Client {
     http: reqwest::Client,
-    server: String,
+    pub(crate) server: String,
     token: Option<String>,
 }
 
 impl Client {
-    fn new(common: &Common) -> anyhow::Result<Client> {
+    pub(crate) fn new(common: &Common) -> anyhow::Result<Client> {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(60))
@@ -211,7 +211,26 @@ impl Client {
         Ok(Client { http, server: common.server.trim_end_matches('/').to_string(), token: common.admin_token.clone() })
     }
 
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
+    pub(crate) async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
+        let (status, value) = self.call_status(method, path, body).await?;
+        if !status.is_success() {
+            let message = value
+                .pointer("/error/message")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| value.to_string());
+            bail!("the gateway answered {status}: {message}");
+        }
+        Ok(value)
+    }
+
+    /// The status and JSON of any answer, for callers that treat some errors as information.
+    pub(crate) async fn call_status(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<(reqwest::StatusCode, Value)> {
         let url = format!("{}{path}", self.server);
         let mut req = self.http.request(method, &url);
         if let Some(t) = self.token.as_deref().filter(|t| !t.is_empty()) {
@@ -231,15 +250,7 @@ impl Client {
         let text = resp.text().await.context("the gateway's answer was cut off")?;
         let value: Value =
             if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
-        if !status.is_success() {
-            let message = value
-                .pointer("/error/message")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .unwrap_or_else(|| value.to_string());
-            bail!("the gateway answered {status}: {message}");
-        }
-        Ok(value)
+        Ok((status, value))
     }
 }
 
@@ -290,6 +301,10 @@ async fn dispatch(command: Command) -> anyhow::Result<String> {
     use reqwest::Method;
     match command {
         Command::Serve(_) => Ok(String::new()),
+        Command::Connect(args) => super::clients::connect(args).await,
+        Command::Disconnect(args) => super::clients::disconnect(args).await,
+        Command::Clients(args) => super::clients::list(args).await,
+        Command::Service(cmd) => super::clients::service_install(cmd),
         Command::Endpoint(cmd) => match cmd {
             EndpointCommand::Add { name, fields, disabled, common } => {
                 let mut obj = fields_json(&fields, true)?;
@@ -673,7 +688,7 @@ async fn set_enabled(name: String, common: Common, enabled: bool) -> anyhow::Res
 }
 
 /// Endpoint names are restricted to URL-safe characters, but be safe anyway.
-fn path(name: &str) -> String {
+pub(crate) fn path(name: &str) -> String {
     name.bytes()
         .map(|b| {
             if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') {
@@ -685,7 +700,7 @@ fn path(name: &str) -> String {
         .collect()
 }
 
-fn pretty(v: &Value) -> String {
+pub(crate) fn pretty(v: &Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
 }
 

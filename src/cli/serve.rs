@@ -119,6 +119,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let local = listener.local_addr()?;
+    let _ = gw.local.set(crate::admin::clients::LocalHost {
+        listen: local,
+        data_dir: data_dir.clone(),
+        env: crate::clients::Environment::from_process(),
+        service_managed: crate::admin::clients::started_by_service_manager(|k| std::env::var(k).ok()),
+    });
     tracing::info!(event = "listening", addr = %local, data_dir = %data_dir.display(), endpoints = gw.snapshot().endpoints.len(), "ccmesh is ready");
     let workers = args.workers.filter(|n| *n > 0).unwrap_or_else(crate::server::default_workers);
     let grace = Duration::from_secs_f64(args.shutdown_grace_secs);

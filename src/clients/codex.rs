@@ -40,7 +40,10 @@ pub fn plan(env: &Environment, target: &Target) -> Vec<FilePlan> {
         format: FileFormat::Toml,
         edits: vec![
             KeyEdit::set(&["model_provider"], toml_string(PROVIDER), false),
-            KeyEdit::set(&["model_providers", PROVIDER], table, true),
+            KeyEdit::set(&["model_providers", PROVIDER], table, true).shown_as(format!(
+                "base_url = {}/v1, wire_api = responses, experimental_bearer_token = (a key)",
+                target.server.trim_end_matches('/')
+            )),
         ],
     }]
 }

@@ -78,8 +78,6 @@ pub fn systemd_unit(spec: &ServiceSpec) -> String {
          # and by deleting this file.\n\
          [Unit]\n\
          Description=ccmesh LLM API gateway\n\
-         After=network-online.target\n\
-         Wants=network-online.target\n\
          \n\
          [Service]\n\
          Type=simple\n\
