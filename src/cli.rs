@@ -2,6 +2,7 @@
 //! a running gateway's admin API (`--server`, default http://127.0.0.1:3999).
 
 pub mod clients;
+pub mod import;
 pub mod manage;
 pub mod serve;
 
@@ -46,6 +47,10 @@ pub enum Command {
     /// Show each client's state: not installed, connected to this gateway, pointing elsewhere,
     /// or not configured.
     Clients(clients::ClientsArgs),
+    /// Import endpoints and settings from cc-switch or the ccMesh desktop app (read-only on the
+    /// source; a second import updates by name).
+    #[command(subcommand)]
+    Import(import::ImportCommand),
     /// Run the gateway as a login service.
     #[command(subcommand)]
     Service(clients::ServiceCommand),

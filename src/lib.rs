@@ -28,6 +28,8 @@ pub mod fasthash;
 pub mod gateway;
 /// Giving memory back to the system when a thread falls idle.
 pub mod idle_memory;
+/// Reading cc-switch's and the ccMesh desktop app's databases into endpoints and settings.
+pub mod import;
 /// Request records, usage, cost, metrics and live events.
 pub mod observe;
 /// Inbound protocols, native errors, SSE scanning.

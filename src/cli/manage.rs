@@ -305,6 +305,7 @@ async fn dispatch(command: Command) -> anyhow::Result<String> {
         Command::Disconnect(args) => super::clients::disconnect(args).await,
         Command::Clients(args) => super::clients::list(args).await,
         Command::Service(cmd) => super::clients::service_install(cmd),
+        Command::Import(cmd) => super::import::run(cmd).await,
         Command::Endpoint(cmd) => match cmd {
             EndpointCommand::Add { name, fields, disabled, common } => {
                 let mut obj = fields_json(&fields, true)?;

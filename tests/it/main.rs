@@ -11,6 +11,7 @@ mod breaker_flow;
 mod conversion;
 mod dashboard;
 mod explicit_and_routing;
+mod import;
 mod failover;
 mod metrics_events;
 mod passthrough;
