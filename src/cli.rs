@@ -4,6 +4,7 @@
 pub mod clients;
 pub mod import;
 pub mod manage;
+pub mod presets;
 pub mod serve;
 
 use std::process::ExitCode;
@@ -47,6 +48,8 @@ pub enum Command {
     /// Show each client's state: not installed, connected to this gateway, pointing elsewhere,
     /// or not configured.
     Clients(clients::ClientsArgs),
+    /// List the vendor presets for `ccmesh endpoint add NAME --preset ID`.
+    Presets(manage::Common),
     /// Import endpoints and settings from cc-switch or the ccMesh desktop app (read-only on the
     /// source; a second import updates by name).
     #[command(subcommand)]

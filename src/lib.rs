@@ -34,6 +34,8 @@ pub mod import;
 pub mod observe;
 /// Inbound protocols, native errors, SSE scanning.
 pub mod protocol;
+/// Endpoint presets for the vendors coding agents use most (`presets/vendors.toml`).
+pub mod presets;
 /// The request path: ingress, attempt loop, classification, upstream, relay.
 pub mod proxy;
 /// Choosing candidates and where a request starts (pure).

@@ -58,9 +58,12 @@ pub struct EndpointFields {
 
 #[derive(Subcommand, Debug)]
 pub enum EndpointCommand {
-    /// Add an endpoint.
+    /// Add an endpoint (`--preset VENDOR` fills base URL, format and model map; see `ccmesh presets`).
     Add {
         name: String,
+        /// Start from a vendor preset; explicit flags override its fields.
+        #[arg(long)]
+        preset: Option<String>,
         #[command(flatten)]
         fields: EndpointFields,
         /// Create it disabled.
@@ -306,9 +309,17 @@ async fn dispatch(command: Command) -> anyhow::Result<String> {
         Command::Clients(args) => super::clients::list(args).await,
         Command::Service(cmd) => super::clients::service_install(cmd),
         Command::Import(cmd) => super::import::run(cmd).await,
+        Command::Presets(common) => Ok(super::presets::list(&common)),
         Command::Endpoint(cmd) => match cmd {
-            EndpointCommand::Add { name, fields, disabled, common } => {
-                let mut obj = fields_json(&fields, true)?;
+            EndpointCommand::Add { name, preset, fields, disabled, common } => {
+                let mut obj = match preset {
+                    Some(id) => super::presets::preset_fields(&id)?,
+                    None => Map::new(),
+                };
+                if obj.is_empty() && fields.base_url.is_none() {
+                    bail!("give --base-url and --format, or start from a vendor with --preset (list them with `ccmesh presets`)");
+                }
+                obj.extend(fields_json(&fields, true)?);
                 obj.insert("name".into(), json!(name));
                 obj.insert("enabled".into(), json!(!disabled));
                 let v = Client::new(&common)?.call(Method::POST, "/api/endpoints", Some(Value::Object(obj))).await?;

@@ -8,6 +8,7 @@ mod support;
 mod admin_api;
 mod binary;
 mod breaker_flow;
+mod clients;
 mod conversion;
 mod dashboard;
 mod explicit_and_routing;
