@@ -38,7 +38,10 @@ function draw() {
   const service = $('#clients-service');
   const managed = info.service && (info.service.managed || info.service.installed);
   service.hidden = !!managed;
-  service.textContent = managed ? '' : 'The gateway does not run as a service: connected clients reach no model while it is stopped. `ccmesh service install` starts it at every login.';
+  service.replaceChildren(...(managed ? [] : [
+    'The gateway does not run as a service: connected clients reach no model while it is stopped. ',
+    h('code', {}, 'ccmesh service install'), ' starts it at every login.',
+  ]));
   $('#clients-body').replaceChildren(...info.clients.map(row));
 }
 

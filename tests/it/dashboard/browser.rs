@@ -8,6 +8,9 @@
 //!   open a decision trail, filter the requests, draw the statistics.
 //! - `login.mjs`: with an admin token — the login page, the session cookie (HttpOnly, not the
 //!   token), live events through the cookie, a CSRF-protected write from the page, logout.
+//! - `clients.mjs`: the Clients page connects and disconnects Claude Code in a temporary home
+//!   (the file is byte for byte the original afterwards), and the add form fills an endpoint
+//!   from a preset.
 //! - `perf.mjs`: page load and live-update cost of the overview with 50 endpoints and ~10
 //!   requests/s (numbers reported, not asserted).
 //!
@@ -309,4 +312,26 @@ async fn screenshots() {
     )
     .await;
     check("screenshots.mjs", &out);
+}
+
+#[tokio::test]
+async fn dashboard_clients_page_in_chromium() {
+    let g = TestGateway::start().await;
+    let home = crate::clients::Home::new();
+    let original = "{\n  \"env\": {\"ANTHROPIC_API_KEY\": \"sk-ant-the-users-own-0001\"},\n  \"hooks\": {}\n}\n";
+    let settings = home.write(".claude/settings.json", original);
+    g.gw.local
+        .set(ccmesh::admin::clients::LocalHost {
+            listen: g.url.trim_start_matches("http://").parse().unwrap(),
+            data_dir: home.data.clone(),
+            env: Some(ccmesh::clients::Environment::with_home(&home.home)),
+            service_managed: false,
+        })
+        .unwrap();
+    let out = run("clients.mjs", &g.url, Vec::new()).await;
+    check("clients.mjs", &out);
+    assert_eq!(std::fs::read_to_string(&settings).unwrap(), original, "connect then disconnect from the page");
+    let e = endpoint(&g, "ds-from-preset").await;
+    assert_eq!(e["base_url"], "https://api.deepseek.com/anthropic");
+    assert_eq!(e["model_map"]["*"], "deepseek-v4-pro");
 }
