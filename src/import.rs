@@ -33,9 +33,9 @@ impl EndpointPlan {
     }
     /// The model map as `a→b, c→d`, for the table.
     pub fn models_cell(&self) -> String {
-        let map = self.body["model_map"].as_object().map(|m| {
-            m.iter().map(|(k, v)| format!("{k}→{}", v.as_str().unwrap_or(""))).collect::<Vec<_>>().join(", ")
-        });
+        let map = self.body["model_map"]
+            .as_object()
+            .map(|m| m.iter().map(|(k, v)| format!("{k}→{}", v.as_str().unwrap_or(""))).collect::<Vec<_>>().join(", "));
         match map.filter(|m| !m.is_empty()) {
             Some(m) => m,
             None => self.body["models"]
@@ -160,10 +160,14 @@ pub fn loops_back(base_url: &str, gateway: Option<&str>, local_proxies: &[String
     if let Some(gw) = gateway
         && crate::clients::same_gateway(base_url, gw)
     {
-        return Some(format!("its base URL {base_url} is this gateway: an endpoint there would send requests in a loop"));
+        return Some(format!(
+            "its base URL {base_url} is this gateway: an endpoint there would send requests in a loop"
+        ));
     }
     local_proxies.iter().find(|p| crate::clients::same_gateway(base_url, p)).map(|p| {
-        format!("its base URL is the source app's own local proxy ({p}), not an upstream; import the providers behind it")
+        format!(
+            "its base URL is the source app's own local proxy ({p}), not an upstream; import the providers behind it"
+        )
     })
 }
 
@@ -242,7 +246,8 @@ mod tests {
             Value::Object(map),
             json!({"claude-*": "glm-4.6", "claude-*haiku*": "glm-4.5-air", "claude-*sonnet*": "claude-sonnet-4-5-20250929"})
         );
-        let only_small: Map<String, Value> = serde_json::from_value(json!({"ANTHROPIC_SMALL_FAST_MODEL": "kimi-k2-turbo"})).unwrap();
+        let only_small: Map<String, Value> =
+            serde_json::from_value(json!({"ANTHROPIC_SMALL_FAST_MODEL": "kimi-k2-turbo"})).unwrap();
         assert_eq!(Value::Object(claude_model_map(&only_small)), json!({"claude-*haiku*": "kimi-k2-turbo"}));
     }
 
@@ -250,7 +255,11 @@ mod tests {
     fn loops_are_recognised() {
         let gw = Some("http://127.0.0.1:3999");
         assert!(loops_back("http://localhost:3999/", gw, &[]).unwrap().contains("loop"));
-        assert!(loops_back("http://127.0.0.1:15721", gw, &["http://127.0.0.1:15721".into()]).unwrap().contains("local proxy"));
+        assert!(
+            loops_back("http://127.0.0.1:15721", gw, &["http://127.0.0.1:15721".into()])
+                .unwrap()
+                .contains("local proxy")
+        );
         assert_eq!(loops_back("https://api.deepseek.com/anthropic", gw, &["http://127.0.0.1:15721".into()]), None);
     }
 
@@ -266,7 +275,10 @@ mod tests {
     fn settings_keep_only_present_values_and_merge() {
         let mut doc = settings_for("claude", &[("failure_threshold", Some(json!(8))), ("min_requests", None)], &[]);
         merge(&mut doc, settings_for("responses", &[], &[("request_timeout_secs", Some(json!(600)))]));
-        assert_eq!(doc, json!({"breaker": {"claude": {"failure_threshold": 8}}, "timeouts": {"responses": {"request_timeout_secs": 600}}}));
+        assert_eq!(
+            doc,
+            json!({"breaker": {"claude": {"failure_threshold": 8}}, "timeouts": {"responses": {"request_timeout_secs": 600}}})
+        );
         assert_eq!(upstream_model(" kimi-k2[1m] "), "kimi-k2");
         assert!(format_supported("anthropic"));
     }

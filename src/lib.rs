@@ -32,10 +32,10 @@ pub mod idle_memory;
 pub mod import;
 /// Request records, usage, cost, metrics and live events.
 pub mod observe;
-/// Inbound protocols, native errors, SSE scanning.
-pub mod protocol;
 /// Endpoint presets for the vendors coding agents use most (`presets/vendors.toml`).
 pub mod presets;
+/// Inbound protocols, native errors, SSE scanning.
+pub mod protocol;
 /// The request path: ingress, attempt loop, classification, upstream, relay.
 pub mod proxy;
 /// Choosing candidates and where a request starts (pure).

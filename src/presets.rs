@@ -95,7 +95,10 @@ pub fn refusal(p: &Preset) -> Option<String> {
         .find(|o| o.supported() && o.id.starts_with(p.id.split('-').next().unwrap_or(&p.id)) && o.id != p.id)
         .map(|o| format!("; use --preset {} instead", o.id))
         .unwrap_or_default();
-    Some(format!("preset '{}' needs the '{}' endpoint format, which this gateway does not accept yet{alternative}", p.id, p.format))
+    Some(format!(
+        "preset '{}' needs the '{}' endpoint format, which this gateway does not accept yet{alternative}",
+        p.id, p.format
+    ))
 }
 
 #[cfg(test)]
@@ -120,7 +123,8 @@ mod tests {
                 let mut body = p.fields();
                 body.insert("name".into(), json!("x"));
                 body.insert("api_key".into(), json!("sk-test-0000000000"));
-                crate::endpoint::EndpointDraft::create(&Value::Object(body)).unwrap_or_else(|e| panic!("{}: {e:?}", p.id));
+                crate::endpoint::EndpointDraft::create(&Value::Object(body))
+                    .unwrap_or_else(|e| panic!("{}: {e:?}", p.id));
             }
         }
     }
@@ -128,8 +132,18 @@ mod tests {
     #[test]
     fn the_vendors_the_issue_names_are_all_there() {
         for id in [
-            "anthropic", "openai", "deepseek", "glm", "kimi", "qwen", "minimax", "openrouter", "siliconflow", "ark",
-            "gemini-openai", "gemini",
+            "anthropic",
+            "openai",
+            "deepseek",
+            "glm",
+            "kimi",
+            "qwen",
+            "minimax",
+            "openrouter",
+            "siliconflow",
+            "ark",
+            "gemini-openai",
+            "gemini",
         ] {
             assert!(find(id).is_some(), "{id}");
         }

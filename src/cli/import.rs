@@ -43,7 +43,9 @@ pub async fn run(cmd: ImportCommand) -> anyhow::Result<String> {
         ImportCommand::CcSwitch { db, dry_run, common } => {
             let db = match db {
                 Some(d) => d,
-                None => dirs::home_dir().context("cannot find your home directory; pass --db")?.join(".cc-switch/cc-switch.db"),
+                None => dirs::home_dir()
+                    .context("cannot find your home directory; pass --db")?
+                    .join(".cc-switch/cc-switch.db"),
             };
             if !db.is_file() {
                 bail!("{} does not exist; pass cc-switch's database with --db PATH", db.display());
@@ -57,7 +59,8 @@ pub async fn run(cmd: ImportCommand) -> anyhow::Result<String> {
             (import::ccmesh_desktop::read(&db, Some(&common.server))?, dry_run, common)
         }
     };
-    let secrets: Vec<String> = plan.endpoints.iter().filter_map(|e| e.body["api_key"].as_str().map(str::to_string)).collect();
+    let secrets: Vec<String> =
+        plan.endpoints.iter().filter_map(|e| e.body["api_key"].as_str().map(str::to_string)).collect();
     let out = apply(&plan, dry_run, &common).await;
     // Belt and braces: no key leaves this command, whatever a message quotes.
     let scrub = |mut s: String| {
@@ -116,7 +119,14 @@ async fn apply(plan: &Plan, dry_run: bool, common: &Common) -> anyhow::Result<St
                 }
             }
         }
-        rows.push(vec![action, e.name.clone(), e.format().into(), e.base_url().into(), e.models_cell(), e.from.clone()]);
+        rows.push(vec![
+            action,
+            e.name.clone(),
+            e.format().into(),
+            e.base_url().into(),
+            e.models_cell(),
+            e.from.clone(),
+        ]);
     }
     for (from, why) in &plan.skipped {
         rows.push(vec!["skipped".into(), "-".into(), "-".into(), "-".into(), "-".into(), format!("{from}: {why}")]);
@@ -201,7 +211,10 @@ async fn apply(plan: &Plan, dry_run: bool, common: &Common) -> anyhow::Result<St
             "fast_queue": plan.fast_queue, "settings": plan.settings, "failover_enabled": plan.failover, "notes": plan.notes})));
     }
     if failed > 0 {
-        bail!("{}\n{failed} step(s) failed; fix what they say and run the import again (it updates by name)", out.join("\n"));
+        bail!(
+            "{}\n{failed} step(s) failed; fix what they say and run the import again (it updates by name)",
+            out.join("\n")
+        );
     }
     if !dry_run && !plan.endpoints.is_empty() {
         out.push("next: `ccmesh connect claude-code` (or codex) points your client at the gateway".into());

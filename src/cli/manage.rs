@@ -317,7 +317,9 @@ async fn dispatch(command: Command) -> anyhow::Result<String> {
                     None => Map::new(),
                 };
                 if obj.is_empty() && fields.base_url.is_none() {
-                    bail!("give --base-url and --format, or start from a vendor with --preset (list them with `ccmesh presets`)");
+                    bail!(
+                        "give --base-url and --format, or start from a vendor with --preset (list them with `ccmesh presets`)"
+                    );
                 }
                 obj.extend(fields_json(&fields, true)?);
                 obj.insert("name".into(), json!(name));

@@ -45,8 +45,7 @@ pub fn open_read_only(path: &Path) -> Result<Connection, rusqlite::Error> {
 }
 
 pub fn has_table(conn: &Connection, table: &str) -> bool {
-    conn.query_row("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1", [table], |_| Ok(()))
-        .is_ok()
+    conn.query_row("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1", [table], |_| Ok(())).is_ok()
 }
 
 pub fn has_column(conn: &Connection, table: &str, column: &str) -> bool {
@@ -76,10 +75,27 @@ struct Provider {
     queue: Option<i64>,
 }
 
-/// The endpoint a provider's client config describes: base URL, key, format, model map.
-pub fn provider_endpoint(app: &str, settings: &Value) -> Result<(String, String, &'static str, Map<String, Value>), String> {
+/// The endpoint a provider's client config describes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderEndpoint {
+    pub base_url: String,
+    pub key: String,
+    pub format: &'static str,
+    pub model_map: Map<String, Value>,
+}
+
+pub fn provider_endpoint(app: &str, settings: &Value) -> Result<ProviderEndpoint, String> {
+    let (base_url, key, format, model_map) = provider_parts(app, settings)?;
+    Ok(ProviderEndpoint { base_url, key, format, model_map })
+}
+
+type Parts = (String, String, &'static str, Map<String, Value>);
+
+fn provider_parts(app: &str, settings: &Value) -> Result<Parts, String> {
     let env = settings.get("env").and_then(Value::as_object).cloned().unwrap_or_default();
-    let text = |m: &Map<String, Value>, k: &str| m.get(k).and_then(Value::as_str).map(str::trim).filter(|s| !s.is_empty()).map(str::to_string);
+    let text = |m: &Map<String, Value>, k: &str| {
+        m.get(k).and_then(Value::as_str).map(str::trim).filter(|s| !s.is_empty()).map(str::to_string)
+    };
     match app {
         "claude" => {
             let base = text(&env, "ANTHROPIC_BASE_URL")
@@ -92,7 +108,8 @@ pub fn provider_endpoint(app: &str, settings: &Value) -> Result<(String, String,
         "codex" => {
             let auth = settings.get("auth").and_then(Value::as_object).cloned().unwrap_or_default();
             let config = settings.get("config").and_then(Value::as_str).unwrap_or("");
-            let doc: toml::Table = toml::from_str(config).map_err(|e| format!("its config.toml does not parse ({})", e.message()))?;
+            let doc: toml::Table =
+                toml::from_str(config).map_err(|e| format!("its config.toml does not parse ({})", e.message()))?;
             let provider = doc.get("model_provider").and_then(|v| v.as_str());
             let table = provider.and_then(|p| doc.get("model_providers")?.get(p)).and_then(|t| t.as_table());
             let field = |k: &str| table.and_then(|t| t.get(k)).and_then(|v| v.as_str()).map(str::to_string);
@@ -113,8 +130,11 @@ pub fn provider_endpoint(app: &str, settings: &Value) -> Result<(String, String,
             Ok((base, key, format, map))
         }
         "gemini" => {
-            let base = text(&env, "GOOGLE_GEMINI_BASE_URL").unwrap_or_else(|| "https://generativelanguage.googleapis.com".into());
-            let key = text(&env, "GEMINI_API_KEY").or_else(|| text(&env, "GOOGLE_API_KEY")).ok_or("no GEMINI_API_KEY (a Google login cannot be shared)")?;
+            let base = text(&env, "GOOGLE_GEMINI_BASE_URL")
+                .unwrap_or_else(|| "https://generativelanguage.googleapis.com".into());
+            let key = text(&env, "GEMINI_API_KEY")
+                .or_else(|| text(&env, "GOOGLE_API_KEY"))
+                .ok_or("no GEMINI_API_KEY (a Google login cannot be shared)")?;
             let mut map = Map::new();
             if let Some(m) = text(&env, "GEMINI_MODEL") {
                 map.insert("*".into(), json!(m));
@@ -161,9 +181,13 @@ pub fn read(path: &Path, gateway: Option<&str>) -> Result<Plan, ReadError> {
     let mut positions: std::collections::HashMap<(String, String), i64> = std::collections::HashMap::new();
     if queue_table {
         let mut stmt = conn
-            .prepare("SELECT app_type, provider_id, queue_order FROM failover_queue WHERE enabled != 0 ORDER BY queue_order")
+            .prepare(
+                "SELECT app_type, provider_id, queue_order FROM failover_queue WHERE enabled != 0 ORDER BY queue_order",
+            )
             .map_err(sql)?;
-        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?))).map_err(sql)?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))
+            .map_err(sql)?;
         for row in rows {
             let (app, id, order) = row.map_err(sql)?;
             positions.insert((app, id), order);
@@ -192,15 +216,24 @@ pub fn read(path: &Path, gateway: Option<&str>) -> Result<Plan, ReadError> {
     let mut providers = Vec::new();
     for row in rows {
         let (id, app, name, settings_config, sort_index, is_current, in_queue) = row.map_err(sql)?;
-        let queue = if queue_table { positions.get(&(app.clone(), id.clone())).copied() } else { in_queue.then_some(sort_index.unwrap_or(i64::MAX)) };
+        let queue = if queue_table {
+            positions.get(&(app.clone(), id.clone())).copied()
+        } else {
+            in_queue.then_some(sort_index.unwrap_or(i64::MAX))
+        };
         let settings = serde_json::from_str(&settings_config).unwrap_or(Value::Null);
         providers.push(Provider { id, app, name, settings, sort_index, is_current, queue });
     }
     const APPS: [&str; 3] = ["claude", "codex", "gemini"];
     let app_rank = |a: &str| APPS.iter().position(|x| *x == a).unwrap_or(APPS.len());
     providers.sort_by(|a, b| {
-        (app_rank(&a.app), !a.is_current, a.sort_index.unwrap_or(i64::MAX), &a.name, &a.id)
-            .cmp(&(app_rank(&b.app), !b.is_current, b.sort_index.unwrap_or(i64::MAX), &b.name, &b.id))
+        (app_rank(&a.app), !a.is_current, a.sort_index.unwrap_or(i64::MAX), &a.name, &a.id).cmp(&(
+            app_rank(&b.app),
+            !b.is_current,
+            b.sort_index.unwrap_or(i64::MAX),
+            &b.name,
+            &b.id,
+        ))
     });
 
     // cc-switch's own proxy addresses: a provider pointing there is a takeover, not an upstream.
@@ -222,13 +255,14 @@ pub fn read(path: &Path, gateway: Option<&str>) -> Result<Plan, ReadError> {
     let mut chat_codex = false;
     for (i, p) in providers.iter().enumerate() {
         let from = format!("{}: '{}'", p.app, p.name);
-        let (base, key, format, map) = match provider_endpoint(&p.app, &p.settings) {
-            Ok(e) => e,
-            Err(why) => {
-                plan.skipped.push((from, why));
-                continue;
-            }
-        };
+        let ProviderEndpoint { base_url: base, key, format, model_map: map } =
+            match provider_endpoint(&p.app, &p.settings) {
+                Ok(e) => e,
+                Err(why) => {
+                    plan.skipped.push((from, why));
+                    continue;
+                }
+            };
         if let Some(why) = loops_back(&base, gateway, &local_proxies) {
             plan.skipped.push((from, why));
             continue;
@@ -272,7 +306,10 @@ pub fn read(path: &Path, gateway: Option<&str>) -> Result<Plan, ReadError> {
                 continue;
             }
             if app == "gemini" {
-                plan.notes.push("cc-switch's gemini proxy settings were not imported: this gateway has no gemini protocol yet".into());
+                plan.notes.push(
+                    "cc-switch's gemini proxy settings were not imported: this gateway has no gemini protocol yet"
+                        .into(),
+                );
                 continue;
             }
             if let Some(n) = number(r, "max_retries") {
@@ -291,7 +328,10 @@ pub fn read(path: &Path, gateway: Option<&str>) -> Result<Plan, ReadError> {
                 let t = [
                     ("first_byte_timeout_secs", number(r, "streaming_first_byte_timeout")),
                     ("idle_timeout_secs", number(r, "streaming_idle_timeout")),
-                    ("request_timeout_secs", number(r, "non_streaming_timeout").or_else(|| number(r, "request_timeout"))),
+                    (
+                        "request_timeout_secs",
+                        number(r, "non_streaming_timeout").or_else(|| number(r, "request_timeout")),
+                    ),
                 ];
                 merge(&mut plan.settings, settings_for(protocol, &b, &t));
                 if let Some(on) = number(r, "auto_failover_enabled").and_then(|v| v.as_f64()) {
@@ -329,11 +369,14 @@ mod tests {
             "auth": {"OPENAI_API_KEY": "sk-relay-0000"},
             "config": "model_provider = \"relay\"\nmodel = \"gpt-5.5\"\n[model_providers.relay]\nname = \"relay\"\nbase_url = \"https://relay.example.com/v1\"\nwire_api = \"chat\"\n"
         });
-        let (base, key, format, map) = provider_endpoint("codex", &settings).unwrap();
-        assert_eq!((base.as_str(), key.as_str(), format), ("https://relay.example.com/v1", "sk-relay-0000", "openai"));
-        assert_eq!(Value::Object(map), json!({"*": "gpt-5.5"}));
+        let e = provider_endpoint("codex", &settings).unwrap();
+        assert_eq!(
+            (e.base_url.as_str(), e.key.as_str(), e.format),
+            ("https://relay.example.com/v1", "sk-relay-0000", "openai")
+        );
+        assert_eq!(Value::Object(e.model_map), json!({"*": "gpt-5.5"}));
         let official = json!({"auth": {"OPENAI_API_KEY": "sk-proj-1"}, "config": ""});
-        assert_eq!(provider_endpoint("codex", &official).unwrap().0, "https://api.openai.com/v1");
+        assert_eq!(provider_endpoint("codex", &official).unwrap().base_url, "https://api.openai.com/v1");
         let login = json!({"auth": {"tokens": {"id_token": "x"}}, "config": ""});
         assert!(provider_endpoint("codex", &login).unwrap_err().contains("ChatGPT"));
     }
@@ -341,10 +384,15 @@ mod tests {
     #[test]
     fn claude_providers_need_a_base_url_and_a_key() {
         assert!(provider_endpoint("claude", &json!({"env": {}})).unwrap_err().contains("ANTHROPIC_BASE_URL"));
-        let (base, key, format, _) =
-            provider_endpoint("claude", &json!({"env": {"ANTHROPIC_BASE_URL": "https://api.moonshot.cn/anthropic", "ANTHROPIC_API_KEY": "sk-m"}}))
-                .unwrap();
-        assert_eq!((base.as_str(), key.as_str(), format), ("https://api.moonshot.cn/anthropic", "sk-m", "anthropic"));
+        let e = provider_endpoint(
+            "claude",
+            &json!({"env": {"ANTHROPIC_BASE_URL": "https://api.moonshot.cn/anthropic", "ANTHROPIC_API_KEY": "sk-m"}}),
+        )
+        .unwrap();
+        assert_eq!(
+            (e.base_url.as_str(), e.key.as_str(), e.format),
+            ("https://api.moonshot.cn/anthropic", "sk-m", "anthropic")
+        );
         assert!(provider_endpoint("opencode", &json!({})).unwrap_err().contains("no ccmesh equivalent"));
     }
 }

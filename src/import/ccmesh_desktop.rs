@@ -58,7 +58,9 @@ pub fn read(path: &Path, gateway: Option<&str>) -> Result<Plan, ReadError> {
     if !has_table(&conn, "endpoints") || !has_column(&conn, "endpoints", "api_url") {
         return Err(ReadError::NotCcSwitch(shown).into_ccmesh());
     }
-    let col = |c: &str, default: &str| if has_column(&conn, "endpoints", c) { c.to_string() } else { format!("{default} AS {c}") };
+    let col = |c: &str, default: &str| {
+        if has_column(&conn, "endpoints", c) { c.to_string() } else { format!("{default} AS {c}") }
+    };
     let query = format!(
         "SELECT name, api_url, api_key, {}, {}, {}, {}, {}, {}, {}, {}, {}, {} FROM endpoints ORDER BY sort_order, id",
         col("enabled", "1"),
@@ -119,7 +121,8 @@ pub fn read(path: &Path, gateway: Option<&str>) -> Result<Plan, ReadError> {
     fast.sort();
     plan.fast_queue = fast.into_iter().map(|(_, _, n)| n).collect();
     if has_table(&conn, "app_config") {
-        plan.notes.push("ccMesh's app settings (app_config) were not imported: their keys have no documented meaning".into());
+        plan.notes
+            .push("ccMesh's app settings (app_config) were not imported: their keys have no documented meaning".into());
     }
     Ok(plan)
 }
@@ -151,7 +154,10 @@ mod tests {
         assert_eq!(models_of("[\"a\"]", "[]"), ["a"]);
         assert!(models_of("not json", "[]").is_empty());
         assert_eq!(
-            Value::Object(model_map_of("[{\"from\":\"claude-sonnet-4-5\",\"to\":\"glm-4.6\"},{\"from\":\"\",\"to\":\"x\"}]", "ignored")),
+            Value::Object(model_map_of(
+                "[{\"from\":\"claude-sonnet-4-5\",\"to\":\"glm-4.6\"},{\"from\":\"\",\"to\":\"x\"}]",
+                "ignored"
+            )),
             json!({"claude-sonnet-4-5": "glm-4.6"})
         );
         assert_eq!(Value::Object(model_map_of("[]", "kimi-k2")), json!({"*": "kimi-k2"}));

@@ -76,7 +76,8 @@ fn settings_json(home: &Home) -> Value {
     serde_json::from_str(&home.read(".claude/settings.json")).unwrap()
 }
 
-const SETTINGS: &str = "{\n  \"model\": \"opus\",\n  \"env\": {\"ANTHROPIC_API_KEY\": \"sk-ant-users-own-key-1\"},\n  \"hooks\": {}\n}\n";
+const SETTINGS: &str =
+    "{\n  \"model\": \"opus\",\n  \"env\": {\"ANTHROPIC_API_KEY\": \"sk-ant-users-own-key-1\"},\n  \"hooks\": {}\n}\n";
 
 #[tokio::test]
 async fn the_api_connects_and_disconnects_the_gateway_users_clients() {
@@ -90,7 +91,9 @@ async fn the_api_connects_and_disconnects_the_gateway_users_clients() {
     assert_eq!(status, 200, "{list}");
     assert_eq!(list["can_edit"], true);
     assert_eq!(list["server"], g.url);
-    let state = |v: &Value, c: &str| v["clients"].as_array().unwrap().iter().find(|s| s["client"] == c).unwrap()["status"].clone();
+    let state = |v: &Value, c: &str| {
+        v["clients"].as_array().unwrap().iter().find(|s| s["client"] == c).unwrap()["status"].clone()
+    };
     assert_eq!(state(&list, "claude-code"), "not_configured");
     assert_eq!(state(&list, "codex"), "not_configured");
     assert_eq!(state(&list, "gemini-cli"), "not_installed");
@@ -193,7 +196,10 @@ fn service_install_writes_a_unit_that_lints_and_a_plist_that_parses() {
     assert!(out.contains("systemctl --user daemon-reload && systemctl --user enable --now ccmesh"), "{out}");
     let unit = home.home.join(".config/systemd/user/ccmesh.service");
     let text = std::fs::read_to_string(&unit).unwrap();
-    assert!(text.contains(&format!("ExecStart={BIN} serve --listen 127.0.0.1:4001 --data-dir {}", home.data.display())), "{text}");
+    assert!(
+        text.contains(&format!("ExecStart={BIN} serve --listen 127.0.0.1:4001 --data-dir {}", home.data.display())),
+        "{text}"
+    );
     systemd_verify(&unit);
     let (ok, out) = home.ccmesh(&["service", "install"]);
     assert!(!ok && out.contains("--force"), "{out}");
@@ -223,7 +229,17 @@ fn service_install_writes_a_unit_that_lints_and_a_plist_that_parses() {
 async fn endpoint_add_from_a_preset_and_the_preset_list() {
     let g = TestGateway::start().await;
     let home = Home::new();
-    let (ok, out) = home.ccmesh(&["endpoint", "add", "ds", "--preset", "deepseek", "--api-key", "sk-deepseek-0000000001", "--server", &g.url]);
+    let (ok, out) = home.ccmesh(&[
+        "endpoint",
+        "add",
+        "ds",
+        "--preset",
+        "deepseek",
+        "--api-key",
+        "sk-deepseek-0000000001",
+        "--server",
+        &g.url,
+    ]);
     assert!(ok, "{out}");
     assert!(!out.contains("sk-deepseek-0000000001"), "{out}");
     let (_, e) = g.api(Method::GET, "/api/endpoints/ds", None).await;
@@ -232,20 +248,47 @@ async fn endpoint_add_from_a_preset_and_the_preset_list() {
     assert_eq!(e["model_map"]["claude-*haiku*"], "deepseek-flash");
     // An explicit flag beats the preset.
     let (ok, out) = home.ccmesh(&[
-        "endpoint", "add", "kimi-intl", "--preset", "kimi", "--base-url", "https://api.moonshot.ai/anthropic", "--api-key", "sk-kimi-000000000002", "--server", &g.url,
+        "endpoint",
+        "add",
+        "kimi-intl",
+        "--preset",
+        "kimi",
+        "--base-url",
+        "https://api.moonshot.ai/anthropic",
+        "--api-key",
+        "sk-kimi-000000000002",
+        "--server",
+        &g.url,
     ]);
     assert!(ok, "{out}");
     let (_, e) = g.api(Method::GET, "/api/endpoints/kimi-intl", None).await;
-    assert_eq!((e["base_url"].as_str(), e["model_map"]["*"].as_str()), (Some("https://api.moonshot.ai/anthropic"), Some("kimi-k2.6")));
+    assert_eq!(
+        (e["base_url"].as_str(), e["model_map"]["*"].as_str()),
+        (Some("https://api.moonshot.ai/anthropic"), Some("kimi-k2.6"))
+    );
     let (ok, out) = home.ccmesh(&["endpoint", "add", "x", "--preset", "nope", "--server", &g.url]);
     assert!(!ok && out.contains("ccmesh presets"), "{out}");
     if !ccmesh::presets::find("gemini").unwrap().supported() {
-        let (ok, out) = home.ccmesh(&["endpoint", "add", "g", "--preset", "gemini", "--api-key", "k", "--server", &g.url]);
+        let (ok, out) =
+            home.ccmesh(&["endpoint", "add", "g", "--preset", "gemini", "--api-key", "k", "--server", &g.url]);
         assert!(!ok && out.contains("--preset gemini-openai"), "{out}");
     }
     let (ok, list) = home.ccmesh(&["presets"]);
     assert!(ok, "{list}");
-    for id in ["anthropic", "openai", "deepseek", "glm", "kimi", "qwen", "minimax", "openrouter", "siliconflow", "ark", "gemini-openai", "gemini"] {
+    for id in [
+        "anthropic",
+        "openai",
+        "deepseek",
+        "glm",
+        "kimi",
+        "qwen",
+        "minimax",
+        "openrouter",
+        "siliconflow",
+        "ark",
+        "gemini-openai",
+        "gemini",
+    ] {
         assert!(list.lines().any(|l| l.split_whitespace().next() == Some(id)), "{id} in {list}");
     }
     let (status, presets) = g.api(Method::GET, "/api/presets", None).await;

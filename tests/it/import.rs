@@ -13,8 +13,13 @@ use crate::support::gateway::TestGateway;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ccmesh");
 
-const KEYS: [&str; 5] =
-    ["sk-glm-7f3a9c2e5b1d4f60", "sk-kimi-a1b2c3d4e5f60718", "sk-relay-0a9b8c7d6e5f4a3b", "sk-ds-11223344556677889900", "AIzaSyD-gemini-key-0000000"];
+const KEYS: [&str; 5] = [
+    "sk-glm-7f3a9c2e5b1d4f60",
+    "sk-kimi-a1b2c3d4e5f60718",
+    "sk-relay-0a9b8c7d6e5f4a3b",
+    "sk-ds-11223344556677889900",
+    "AIzaSyD-gemini-key-0000000",
+];
 
 fn claude_settings(base: &str, key_var: &str, key: &str, extra: Value) -> String {
     let mut env = json!({"ANTHROPIC_BASE_URL": base, key_var: key});
@@ -36,13 +41,71 @@ fn codex_settings(base: &str, key: &str, wire: &str, model: &str) -> String {
 /// own proxy, and an app ccmesh has no use for.
 fn insert_providers(c: &Connection, queue_column: bool) {
     let rows: Vec<(&str, &str, &str, String, i64, bool, bool)> = vec![
-        ("p-glm", "claude", "智谱 GLM", claude_settings("https://open.bigmodel.cn/api/anthropic", "ANTHROPIC_AUTH_TOKEN", KEYS[0], json!({"ANTHROPIC_MODEL": "glm-4.6", "ANTHROPIC_DEFAULT_HAIKU_MODEL": "glm-4.5-air"})), 2, false, true),
-        ("p-kimi", "claude", "Kimi (Moonshot)", claude_settings("https://api.moonshot.cn/anthropic", "ANTHROPIC_API_KEY", KEYS[1], json!({"ANTHROPIC_DEFAULT_SONNET_MODEL": "kimi-k2-turbo-preview"})), 1, true, true),
+        (
+            "p-glm",
+            "claude",
+            "智谱 GLM",
+            claude_settings(
+                "https://open.bigmodel.cn/api/anthropic",
+                "ANTHROPIC_AUTH_TOKEN",
+                KEYS[0],
+                json!({"ANTHROPIC_MODEL": "glm-4.6", "ANTHROPIC_DEFAULT_HAIKU_MODEL": "glm-4.5-air"}),
+            ),
+            2,
+            false,
+            true,
+        ),
+        (
+            "p-kimi",
+            "claude",
+            "Kimi (Moonshot)",
+            claude_settings(
+                "https://api.moonshot.cn/anthropic",
+                "ANTHROPIC_API_KEY",
+                KEYS[1],
+                json!({"ANTHROPIC_DEFAULT_SONNET_MODEL": "kimi-k2-turbo-preview"}),
+            ),
+            1,
+            true,
+            true,
+        ),
         ("p-official", "claude", "Claude Official", json!({"env": {}}).to_string(), 0, false, false),
-        ("p-proxy", "claude", "local takeover", claude_settings("http://127.0.0.1:15721", "ANTHROPIC_AUTH_TOKEN", "x", json!({})), 3, false, false),
-        ("c-relay", "codex", "Kimi (Moonshot)", codex_settings("https://relay.example.com/v1", KEYS[2], "responses", "gpt-5.5"), 1, true, true),
-        ("c-ds", "codex", "DeepSeek", codex_settings("https://api.deepseek.com/v1", KEYS[3], "chat", "deepseek-chat"), 2, false, false),
-        ("g-key", "gemini", "Gemini", json!({"env": {"GEMINI_API_KEY": KEYS[4], "GEMINI_MODEL": "gemini-2.5-pro"}}).to_string(), 1, true, false),
+        (
+            "p-proxy",
+            "claude",
+            "local takeover",
+            claude_settings("http://127.0.0.1:15721", "ANTHROPIC_AUTH_TOKEN", "x", json!({})),
+            3,
+            false,
+            false,
+        ),
+        (
+            "c-relay",
+            "codex",
+            "Kimi (Moonshot)",
+            codex_settings("https://relay.example.com/v1", KEYS[2], "responses", "gpt-5.5"),
+            1,
+            true,
+            true,
+        ),
+        (
+            "c-ds",
+            "codex",
+            "DeepSeek",
+            codex_settings("https://api.deepseek.com/v1", KEYS[3], "chat", "deepseek-chat"),
+            2,
+            false,
+            false,
+        ),
+        (
+            "g-key",
+            "gemini",
+            "Gemini",
+            json!({"env": {"GEMINI_API_KEY": KEYS[4], "GEMINI_MODEL": "gemini-2.5-pro"}}).to_string(),
+            1,
+            true,
+            false,
+        ),
         ("o-1", "opencode", "OpenCode thing", "{}".into(), 1, true, false),
     ];
     for (id, app, name, settings, sort, current, queued) in rows {
@@ -138,10 +201,39 @@ fn ccmesh_desktop(path: &Path) {
          CREATE TABLE app_config (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
     )
     .unwrap();
-    let rows: Vec<(&str, &str, &str, i64, &str, &str, &str, &str, i64, i64, i64, i64)> = vec![
-        ("GLM Coding", "https://open.bigmodel.cn/api/anthropic", KEYS[0], 1, "claude", "", "[\"glm-4.6\",\"glm-4.5-air\"]", "[{\"from\":\"claude-sonnet-4-5\",\"to\":\"glm-4.6\"}]", 2, 1, 2, 0),
+    // name, api_url, api_key, enabled, transformer, model, models, model_mappings, sort_order,
+    // fast, fast_sort_order, archived
+    type Row<'a> = (&'a str, &'a str, &'a str, i64, &'a str, &'a str, &'a str, &'a str, i64, i64, i64, i64);
+    let rows: Vec<Row> = vec![
+        (
+            "GLM Coding",
+            "https://open.bigmodel.cn/api/anthropic",
+            KEYS[0],
+            1,
+            "claude",
+            "",
+            "[\"glm-4.6\",\"glm-4.5-air\"]",
+            "[{\"from\":\"claude-sonnet-4-5\",\"to\":\"glm-4.6\"}]",
+            2,
+            1,
+            2,
+            0,
+        ),
         ("relay", "https://relay.example.com/v1", KEYS[2], 1, "codex", "gpt-5.5", "[]", "[]", 1, 1, 1, 0),
-        ("kimi", "https://api.moonshot.cn/v1", KEYS[1], 0, "openai", "", "[\"kimi-k2\",\"moonshot-v1-8k\"]", "[]", 3, 0, 0, 0),
+        (
+            "kimi",
+            "https://api.moonshot.cn/v1",
+            KEYS[1],
+            0,
+            "openai",
+            "",
+            "[\"kimi-k2\",\"moonshot-v1-8k\"]",
+            "[]",
+            3,
+            0,
+            0,
+            0,
+        ),
         ("old one", "https://old.example.com", KEYS[3], 1, "claude", "", "[]", "[]", 4, 0, 0, 1),
     ];
     for (name, url, key, enabled, transformer, model, models, maps, sort, fast, fast_order, archived) in rows {
@@ -155,7 +247,8 @@ fn ccmesh_desktop(path: &Path) {
 }
 
 fn run(args: &[&str], server: &str) -> (bool, String) {
-    let out = Command::new(BIN).args(args).args(["--server", server]).env_remove("CCMESH_ADMIN_TOKEN").output().unwrap();
+    let out =
+        Command::new(BIN).args(args).args(["--server", server]).env_remove("CCMESH_ADMIN_TOKEN").output().unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     for k in KEYS {
         assert!(!text.contains(k), "a key was printed: {text}");

@@ -46,7 +46,8 @@ impl ClientRun<'_> {
         std::fs::create_dir_all(&project).unwrap();
         let tmp = home.home.join("tmp");
         std::fs::create_dir_all(&tmp).unwrap();
-        let node_dir = which("node").and_then(|n| n.parent().map(Path::to_path_buf)).unwrap_or_else(|| "/usr/bin".into());
+        let node_dir =
+            which("node").and_then(|n| n.parent().map(Path::to_path_buf)).unwrap_or_else(|| "/usr/bin".into());
         let mut cmd = Command::new(&bin);
         cmd.args(&self.args)
             .current_dir(&project)
@@ -61,9 +62,14 @@ impl ClientRun<'_> {
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
-        let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
+        let child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
         let out = wait_with_timeout(child, Duration::from_secs(120));
-        let text = format!("{}\n--- stderr\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let text =
+            format!("{}\n--- stderr\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         (out.status.success(), text)
     }
 }
@@ -147,7 +153,11 @@ async fn claude_code_answers_through_the_gateway_with_only_what_connect_wrote() 
     let got = upstream.requests();
     assert!(!got.is_empty(), "the upstream saw the request");
     let r = got.iter().find(|r| r.path_and_query().starts_with("/v1/messages")).expect("a Messages request");
-    assert_eq!(r.header("x-api-key"), Some("sk-claude-upstream-secret-key-0000"), "the endpoint's key, not the client's");
+    assert_eq!(
+        r.header("x-api-key"),
+        Some("sk-claude-upstream-secret-key-0000"),
+        "the endpoint's key, not the client's"
+    );
     assert!(r.header("user-agent").unwrap_or("").starts_with("claude-cli/"), "{:?}", r.header("user-agent"));
 
     let (ok, out) = home.ccmesh(&["disconnect", "claude-code"]);
@@ -222,7 +232,8 @@ async fn gemini_cli_honours_the_files_connect_writes() {
     let env_file = home.write(".gemini/.env", "# kept by hand\nGOOGLE_CLOUD_PROJECT=acme-dev\n");
     let env_before = std::fs::read_to_string(&env_file).unwrap();
 
-    let (ok, out) = home.ccmesh(&["connect", "gemini-cli", "--server", &stand_in.url(), "--key", "ccm-gemini-test-key-77"]);
+    let (ok, out) =
+        home.ccmesh(&["connect", "gemini-cli", "--server", &stand_in.url(), "--key", "ccm-gemini-test-key-77"]);
     assert!(ok, "{out}");
     assert!(out.contains("trust"), "connect says how folder trust applies: {out}");
     let run = ClientRun {
