@@ -91,6 +91,11 @@ pub(crate) async fn mint_client_key(api: &Client, client: ClientKind) -> anyhow:
     if status == StatusCode::NOT_FOUND {
         return Ok(None);
     }
+    if status == StatusCode::UNAUTHORIZED {
+        bail!(
+            "the gateway wants its admin token before it makes a client key: set CCMESH_ADMIN_TOKEN (or --admin-token), or pass the key with --key"
+        );
+    }
     if !status.is_success() {
         bail!("cannot list the gateway's client keys ({status}); pass one with --key");
     }

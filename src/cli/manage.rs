@@ -770,7 +770,7 @@ fn endpoint_table(v: &Value) -> String {
         })
         .collect();
     if rows.is_empty() {
-        return "no endpoints yet; add one with `ccmesh endpoint add NAME --base-url URL --format anthropic --api-key KEY`".into();
+        return "no endpoints yet; add one with `ccmesh endpoint add NAME --preset deepseek --api-key KEY` (vendors: `ccmesh presets`), `ccmesh endpoint add NAME --base-url URL --format anthropic --api-key KEY`, or bring your cc-switch providers with `ccmesh import cc-switch`".into();
     }
     table(&["NAME", "FORMAT", "BASE URL", "MODELS", "ENABLED", "FAST", "TEST"], &rows)
 }
