@@ -707,6 +707,84 @@ mod tests {
         assert_eq!(next_key(one_line, &["b"]).unwrap(), None);
     }
 
+    mod properties {
+        use super::super::*;
+        use proptest::prelude::*;
+        use serde_json::{Map, Value, json};
+
+        fn leaf() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::from),
+                any::<i32>().prop_map(Value::from),
+                "[a-z \"\\\\é]{0,6}".prop_map(Value::from),
+            ]
+        }
+
+        fn object() -> impl Strategy<Value = Map<String, Value>> {
+            let value = leaf().prop_recursive(3, 16, 4, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..3).prop_map(Value::from),
+                    prop::collection::btree_map("[a-e]{1,2}", inner, 0..4)
+                        .prop_map(|m| Value::Object(m.into_iter().collect())),
+                ]
+            });
+            prop::collection::btree_map("[a-e]{1,2}", value, 0..5).prop_map(|m| m.into_iter().collect())
+        }
+
+        proptest! {
+            /// On any object, in either layout: setting a key gives exactly the document with that
+            /// key set, and removing a key that was not there before (then the objects made for
+            /// it) gives back the original text byte for byte.
+            #[test]
+            fn set_then_remove_round_trips(doc in object(), path in prop::collection::vec("[a-f]{1,2}", 1..4), pretty in any::<bool>()) {
+                let original = if pretty { serde_json::to_string_pretty(&doc).unwrap() } else { serde_json::to_string(&doc).unwrap() };
+                let path: Vec<&str> = path.iter().map(String::as_str).collect();
+                let parsed: Value = Value::Object(doc.clone());
+                // Where the path runs into a non-object the editor refuses, as it should.
+                let blocked = (1..path.len()).any(|d| {
+                    let mut v = &parsed;
+                    for k in &path[..d] {
+                        match v.get(k) { Some(x) => v = x, None => return false }
+                    }
+                    !v.is_object()
+                });
+                let result = set(&original, &path, Some("\"ccmesh\""));
+                if blocked {
+                    prop_assert!(result.is_err());
+                    return Ok(());
+                }
+                let added = result.unwrap();
+                let mut expected = parsed.clone();
+                let mut slot = &mut expected;
+                for k in &path[..path.len() - 1] {
+                    if slot.get(*k).is_none() {
+                        slot[*k] = json!({});
+                    }
+                    slot = &mut slot[*k];
+                }
+                let existed = slot.get(path[path.len() - 1]).is_some();
+                slot[path[path.len() - 1]] = json!("ccmesh");
+                prop_assert_eq!(serde_json::from_str::<Value>(&added).unwrap(), expected);
+                let read_back = get_string(&added, &path).unwrap();
+                prop_assert_eq!(read_back.as_deref(), Some("ccmesh"));
+                if !existed {
+                    let mut back = set(&added, &path, None).unwrap();
+                    for depth in (1..path.len()).rev() {
+                        let made = {
+                            let mut v = &parsed;
+                            path[..depth].iter().any(|k| match v.get(*k) { Some(x) => { v = x; false } None => true })
+                        };
+                        if made && is_empty_object(&back, &path[..depth]).unwrap() {
+                            back = set(&back, &path[..depth], None).unwrap();
+                        }
+                    }
+                    prop_assert_eq!(back, original);
+                }
+            }
+        }
+    }
+
     #[test]
     fn keys_are_compared_decoded() {
         let text = "{\"\\u0065nv\": {\"X\": 1}}";
