@@ -296,6 +296,22 @@ async fn screenshots() {
     g.post_with("/v1/messages", &claude_body("claude-sonnet-4-5", false), &[("x-ccmesh-endpoint", "relay")]).await;
     tokio::time::sleep(Duration::from_millis(600)).await; // the record writer batches
 
+    // The Clients page: a home where Codex is connected and Claude Code is installed.
+    let home = crate::clients::Home::new();
+    std::fs::create_dir_all(home.home.join(".claude")).unwrap();
+    let env = ccmesh::clients::Environment::with_home(&home.home);
+    let target = ccmesh::clients::Target { server: g.url.clone(), key: ccmesh::clients::PLACEHOLDER_KEY.into() };
+    ccmesh::clients::connect(ccmesh::clients::ClientKind::Codex, &env, &home.data, &target, std::time::SystemTime::now())
+        .unwrap();
+    g.gw.local
+        .set(ccmesh::admin::clients::LocalHost {
+            listen: g.url.trim_start_matches("http://").parse().unwrap(),
+            data_dir: home.data.clone(),
+            env: Some(env),
+            service_managed: false,
+        })
+        .unwrap();
+
     let dir = std::env::var("SCREENSHOT_DIR")
         .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/screenshots").display().to_string());
     // The login page needs a gateway with a token (its requests are to that gateway only).
