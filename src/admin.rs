@@ -3,6 +3,7 @@
 //! swapped; the request path never waits on any of this.
 
 pub mod auth;
+pub mod clients;
 pub mod connectivity;
 pub mod events;
 pub mod health;
@@ -42,6 +43,10 @@ pub fn router(gw: Arc<Gateway>) -> Router<Arc<Gateway>> {
         .route("/api/stats", get(requests::get_stats))
         .route("/api/records/status", get(requests::get_records_status))
         .route("/api/status", get(get_status))
+        .route("/api/clients", get(clients::list))
+        .route("/api/clients/{client}/connect", post(clients::connect))
+        .route("/api/clients/{client}/disconnect", post(clients::disconnect))
+        .route("/api/presets", get(list_presets))
         .route("/api/prices", get(prices::list_prices))
         .route("/api/prices/{model}", put(prices::put_price).delete(prices::delete_price))
         .fallback(api_not_found)
@@ -348,6 +353,10 @@ async fn put_current(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes) ->
     gw.rotation.set_manual(protocol, e.config.id);
     gw.events.config_changed("current");
     Ok(Json(current_json(&gw)))
+}
+
+async fn list_presets() -> Json<Value> {
+    Json(Value::Array(crate::presets::all().iter().map(crate::presets::Preset::to_json).collect()))
 }
 
 async fn get_settings(State(gw): State<Arc<Gateway>>) -> Json<Value> {

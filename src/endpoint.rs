@@ -119,11 +119,21 @@ impl Endpoint {
             || self.model_map.iter().any(|(k, _)| k.matches(model))
     }
 
-    /// The model to send upstream: the first matching `model_map` entry (exact keys win over globs),
-    /// else the model unchanged.
+    /// The model to send upstream: the matching `model_map` entry, else the model unchanged. An
+    /// exact key wins over globs; among globs the most specific (most characters besides `*`)
+    /// wins, so `{"*": "a", "claude-*haiku*": "b"}` sends haiku to `b` and the rest to `a`
+    /// whatever order the keys come in (a JSON object's order is not kept), ties to the first.
     pub fn map_model<'a>(&'a self, model: &'a str) -> &'a str {
         let exact = self.model_map.iter().find(|(k, _)| !k.is_glob() && k.matches(model));
-        let glob = || self.model_map.iter().find(|(k, _)| k.is_glob() && k.matches(model));
+        let glob = || {
+            let mut best: Option<&(ModelPattern, String)> = None;
+            for entry in self.model_map.iter().filter(|(k, _)| k.is_glob() && k.matches(model)) {
+                if best.is_none_or(|b| entry.0.literal_len() > b.0.literal_len()) {
+                    best = Some(entry);
+                }
+            }
+            best
+        };
         match exact.or_else(glob) {
             Some((_, to)) => to.as_str(),
             None => model,
@@ -183,6 +193,11 @@ impl ModelPattern {
 
     pub fn is_glob(&self) -> bool {
         self.raw.contains('*')
+    }
+
+    /// How specific a glob is: its characters other than `*`.
+    pub fn literal_len(&self) -> usize {
+        self.raw.chars().filter(|c| *c != '*').count()
     }
 
     pub fn matches(&self, model: &str) -> bool {
@@ -299,6 +314,16 @@ mod tests {
         assert!(!ep(&["glm-*"], &[]).serves("claude-sonnet-4-5"));
         assert!(ep(&["glm-*"], &[("claude-sonnet-4-5", "glm-4.6")]).serves("claude-sonnet-4-5"));
         assert!(ep(&["glm-*"], &[("claude-*", "glm-4.6")]).serves("claude-haiku"));
+    }
+
+    #[test]
+    fn map_model_prefers_the_most_specific_glob_whatever_the_order() {
+        let e = ep(&[], &[("*", "main"), ("claude-*haiku*", "fast"), ("claude-*", "family")]);
+        assert_eq!(e.map_model("claude-3-5-haiku-20241022"), "fast");
+        assert_eq!(e.map_model("claude-sonnet-4-5"), "family");
+        assert_eq!(e.map_model("gpt-5"), "main");
+        let reversed = ep(&[], &[("claude-*", "family"), ("claude-*haiku*", "fast"), ("*", "main")]);
+        assert_eq!(reversed.map_model("claude-haiku-4-5"), "fast");
     }
 
     #[test]

@@ -123,6 +123,9 @@ pub struct Gateway {
     pub admin_token: Option<String>,
     /// Serialises admin writes so snapshot rebuilds never race each other.
     pub admin_lock: tokio::sync::Mutex<()>,
+    /// Where this gateway listens and keeps its data, and whose home it runs in: set once it is
+    /// bound, for the client settings the admin API may edit (`/api/clients`).
+    pub local: std::sync::OnceLock<crate::admin::clients::LocalHost>,
     /// This instance's identity in the loop-detection header (SPEC §8), random per start.
     pub instance_id: String,
     /// `x-ccmesh-hop: <instance_id>`, for requests that arrive with no hop header of their own.
@@ -190,6 +193,7 @@ impl Gateway {
                 static OWNERS: AtomicU64 = AtomicU64::new(1);
                 OWNERS.fetch_add(1, Ordering::Relaxed)
             },
+            local: std::sync::OnceLock::new(),
         };
         gateway.reload()?;
         Ok(Arc::new(gateway))

@@ -8,6 +8,8 @@ pub mod admin;
 pub mod breaker;
 /// Command line: `serve` and the management commands that talk to the admin API.
 pub mod cli;
+/// Pointing coding agents (Claude Code, Codex CLI, Gemini CLI) at the gateway, and back.
+pub mod clients;
 /// Time source (injectable for exact tests).
 pub mod clock;
 /// Settings (per-protocol breaker and timeouts) and the `--config` file.
@@ -28,8 +30,12 @@ pub mod gateway;
 pub mod hosts;
 /// Giving memory back to the system when a thread falls idle.
 pub mod idle_memory;
+/// Reading cc-switch's and the ccMesh desktop app's databases into endpoints and settings.
+pub mod import;
 /// Request records, usage, cost, metrics and live events.
 pub mod observe;
+/// Endpoint presets for the vendors coding agents use most (`presets/vendors.toml`).
+pub mod presets;
 /// Inbound protocols, native errors, SSE scanning.
 pub mod protocol;
 /// The request path: ingress, attempt loop, classification, upstream, relay.

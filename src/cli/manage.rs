@@ -58,9 +58,12 @@ pub struct EndpointFields {
 
 #[derive(Subcommand, Debug)]
 pub enum EndpointCommand {
-    /// Add an endpoint.
+    /// Add an endpoint (`--preset VENDOR` fills base URL, format and model map; see `ccmesh presets`).
     Add {
         name: String,
+        /// Start from a vendor preset; explicit flags override its fields.
+        #[arg(long)]
+        preset: Option<String>,
         #[command(flatten)]
         fields: EndpointFields,
         /// Create it disabled.
@@ -194,14 +197,14 @@ pub fn run(command: Command) -> ExitCode {
     }
 }
 
-struct Client {
+pub(crate) struct Client {
     http: reqwest::Client,
-    server: String,
+    pub(crate) server: String,
     token: Option<String>,
 }
 
 impl Client {
-    fn new(common: &Common) -> anyhow::Result<Client> {
+    pub(crate) fn new(common: &Common) -> anyhow::Result<Client> {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(60))
@@ -211,7 +214,26 @@ impl Client {
         Ok(Client { http, server: common.server.trim_end_matches('/').to_string(), token: common.admin_token.clone() })
     }
 
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
+    pub(crate) async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
+        let (status, value) = self.call_status(method, path, body).await?;
+        if !status.is_success() {
+            let message = value
+                .pointer("/error/message")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| value.to_string());
+            bail!("the gateway answered {status}: {message}");
+        }
+        Ok(value)
+    }
+
+    /// The status and JSON of any answer, for callers that treat some errors as information.
+    pub(crate) async fn call_status(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<(reqwest::StatusCode, Value)> {
         let url = format!("{}{path}", self.server);
         let mut req = self.http.request(method, &url);
         if let Some(t) = self.token.as_deref().filter(|t| !t.is_empty()) {
@@ -231,15 +253,7 @@ impl Client {
         let text = resp.text().await.context("the gateway's answer was cut off")?;
         let value: Value =
             if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
-        if !status.is_success() {
-            let message = value
-                .pointer("/error/message")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .unwrap_or_else(|| value.to_string());
-            bail!("the gateway answered {status}: {message}");
-        }
-        Ok(value)
+        Ok((status, value))
     }
 }
 
@@ -290,9 +304,24 @@ async fn dispatch(command: Command) -> anyhow::Result<String> {
     use reqwest::Method;
     match command {
         Command::Serve(_) => Ok(String::new()),
+        Command::Connect(args) => super::clients::connect(args).await,
+        Command::Disconnect(args) => super::clients::disconnect(args).await,
+        Command::Clients(args) => super::clients::list(args).await,
+        Command::Service(cmd) => super::clients::service_install(cmd),
+        Command::Import(cmd) => super::import::run(cmd).await,
+        Command::Presets(common) => Ok(super::presets::list(&common)),
         Command::Endpoint(cmd) => match cmd {
-            EndpointCommand::Add { name, fields, disabled, common } => {
-                let mut obj = fields_json(&fields, true)?;
+            EndpointCommand::Add { name, preset, fields, disabled, common } => {
+                let mut obj = match preset {
+                    Some(id) => super::presets::preset_fields(&id)?,
+                    None => Map::new(),
+                };
+                if obj.is_empty() && fields.base_url.is_none() {
+                    bail!(
+                        "give --base-url and --format, or start from a vendor with --preset (list them with `ccmesh presets`)"
+                    );
+                }
+                obj.extend(fields_json(&fields, true)?);
                 obj.insert("name".into(), json!(name));
                 obj.insert("enabled".into(), json!(!disabled));
                 let v = Client::new(&common)?.call(Method::POST, "/api/endpoints", Some(Value::Object(obj))).await?;
@@ -687,7 +716,7 @@ async fn set_enabled(name: String, common: Common, enabled: bool) -> anyhow::Res
 }
 
 /// Endpoint names are restricted to URL-safe characters, but be safe anyway.
-fn path(name: &str) -> String {
+pub(crate) fn path(name: &str) -> String {
     name.bytes()
         .map(|b| {
             if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') {
@@ -699,7 +728,7 @@ fn path(name: &str) -> String {
         .collect()
 }
 
-fn pretty(v: &Value) -> String {
+pub(crate) fn pretty(v: &Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
 }
 
@@ -755,7 +784,7 @@ fn endpoint_table(v: &Value) -> String {
         })
         .collect();
     if rows.is_empty() {
-        return "no endpoints yet; add one with `ccmesh endpoint add NAME --base-url URL --format anthropic --api-key KEY`".into();
+        return "no endpoints yet; add one with `ccmesh endpoint add NAME --preset deepseek --api-key KEY` (vendors: `ccmesh presets`), `ccmesh endpoint add NAME --base-url URL --format anthropic --api-key KEY`, or bring your cc-switch providers with `ccmesh import cc-switch`".into();
     }
     table(&["NAME", "FORMAT", "BASE URL", "MODELS", "ENABLED", "FAST", "TEST"], &rows)
 }

@@ -20,6 +20,7 @@ pub const ASSETS: &[(&str, &str, &[u8])] = &[
     ("request.js", "text/javascript; charset=utf-8", include_bytes!("assets/request.js")),
     ("stats.js", "text/javascript; charset=utf-8", include_bytes!("assets/stats.js")),
     ("settings.js", "text/javascript; charset=utf-8", include_bytes!("assets/settings.js")),
+    ("clients.js", "text/javascript; charset=utf-8", include_bytes!("assets/clients.js")),
     ("logo.svg", "image/svg+xml", include_bytes!("assets/logo.svg")),
 ];
 

@@ -19,6 +19,7 @@ const NAV: &[(&str, &str, &str)] = &[
     ("requests", "/requests", "Requests"),
     ("stats", "/stats", "Statistics"),
     ("settings", "/settings", "Settings"),
+    ("clients", "/clients", "Clients"),
 ];
 
 fn head(title: &str, csrf: &str, script: Option<&str>) -> String {
@@ -127,8 +128,31 @@ fn field(name: &str, label: &str, input: &str, help: &str) -> String {
     )
 }
 
+/// The add form's preset list: each option carries the fields it fills (escaped JSON).
+fn preset_field() -> String {
+    let options: String = crate::presets::all()
+        .iter()
+        .filter(|p| p.supported())
+        .map(|p| {
+            format!(
+                "<option value=\"{id}\" data-fields=\"{fields}\">{name}</option>",
+                id = escape(&p.id),
+                fields = escape(&serde_json::Value::Object(p.fields()).to_string()),
+                name = escape(&p.name),
+            )
+        })
+        .collect();
+    format!(
+        "<div class=\"field\" id=\"ep-preset-field\"><label for=\"ep-preset\">Preset</label>\
+         <select id=\"ep-preset\" name=\"preset\"><option value=\"\">none: fill in the fields</option>{options}</select>\
+         <small class=\"help\">fills format, base URL, models and model map for a vendor; you add the key \
+         (<code>ccmesh presets</code> lists the sources)</small></div>"
+    )
+}
+
 pub fn endpoints() -> Page {
     let form = [
+        preset_field(),
         field(
             "name",
             "Name",
@@ -316,4 +340,21 @@ pub fn settings(form: &str) -> Page {
 </section>"#
         ),
     }
+}
+
+pub fn clients() -> Page {
+    let body = r#"<h1>Clients</h1>
+<p class="muted">Point a coding agent on this machine at the gateway. Connecting changes only the settings that do that
+(a backup of each file goes to the gateway's data directory); disconnecting puts back exactly the values that were there.
+The same from a terminal: <code>ccmesh connect claude-code</code>, <code>ccmesh disconnect claude-code</code>.</p>
+<p class="form-error" id="clients-refused" role="alert" hidden></p>
+<p class="muted" id="clients-service" hidden></p>
+<section class="panel"><div class="table-wrap"><table class="clients" id="clients-table">
+  <thead><tr><th scope="col">client</th><th scope="col">state</th><th scope="col">base URL</th><th scope="col">settings</th><th scope="col">actions</th></tr></thead>
+  <tbody id="clients-body"></tbody>
+</table></div></section>
+<section class="panel" id="clients-report-panel" hidden><h2 id="clients-report-title">What changed</h2>
+  <ul id="clients-report"></ul></section>"#
+        .to_string();
+    Page { id: "clients", title: "Clients".into(), script: "clients.js", body }
 }

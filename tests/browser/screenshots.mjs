@@ -81,6 +81,11 @@ main(async () => {
           await page.fill('#price-filter', 'claude-sonnet');
           await shoot('settings');
         });
+        await step(`clients ${suffix}`, async () => {
+          await page.goto(BASE + '/clients');
+          await page.waitForSelector('tr[data-client="codex"] .badge[data-state="connected"]');
+          await shoot('clients');
+        });
       }
       if (LOGIN_URL) {
         await step(`login ${suffix}`, async () => {

@@ -504,6 +504,8 @@ function openForm(mode, e) {
   form.elements.price_multiplier.value = v.price_multiplier ?? 1;
   form.elements.enabled.checked = v.enabled;
   form.elements.fast.checked = mode === 'clone' ? false : v.fast;
+  form.elements.preset.value = '';
+  $('#ep-preset-field').hidden = mode !== 'add';
   dialog.showModal();
   form.elements.name.focus();
 }
@@ -559,6 +561,21 @@ function guessField(message) {
   const m = /^([a-z_]+):/.exec(message || '');
   return m ? m[1] : null;
 }
+
+// A preset fills the vendor's fields (the name and the key stay the user's).
+form.elements.preset.addEventListener('change', () => {
+  const opt = form.elements.preset.selectedOptions[0];
+  if (!opt || !opt.dataset.fields) return;
+  const p = JSON.parse(opt.dataset.fields);
+  const f = form.elements;
+  f.format.value = p.format;
+  f.base_url.value = p.base_url;
+  f.models.value = (p.models || []).join('\n');
+  f.model_map.value = Object.entries(p.model_map || {}).map(([k, x]) => `${k} = ${x}`).join('\n');
+  f.test_model.value = p.test_model || '';
+  if (!f.name.value.trim()) f.name.value = opt.value;
+  f.api_key.focus();
+});
 
 $('#ep-cancel').addEventListener('click', () => dialog.close());
 $('#add-endpoint').addEventListener('click', () => openForm('add'));

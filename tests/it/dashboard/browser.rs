@@ -8,6 +8,9 @@
 //!   open a decision trail, filter the requests, draw the statistics.
 //! - `login.mjs`: with an admin token — the login page, the session cookie (HttpOnly, not the
 //!   token), live events through the cookie, a CSRF-protected write from the page, logout.
+//! - `clients.mjs`: the Clients page connects and disconnects Claude Code in a temporary home
+//!   (the file is byte for byte the original afterwards), and the add form fills an endpoint
+//!   from a preset.
 //! - `perf.mjs`: page load and live-update cost of the overview with 50 endpoints and ~10
 //!   requests/s (numbers reported, not asserted).
 //!
@@ -293,6 +296,28 @@ async fn screenshots() {
     g.post_with("/v1/messages", &claude_body("claude-sonnet-4-5", false), &[("x-ccmesh-endpoint", "relay")]).await;
     tokio::time::sleep(Duration::from_millis(600)).await; // the record writer batches
 
+    // The Clients page: a home where Codex is connected and Claude Code is installed.
+    let home = crate::clients::Home::new();
+    std::fs::create_dir_all(home.home.join(".claude")).unwrap();
+    let env = ccmesh::clients::Environment::with_home(&home.home);
+    let target = ccmesh::clients::Target { server: g.url.clone(), key: ccmesh::clients::PLACEHOLDER_KEY.into() };
+    ccmesh::clients::connect(
+        ccmesh::clients::ClientKind::Codex,
+        &env,
+        &home.data,
+        &target,
+        std::time::SystemTime::now(),
+    )
+    .unwrap();
+    g.gw.local
+        .set(ccmesh::admin::clients::LocalHost {
+            listen: g.url.trim_start_matches("http://").parse().unwrap(),
+            data_dir: home.data.clone(),
+            env: Some(env),
+            service_managed: false,
+        })
+        .unwrap();
+
     let dir = std::env::var("SCREENSHOT_DIR")
         .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/screenshots").display().to_string());
     // The login page needs a gateway with a token (its requests are to that gateway only).
@@ -309,4 +334,26 @@ async fn screenshots() {
     )
     .await;
     check("screenshots.mjs", &out);
+}
+
+#[tokio::test]
+async fn dashboard_clients_page_in_chromium() {
+    let g = TestGateway::start().await;
+    let home = crate::clients::Home::new();
+    let original = "{\n  \"env\": {\"ANTHROPIC_API_KEY\": \"sk-ant-the-users-own-0001\"},\n  \"hooks\": {}\n}\n";
+    let settings = home.write(".claude/settings.json", original);
+    g.gw.local
+        .set(ccmesh::admin::clients::LocalHost {
+            listen: g.url.trim_start_matches("http://").parse().unwrap(),
+            data_dir: home.data.clone(),
+            env: Some(ccmesh::clients::Environment::with_home(&home.home)),
+            service_managed: false,
+        })
+        .unwrap();
+    let out = run("clients.mjs", &g.url, Vec::new()).await;
+    check("clients.mjs", &out);
+    assert_eq!(std::fs::read_to_string(&settings).unwrap(), original, "connect then disconnect from the page");
+    let e = endpoint(&g, "ds-from-preset").await;
+    assert_eq!(e["base_url"], "https://api.deepseek.com/anthropic");
+    assert_eq!(e["model_map"]["*"], "deepseek-v4-pro");
 }

@@ -33,7 +33,19 @@ const HOW_TO_INSTALL: &str = "the SDK matrix tests need Node.js >= 20 and npm on
 #[allow(clippy::panic)]
 pub fn node_modules() -> PathBuf {
     static MODULES: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    match MODULES.get_or_init(install_if_needed) {
+    match MODULES.get_or_init(|| install_if_needed(&js_dir(), "tests-js-npm.lock")) {
+        Ok(path) => path.clone(),
+        Err(message) => panic!("{message}"),
+    }
+}
+
+/// `tests/clients/node_modules`: the real coding-agent CLIs (Claude Code, Codex CLI, Gemini CLI)
+/// at the versions `tests/clients/package-lock.json` pins, installed the same way.
+#[allow(clippy::panic)]
+pub fn client_modules() -> PathBuf {
+    static MODULES: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients");
+    match MODULES.get_or_init(|| install_if_needed(&dir, "tests-clients-npm.lock")) {
         Ok(path) => path.clone(),
         Err(message) => panic!("{message}"),
     }
@@ -44,9 +56,8 @@ pub fn js_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(JS_DIR)
 }
 
-fn install_if_needed() -> Result<PathBuf, String> {
+fn install_if_needed(dir: &Path, lock_name: &str) -> Result<PathBuf, String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let dir = js_dir();
     let lock_path = dir.join("package-lock.json");
     let lock = std::fs::read_to_string(&lock_path).map_err(|e| format!("cannot read {}: {e}", lock_path.display()))?;
     let modules = dir.join("node_modules");
@@ -58,7 +69,7 @@ fn install_if_needed() -> Result<PathBuf, String> {
     // Other test processes: one installs, the others wait here and then find the stamp.
     let target = root.join("target");
     std::fs::create_dir_all(&target).map_err(|e| format!("cannot create {}: {e}", target.display()))?;
-    let lock_file_path = target.join("tests-js-npm.lock");
+    let lock_file_path = target.join(lock_name);
     let lock_file =
         File::create(&lock_file_path).map_err(|e| format!("cannot create {}: {e}", lock_file_path.display()))?;
     lock_file.lock().map_err(|e| format!("cannot lock {}: {e}", lock_file_path.display()))?;
@@ -69,7 +80,7 @@ fn install_if_needed() -> Result<PathBuf, String> {
     let started = Instant::now();
     eprintln!("sdk matrix: npm ci in {} (first use or changed package-lock.json)", dir.display());
     let mut npm = Command::new("npm");
-    npm.args(["ci", "--no-audit", "--no-fund"]).current_dir(&dir).env("CI", "true");
+    npm.args(["ci", "--no-audit", "--no-fund"]).current_dir(dir).env("CI", "true");
     let out = npm.output().map_err(|e| format!("npm ci: cannot run npm ({e}); {HOW_TO_INSTALL}"))?;
     if !out.status.success() {
         return Err(format!(

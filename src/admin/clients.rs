@@ -1,0 +1,214 @@
+//! `GET /api/clients`, `POST /api/clients/{client}/connect|disconnect`: the dashboard's Clients
+//! page, acting on the settings files of the user the gateway runs as.
+//!
+//! Who may write: only a gateway listening on a loopback address. A socket bound to 127.0.0.1 or
+//! ::1 accepts connections from this machine only, so every request it serves comes from
+//! loopback too, and "this machine's user" is the one whose files are edited. A gateway that
+//! listens on the network answers 403: a remote browser must never rewrite the settings of the
+//! machine the gateway runs on (`ccmesh connect` on that machine does it instead). The admin
+//! token, the session cookie with its CSRF token and the cross-site check of `auth.rs` apply as
+//! to every other admin call.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+
+use super::{ApiError, ApiResult};
+use crate::clients::{self, ClientError, ClientKind, Environment, Target};
+use crate::gateway::Gateway;
+
+/// What the gateway knows about the machine it runs on.
+#[derive(Debug, Clone)]
+pub struct LocalHost {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    /// The home and variables the gateway process runs with; `None` without a home directory.
+    pub env: Option<Environment>,
+    /// The gateway was started by a service manager (systemd, launchd).
+    pub service_managed: bool,
+}
+
+impl LocalHost {
+    /// The base URL clients on this machine reach the gateway at.
+    pub fn url(&self) -> String {
+        match self.listen {
+            SocketAddr::V4(a) if a.ip().is_unspecified() => format!("http://127.0.0.1:{}", a.port()),
+            SocketAddr::V6(a) if a.ip().is_unspecified() => format!("http://[::1]:{}", a.port()),
+            other => format!("http://{other}"),
+        }
+    }
+
+    /// Why the admin API may not edit client files here, if it may not.
+    fn refusal(&self) -> Option<String> {
+        if !self.listen.ip().is_loopback() {
+            return Some(format!(
+                "this gateway listens on {}, beyond this machine, so the API does not edit its user's client settings; \
+                 run `ccmesh connect CLIENT` on the machine instead",
+                self.listen
+            ));
+        }
+        if self.env.is_none() {
+            return Some("the gateway runs without a home directory, so it has no client settings to edit".into());
+        }
+        None
+    }
+}
+
+/// Whether the process was started by systemd or launchd, from the variables each sets.
+pub fn started_by_service_manager(var: impl Fn(&str) -> Option<String>) -> bool {
+    var("INVOCATION_ID").is_some_and(|v| !v.is_empty())
+        || var("XPC_SERVICE_NAME").is_some_and(|v| v == clients::service::LAUNCHD_LABEL)
+}
+
+fn local(gw: &Gateway) -> ApiResult<&LocalHost> {
+    gw.local.get().ok_or_else(|| ApiError {
+        status: StatusCode::FORBIDDEN,
+        message: "this gateway was not started by `ccmesh serve`, so it does not know its client settings; run `ccmesh connect CLIENT` instead".into(),
+        field: None,
+    })
+}
+
+fn client(name: &str) -> ApiResult<ClientKind> {
+    ClientKind::parse(name).ok_or_else(|| ApiError {
+        status: StatusCode::NOT_FOUND,
+        message: format!("no client named '{name}'; the clients are claude-code, codex and gemini-cli"),
+        field: None,
+    })
+}
+
+pub async fn list(State(gw): State<Arc<Gateway>>) -> ApiResult<Json<Value>> {
+    let endpoints = gw.snapshot().endpoints.iter().filter(|e| e.config.enabled).count();
+    let Some(host) = gw.local.get().cloned() else {
+        return Ok(Json(json!({
+            "server": null, "can_edit": false, "endpoints": endpoints, "clients": [],
+            "reason": "this gateway was not started by `ccmesh serve`",
+            "service": {"managed": false, "installed": null},
+        })));
+    };
+    let states = tokio::task::spawn_blocking(move || {
+        let url = host.url();
+        let states: Vec<clients::ClientState> = match &host.env {
+            Some(env) => ClientKind::ALL.iter().map(|c| clients::state(*c, env, Some(&host.data_dir), &url)).collect(),
+            None => Vec::new(),
+        };
+        let installed = host.env.as_ref().and_then(|e| clients::service::installed(&e.home).map(|p| e.display(&p)));
+        json!({
+            "server": url,
+            "can_edit": host.refusal().is_none(),
+            "reason": host.refusal(),
+            "endpoints": endpoints,
+            "service": {"managed": host.service_managed, "installed": installed},
+            "clients": states,
+        })
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("admin task failed: {e}")))?;
+    Ok(Json(states))
+}
+
+fn client_error(e: ClientError) -> ApiError {
+    match e {
+        ClientError::Refused(m) => ApiError::bad_request(m),
+        ClientError::NotConnected(c, _) => {
+            ApiError::bad_request(format!("{} was not connected by ccmesh: there is nothing to undo", c.display_name()))
+        }
+        io @ ClientError::Io { .. } => ApiError::internal(io.to_string()),
+    }
+}
+
+async fn act(gw: Arc<Gateway>, name: String, key: Option<String>, connect: bool) -> ApiResult<Json<Value>> {
+    let client = client(&name)?;
+    let host = local(&gw)?.clone();
+    if let Some(reason) = host.refusal() {
+        return Err(ApiError { status: StatusCode::FORBIDDEN, message: reason, field: None });
+    }
+    let now = gw.clock.wall();
+    let result = tokio::task::spawn_blocking(move || {
+        let env = host.env.clone().ok_or_else(|| ClientError::Refused("no home directory".into()))?;
+        let url = host.url();
+        let report = if connect {
+            // Minting a dedicated client key (SPEC §15.10) belongs here once client keys exist in
+            // the gateway; until then the dashboard writes the key it is given, or the placeholder.
+            let key = key.unwrap_or_else(|| clients::PLACEHOLDER_KEY.to_string());
+            clients::connect(client, &env, &host.data_dir, &Target { server: url.clone(), key }, now)?
+        } else {
+            clients::disconnect(client, &env, &host.data_dir)?
+        };
+        let state = clients::state(client, &env, Some(&host.data_dir), &url);
+        Ok::<_, ClientError>(json!({"report": report, "state": state}))
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("admin task failed: {e}")))?
+    .map_err(client_error)?;
+    gw.events.config_changed(if connect { "client_connected" } else { "client_disconnected" });
+    Ok(Json(result))
+}
+
+pub async fn connect(
+    State(gw): State<Arc<Gateway>>,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<Value>> {
+    let key = if body.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        let v = super::parse_body(&body)?;
+        match v.get("key") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(k)) if !k.trim().is_empty() => Some(k.trim().to_string()),
+            Some(_) => return Err(ApiError::bad_request("key: must be a non-empty string (a client key)")),
+        }
+    };
+    act(gw, name, key, true).await
+}
+
+pub async fn disconnect(State(gw): State<Arc<Gateway>>, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+    act(gw, name, None, false).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(listen: &str) -> LocalHost {
+        LocalHost {
+            listen: listen.parse().unwrap(),
+            data_dir: "/d".into(),
+            env: Some(Environment::with_home("/h")),
+            service_managed: false,
+        }
+    }
+
+    #[test]
+    fn only_a_loopback_gateway_edits_client_files() {
+        assert_eq!(host("127.0.0.1:3999").refusal(), None);
+        assert_eq!(host("[::1]:3999").refusal(), None);
+        let why = host("0.0.0.0:3999").refusal().unwrap();
+        assert!(why.contains("`ccmesh connect CLIENT`"), "{why}");
+        assert!(host("192.0.2.7:3999").refusal().is_some());
+        assert!(LocalHost { env: None, ..host("127.0.0.1:1") }.refusal().is_some());
+    }
+
+    #[test]
+    fn urls_clients_can_reach() {
+        assert_eq!(host("127.0.0.1:3999").url(), "http://127.0.0.1:3999");
+        assert_eq!(host("[::1]:4000").url(), "http://[::1]:4000");
+        assert_eq!(host("0.0.0.0:3999").url(), "http://127.0.0.1:3999");
+    }
+
+    #[test]
+    fn service_managers_are_recognised_by_their_variables() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        };
+        assert!(started_by_service_manager(vars(&[("INVOCATION_ID", "abc")])));
+        assert!(started_by_service_manager(vars(&[("XPC_SERVICE_NAME", "dev.ccmesh.gateway")])));
+        assert!(!started_by_service_manager(vars(&[("XPC_SERVICE_NAME", "com.apple.Terminal")])));
+        assert!(!started_by_service_manager(vars(&[])));
+    }
+}
