@@ -15,7 +15,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use ccmesh::convert::{self, StreamConversion, ir::EncodeContext};
-use ccmesh::endpoint::Format;
+use ccmesh::protocol::Format;
 use ccmesh::protocol::sse::SseScanner;
 use serde_json::{Value, json};
 

@@ -15,7 +15,7 @@ pub mod ir;
 pub mod openai_chat;
 pub mod responses;
 
-use crate::endpoint::Format;
+use crate::protocol::Format;
 use crate::protocol::sse::SseEvent;
 use ir::{ConvertError, EncodeContext, Encoded, ErrorBody, Request, Response, StreamEvent};
 

@@ -196,7 +196,8 @@ pub fn attempt_cap(candidates: usize, explicit: bool) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::endpoint::{Format, ModelPattern, TestResult};
+    use crate::endpoint::{ModelPattern, TestResult};
+    use crate::protocol::Format;
     use crate::protocol::Protocol;
     use std::collections::BTreeMap;
 

@@ -30,7 +30,7 @@ use serde::de::value::MapAccessDeserializer;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::record::Tokens;
-use crate::endpoint::Format;
+use crate::protocol::Format;
 use crate::protocol::sse::SseEvent;
 
 /// Usage and the answering model from a complete (non-streaming) answer body. A body that is

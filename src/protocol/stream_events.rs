@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::sse::SseEvent;
 
-pub use crate::endpoint::Format;
+use super::Format;
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum EventKind {

@@ -25,7 +25,7 @@ use crate::breaker::{Denied, Outcome, Permit};
 use crate::convert::ir::{ConvertError, EncodeContext};
 use crate::convert::{StreamConversion, count_tokens, upstream_path};
 use crate::endpoint::EndpointId;
-use crate::endpoint::Format;
+use crate::protocol::Format;
 use crate::gateway::{Gateway, LiveEndpoint, Snapshot};
 use crate::observe::record::{Classification, Tokens};
 use crate::observe::usage;

@@ -20,11 +20,11 @@ use tokio::time::{Instant, Sleep};
 use crate::breaker::{Outcome, Permit};
 use crate::config::BreakerSettings;
 use crate::convert::{StreamConversion, ir};
-use crate::endpoint::{EndpointId, Format};
+use crate::endpoint::EndpointId;
 use crate::gateway::{Gateway, Snapshot};
 use crate::observe::record::Classification;
 use crate::observe::usage::StreamUsage;
-use crate::protocol::Protocol;
+use crate::protocol::{Format, Protocol};
 use crate::protocol::sse::SseScanner;
 use crate::protocol::stream_events::{EventKind, StreamContext, error_event, inspect_and_observe};
 
