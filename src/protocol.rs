@@ -1,8 +1,10 @@
 //! The protocols on both sides of the gateway — `Protocol` (what a client speaks), `Format`
 //! (what an endpoint speaks), `Route` (what kind of traffic a request is) — and their wire
-//! details: native error bodies (SPEC §9), the SSE scanner, and what each streamed event means.
+//! details: native error bodies (SPEC §9), the SSE scanner, what each streamed event means, and
+//! the tolerant JSON reading they all share.
 
 pub mod errors;
+pub mod lenient;
 pub mod sse;
 pub mod stream_events;
 

@@ -11,6 +11,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::ir::*;
+use crate::protocol::lenient::{count, truncate_marked};
 use crate::protocol::sse::SseEvent;
 
 /// `max_tokens` sent when the IR has none (Anthropic requires it). 8192 is accepted by every
@@ -62,11 +63,7 @@ fn get_str<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
 fn opt_u64(obj: &Map<String, Value>, key: &str) -> Result<Option<u64>, ConvertError> {
     match get(obj, key) {
         None => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .or_else(|| v.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= 9.0e15).map(|f| f as u64))
-            .map(Some)
-            .ok_or_else(|| err(key, format!("`{key}` must be a non-negative integer"))),
+        Some(v) => count(v).map(Some).ok_or_else(|| err(key, format!("`{key}` must be a non-negative integer"))),
     }
 }
 
@@ -244,13 +241,13 @@ fn error_kind_from_status(status: u16) -> ErrorKind {
 
 fn parse_usage(v: Option<&Value>) -> Usage {
     let Some(u) = v.and_then(Value::as_object) else { return Usage::default() };
-    let n = |k: &str| u.get(k).and_then(Value::as_u64);
+    let n = |k: &str| u.get(k).and_then(count);
     Usage {
         input: n("input_tokens"),
         output: n("output_tokens"),
         cache_read: n("cache_read_input_tokens"),
         cache_write: n("cache_creation_input_tokens"),
-        reasoning: u.get("output_tokens_details").and_then(|d| d.get("thinking_tokens")).and_then(Value::as_u64),
+        reasoning: u.get("output_tokens_details").and_then(|d| d.get("thinking_tokens")).and_then(count),
     }
 }
 
@@ -2055,18 +2052,8 @@ impl StreamEncoder {
 // Errors
 // ---------------------------------------------------------------------------------------------
 
+/// Longest error message kept from an upstream's error body, in characters.
 const MAX_ERROR_MESSAGE: usize = 2000;
-
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", s.get(..end).unwrap_or_default())
-}
 
 /// Upstream error body (any status) → IR. Understands Anthropic's shape and, for relays that
 /// answer in it, OpenAI's; anything else keeps the (truncated) body text.
@@ -2092,7 +2079,7 @@ pub fn decode_error(status: u16, body: &[u8]) -> ErrorBody {
                 .unwrap_or(by_status);
             return ErrorBody {
                 kind,
-                message: truncate(message, MAX_ERROR_MESSAGE),
+                message: truncate_marked(message, MAX_ERROR_MESSAGE),
                 // OpenAI's `code` (e.g. `rate_limit_exceeded`) is the more specific; Anthropic
                 // bodies have none, their `type` is the code.
                 code: ecode.or_else(|| etype.map(str::to_string)),
@@ -2103,7 +2090,7 @@ pub fn decode_error(status: u16, body: &[u8]) -> ErrorBody {
     let text = String::from_utf8_lossy(body);
     let text = text.trim();
     let message =
-        if text.is_empty() { format!("upstream answered HTTP {status}") } else { truncate(text, MAX_ERROR_MESSAGE) };
+        if text.is_empty() { format!("upstream answered HTTP {status}") } else { truncate_marked(text, MAX_ERROR_MESSAGE) };
     ErrorBody { kind: by_status, message, code: None, param: None }
 }
 
@@ -2458,6 +2445,16 @@ mod tests {
             ]
         }));
         insta::assert_json_snapshot!(request_json(&req, true));
+    }
+
+    #[test]
+    fn integral_float_counts_are_read_up_to_u64() {
+        // This codec refused integral floats above 9e15, the others read them up to 1.8e19 or
+        // 2^64: every codec now reads what fits a u64.
+        let r = dec(json!({"model": "m", "max_tokens": 1e16, "messages": [{"role": "user", "content": "hi"}]}));
+        assert_eq!(r.max_tokens, Some(10_000_000_000_000_000));
+        let e = dec_err(json!({"model": "m", "max_tokens": 1.5, "messages": [{"role": "user", "content": "hi"}]}));
+        assert_eq!(e.field, "max_tokens");
     }
 
     #[test]
@@ -3419,6 +3416,16 @@ data: {\"type\":\"message_stop\"}\n\n";
         insta::assert_json_snapshot!(shown);
         let long = "x".repeat(10_000);
         assert!(decode_error(500, long.as_bytes()).message.len() < 2100);
+    }
+
+    #[test]
+    fn long_error_messages_are_cut_by_characters() {
+        // This codec and the Chat one counted bytes, the Responses one characters: a message
+        // in a non-Latin script kept half (or a third) of what an English one keeps.
+        let long = "\u{e9}".repeat(5000);
+        let message = decode_error(500, long.as_bytes()).message;
+        assert_eq!(message.chars().count(), MAX_ERROR_MESSAGE + 1);
+        assert!(message.ends_with('…'));
     }
 
     #[test]

@@ -24,11 +24,14 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::ir::*;
+use crate::protocol::lenient::{
+    count, data_url, filename_for_media_type, media_type_for_filename, parse_arguments, parse_data_url, truncate_marked,
+};
 use crate::protocol::sse::SseEvent;
 
 type Obj = Map<String, Value>;
 
-/// Longest error-message excerpt taken from an unparseable upstream body.
+/// Longest error-message excerpt taken from an unparseable upstream body, in characters.
 const MAX_ERROR_TEXT: usize = 512;
 /// OpenAI rejects a longer `user` (gateways such as Bifrost drop it for the same reason).
 const MAX_USER_LEN: usize = 64;
@@ -48,17 +51,8 @@ fn str_field<'a>(o: &'a Obj, key: &str) -> Option<&'a str> {
     field(o, key).and_then(Value::as_str)
 }
 
-/// A non-negative integer, also accepting integral floats (`1024.0`).
-fn as_count(v: &Value) -> Option<u64> {
-    if let Some(n) = v.as_u64() {
-        return Some(n);
-    }
-    let f = v.as_f64()?;
-    (f >= 0.0 && f.fract() == 0.0 && f <= u64::MAX as f64).then_some(f as u64)
-}
-
 fn count_field(o: &Obj, key: &str) -> Option<u64> {
-    field(o, key).and_then(as_count)
+    field(o, key).and_then(count)
 }
 
 fn bad(field: impl Into<String>, message: impl Into<String>) -> ConvertError {
@@ -69,68 +63,8 @@ fn loss(field: impl Into<String>, note: impl Into<String>) -> Loss {
     Loss { field: field.into(), note: note.into() }
 }
 
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max;
-    while end > 0 && !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", s.get(..end).unwrap_or_default())
-}
-
 fn text(t: impl Into<String>) -> Part {
     Part::Text(TextPart { text: t.into(), cache_control: None })
-}
-
-/// `data:<media type>[;params];base64,<data>` → (media type, data). `None` when `s` is not a
-/// base64 data URL.
-fn parse_data_url(s: &str) -> Option<(String, String)> {
-    let rest = s.strip_prefix("data:")?;
-    let (meta, data) = rest.split_once(',')?;
-    let meta = meta.strip_suffix(";base64")?;
-    let media = meta.split(';').next().unwrap_or_default().trim();
-    let media = if media.is_empty() { "application/octet-stream" } else { media };
-    Some((media.to_owned(), data.to_owned()))
-}
-
-fn data_url(media_type: &str, data: &str) -> String {
-    format!("data:{media_type};base64,{data}")
-}
-
-fn media_type_for_filename(name: &str) -> &'static str {
-    let lower = name.to_ascii_lowercase();
-    match lower.rsplit_once('.').map(|(_, ext)| ext) {
-        Some("pdf") => "application/pdf",
-        Some("txt" | "md") => "text/plain",
-        Some("png") => "image/png",
-        Some("jpg" | "jpeg") => "image/jpeg",
-        Some("gif") => "image/gif",
-        Some("webp") => "image/webp",
-        _ => "application/octet-stream",
-    }
-}
-
-fn filename_for_media_type(media_type: &str) -> &'static str {
-    match media_type {
-        "application/pdf" => "document.pdf",
-        "text/plain" => "document.txt",
-        "text/markdown" => "document.md",
-        "text/csv" => "document.csv",
-        "text/html" => "document.html",
-        _ => "document",
-    }
-}
-
-/// Parses tool-call arguments. An empty string means "no arguments" (`{}`); arguments that do
-/// not parse also give `{}` (the raw string stays in `Part::ToolUse.arguments`, which the Chat
-/// and Responses encoders send back verbatim; an Anthropic target needs an object).
-fn parse_arguments(raw: &str) -> Value {
-    if raw.trim().is_empty() {
-        return Value::Object(Obj::new());
-    }
-    serde_json::from_str(raw).unwrap_or_else(|_| Value::Object(Obj::new()))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -197,7 +131,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
 
     // Meaning-changing features first, so the 400 names the real obstacle.
     if let Some(n) = field(&o, "n") {
-        match as_count(n) {
+        match count(n) {
             Some(1) => {}
             Some(n) => {
                 return Err(bad(
@@ -255,7 +189,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
     let max = max.or_else(|| field(&o, "max_tokens").map(|v| ("max_tokens", v)));
     if let Some((name, v)) = max {
         req.max_tokens =
-            Some(as_count(v).ok_or_else(|| bad(name, format!("`{name}` must be a non-negative integer")))?);
+            Some(count(v).ok_or_else(|| bad(name, format!("`{name}` must be a non-negative integer")))?);
     }
     for (name, slot) in [("temperature", &mut req.temperature), ("top_p", &mut req.top_p)] {
         if let Some(v) = field(&o, name) {
@@ -264,7 +198,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
     }
     if let Some(v) = field(&o, "top_k") {
         // Not OpenAI, but vLLM, Qwen and other Chat-compatible servers accept it.
-        req.top_k = Some(as_count(v).ok_or_else(|| bad("top_k", "`top_k` must be a non-negative integer"))?);
+        req.top_k = Some(count(v).ok_or_else(|| bad("top_k", "`top_k` must be a non-negative integer"))?);
     }
     req.stop = match field(&o, "stop") {
         None => Vec::new(),
@@ -1621,7 +1555,7 @@ pub fn decode_error(status: u16, body: &[u8]) -> ErrorBody {
     match found {
         Some(f) => {
             let kind = error_kind(Some(status), &f);
-            let message = f.message.clone().unwrap_or_else(|| truncate(&String::from_utf8_lossy(body), MAX_ERROR_TEXT));
+            let message = f.message.clone().unwrap_or_else(|| truncate_marked(&String::from_utf8_lossy(body), MAX_ERROR_TEXT));
             ErrorBody { kind, message, code: f.code.or(f.kind_label), param: f.param }
         }
         None => {
@@ -1630,7 +1564,7 @@ pub fn decode_error(status: u16, body: &[u8]) -> ErrorBody {
             let message = if text.is_empty() {
                 format!("the upstream answered {status} with no body")
             } else {
-                truncate(text, MAX_ERROR_TEXT)
+                truncate_marked(text, MAX_ERROR_TEXT)
             };
             ErrorBody { kind: kind_from_status(status).unwrap_or(ErrorKind::Api), message, code: None, param: None }
         }
@@ -1731,7 +1665,7 @@ impl StreamDecoder {
                 self.fail(
                     out,
                     ErrorKind::Api,
-                    format!("the upstream sent a malformed stream chunk: {}", truncate(data, MAX_ERROR_TEXT)),
+                    format!("the upstream sent a malformed stream chunk: {}", truncate_marked(data, MAX_ERROR_TEXT)),
                 );
                 return;
             }
@@ -1743,7 +1677,7 @@ impl StreamDecoder {
                 None => (ErrorKind::Api, None),
             };
             let message = message.unwrap_or_else(|| {
-                format!("the upstream sent an unexpected stream chunk: {}", truncate(data, MAX_ERROR_TEXT))
+                format!("the upstream sent an unexpected stream chunk: {}", truncate_marked(data, MAX_ERROR_TEXT))
             });
             self.fail(out, kind, message);
             return;
@@ -2535,6 +2469,24 @@ mod tests {
             ]}]
         }));
         assert_json_snapshot!("decode_request_user_parts", j_req(&req));
+    }
+
+    #[test]
+    fn file_part_without_data_url_takes_its_media_type_from_the_name() {
+        // This codec read `x.json` as application/octet-stream; the Responses codec knew JSON.
+        for (filename, want) in [("x.json", "application/json"), ("x.docx", "application/octet-stream")] {
+            let req = dec(&json!({
+                "model": "gpt-4o",
+                "messages": [{"role": "user", "content": [
+                    {"type": "file", "file": {"filename": filename, "file_data": "e30="}}
+                ]}]
+            }));
+            let Part::Document { source: DocumentSource::Base64 { media_type, .. }, .. } = &req.messages[0].content[0]
+            else {
+                panic!("not a document: {:?}", req.messages[0].content[0]);
+            };
+            assert_eq!(media_type, want, "{filename}");
+        }
     }
 
     #[test]

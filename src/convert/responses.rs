@@ -20,6 +20,9 @@
 use serde_json::{Map, Value, json};
 
 use super::ir::*;
+use crate::protocol::lenient::{
+    count, data_url, filename_for_media_type, media_type_for_filename, parse_arguments, parse_data_url, truncate_marked,
+};
 use crate::protocol::sse::SseEvent;
 
 /// `encrypted_content` prefix of a reasoning item that carries an Anthropic thinking signature.
@@ -34,7 +37,7 @@ const SUMMARY_SEPARATOR: &str = "\n\n";
 const INSTRUCTIONS_SEPARATOR: &str = "\n\n";
 /// Longest `user` value passed on unchanged; longer ids are replaced by a stable digest.
 const MAX_USER_LEN: usize = 64;
-/// Longest error message kept from an unparseable upstream error body.
+/// Longest error message kept from an unparseable upstream error body, in characters.
 const MAX_ERROR_TEXT: usize = 1000;
 
 // ---------------------------------------------------------------------------------------------
@@ -45,13 +48,8 @@ fn get_str<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
     v.get(key).and_then(Value::as_str)
 }
 
-/// A non-negative integer, also when written as `12.0`.
-fn num_u64(v: &Value) -> Option<u64> {
-    v.as_u64().or_else(|| v.as_f64().filter(|f| *f >= 0.0 && f.fract() == 0.0 && *f < 1.8e19).map(|f| f as u64))
-}
-
 fn get_u64(v: &Value, key: &str) -> Option<u64> {
-    v.get(key).and_then(num_u64)
+    v.get(key).and_then(count)
 }
 
 fn is_set(v: Option<&Value>) -> bool {
@@ -69,15 +67,6 @@ fn text_part(text: impl Into<String>) -> TextPart {
 /// Codex's canonical flat name for a namespaced tool (`codex-rs/protocol/src/tool_name.rs`).
 fn flat_tool_name(namespace: &str, name: &str) -> String {
     format!("{}__{}", namespace.trim_end_matches('_'), name.trim_start_matches('_'))
-}
-
-/// Arguments as JSON when they parse; `{}` for empty or malformed arguments (the raw string is
-/// kept next to it in `Part::ToolUse::arguments`).
-fn parse_arguments(raw: &str) -> Value {
-    if raw.trim().is_empty() {
-        return Value::Object(Map::new());
-    }
-    serde_json::from_str(raw).unwrap_or_else(|_| Value::Object(Map::new()))
 }
 
 /// The argument string to send for a tool call: the raw string when the IR kept it, else the
@@ -101,45 +90,10 @@ fn image_from_url(url: &str) -> Image {
     Image::Url { url: url.to_owned() }
 }
 
-/// Splits a base64 data URL into (media type, data).
-fn parse_data_url(url: &str) -> Option<(String, String)> {
-    let rest = url.strip_prefix("data:")?;
-    let (header, data) = rest.split_once(',')?;
-    let media_type = header.strip_suffix(";base64")?;
-    let media_type = media_type.split(';').next().unwrap_or_default();
-    Some((media_type.to_owned(), data.to_owned()))
-}
-
-fn data_url(media_type: &str, data: &str) -> String {
-    format!("data:{media_type};base64,{data}")
-}
-
 fn image_url(image: &Image) -> String {
     match image {
         Image::Base64 { media_type, data } => data_url(media_type, data),
         Image::Url { url } => url.clone(),
-    }
-}
-
-fn media_type_for_filename(filename: Option<&str>) -> &'static str {
-    let ext = filename.and_then(|f| f.rsplit_once('.')).map(|(_, e)| e.to_ascii_lowercase());
-    match ext.as_deref() {
-        Some("txt") | Some("md") => "text/plain",
-        Some("json") => "application/json",
-        Some("csv") => "text/csv",
-        Some("html") | Some("htm") => "text/html",
-        _ => "application/pdf",
-    }
-}
-
-fn filename_for_media_type(media_type: &str) -> &'static str {
-    match media_type {
-        "application/pdf" => "document.pdf",
-        "text/plain" => "document.txt",
-        "text/csv" => "document.csv",
-        "text/html" => "document.html",
-        "application/json" => "document.json",
-        _ => "document",
     }
 }
 
@@ -154,13 +108,6 @@ fn digest(s: &str) -> String {
         h
     };
     format!("{:016x}{:016x}", fnv(0xcbf2_9ce4_8422_2325), fnv(0x6c62_272e_07bb_0142))
-}
-
-fn truncate_chars(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((i, _)) => format!("{}…", s.get(..i).unwrap_or_default()),
-        None => s.to_owned(),
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -601,7 +548,7 @@ fn decode_input_file(field: &str, p: &Value) -> Result<Part, ConvertError> {
         let source = match parse_data_url(data) {
             Some((media_type, data)) => DocumentSource::Base64 { media_type, data },
             None => DocumentSource::Base64 {
-                media_type: media_type_for_filename(filename).to_owned(),
+                media_type: media_type_for_filename(filename.unwrap_or_default()).to_owned(),
                 data: data.to_owned(),
             },
         };
@@ -728,7 +675,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
 
     match root.get("max_output_tokens") {
         None | Some(Value::Null) => {}
-        Some(v) => match num_u64(v) {
+        Some(v) => match count(v) {
             Some(n) => req.max_tokens = Some(n),
             None => {
                 return Err(ConvertError::new("max_output_tokens", "max_output_tokens must be a non-negative integer"));
@@ -2415,7 +2362,7 @@ pub fn decode_error(status: u16, body: &[u8]) -> ErrorBody {
             if text.is_empty() {
                 format!("upstream returned HTTP {status}")
             } else {
-                truncate_chars(text, MAX_ERROR_TEXT)
+                truncate_marked(text, MAX_ERROR_TEXT)
             }
         });
     ErrorBody { kind, message, code: None, param: None }
@@ -2780,6 +2727,41 @@ mod tests {
         assert_eq!(body["input"][1]["type"], "reasoning");
         assert!(losses.is_empty(), "{losses:?}");
         insta::assert_json_snapshot!("codex_turn2_reencoded", body);
+    }
+
+    #[test]
+    fn input_file_without_data_url_takes_its_media_type_from_the_name() {
+        // This codec read an unknown or missing file name as application/pdf; the Chat codec
+        // as application/octet-stream, which is what is known about such bytes.
+        for (filename, want) in [
+            (Some("x.docx"), "application/octet-stream"),
+            (None, "application/octet-stream"),
+            (Some("x.json"), "application/json"),
+            (Some("x.pdf"), "application/pdf"),
+        ] {
+            let mut file = json!({"type": "input_file", "file_data": "JVBERi0="});
+            if let Some(name) = filename {
+                file["filename"] = json!(name);
+            }
+            let req =
+                dec(json!({"model": "gpt-5", "input": [{"role": "user", "content": [file]}]})).expect("decodes");
+            let Part::Document { source: DocumentSource::Base64 { media_type, .. }, .. } = &req.messages[0].content[0]
+            else {
+                panic!("not a document: {:?}", req.messages[0].content[0]);
+            };
+            assert_eq!(media_type, want, "{filename:?}");
+        }
+    }
+
+    #[test]
+    fn data_url_without_media_type_reads_as_octet_stream() {
+        // This codec kept an empty media type; the Chat codec gave application/octet-stream.
+        let file = json!({"type": "input_file", "filename": "x", "file_data": "data:;base64,JVBERi0="});
+        let req = dec(json!({"model": "gpt-5", "input": [{"role": "user", "content": [file]}]})).expect("decodes");
+        let Part::Document { source: DocumentSource::Base64 { media_type, .. }, .. } = &req.messages[0].content[0] else {
+            panic!("not a document: {:?}", req.messages[0].content[0]);
+        };
+        assert_eq!(media_type, "application/octet-stream");
     }
 
     #[test]

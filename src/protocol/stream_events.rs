@@ -6,15 +6,13 @@
 //! tolerate unexpected value types (a field of the wrong type reads as absent instead of failing
 //! the whole event). A full `serde_json::Value` is only built on the rare error path.
 
-use std::borrow::Cow;
 use std::fmt;
-use std::marker::PhantomData;
 
 use serde::Deserialize;
-use serde::de::value::MapAccessDeserializer;
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Value, json};
 
+use super::lenient::{self, Lax, Lenient, NonEmpty, drain_map, drain_seq, scalars_read_as};
 use super::sse::SseEvent;
 
 use super::Format;
@@ -382,214 +380,13 @@ fn non_null(x: Option<&Value>) -> Option<&Value> {
     x.filter(|x| !x.is_null())
 }
 
+/// An upstream's error message as kept: its first `MAX_MESSAGE_CHARS` characters.
 fn truncate(s: &str) -> String {
-    match s.char_indices().nth(MAX_MESSAGE_CHARS) {
-        Some((i, _)) => s.get(..i).unwrap_or(s).to_owned(),
-        None => s.to_owned(),
-    }
+    lenient::truncate(s, MAX_MESSAGE_CHARS).to_owned()
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tolerant deserialisation helpers
-
-/// Visitor methods for JSON types a helper does not care about: each yields `$none`.
-macro_rules! ignore_scalars {
-    ($none:expr) => {
-        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-            while seq.next_element::<IgnoredAny>()?.is_some() {}
-            Ok($none)
-        }
-    };
-}
-
-fn drain_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
-    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-    Ok(())
-}
-
-/// A scalar read leniently: a string (borrowed when unescaped), a non-negative integer, or
-/// nothing useful. Never fails on a type mismatch.
-#[derive(Debug, Default)]
-enum Lax<'a> {
-    #[default]
-    Absent,
-    Str(Cow<'a, str>),
-    Uint(u64),
-    Other,
-}
-
-impl Lax<'_> {
-    fn as_str(&self) -> Option<&str> {
-        match self {
-            Lax::Str(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    fn as_u64(&self) -> Option<u64> {
-        match self {
-            Lax::Uint(n) => Some(*n),
-            _ => None,
-        }
-    }
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for Lax<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(PhantomData<Lax<'a>>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = Lax<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Lax<'a>, E> {
-                Ok(Lax::Str(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Lax<'a>, E> {
-                Ok(Lax::Str(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<Lax<'a>, E> {
-                Ok(Lax::Str(Cow::Owned(v)))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Lax<'a>, E> {
-                Ok(Lax::Uint(v))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Lax<'a>, E> {
-                Ok(u64::try_from(v).map_or(Lax::Other, Lax::Uint))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Lax<'a>, E> {
-                let whole = v.fract() == 0.0 && (0.0..1.8e19).contains(&v);
-                Ok(if whole { Lax::Uint(v as u64) } else { Lax::Other })
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Lax<'a>, E> {
-                Ok(Lax::Other)
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Lax<'a>, E> {
-                Ok(Lax::Absent)
-            }
-            fn visit_none<E: de::Error>(self) -> Result<Lax<'a>, E> {
-                Ok(Lax::Absent)
-            }
-            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Lax<'a>, D2::Error> {
-                Lax::deserialize(d)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Lax<'a>, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Lax::Other)
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Lax<'a>, A::Error> {
-                drain_map(map)?;
-                Ok(Lax::Other)
-            }
-        }
-        d.deserialize_any(V(PhantomData))
-    }
-}
-
-/// Whether a value carries anything: false for null, `""`, `[]`, `{}`, `false`.
-#[derive(Debug, Default, Clone, Copy)]
-struct NonEmpty(bool);
-
-impl<'de> Deserialize<'de> for NonEmpty {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = NonEmpty;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_bool<E: de::Error>(self, v: bool) -> Result<NonEmpty, E> {
-                Ok(NonEmpty(v))
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<NonEmpty, E> {
-                Ok(NonEmpty(true))
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<NonEmpty, E> {
-                Ok(NonEmpty(true))
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<NonEmpty, E> {
-                Ok(NonEmpty(true))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<NonEmpty, E> {
-                Ok(NonEmpty(!v.is_empty()))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<NonEmpty, E> {
-                Ok(NonEmpty(false))
-            }
-            fn visit_none<E: de::Error>(self) -> Result<NonEmpty, E> {
-                Ok(NonEmpty(false))
-            }
-            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<NonEmpty, D2::Error> {
-                NonEmpty::deserialize(d)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<NonEmpty, A::Error> {
-                let mut any = false;
-                while seq.next_element::<IgnoredAny>()?.is_some() {
-                    any = true;
-                }
-                Ok(NonEmpty(any))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<NonEmpty, A::Error> {
-                let mut any = false;
-                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {
-                    any = true;
-                }
-                Ok(NonEmpty(any))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// An object read as `T`; any other JSON type reads as `None` instead of failing.
-struct Lenient<T>(Option<T>);
-
-impl<T> Default for Lenient<T> {
-    fn default() -> Self {
-        Lenient(None)
-    }
-}
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Lenient<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<T>(PhantomData<T>);
-        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
-            type Value = Lenient<T>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            ignore_scalars!(Lenient(None));
-            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
-                Lenient::deserialize(d)
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-                T::deserialize(MapAccessDeserializer::new(map)).map(|t| Lenient(Some(t)))
-            }
-        }
-        d.deserialize_any(V(PhantomData))
-    }
-}
+// OpenAI chunk shapes, folded while parsing
 
 /// An OpenAI delta: does any key other than `role` carry something?
 #[derive(Debug, Default, Clone, Copy)]
@@ -605,9 +402,12 @@ impl<'de> Deserialize<'de> for DeltaInfo {
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a delta object")
             }
-            ignore_scalars!(DeltaInfo::default());
+            scalars_read_as!(DeltaInfo::default());
             fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<DeltaInfo, D2::Error> {
                 DeltaInfo::deserialize(d)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<DeltaInfo, A::Error> {
+                drain_seq(seq).map(|()| DeltaInfo::default())
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<DeltaInfo, A::Error> {
                 let mut has_content = false;
@@ -655,27 +455,7 @@ impl<'de> Deserialize<'de> for Choices {
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a choices array")
             }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Choices, E> {
-                Ok(Choices::default())
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Choices, E> {
-                Ok(Choices::default())
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Choices, E> {
-                Ok(Choices::default())
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Choices, E> {
-                Ok(Choices::default())
-            }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<Choices, E> {
-                Ok(Choices::default())
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Choices, E> {
-                Ok(Choices::default())
-            }
-            fn visit_none<E: de::Error>(self) -> Result<Choices, E> {
-                Ok(Choices::default())
-            }
+            scalars_read_as!(Choices::default());
             fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Choices, D2::Error> {
                 Choices::deserialize(d)
             }
