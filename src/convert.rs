@@ -16,6 +16,7 @@ pub mod openai_chat;
 pub mod responses;
 
 use crate::protocol::Format;
+use crate::protocol::errors::ErrorKind;
 use crate::protocol::sse::SseEvent;
 use ir::{ConvertError, EncodeContext, Encoded, ErrorBody, Request, Response, StreamEvent};
 
@@ -150,7 +151,7 @@ impl StreamConversion {
     }
 
     /// End the client's stream with its protocol's error event.
-    pub fn fail(&mut self, kind: ir::ErrorKind, message: &str, out: &mut Vec<u8>) {
+    pub fn fail(&mut self, kind: ErrorKind, message: &str, out: &mut Vec<u8>) {
         self.encoder.encode(&StreamEvent::Error { kind, message: message.to_string() }, out);
     }
 

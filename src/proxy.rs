@@ -105,7 +105,7 @@ async fn prepare(
     let limit = snapshot.settings.max_body_bytes;
     let too_large = || {
         GatewayError::new(
-            ErrorKind::PayloadTooLarge,
+            ErrorKind::RequestTooLarge,
             "request_too_large",
             format!(
                 "the request body is larger than max_body_bytes ({limit} bytes); shorten it or raise max_body_bytes in the settings"

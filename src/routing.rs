@@ -151,7 +151,7 @@ fn describe_models(e: &Endpoint) -> String {
 pub fn nothing_configured(route: Route) -> GatewayError {
     let protocol = route.protocol();
     GatewayError::new(
-        ErrorKind::NoEndpoints,
+        ErrorKind::Overloaded,
         "no_endpoints",
         format!(
             "no enabled endpoint can serve {} requests; add one with POST /api/endpoints, the dashboard, or `ccmesh endpoint add`",

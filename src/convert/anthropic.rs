@@ -11,8 +11,9 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::ir::*;
+use crate::protocol::errors::{AnthropicError, ErrorKind, anthropic_error_event};
 use crate::protocol::lenient::{count, truncate_marked};
-use crate::protocol::sse::SseEvent;
+use crate::protocol::sse::{SseEvent, write_event};
 
 /// `max_tokens` sent when the IR has none (Anthropic requires it). 8192 is accepted by every
 /// current Claude model and by the common Anthropic-compatible relays.
@@ -193,20 +194,6 @@ pub fn stop_reason_to_wire(r: StopReason) -> &'static str {
         StopReason::ToolUse => "tool_use",
         StopReason::Refusal => "refusal",
         StopReason::PauseTurn => "pause_turn",
-    }
-}
-
-/// The Anthropic `error.type` for an error kind.
-pub fn error_type(kind: ErrorKind) -> &'static str {
-    match kind {
-        ErrorKind::InvalidRequest => "invalid_request_error",
-        ErrorKind::Authentication => "authentication_error",
-        ErrorKind::Permission => "permission_error",
-        ErrorKind::NotFound => "not_found_error",
-        ErrorKind::RequestTooLarge => "request_too_large",
-        ErrorKind::RateLimited => "rate_limit_error",
-        ErrorKind::Overloaded => "overloaded_error",
-        ErrorKind::Api => "api_error",
     }
 }
 
@@ -1812,21 +1799,6 @@ struct TypeOnly {
     ty: &'static str,
 }
 
-#[derive(Serialize)]
-struct ErrorInner<'a> {
-    #[serde(rename = "type")]
-    ty: &'a str,
-    message: &'a str,
-}
-
-/// Anthropic's error body, also the data of the `error` stream event.
-#[derive(Serialize)]
-struct ErrorOut<'a> {
-    #[serde(rename = "type")]
-    ty: &'static str,
-    error: ErrorInner<'a>,
-}
-
 /// Incremental Anthropic stream encoder.
 #[derive(Debug)]
 pub struct StreamEncoder {
@@ -1840,16 +1812,6 @@ pub struct StreamEncoder {
     tool_n: usize,
     saw_tool_use: bool,
     usage: Usage,
-}
-
-fn write_event(out: &mut Vec<u8>, name: &str, data: &impl Serialize) {
-    out.extend_from_slice(b"event: ");
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(b"\ndata: ");
-    if serde_json::to_writer(&mut *out, data).is_err() {
-        out.extend_from_slice(b"{}");
-    }
-    out.extend_from_slice(b"\n\n");
 }
 
 impl StreamEncoder {
@@ -1886,8 +1848,8 @@ impl StreamEncoder {
                 usage: UsageOut::from_ir(&self.usage),
             },
         };
-        write_event(out, "message_start", &ev);
-        write_event(out, "ping", &TypeOnly { ty: "ping" });
+        write_event(out, Some("message_start"), &ev);
+        write_event(out, Some("ping"), &TypeOnly { ty: "ping" });
     }
 
     fn ensure_started(&mut self, out: &mut Vec<u8>) {
@@ -1915,7 +1877,7 @@ impl StreamEncoder {
                 (Kind::Tool, BlockOut::ToolUse { id, name, input: Value::Object(Map::new()) })
             }
         };
-        write_event(out, "content_block_start", &BlockStartEvent { ty: "content_block_start", index, content_block });
+        write_event(out, Some("content_block_start"), &BlockStartEvent { ty: "content_block_start", index, content_block });
         let b = OutBlock { ir, out: index, kind, open: true };
         self.blocks.push(b);
         b
@@ -1924,14 +1886,14 @@ impl StreamEncoder {
     fn close_ir(&mut self, ir: usize, out: &mut Vec<u8>) {
         if let Some(b) = self.blocks.iter_mut().rev().find(|b| b.ir == ir && b.open) {
             b.open = false;
-            write_event(out, "content_block_stop", &BlockStopEvent { ty: "content_block_stop", index: b.out });
+            write_event(out, Some("content_block_stop"), &BlockStopEvent { ty: "content_block_stop", index: b.out });
         }
     }
 
     fn close_all(&mut self, out: &mut Vec<u8>) {
         for b in self.blocks.iter_mut().filter(|b| b.open) {
             b.open = false;
-            write_event(out, "content_block_stop", &BlockStopEvent { ty: "content_block_stop", index: b.out });
+            write_event(out, Some("content_block_stop"), &BlockStopEvent { ty: "content_block_stop", index: b.out });
         }
     }
 
@@ -1944,7 +1906,7 @@ impl StreamEncoder {
     }
 
     fn delta(index: usize, delta: DeltaOut<'_>, out: &mut Vec<u8>) {
-        write_event(out, "content_block_delta", &BlockDeltaEvent { ty: "content_block_delta", index, delta });
+        write_event(out, Some("content_block_delta"), &BlockDeltaEvent { ty: "content_block_delta", index, delta });
     }
 
     fn finish(
@@ -1969,7 +1931,7 @@ impl StreamEncoder {
                 output_tokens: u.output.unwrap_or(0),
             },
         };
-        write_event(out, "message_delta", &ev);
+        write_event(out, Some("message_delta"), &ev);
     }
 
     pub fn encode(&mut self, event: &StreamEvent, out: &mut Vec<u8>) {
@@ -2036,12 +1998,11 @@ impl StreamEncoder {
                 if !self.finished {
                     self.finish(None, None, &Usage::default(), out);
                 }
-                write_event(out, "message_stop", &TypeOnly { ty: "message_stop" });
+                write_event(out, Some("message_stop"), &TypeOnly { ty: "message_stop" });
                 self.done = true;
             }
             StreamEvent::Error { kind, message } => {
-                let ev = ErrorOut { ty: "error", error: ErrorInner { ty: error_type(*kind), message } };
-                write_event(out, "error", &ev);
+                anthropic_error_event(out, &AnthropicError::new(kind.anthropic_type(), message));
                 self.done = true;
             }
         }
@@ -2111,9 +2072,9 @@ pub fn encode_error(e: &ErrorBody) -> Vec<u8> {
             | "api_error"
             | "overloaded_error"),
         ) if error_kind_from_type(t) == Some(e.kind) => t,
-        _ => error_type(e.kind),
+        _ => e.kind.anthropic_type(),
     };
-    serde_json::to_vec(&ErrorOut { ty: "error", error: ErrorInner { ty, message: &e.message } }).unwrap_or_default()
+    serde_json::to_vec(&AnthropicError::new(ty, &e.message)).unwrap_or_default()
 }
 
 #[cfg(test)]

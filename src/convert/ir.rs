@@ -7,6 +7,8 @@
 
 use serde_json::Value;
 
+use crate::protocol::errors::ErrorKind;
+
 /// A request to generate, decoded from any inbound protocol.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Request {
@@ -317,19 +319,6 @@ pub enum BlockStart {
         id: Option<String>,
         encrypted_content: Option<String>,
     },
-}
-
-/// What kind of error, as far as the three protocols can tell.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorKind {
-    InvalidRequest,
-    Authentication,
-    Permission,
-    NotFound,
-    RequestTooLarge,
-    RateLimited,
-    Overloaded,
-    Api,
 }
 
 /// An error body from an upstream, decoded so it can be re-encoded in the client's protocol.

@@ -24,10 +24,11 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::ir::*;
+use crate::protocol::errors::{ErrorKind, OpenAiError, chat_error_chunk};
 use crate::protocol::lenient::{
     count, data_url, filename_for_media_type, media_type_for_filename, parse_arguments, parse_data_url, truncate_marked,
 };
-use crate::protocol::sse::SseEvent;
+use crate::protocol::sse::{SseEvent, write_event};
 
 type Obj = Map<String, Value>;
 
@@ -1571,33 +1572,21 @@ pub fn decode_error(status: u16, body: &[u8]) -> ErrorBody {
     }
 }
 
-#[derive(Serialize)]
-struct ErrorEnvelope<'a> {
-    error: ErrorOut<'a>,
-}
-
-#[derive(Serialize)]
-struct ErrorOut<'a> {
-    message: &'a str,
-    r#type: &'static str,
-    param: Option<&'a str>,
-    code: Option<&'a str>,
-}
-
-fn error_out(err: &ErrorBody) -> ErrorEnvelope<'_> {
+/// Chat's error body. The OpenAI type of the kind, except that authentication and permission
+/// failures, and an exhausted quota, are named as such: the many Chat-compatible vendors and
+/// their clients know these types.
+fn error_out(err: &ErrorBody) -> OpenAiError<'_> {
     let code = match (err.kind, err.code.as_deref()) {
         (ErrorKind::RateLimited, None | Some("rate_limit_error")) => Some("rate_limit_exceeded"),
         (_, c) => c,
     };
-    let kind = match err.kind {
-        ErrorKind::InvalidRequest | ErrorKind::NotFound | ErrorKind::RequestTooLarge => "invalid_request_error",
+    let ty = match err.kind {
         ErrorKind::Authentication => "authentication_error",
         ErrorKind::Permission => "permission_error",
         ErrorKind::RateLimited if code == Some("insufficient_quota") => "insufficient_quota",
-        ErrorKind::RateLimited => "rate_limit_error",
-        ErrorKind::Overloaded | ErrorKind::Api => "server_error",
+        kind => kind.openai_type(),
     };
-    ErrorEnvelope { error: ErrorOut { message: &err.message, r#type: kind, param: err.param.as_deref(), code } }
+    OpenAiError::new(&err.message, ty, err.param.as_deref(), code)
 }
 
 /// IR error -> this protocol's error body (the gateway keeps the upstream status).
@@ -2074,7 +2063,7 @@ impl StreamEncoder {
             }
             StreamEvent::Error { kind, message } => {
                 let err = ErrorBody { kind: *kind, message: message.clone(), code: None, param: None };
-                write_data(out, &error_out(&err));
+                chat_error_chunk(out, &error_out(&err));
                 self.done = true;
             }
         }
@@ -2106,7 +2095,7 @@ impl StreamEncoder {
                 choices: Vec::new(),
                 usage: Some(Some(usage_out(&self.usage))),
             };
-            write_data(out, &chunk);
+            write_event(out, None, &chunk);
         }
     }
 
@@ -2119,17 +2108,8 @@ impl StreamEncoder {
             choices: vec![ChunkChoiceOut { index: 0, delta, logprobs: None, finish_reason }],
             usage: self.ctx.include_usage.then_some(None),
         };
-        write_data(out, &chunk);
+        write_event(out, None, &chunk);
     }
-}
-
-fn write_data(out: &mut Vec<u8>, value: &impl Serialize) {
-    out.extend_from_slice(b"data: ");
-    // Serializing these plain structs cannot fail; an empty object keeps the stream well-formed.
-    if serde_json::to_writer(&mut *out, value).is_err() {
-        out.extend_from_slice(b"{}");
-    }
-    out.extend_from_slice(b"\n\n");
 }
 
 #[cfg(test)]

@@ -20,10 +20,11 @@
 use serde_json::{Map, Value, json};
 
 use super::ir::*;
+use crate::protocol::errors::{ErrorKind, OpenAiError, response_failed_event, to_value};
 use crate::protocol::lenient::{
     count, data_url, filename_for_media_type, media_type_for_filename, parse_arguments, parse_data_url, truncate_marked,
 };
-use crate::protocol::sse::SseEvent;
+use crate::protocol::sse::{SseEvent, write_event};
 
 /// `encrypted_content` prefix of a reasoning item that carries an Anthropic thinking signature.
 const THINKING_BLOB: &str = "ccmesh.anthropic-thinking.v1:";
@@ -1321,33 +1322,7 @@ fn error_code_for(kind: ErrorKind) -> &'static str {
         ErrorKind::RequestTooLarge => "context_length_exceeded",
         ErrorKind::RateLimited => "rate_limit_exceeded",
         ErrorKind::Overloaded => "server_is_overloaded",
-        ErrorKind::Api => "server_error",
-    }
-}
-
-/// `response.error.code` of a failed response: only the values the API (and the openai-python
-/// `ResponseError` model) define.
-fn failed_code_for(kind: ErrorKind) -> &'static str {
-    match kind {
-        ErrorKind::RateLimited => "rate_limit_exceeded",
-        ErrorKind::InvalidRequest
-        | ErrorKind::Authentication
-        | ErrorKind::Permission
-        | ErrorKind::NotFound
-        | ErrorKind::RequestTooLarge => "invalid_prompt",
-        ErrorKind::Overloaded | ErrorKind::Api => "server_error",
-    }
-}
-
-fn error_type_for(kind: ErrorKind) -> &'static str {
-    match kind {
-        ErrorKind::RateLimited => "rate_limit_error",
-        ErrorKind::Overloaded | ErrorKind::Api => "server_error",
-        ErrorKind::InvalidRequest
-        | ErrorKind::Authentication
-        | ErrorKind::Permission
-        | ErrorKind::NotFound
-        | ErrorKind::RequestTooLarge => "invalid_request_error",
+        ErrorKind::Api | ErrorKind::BadGateway => "server_error",
     }
 }
 
@@ -1985,11 +1960,7 @@ impl StreamEncoder {
             obj.insert("sequence_number".to_owned(), json!(self.seq));
         }
         self.seq += 1;
-        out.extend_from_slice(b"event: ");
-        out.extend_from_slice(ty.as_bytes());
-        out.extend_from_slice(b"\ndata: ");
-        out.extend_from_slice(serde_json::to_string(&data).unwrap_or_default().as_bytes());
-        out.extend_from_slice(b"\n\n");
+        write_event(out, Some(ty), &data);
     }
 
     fn response(&self, outcome: Outcome, usage: Option<&Usage>) -> Value {
@@ -2309,10 +2280,11 @@ impl StreamEncoder {
                 self.done = true;
             }
             StreamEvent::Error { kind, message } => {
-                let error = json!({"code": failed_code_for(*kind), "message": message});
+                let error = json!({"code": kind.failed_response_code(), "message": message});
                 let usage = self.usage;
                 let r = self.response(Outcome::failed(error), Some(&usage));
-                self.emit(out, "response.failed", json!({"response": r}));
+                response_failed_event(out, self.seq, r);
+                self.seq += 1;
                 self.done = true;
             }
         }
@@ -2370,15 +2342,10 @@ pub fn decode_error(status: u16, body: &[u8]) -> ErrorBody {
 
 /// IR error → `{"error":{"message","type","param","code"}}`.
 pub fn encode_error(err: &ErrorBody) -> Vec<u8> {
-    let body = json!({
-        "error": {
-            "message": err.message,
-            "type": error_type_for(err.kind),
-            "param": err.param,
-            "code": err.code.clone().unwrap_or_else(|| error_code_for(err.kind).to_owned()),
-        }
-    });
-    serde_json::to_vec(&body).unwrap_or_default()
+    let code = err.code.as_deref().unwrap_or_else(|| error_code_for(err.kind));
+    let body = OpenAiError::new(&err.message, err.kind.openai_type(), err.param.as_deref(), Some(code));
+    // Through a `Value`, like every document this codec writes (keys sorted).
+    serde_json::to_vec(&to_value(&body)).unwrap_or_default()
 }
 
 #[cfg(test)]

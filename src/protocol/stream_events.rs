@@ -1,6 +1,7 @@
 //! What a streamed upstream event means (SPEC §6): preamble to hold back, content, the
 //! protocol's terminal event, or an error the upstream reported inside the stream; and the
-//! protocol-native error event the gateway appends when a started stream fails.
+//! facts (`StreamContext`) the native error event needs when a started stream fails
+//! (`errors::stream_error_event` writes it).
 //!
 //! Parsing runs once per event, so it uses small borrowed structs that skip unknown fields and
 //! tolerate unexpected value types (a field of the wrong type reads as absent instead of failing
@@ -10,7 +11,7 @@ use std::fmt;
 
 use serde::Deserialize;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::lenient::{self, Lax, Lenient, NonEmpty, drain_map, drain_seq, scalars_read_as};
 use super::sse::SseEvent;
@@ -72,78 +73,6 @@ pub fn inspect(format: Format, event: &SseEvent<'_>) -> EventKind {
 /// `inspect` and `ctx.observe` with a single parse of the event.
 pub fn inspect_and_observe(format: Format, event: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
     inspect_inner(format, event, Some(ctx))
-}
-
-/// The bytes of a protocol-native error event to append to a client stream whose bytes have
-/// already started (SPEC §6).
-pub fn error_event(format: Format, message: &str, ctx: &StreamContext) -> Vec<u8> {
-    match format {
-        Format::Anthropic => {
-            let body = json!({
-                "type": "error",
-                "error": { "type": "api_error", "message": message },
-            });
-            sse_bytes(Some("error"), &body)
-        }
-        Format::Openai => {
-            let body = json!({
-                "error": {
-                    "message": message,
-                    "type": "server_error",
-                    "code": "upstream_stream_error",
-                    "param": null,
-                },
-            });
-            sse_bytes(None, &body)
-        }
-        Format::Responses => {
-            let sequence_number = ctx.last_sequence_number.map_or(0, |n| n.saturating_add(1));
-            let body = json!({
-                "type": "response.failed",
-                "sequence_number": sequence_number,
-                "response": {
-                    "id": ctx.response_id.as_deref().unwrap_or("resp_ccmesh_stream_error"),
-                    "object": "response",
-                    "created_at": ctx.created_at.unwrap_or(0),
-                    "status": "failed",
-                    "error": { "code": "server_error", "message": message },
-                    "incomplete_details": null,
-                    "instructions": null,
-                    "max_output_tokens": null,
-                    "metadata": {},
-                    "model": ctx.model.as_deref().unwrap_or(""),
-                    "output": [],
-                    "parallel_tool_calls": true,
-                    "previous_response_id": null,
-                    "reasoning": null,
-                    "temperature": null,
-                    "tool_choice": "auto",
-                    "tools": [],
-                    "top_p": null,
-                    "truncation": "disabled",
-                    "usage": null,
-                    "user": null,
-                },
-            });
-            sse_bytes(Some("response.failed"), &body)
-        }
-    }
-}
-
-fn sse_bytes(event: Option<&str>, body: &Value) -> Vec<u8> {
-    let mut out = Vec::with_capacity(256);
-    if let Some(name) = event {
-        out.extend_from_slice(b"event: ");
-        out.extend_from_slice(name.as_bytes());
-        out.push(b'\n');
-    }
-    out.extend_from_slice(b"data: ");
-    // Serialising a `Value` to a Vec cannot fail; compact JSON has no raw newlines.
-    if serde_json::to_writer(&mut out, body).is_err() {
-        out.extend_from_slice(b"{}");
-    }
-    out.extend_from_slice(b"\n\n");
-    out
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -483,20 +412,21 @@ impl<'de> Deserialize<'de> for Choices {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-mod tests {
+pub(crate) mod tests {
     use super::super::sse::SseScanner;
     use super::super::sse::tests::{ANTHROPIC, OPENAI, RESPONSES};
     use super::*;
+    use serde_json::json;
 
     fn ev<'a>(event: Option<&'a str>, data: &'a str) -> SseEvent<'a> {
         SseEvent { event, data }
     }
 
-    fn kind(format: Format, event: Option<&str>, data: &str) -> EventKind {
+    pub(crate) fn kind(format: Format, event: Option<&str>, data: &str) -> EventKind {
         inspect(format, &ev(event, data))
     }
 
-    fn err(rate_limited: bool, overloaded: bool, message: &str) -> EventKind {
+    pub(crate) fn err(rate_limited: bool, overloaded: bool, message: &str) -> EventKind {
         EventKind::UpstreamError { rate_limited, overloaded, message: message.to_owned() }
     }
 
@@ -932,74 +862,5 @@ mod tests {
         assert_eq!(ctx.model.as_deref(), Some("gpt-5"));
         assert_eq!(ctx.last_sequence_number, Some(7));
         assert_eq!(ctx.created_at, Some(1700000000));
-    }
-
-    fn parse_error_event(bytes: &[u8]) -> (Option<String>, Value) {
-        let mut scanner = SseScanner::new();
-        let mut out = Vec::new();
-        scanner.feed(bytes, |e| out.push((e.event.map(str::to_owned), serde_json::from_str::<Value>(e.data).unwrap())));
-        assert_eq!(scanner.pending_bytes(), 0);
-        assert_eq!(out.len(), 1);
-        out.pop().unwrap()
-    }
-
-    const NASTY: &str = "upstream reset: \"quoted\"\n\r\\ <tag> \u{1F4A5} \u{0}";
-
-    #[test]
-    fn anthropic_error_event() {
-        let bytes = error_event(Anthropic, NASTY, &StreamContext::default());
-        assert!(bytes.starts_with(b"event: error\ndata: {"));
-        assert!(bytes.ends_with(b"}\n\n"));
-        let (name, v) = parse_error_event(&bytes);
-        assert_eq!(name.as_deref(), Some("error"));
-        assert_eq!(v, json!({"type":"error","error":{"type":"api_error","message":NASTY}}));
-        let text = String::from_utf8(bytes).unwrap();
-        let data = text.strip_prefix("event: error\ndata: ").unwrap().trim_end();
-        assert_eq!(kind(Anthropic, Some("error"), data), err(false, false, NASTY));
-    }
-
-    #[test]
-    fn openai_error_event() {
-        let bytes = error_event(Openai, NASTY, &StreamContext::default());
-        assert!(bytes.starts_with(b"data: {"));
-        let (name, v) = parse_error_event(&bytes);
-        assert_eq!(name, None);
-        assert_eq!(
-            v,
-            json!({"error":{"message":NASTY,"type":"server_error","code":"upstream_stream_error","param":null}})
-        );
-        assert_eq!(kind(Openai, None, &v.to_string()), err(false, false, NASTY));
-    }
-
-    #[test]
-    fn responses_error_event() {
-        let ctx = StreamContext {
-            response_id: Some("resp_abc".to_owned()),
-            last_sequence_number: Some(41),
-            model: Some("gpt-4.1".to_owned()),
-            created_at: Some(1741290958),
-        };
-        let bytes = error_event(Responses, NASTY, &ctx);
-        assert!(bytes.starts_with(b"event: response.failed\ndata: {"));
-        let (name, v) = parse_error_event(&bytes);
-        assert_eq!(name.as_deref(), Some("response.failed"));
-        assert_eq!(v["type"], "response.failed");
-        assert_eq!(v["sequence_number"], 42);
-        let r = &v["response"];
-        assert_eq!(r["id"], "resp_abc");
-        assert_eq!(r["object"], "response");
-        assert_eq!(r["status"], "failed");
-        assert_eq!(r["model"], "gpt-4.1");
-        assert_eq!(r["created_at"], 1741290958);
-        assert_eq!(r["error"], json!({"code":"server_error","message":NASTY}));
-        // Fields the SDKs' Response model requires.
-        for key in ["output", "tools", "parallel_tool_calls", "tool_choice", "metadata"] {
-            assert!(r.get(key).is_some(), "{key}");
-        }
-        assert_eq!(kind(Responses, Some("response.failed"), &v.to_string()), err(false, false, NASTY));
-        // Unknown context: still well-formed.
-        let (_, v) = parse_error_event(&error_event(Responses, "x", &StreamContext::default()));
-        assert_eq!(v["sequence_number"], 0);
-        assert!(v["response"]["id"].as_str().unwrap().starts_with("resp_"));
     }
 }
