@@ -46,7 +46,7 @@ use ccmesh::gateway::{LiveEndpoint, Rotation, Snapshot};
 use ccmesh::observe::cost::PriceTable;
 use ccmesh::observe::usage::StreamUsage;
 use ccmesh::protocol::sse::{SseEvent, SseScanner};
-use ccmesh::protocol::stream_events::{StreamContext, inspect, inspect_and_observe};
+use ccmesh::protocol::stream_events::{StreamContext, inspect_and_observe};
 use ccmesh::protocol::{Format, Protocol, Route};
 use ccmesh::proxy::classify::{Class, classify_network_error, classify_status, outcome_for};
 use ccmesh::proxy::relay::{StreamObserver, StreamWatch, Transform};
@@ -559,28 +559,10 @@ fn stream_cases(rows: &mut Vec<[String; 4]>) {
         );
     }
 
-    // The terminal/error watch and the stream context: as the relay calls them (two functions,
-    // each parsing the event), and through `inspect_and_observe` (one parse).
+    // The terminal/error watch and the stream context, as the relay calls them (one parse).
     for (format, bytes, events) in [(Format::Anthropic, &anthropic, a_events), (Format::Openai, &chat, c_events)] {
         let owned = scanned(bytes);
         let parsed = borrowed(&owned);
-        let t = measure(|| {
-            let mut context = StreamContext::default();
-            let mut watch = StreamWatch::default();
-            for e in &parsed {
-                context.observe(format, black_box(e));
-                watch.observe(&inspect(format, e));
-            }
-            black_box((context, watch));
-        });
-        per_event(
-            rows,
-            "`StreamContext::observe` + `inspect` (as the relay calls them)",
-            format!("{format}, {events} events (scanned beforehand)"),
-            t,
-            events,
-            None,
-        );
         let t = measure(|| {
             let mut context = StreamContext::default();
             let mut watch = StreamWatch::default();

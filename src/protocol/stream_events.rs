@@ -58,33 +58,18 @@ pub struct StreamContext {
     pub created_at: Option<u64>,
 }
 
-impl StreamContext {
-    /// Record what `event` tells about the stream.
-    pub fn observe(&mut self, format: Format, event: &SseEvent<'_>) {
-        inspect_inner(format, event, Some(self));
-    }
-}
-
-/// What `event` means for a stream in `format`.
-pub fn inspect(format: Format, event: &SseEvent<'_>) -> EventKind {
-    inspect_inner(format, event, None)
-}
-
-/// `inspect` and `ctx.observe` with a single parse of the event.
+/// What `event` means for a stream in `format`, recording in `ctx` what it tells about the
+/// stream (one parse of the event serves both).
 pub fn inspect_and_observe(format: Format, event: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
-    inspect_inner(format, event, Some(ctx))
+    match format {
+        Format::Anthropic => anthropic(event, ctx),
+        Format::Openai => openai(event, ctx),
+        Format::Responses => responses(event, ctx),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Classification
-
-fn inspect_inner(format: Format, ev: &SseEvent<'_>, ctx: Option<&mut StreamContext>) -> EventKind {
-    match format {
-        Format::Anthropic => anthropic(ev, ctx),
-        Format::Openai => openai(ev, ctx),
-        Format::Responses => responses(ev, ctx),
-    }
-}
 
 #[derive(Deserialize)]
 struct AnthropicEvent<'a> {
@@ -114,13 +99,13 @@ fn is_plain_anthropic_delta(ev: &SseEvent<'_>) -> bool {
     ev.event == Some("content_block_delta") && ANTHROPIC_DELTA_PREFIXES.iter().any(|p| ev.data.starts_with(p))
 }
 
-fn anthropic(ev: &SseEvent<'_>, ctx: Option<&mut StreamContext>) -> EventKind {
+fn anthropic(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
     if is_plain_anthropic_delta(ev) {
         return EventKind::Content;
     }
     let parsed: Option<AnthropicEvent<'_>> = serde_json::from_str(ev.data).ok();
     let name = parsed.as_ref().and_then(|p| p.kind.as_str()).or(ev.event);
-    if let (Some(ctx), Some(p)) = (ctx, parsed.as_ref())
+    if let Some(p) = parsed.as_ref()
         && let Some(model) = p.message.0.as_ref().and_then(|m| m.model.as_str())
         && (name == Some("message_start") || ctx.model.is_none())
     {
@@ -155,7 +140,7 @@ struct ChatChunk<'a> {
     model: Lax<'a>,
 }
 
-fn openai(ev: &SseEvent<'_>, ctx: Option<&mut StreamContext>) -> EventKind {
+fn openai(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
     let data = ev.data.trim_start();
     if data.starts_with("[DONE]") {
         return EventKind::Terminal;
@@ -166,7 +151,7 @@ fn openai(ev: &SseEvent<'_>, ctx: Option<&mut StreamContext>) -> EventKind {
     let Ok(chunk) = serde_json::from_str::<ChatChunk<'_>>(data) else {
         return EventKind::Content;
     };
-    if let (Some(ctx), Some(model)) = (ctx, chunk.model.as_str())
+    if let Some(model) = chunk.model.as_str()
         && ctx.model.is_none()
         && !model.is_empty()
     {
@@ -209,9 +194,9 @@ struct ResponseObject<'a> {
     created_at: Lax<'a>,
 }
 
-fn responses(ev: &SseEvent<'_>, ctx: Option<&mut StreamContext>) -> EventKind {
+fn responses(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
     let parsed: Option<ResponsesEvent<'_>> = serde_json::from_str(ev.data).ok();
-    if let (Some(ctx), Some(p)) = (ctx, parsed.as_ref()) {
+    if let Some(p) = parsed.as_ref() {
         if let Some(n) = p.sequence_number.as_u64() {
             ctx.last_sequence_number = Some(ctx.last_sequence_number.map_or(n, |m| m.max(n)));
         }
@@ -423,7 +408,7 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn kind(format: Format, event: Option<&str>, data: &str) -> EventKind {
-        inspect(format, &ev(event, data))
+        inspect_and_observe(format, &ev(event, data), &mut StreamContext::default())
     }
 
     pub(crate) fn err(rate_limited: bool, overloaded: bool, message: &str) -> EventKind {
@@ -438,14 +423,7 @@ pub(crate) mod tests {
         let mut scanner = SseScanner::new();
         let mut ctx = StreamContext::default();
         let mut kinds = Vec::new();
-        scanner.feed(input.as_bytes(), |e| {
-            let k = inspect(format, &e);
-            let mut c2 = ctx.clone();
-            c2.observe(format, &e);
-            assert_eq!(inspect_and_observe(format, &e, &mut ctx), k);
-            assert_eq!(format!("{c2:?}"), format!("{ctx:?}"));
-            kinds.push(k);
-        });
+        scanner.feed(input.as_bytes(), |e| kinds.push(inspect_and_observe(format, &e, &mut ctx)));
         (kinds, ctx)
     }
 
@@ -837,27 +815,39 @@ pub(crate) mod tests {
     #[test]
     fn context_observation() {
         let mut ctx = StreamContext::default();
-        ctx.observe(
+        inspect_and_observe(
             Anthropic,
             &ev(
                 Some("message_start"),
                 r#"{"type":"message_start","message":{"id":"msg_1","model":"claude-x","content":[]}}"#,
             ),
+            &mut ctx,
         );
         assert_eq!(ctx.model.as_deref(), Some("claude-x"));
         assert_eq!(ctx.response_id, None);
 
         let mut ctx = StreamContext::default();
-        ctx.observe(Openai, &ev(None, r#"{"model":"","choices":[]}"#));
+        inspect_and_observe(Openai, &ev(None, r#"{"model":"","choices":[]}"#), &mut ctx);
         assert_eq!(ctx.model, None);
-        ctx.observe(Openai, &ev(None, r#"{"model":"gpt-4o-mini","choices":[]}"#));
-        ctx.observe(Openai, &ev(None, r#"{"model":"other","choices":[]}"#));
+        inspect_and_observe(Openai, &ev(None, r#"{"model":"gpt-4o-mini","choices":[]}"#), &mut ctx);
+        inspect_and_observe(Openai, &ev(None, r#"{"model":"other","choices":[]}"#), &mut ctx);
         assert_eq!(ctx.model.as_deref(), Some("gpt-4o-mini"));
 
         let mut ctx = StreamContext::default();
-        ctx.observe(Responses, &ev(None, r#"{"type":"response.created","sequence_number":0,"response":{"id":"resp_9","model":"gpt-5","created_at":1700000000}}"#));
-        ctx.observe(Responses, &ev(None, r#"{"type":"response.output_text.delta","sequence_number":7,"delta":"x"}"#));
-        ctx.observe(Responses, &ev(None, r#"{"type":"keepalive","sequence_number":"bad"}"#));
+        inspect_and_observe(
+            Responses,
+            &ev(
+                None,
+                r#"{"type":"response.created","sequence_number":0,"response":{"id":"resp_9","model":"gpt-5","created_at":1700000000}}"#,
+            ),
+            &mut ctx,
+        );
+        inspect_and_observe(
+            Responses,
+            &ev(None, r#"{"type":"response.output_text.delta","sequence_number":7,"delta":"x"}"#),
+            &mut ctx,
+        );
+        inspect_and_observe(Responses, &ev(None, r#"{"type":"keepalive","sequence_number":"bad"}"#), &mut ctx);
         assert_eq!(ctx.response_id.as_deref(), Some("resp_9"));
         assert_eq!(ctx.model.as_deref(), Some("gpt-5"));
         assert_eq!(ctx.last_sequence_number, Some(7));
