@@ -1,7 +1,8 @@
-//! Decision-path micro-benchmark (issue 6): what the gateway spends per request deciding where to
-//! send it (candidates, breaker filter, start of rotation, breaker permit and its success
-//! record), classifying an upstream result, and per upstream event observing a stream (SSE
-//! scanning, terminal/error watch, usage). Conversion per event is in `benches/convert.rs`.
+//! Decision-path micro-benchmark, against the added-latency budget: what the gateway spends per
+//! request deciding where to send it (candidates, breaker filter, start of rotation, breaker permit
+//! and its success record), classifying an upstream result, and per upstream event observing a
+//! stream (SSE scanning, terminal/error watch, usage). Conversion per event is in
+//! `benches/convert.rs`.
 //!
 //! Inputs are built through the crate's public API as the running gateway builds them: a
 //! `Snapshot` of `LiveEndpoint`s behind an `ArcSwap`, breaker cells from `Breakers` on the

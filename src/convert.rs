@@ -1,4 +1,5 @@
-//! Protocol conversion (issue 3): every inbound protocol to every endpoint format and back.
+//! Protocol conversion, so that every inbound protocol can use every endpoint format (SPEC §1):
+//! each request to the endpoint's format, and its answer back.
 //!
 //! Conversion goes through one intermediate representation (`ir`), rich enough to carry what
 //! the three APIs have in common and to remember what one of them cannot express (`Loss`):
