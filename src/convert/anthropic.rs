@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 
 use super::ir::*;
 use crate::protocol::errors::{AnthropicError, ErrorKind, anthropic_error_event};
-use crate::protocol::lenient::{count, truncate_marked};
+use crate::protocol::lenient::{count, get, get_str, truncate_marked};
 use crate::protocol::sse::{SseEvent, write_event};
 
 /// `max_tokens` sent when the IR has none (Anthropic requires it). 8192 is accepted by every
@@ -44,34 +44,17 @@ const BILLING_HEADER_PREFIX: &str = "x-anthropic-billing-header:";
 // Small helpers
 // ---------------------------------------------------------------------------------------------
 
-fn loss(field: impl Into<String>, note: impl Into<String>) -> Loss {
-    Loss { field: field.into(), note: note.into() }
-}
-
-fn err(field: impl Into<String>, message: impl Into<String>) -> ConvertError {
-    ConvertError::new(field, message)
-}
-
-/// A present, non-null value.
-fn get<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    obj.get(key).filter(|v| !v.is_null())
-}
-
-fn get_str<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
-    obj.get(key).and_then(Value::as_str)
-}
-
 fn opt_u64(obj: &Map<String, Value>, key: &str) -> Result<Option<u64>, ConvertError> {
     match get(obj, key) {
         None => Ok(None),
-        Some(v) => count(v).map(Some).ok_or_else(|| err(key, format!("`{key}` must be a non-negative integer"))),
+        Some(v) => count(v).map(Some).ok_or_else(|| ConvertError::new(key, format!("`{key}` must be a non-negative integer"))),
     }
 }
 
 fn opt_f64(obj: &Map<String, Value>, key: &str) -> Result<Option<f64>, ConvertError> {
     match get(obj, key) {
         None => Ok(None),
-        Some(v) => v.as_f64().map(Some).ok_or_else(|| err(key, format!("`{key}` must be a number"))),
+        Some(v) => v.as_f64().map(Some).ok_or_else(|| ConvertError::new(key, format!("`{key}` must be a number"))),
     }
 }
 
@@ -86,7 +69,7 @@ fn opt_bool(obj: &Map<String, Value>, key: &str, prefix: &str) -> Result<Option<
         Some(Value::Bool(b)) => Ok(Some(*b)),
         Some(_) => {
             let field = field_name(prefix, key);
-            Err(err(&field, format!("`{field}` must be a boolean")))
+            Err(ConvertError::new(&field, format!("`{field}` must be a boolean")))
         }
     }
 }
@@ -94,12 +77,12 @@ fn opt_bool(obj: &Map<String, Value>, key: &str, prefix: &str) -> Result<Option<
 fn req_str<'a>(obj: &'a Map<String, Value>, key: &str, prefix: &str) -> Result<&'a str, ConvertError> {
     get_str(obj, key).ok_or_else(|| {
         let field = field_name(prefix, key);
-        err(&field, format!("`{field}` must be a string"))
+        ConvertError::new(&field, format!("`{field}` must be a string"))
     })
 }
 
 fn as_object<'a>(v: &'a Value, field: &str, what: &str) -> Result<&'a Map<String, Value>, ConvertError> {
-    v.as_object().ok_or_else(|| err(field, format!("`{field}` must be {what}")))
+    v.as_object().ok_or_else(|| ConvertError::new(field, format!("`{field}` must be {what}")))
 }
 
 /// `'value'`, or `(missing)`, for error messages.
@@ -110,8 +93,8 @@ fn shown(v: Option<&str>) -> String {
 fn parse_body(body: &[u8]) -> Result<Map<String, Value>, ConvertError> {
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(m)) => Ok(m),
-        Ok(_) => Err(err("body", "the body must be a JSON object")),
-        Err(e) => Err(err("body", format!("the body is not valid JSON: {e}"))),
+        Ok(_) => Err(ConvertError::new("body", "the body must be a JSON object")),
+        Err(e) => Err(ConvertError::new("body", format!("the body is not valid JSON: {e}"))),
     }
 }
 
@@ -249,14 +232,14 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
 
     let model = match get(&obj, "model") {
         Some(Value::String(s)) => s.clone(),
-        Some(_) => return Err(err("model", "`model` must be a string")),
-        None => return Err(err("model", "`model` is required")),
+        Some(_) => return Err(ConvertError::new("model", "`model` must be a string")),
+        None => return Err(ConvertError::new("model", "`model` is required")),
     };
 
     let system = decode_system(get(&obj, "system"), &mut losses)?;
 
-    let messages_v = get(&obj, "messages").ok_or_else(|| err("messages", "`messages` is required"))?;
-    let messages_arr = messages_v.as_array().ok_or_else(|| err("messages", "`messages` must be an array"))?;
+    let messages_v = get(&obj, "messages").ok_or_else(|| ConvertError::new("messages", "`messages` is required"))?;
+    let messages_arr = messages_v.as_array().ok_or_else(|| ConvertError::new("messages", "`messages` must be an array"))?;
     let mut messages = Vec::with_capacity(messages_arr.len());
     for (i, m) in messages_arr.iter().enumerate() {
         let field = format!("messages[{i}]");
@@ -265,13 +248,13 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
             Some("user") => Role::User,
             Some("assistant") => Role::Assistant,
             Some("system") => Role::System,
-            Some(other) => return Err(err(format!("{field}.role"), format!("unknown role '{other}'"))),
-            None => return Err(err(format!("{field}.role"), "`role` is required")),
+            Some(other) => return Err(ConvertError::new(format!("{field}.role"), format!("unknown role '{other}'"))),
+            None => return Err(ConvertError::new(format!("{field}.role"), "`role` is required")),
         };
         let content_field = format!("{field}.content");
         let content = match get(mo, "content") {
             Some(c) => decode_content(c, &content_field, &mut losses)?,
-            None => return Err(err(content_field, "`content` is required")),
+            None => return Err(ConvertError::new(content_field, "`content` is required")),
         };
         messages.push(Message { role, content });
     }
@@ -279,7 +262,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
     let tools = match get(&obj, "tools") {
         None => Vec::new(),
         Some(Value::Array(a)) => decode_tools(a, &mut losses)?,
-        Some(_) => return Err(err("tools", "`tools` must be an array")),
+        Some(_) => return Err(ConvertError::new("tools", "`tools` must be an array")),
     };
 
     let (tool_choice, parallel_tool_calls) = match get(&obj, "tool_choice") {
@@ -294,7 +277,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
     let effort = match output_config.and_then(|o| get(o, "effort")) {
         None => None,
         Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => return Err(err("output_config.effort", "`output_config.effort` must be a string")),
+        Some(_) => return Err(ConvertError::new("output_config.effort", "`output_config.effort` must be a string")),
     };
     let reasoning = decode_thinking(get(&obj, "thinking"), effort, &mut losses)?;
 
@@ -312,8 +295,8 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
             .iter()
             .map(|s| s.as_str().map(str::to_string))
             .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| err("stop_sequences", "`stop_sequences` must be an array of strings"))?,
-        Some(_) => return Err(err("stop_sequences", "`stop_sequences` must be an array of strings")),
+            .ok_or_else(|| ConvertError::new("stop_sequences", "`stop_sequences` must be an array of strings"))?,
+        Some(_) => return Err(ConvertError::new("stop_sequences", "`stop_sequences` must be an array of strings")),
     };
 
     let user = match get(&obj, "metadata") {
@@ -323,26 +306,26 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
             match get(m, "user_id") {
                 None => None,
                 Some(Value::String(s)) => Some(s.clone()),
-                Some(_) => return Err(err("metadata.user_id", "`metadata.user_id` must be a string")),
+                Some(_) => return Err(ConvertError::new("metadata.user_id", "`metadata.user_id` must be a string")),
             }
         }
     };
 
     if get(&obj, "context_management").is_some() {
-        losses.push(loss(
+        losses.push(Loss::new(
             "context_management",
             "dropped: context management (server-side clearing of old thinking / tool results, compaction) only exists on Anthropic",
         ));
     }
     if get(&obj, "mcp_servers").is_some() {
         losses
-            .push(loss("mcp_servers", "dropped: Anthropic's MCP connector (server-side MCP tools) has no equivalent"));
+            .push(Loss::new("mcp_servers", "dropped: Anthropic's MCP connector (server-side MCP tools) has no equivalent"));
     }
     if get(&obj, "container").is_some() {
-        losses.push(loss("container", "dropped: Anthropic code-execution containers have no equivalent"));
+        losses.push(Loss::new("container", "dropped: Anthropic code-execution containers have no equivalent"));
     }
     if get(&obj, "service_tier").is_some() {
-        losses.push(loss("service_tier", "dropped: Anthropic service tiers do not translate"));
+        losses.push(Loss::new("service_tier", "dropped: Anthropic service tiers do not translate"));
     }
 
     Ok(Request {
@@ -378,11 +361,11 @@ fn decode_system(v: Option<&Value>, losses: &mut Vec<Loss>) -> Result<Vec<TextPa
                 let field = format!("system[{i}]");
                 let bo = as_object(b, &field, "a text block")?;
                 if get_str(bo, "type") != Some("text") {
-                    return Err(err(field, "system blocks must be text blocks"));
+                    return Err(ConvertError::new(field, "system blocks must be text blocks"));
                 }
                 let text = req_str(bo, "text", &field)?;
                 if text.starts_with(BILLING_HEADER_PREFIX) {
-                    losses.push(loss(
+                    losses.push(Loss::new(
                         field,
                         "dropped: Claude Code's attribution line (x-anthropic-billing-header) is meaningful only to Anthropic and would break the target's prompt-cache prefix",
                     ));
@@ -391,7 +374,7 @@ fn decode_system(v: Option<&Value>, losses: &mut Vec<Loss>) -> Result<Vec<TextPa
                 out.push(TextPart { text: text.to_string(), cache_control: get(bo, "cache_control").cloned() });
             }
         }
-        Some(_) => return Err(err("system", "`system` must be a string or an array of text blocks")),
+        Some(_) => return Err(ConvertError::new("system", "`system` must be a string or an array of text blocks")),
     }
     Ok(out)
 }
@@ -408,7 +391,7 @@ fn decode_content(v: &Value, field: &str, losses: &mut Vec<Loss>) -> Result<Vec<
             }
             Ok(out)
         }
-        _ => Err(err(field, "`content` must be a string or an array of content blocks")),
+        _ => Err(ConvertError::new(field, "`content` must be a string or an array of content blocks")),
     }
 }
 
@@ -463,22 +446,22 @@ fn decode_block(b: &Value, field: &str, losses: &mut Vec<Loss>) -> Result<Option
         "compaction" => {
             // Anthropic's compaction summary of the earlier conversation: keep its text.
             let text = get_str(bo, "content").unwrap_or_default();
-            losses.push(loss(field, "compaction block kept as plain text"));
+            losses.push(Loss::new(field, "compaction block kept as plain text"));
             if text.is_empty() {
                 return Ok(None);
             }
             Part::Text(TextPart { text: text.to_string(), cache_control: None })
         }
         "search_result" => {
-            losses.push(loss(field, "search_result block kept as plain text (its citation metadata is lost)"));
+            losses.push(Loss::new(field, "search_result block kept as plain text (its citation metadata is lost)"));
             Part::Text(TextPart { text: search_result_text(bo), cache_control: None })
         }
         t if SERVER_BLOCKS.contains(&t) => {
-            losses.push(loss(format!("{field} ({t})"), "dropped: Anthropic server-tool history has no equivalent"));
+            losses.push(Loss::new(format!("{field} ({t})"), "dropped: Anthropic server-tool history has no equivalent"));
             return Ok(None);
         }
         t => {
-            losses.push(loss(format!("{field} ({t})"), "dropped: unknown content block type"));
+            losses.push(Loss::new(format!("{field} ({t})"), "dropped: unknown content block type"));
             return Ok(None);
         }
     };
@@ -512,11 +495,11 @@ fn decode_image(bo: &Map<String, Value>, field: &str) -> Result<Image, ConvertEr
             data: req_str(src, "data", &sf)?.to_string(),
         }),
         Some("url") => Ok(Image::Url { url: req_str(src, "url", &sf)?.to_string() }),
-        Some("file") => Err(err(
+        Some("file") => Err(ConvertError::new(
             sf,
             "image source type 'file' (an Anthropic Files API file_id) cannot be converted: the target cannot read Anthropic files",
         )),
-        other => Err(err(format!("{sf}.type"), format!("unsupported image source type {}", shown(other)))),
+        other => Err(ConvertError::new(format!("{sf}.type"), format!("unsupported image source type {}", shown(other)))),
     }
 }
 
@@ -545,22 +528,22 @@ fn decode_document_source(
                             Some("text") => {
                                 texts.push(it.get("text").and_then(Value::as_str).unwrap_or_default().to_string())
                             }
-                            _ => losses.push(loss(
+                            _ => losses.push(Loss::new(
                                 format!("{sf}.content[{k}]"),
                                 "dropped: only the text blocks of a content document are kept",
                             )),
                         }
                     }
                 }
-                _ => return Err(err(format!("{sf}.content"), "`content` must be a string or an array of blocks")),
+                _ => return Err(ConvertError::new(format!("{sf}.content"), "`content` must be a string or an array of blocks")),
             }
             Ok(DocumentSource::Text { text: texts.join("\n") })
         }
-        Some("file") => Err(err(
+        Some("file") => Err(ConvertError::new(
             sf,
             "document source type 'file' (an Anthropic Files API file_id) cannot be converted: the target cannot read Anthropic files",
         )),
-        other => Err(err(format!("{sf}.type"), format!("unsupported document source type {}", shown(other)))),
+        other => Err(ConvertError::new(format!("{sf}.type"), format!("unsupported document source type {}", shown(other)))),
     }
 }
 
@@ -581,21 +564,21 @@ fn decode_tool_result_content(
                     Some("image") => out.push(ToolResultContent::Image(decode_image(io, &f)?)),
                     Some("document") => match decode_document_source(io, &f, losses)? {
                         DocumentSource::Text { text } => out.push(ToolResultContent::Text(text)),
-                        _ => losses.push(loss(
+                        _ => losses.push(Loss::new(
                             f,
                             "dropped: a non-text document inside a tool result has no equivalent (tool results carry text and images)",
                         )),
                     },
                     Some("search_result") => {
-                        losses.push(loss(&f, "search_result kept as plain text (its citation metadata is lost)"));
+                        losses.push(Loss::new(&f, "search_result kept as plain text (its citation metadata is lost)"));
                         out.push(ToolResultContent::Text(search_result_text(io)));
                     }
-                    other => losses.push(loss(f, format!("dropped: unsupported tool result block {}", shown(other)))),
+                    other => losses.push(Loss::new(f, format!("dropped: unsupported tool result block {}", shown(other)))),
                 }
             }
             Ok(out)
         }
-        _ => Err(err(field, "tool result `content` must be a string or an array of blocks")),
+        _ => Err(ConvertError::new(field, "tool result `content` must be a string or an array of blocks")),
     }
 }
 
@@ -650,7 +633,7 @@ fn decode_tools(arr: &[Value], losses: &mut Vec<Loss>) -> Result<Vec<Tool>, Conv
                 let name = req_str(to, "name", &field)?.to_string();
                 let input_schema = match get(to, "input_schema") {
                     Some(s @ Value::Object(_)) => s.clone(),
-                    Some(_) => return Err(err(format!("{field}.input_schema"), "`input_schema` must be an object")),
+                    Some(_) => return Err(ConvertError::new(format!("{field}.input_schema"), "`input_schema` must be an object")),
                     None => json!({"type": "object", "properties": {}}),
                 };
                 let description = get_str(to, "description").map(str::to_string);
@@ -658,7 +641,7 @@ fn decode_tools(arr: &[Value], losses: &mut Vec<Loss>) -> Result<Vec<Tool>, Conv
                 tools.push(Tool { name, description, input_schema, strict, namespace: None });
             }
             Some(ty) if ty.starts_with("bash_") => {
-                losses.push(loss(
+                losses.push(Loss::new(
                     format!("{field} ({ty})"),
                     "converted to a function tool with the documented bash tool input schema",
                 ));
@@ -674,7 +657,7 @@ fn decode_tools(arr: &[Value], losses: &mut Vec<Loss>) -> Result<Vec<Tool>, Conv
                 let version = ty.trim_start_matches("text_editor_");
                 let default_name =
                     if version >= "20250429" { "str_replace_based_edit_tool" } else { "str_replace_editor" };
-                losses.push(loss(
+                losses.push(Loss::new(
                     format!("{field} ({ty})"),
                     "converted to a function tool with the documented text editor tool input schema",
                 ));
@@ -687,7 +670,7 @@ fn decode_tools(arr: &[Value], losses: &mut Vec<Loss>) -> Result<Vec<Tool>, Conv
                 });
             }
             Some(ty) => {
-                losses.push(loss(
+                losses.push(Loss::new(
                     format!("{field} ({ty})"),
                     "dropped: an Anthropic server / built-in tool that cannot be expressed as a function tool",
                 ));
@@ -704,7 +687,7 @@ fn decode_tool_choice(v: &Value) -> Result<(Option<ToolChoice>, Option<bool>), C
         Some("any") => ToolChoice::Any,
         Some("none") => ToolChoice::None,
         Some("tool") => ToolChoice::Tool(req_str(o, "name", "tool_choice")?.to_string()),
-        other => return Err(err("tool_choice.type", format!("unknown tool_choice type {}", shown(other)))),
+        other => return Err(ConvertError::new("tool_choice.type", format!("unknown tool_choice type {}", shown(other)))),
     };
     let disable = opt_bool(o, "disable_parallel_tool_use", "tool_choice")?;
     Ok((Some(choice), disable.map(|d| !d)))
@@ -722,18 +705,18 @@ fn decode_thinking(
     match get_str(o, "type") {
         Some("enabled") => {
             let budget = opt_u64(o, "budget_tokens").map_err(|_| {
-                err("thinking.budget_tokens", "`thinking.budget_tokens` must be a non-negative integer")
+                ConvertError::new("thinking.budget_tokens", "`thinking.budget_tokens` must be a non-negative integer")
             })?;
             Ok(Some(Reasoning { budget_tokens: budget, effort, adaptive: false, summary: None }))
         }
         Some("adaptive") => Ok(Some(Reasoning { budget_tokens: None, effort, adaptive: true, summary: None })),
         Some("disabled") => {
             if effort.is_some() {
-                losses.push(loss("output_config.effort", "dropped: effort with thinking disabled"));
+                losses.push(Loss::new("output_config.effort", "dropped: effort with thinking disabled"));
             }
             Ok(None)
         }
-        other => Err(err("thinking.type", format!("unknown thinking type {}", shown(other)))),
+        other => Err(ConvertError::new("thinking.type", format!("unknown thinking type {}", shown(other)))),
     }
 }
 
@@ -743,12 +726,12 @@ fn decode_output_format(v: &Value, field: &str) -> Result<OutputFormat, ConvertE
         Some("json_schema") => {
             let schema = match get(o, "schema") {
                 Some(s @ Value::Object(_)) => s.clone(),
-                _ => return Err(err(format!("{field}.schema"), "`schema` must be a JSON Schema object")),
+                _ => return Err(ConvertError::new(format!("{field}.schema"), "`schema` must be a JSON Schema object")),
             };
             // Anthropic's format has no name; "response" is what most SDKs use by default.
             Ok(OutputFormat::JsonSchema { name: "response".to_string(), schema, strict: None, description: None })
         }
-        other => Err(err(format!("{field}.type"), format!("unsupported output format type {}", shown(other)))),
+        other => Err(ConvertError::new(format!("{field}.type"), format!("unsupported output format type {}", shown(other)))),
     }
 }
 
@@ -800,7 +783,7 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
             .iter()
             .any(|m| m.content.iter().any(|p| matches!(p, Part::ToolUse { .. } | Part::ToolResult { .. })));
     if tools_as_text {
-        losses.push(loss(
+        losses.push(Loss::new(
             "messages",
             "tool calls and tool results rendered as text: the anthropic format requires tool definitions for tool_use / tool_result blocks and the request has none",
         ));
@@ -817,13 +800,13 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
                 for (j, p) in m.content.iter().enumerate() {
                     match p {
                         Part::Text(t) => extra_system.push(t),
-                        _ => losses.push(loss(
+                        _ => losses.push(Loss::new(
                             format!("messages[{i}].content[{j}]"),
                             "dropped: only text can move from a system message into the anthropic system prompt",
                         )),
                     }
                 }
-                losses.push(loss(
+                losses.push(Loss::new(
                     format!("messages[{i}]"),
                     "system message moved to the end of the top-level system prompt (the anthropic format has no system role inside messages)",
                 ));
@@ -852,13 +835,13 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
         }
     }
     if unsigned_thinking > 0 {
-        losses.push(loss(
+        losses.push(Loss::new(
             "messages (thinking)",
             format!("dropped {unsigned_thinking} thinking block(s) without an Anthropic signature (Anthropic rejects unsigned thinking)"),
         ));
     }
     if reasoning_items > 0 {
-        losses.push(loss(
+        losses.push(Loss::new(
             "messages (reasoning)",
             format!(
                 "dropped {reasoning_items} OpenAI reasoning item(s): Anthropic cannot accept encrypted OpenAI reasoning"
@@ -881,7 +864,7 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
         }
     }
     if turns.is_empty() {
-        return Err(err("messages", "the anthropic format needs at least one user or assistant message with content"));
+        return Err(ConvertError::new("messages", "the anthropic format needs at least one user or assistant message with content"));
     }
     // A final (prefill) assistant turn may not end with whitespace.
     if let Some(last) = turns.last_mut()
@@ -926,13 +909,13 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
     // --- sampling
     if let Some(t) = req.temperature {
         if thinking_on && t != 1.0 {
-            losses.push(loss(
+            losses.push(Loss::new(
                 "temperature",
                 format!("dropped ({t}): Anthropic accepts only temperature 1 with thinking"),
             ));
         } else if !(0.0..=1.0).contains(&t) {
             let c = t.clamp(0.0, 1.0);
-            losses.push(loss("temperature", format!("clamped from {t} to {c} (Anthropic's range is 0..1)")));
+            losses.push(Loss::new("temperature", format!("clamped from {t} to {c} (Anthropic's range is 0..1)")));
             body.insert("temperature".into(), Value::from(c));
         } else {
             body.insert("temperature".into(), Value::from(t));
@@ -940,7 +923,7 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
     }
     if let Some(p) = req.top_p {
         if thinking_on && !(0.95..=1.0).contains(&p) {
-            losses.push(loss(
+            losses.push(Loss::new(
                 "top_p",
                 format!("dropped ({p}): with thinking Anthropic accepts top_p only between 0.95 and 1"),
             ));
@@ -948,7 +931,7 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
             // Claude Opus 4.1 and later reject both together; temperature is the one kept.
             // top_p 1 truncates nothing, so dropping it is lossless.
             if p < 1.0 {
-                losses.push(loss(
+                losses.push(Loss::new(
                     "top_p",
                     format!("dropped ({p}): current Claude models reject temperature and top_p together; temperature is kept"),
                 ));
@@ -959,7 +942,7 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
     }
     if let Some(k) = req.top_k {
         if thinking_on {
-            losses.push(loss("top_k", format!("dropped ({k}): Anthropic does not accept top_k with thinking")));
+            losses.push(Loss::new("top_k", format!("dropped ({k}): Anthropic does not accept top_k with thinking")));
         } else {
             body.insert("top_k".into(), Value::from(k));
         }
@@ -967,7 +950,7 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
     let mut stops = Vec::with_capacity(req.stop.len());
     for (i, s) in req.stop.iter().enumerate() {
         if is_blank(s) {
-            losses.push(loss(format!("stop[{i}]"), "dropped: Anthropic rejects whitespace-only stop sequences"));
+            losses.push(Loss::new(format!("stop[{i}]"), "dropped: Anthropic rejects whitespace-only stop sequences"));
         } else {
             stops.push(Value::from(s.as_str()));
         }
@@ -999,7 +982,7 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
             body.insert("tool_choice".into(), tc);
         }
     } else if matches!(req.tool_choice, Some(ToolChoice::Any | ToolChoice::Tool(_))) {
-        losses.push(loss("tool_choice", "dropped: the request defines no tools"));
+        losses.push(Loss::new("tool_choice", "dropped: the request defines no tools"));
     }
 
     // --- metadata, structured output, stream
@@ -1012,13 +995,13 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
     }
     match &req.output_format {
         None | Some(OutputFormat::Text) => {}
-        Some(OutputFormat::JsonObject) => losses.push(loss(
+        Some(OutputFormat::JsonObject) => losses.push(Loss::new(
             "output_format",
             "dropped: the anthropic format has no JSON mode without a schema (the prompt still asks for JSON)",
         )),
         Some(OutputFormat::JsonSchema { schema, description, .. }) => {
             if description.is_some() {
-                losses.push(loss("output_format.description", "dropped: Anthropic's output format has no description"));
+                losses.push(Loss::new("output_format.description", "dropped: Anthropic's output format has no description"));
             }
             output_config.insert("format".into(), json!({"type": "json_schema", "schema": schema}));
         }
@@ -1030,7 +1013,7 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
         body.insert("stream".into(), Value::Bool(true));
     }
 
-    let body = serde_json::to_vec(&Value::Object(body)).map_err(|e| err("body", e.to_string()))?;
+    let body = serde_json::to_vec(&Value::Object(body)).map_err(|e| ConvertError::new("body", e.to_string()))?;
     Ok(Encoded { body, losses })
 }
 
@@ -1061,7 +1044,7 @@ fn plan_thinking<'r>(
             Some(e) => match effort_budget(e) {
                 Some(b) => Some(b),
                 None => {
-                    losses.push(loss("reasoning.effort", format!("dropped: unknown reasoning effort '{e}'")));
+                    losses.push(Loss::new("reasoning.effort", format!("dropped: unknown reasoning effort '{e}'")));
                     return (None, None, max_tokens);
                 }
             },
@@ -1069,14 +1052,14 @@ fn plan_thinking<'r>(
     };
     let forced_tool = matches!(req.tool_choice, Some(ToolChoice::Any | ToolChoice::Tool(_))) && !req.tools.is_empty();
     if forced_tool {
-        losses.push(loss(
+        losses.push(Loss::new(
             "reasoning",
             "thinking turned off: Anthropic does not allow thinking with a forced tool choice (any / a named tool)",
         ));
         return (None, None, max_tokens);
     }
     if last_tool_turn_lacks_thinking(turns) {
-        losses.push(loss(
+        losses.push(Loss::new(
             "reasoning",
             "thinking turned off for this request: the assistant turn answered by the last tool results carries no signed thinking block, which Anthropic requires when thinking is on",
         ));
@@ -1085,7 +1068,7 @@ fn plan_thinking<'r>(
     let mut max_out = max_tokens;
     if let Some(b) = budget.as_mut() {
         if *b < MIN_THINKING_BUDGET {
-            losses.push(loss(
+            losses.push(Loss::new(
                 "reasoning.budget_tokens",
                 format!("raised from {b} to Anthropic's minimum of {MIN_THINKING_BUDGET}"),
             ));
@@ -1093,7 +1076,7 @@ fn plan_thinking<'r>(
         }
         match max_tokens {
             Some(m) if *b >= m && m <= MIN_THINKING_BUDGET => {
-                losses.push(loss(
+                losses.push(Loss::new(
                     "reasoning",
                     format!("thinking turned off: max_tokens {m} leaves no room for Anthropic's minimum thinking budget of {MIN_THINKING_BUDGET}"),
                 ));
@@ -1101,7 +1084,7 @@ fn plan_thinking<'r>(
             }
             Some(m) if *b >= m => {
                 let nb = (m / 2).max(MIN_THINKING_BUDGET);
-                losses.push(loss(
+                losses.push(Loss::new(
                     "reasoning.budget_tokens",
                     format!("thinking budget {b} reduced to {nb} to stay below max_tokens {m}"),
                 ));
@@ -1196,7 +1179,7 @@ fn encode_part(
             let input = match tool_input_object(input, arguments.as_deref()) {
                 Some(v) => v,
                 None => {
-                    losses.push(loss(
+                    losses.push(Loss::new(
                         field(),
                         "tool call arguments were not a JSON object; sent as {} (Anthropic tool input must be an object)",
                     ));
@@ -1266,7 +1249,7 @@ fn encode_part(
                     match base64_decode(data).and_then(|b| String::from_utf8(b).ok()) {
                         Some(text) => json!({"type": "text", "media_type": "text/plain", "data": text}),
                         None => {
-                            return Err(err(
+                            return Err(ConvertError::new(
                                 field(),
                                 format!(
                                     "the {media_type} document is not valid base64 UTF-8 text, so it cannot be sent to the anthropic format"
@@ -1276,7 +1259,7 @@ fn encode_part(
                     }
                 }
                 DocumentSource::Base64 { media_type, .. } => {
-                    return Err(err(
+                    return Err(ConvertError::new(
                         field(),
                         format!(
                             "documents of type {media_type} are not supported by the anthropic format (PDF and plain text only)"
@@ -1311,7 +1294,7 @@ pub fn decode_response(body: &[u8]) -> Result<Response, ConvertError> {
             .and_then(|e| e.get("message"))
             .and_then(Value::as_str)
             .unwrap_or("the upstream answered with an error");
-        return Err(err("error", msg));
+        return Err(ConvertError::new("error", msg));
     }
     let mut content = Vec::new();
     if let Some(Value::Array(blocks)) = get(&obj, "content") {

@@ -61,6 +61,12 @@ pub struct Loss {
     pub note: String,
 }
 
+impl Loss {
+    pub fn new(field: impl Into<String>, note: impl Into<String>) -> Self {
+        Self { field: field.into(), note: note.into() }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct TextPart {
     pub text: String,

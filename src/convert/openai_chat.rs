@@ -26,7 +26,7 @@ use serde_json::{Map, Value, json};
 use super::ir::*;
 use crate::protocol::errors::{ErrorKind, OpenAiError, chat_error_chunk};
 use crate::protocol::lenient::{
-    count, data_url, filename_for_media_type, media_type_for_filename, parse_arguments, parse_data_url, truncate_marked,
+    count, data_url, get, get_str, filename_for_media_type, media_type_for_filename, parse_arguments, parse_data_url, truncate_marked,
 };
 use crate::protocol::sse::{SseEvent, write_event};
 
@@ -43,25 +43,8 @@ const FUNCTION_CALL_KEY: u64 = u64::MAX;
 // Small JSON helpers
 // ---------------------------------------------------------------------------------------------
 
-/// A field, treating JSON `null` as absent (clients send explicit nulls for unset options).
-fn field<'a>(o: &'a Obj, key: &str) -> Option<&'a Value> {
-    o.get(key).filter(|v| !v.is_null())
-}
-
-fn str_field<'a>(o: &'a Obj, key: &str) -> Option<&'a str> {
-    field(o, key).and_then(Value::as_str)
-}
-
 fn count_field(o: &Obj, key: &str) -> Option<u64> {
-    field(o, key).and_then(count)
-}
-
-fn bad(field: impl Into<String>, message: impl Into<String>) -> ConvertError {
-    ConvertError::new(field, message)
-}
-
-fn loss(field: impl Into<String>, note: impl Into<String>) -> Loss {
-    Loss { field: field.into(), note: note.into() }
+    get(o, key).and_then(count)
 }
 
 fn text(t: impl Into<String>) -> Part {
@@ -117,54 +100,54 @@ const KNOWN_REQUEST_FIELDS: &[&str] = &[
 /// -> ConvertError naming the field (the gateway answers 400 with it).
 pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
     let v: Value =
-        serde_json::from_slice(body).map_err(|e| bad("body", format!("the request body is not valid JSON: {e}")))?;
+        serde_json::from_slice(body).map_err(|e| ConvertError::new("body", format!("the request body is not valid JSON: {e}")))?;
     let Value::Object(o) = v else {
-        return Err(bad("body", "the request body must be a JSON object"));
+        return Err(ConvertError::new("body", "the request body must be a JSON object"));
     };
     let mut req = Request::default();
     let mut losses: Vec<Loss> = Vec::new();
 
-    req.model = match field(&o, "model") {
+    req.model = match get(&o, "model") {
         Some(Value::String(m)) => m.clone(),
-        Some(_) => return Err(bad("model", "`model` must be a string")),
-        None => return Err(bad("model", "`model` is required")),
+        Some(_) => return Err(ConvertError::new("model", "`model` must be a string")),
+        None => return Err(ConvertError::new("model", "`model` is required")),
     };
 
     // Meaning-changing features first, so the 400 names the real obstacle.
-    if let Some(n) = field(&o, "n") {
+    if let Some(n) = get(&o, "n") {
         match count(n) {
             Some(1) => {}
             Some(n) => {
-                return Err(bad(
+                return Err(ConvertError::new(
                     "n",
                     format!(
                         "`n` = {n} asks for {n} choices; a converted request yields exactly one choice, so `n` must be 1 or absent"
                     ),
                 ));
             }
-            None => return Err(bad("n", "`n` must be a positive integer")),
+            None => return Err(ConvertError::new("n", "`n` must be a positive integer")),
         }
     }
-    if let Some(m) = field(&o, "modalities") {
+    if let Some(m) = get(&o, "modalities") {
         let Some(list) = m.as_array() else {
-            return Err(bad("modalities", "`modalities` must be an array of strings"));
+            return Err(ConvertError::new("modalities", "`modalities` must be an array of strings"));
         };
         if list.iter().any(|x| x.as_str() == Some("audio")) {
-            return Err(bad(
+            return Err(ConvertError::new(
                 "modalities",
                 "audio output (`modalities: [\"audio\"]`) cannot be converted: only OpenAI Chat endpoints produce audio",
             ));
         }
     }
-    if field(&o, "audio").is_some() {
-        return Err(bad(
+    if get(&o, "audio").is_some() {
+        return Err(ConvertError::new(
             "audio",
             "audio output (`audio`) cannot be converted: only OpenAI Chat endpoints produce audio",
         ));
     }
-    if field(&o, "functions").is_some() || field(&o, "function_call").is_some() {
-        let name = if field(&o, "functions").is_some() { "functions" } else { "function_call" };
-        return Err(bad(
+    if get(&o, "functions").is_some() || get(&o, "function_call").is_some() {
+        let name = if get(&o, "functions").is_some() { "functions" } else { "function_call" };
+        return Err(ConvertError::new(
             name,
             format!(
                 "the deprecated `{name}` parameter cannot be converted: the answer could not be returned as a `function_call`; use `tools` and `tool_choice`"
@@ -173,10 +156,10 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
     }
 
     // Messages.
-    let messages = match field(&o, "messages") {
+    let messages = match get(&o, "messages") {
         Some(Value::Array(a)) => a,
-        Some(_) => return Err(bad("messages", "`messages` must be an array")),
-        None => return Err(bad("messages", "`messages` is required")),
+        Some(_) => return Err(ConvertError::new("messages", "`messages` must be an array")),
+        None => return Err(ConvertError::new("messages", "`messages` is required")),
     };
     let mut md = MessageDecoder::default();
     for (i, m) in messages.iter().enumerate() {
@@ -186,22 +169,22 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
     req.messages = md.out;
 
     // Sampling and limits.
-    let max = field(&o, "max_completion_tokens").map(|v| ("max_completion_tokens", v));
-    let max = max.or_else(|| field(&o, "max_tokens").map(|v| ("max_tokens", v)));
+    let max = get(&o, "max_completion_tokens").map(|v| ("max_completion_tokens", v));
+    let max = max.or_else(|| get(&o, "max_tokens").map(|v| ("max_tokens", v)));
     if let Some((name, v)) = max {
         req.max_tokens =
-            Some(count(v).ok_or_else(|| bad(name, format!("`{name}` must be a non-negative integer")))?);
+            Some(count(v).ok_or_else(|| ConvertError::new(name, format!("`{name}` must be a non-negative integer")))?);
     }
     for (name, slot) in [("temperature", &mut req.temperature), ("top_p", &mut req.top_p)] {
-        if let Some(v) = field(&o, name) {
-            *slot = Some(v.as_f64().ok_or_else(|| bad(name, format!("`{name}` must be a number")))?);
+        if let Some(v) = get(&o, name) {
+            *slot = Some(v.as_f64().ok_or_else(|| ConvertError::new(name, format!("`{name}` must be a number")))?);
         }
     }
-    if let Some(v) = field(&o, "top_k") {
+    if let Some(v) = get(&o, "top_k") {
         // Not OpenAI, but vLLM, Qwen and other Chat-compatible servers accept it.
-        req.top_k = Some(count(v).ok_or_else(|| bad("top_k", "`top_k` must be a non-negative integer"))?);
+        req.top_k = Some(count(v).ok_or_else(|| ConvertError::new("top_k", "`top_k` must be a non-negative integer"))?);
     }
-    req.stop = match field(&o, "stop") {
+    req.stop = match get(&o, "stop") {
         None => Vec::new(),
         Some(Value::String(s)) => vec![s.clone()],
         Some(Value::Array(a)) => a
@@ -209,16 +192,16 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
             .map(|s| {
                 s.as_str()
                     .map(str::to_owned)
-                    .ok_or_else(|| bad("stop", "`stop` must be a string or an array of strings"))
+                    .ok_or_else(|| ConvertError::new("stop", "`stop` must be a string or an array of strings"))
             })
             .collect::<Result<_, _>>()?,
-        Some(_) => return Err(bad("stop", "`stop` must be a string or an array of strings")),
+        Some(_) => return Err(ConvertError::new("stop", "`stop` must be a string or an array of strings")),
     };
 
     // Tools.
-    if let Some(t) = field(&o, "tools") {
+    if let Some(t) = get(&o, "tools") {
         let Some(list) = t.as_array() else {
-            return Err(bad("tools", "`tools` must be an array"));
+            return Err(ConvertError::new("tools", "`tools` must be an array"));
         };
         for (k, tool) in list.iter().enumerate() {
             if let Some(t) = decode_tool(k, tool, &mut losses)? {
@@ -226,38 +209,38 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
             }
         }
     }
-    if let Some(tc) = field(&o, "tool_choice") {
+    if let Some(tc) = get(&o, "tool_choice") {
         req.tool_choice = Some(decode_tool_choice(tc, &mut req.tools)?);
     }
-    if let Some(p) = field(&o, "parallel_tool_calls") {
+    if let Some(p) = get(&o, "parallel_tool_calls") {
         req.parallel_tool_calls =
-            Some(p.as_bool().ok_or_else(|| bad("parallel_tool_calls", "`parallel_tool_calls` must be a boolean"))?);
+            Some(p.as_bool().ok_or_else(|| ConvertError::new("parallel_tool_calls", "`parallel_tool_calls` must be a boolean"))?);
     }
 
     // Reasoning and output format.
-    if let Some(e) = field(&o, "reasoning_effort") {
-        let e = e.as_str().ok_or_else(|| bad("reasoning_effort", "`reasoning_effort` must be a string"))?;
+    if let Some(e) = get(&o, "reasoning_effort") {
+        let e = e.as_str().ok_or_else(|| ConvertError::new("reasoning_effort", "`reasoning_effort` must be a string"))?;
         req.reasoning =
             Some(Reasoning { budget_tokens: None, effort: Some(e.to_owned()), adaptive: false, summary: None });
     }
-    if let Some(rf) = field(&o, "response_format") {
+    if let Some(rf) = get(&o, "response_format") {
         req.output_format = Some(decode_response_format(rf)?);
     }
 
     // Streaming.
-    if let Some(s) = field(&o, "stream") {
-        req.stream = s.as_bool().ok_or_else(|| bad("stream", "`stream` must be a boolean"))?;
+    if let Some(s) = get(&o, "stream") {
+        req.stream = s.as_bool().ok_or_else(|| ConvertError::new("stream", "`stream` must be a boolean"))?;
     }
-    req.include_usage = field(&o, "stream_options")
+    req.include_usage = get(&o, "stream_options")
         .and_then(Value::as_object)
-        .and_then(|so| field(so, "include_usage"))
+        .and_then(|so| get(so, "include_usage"))
         .and_then(Value::as_bool)
         .unwrap_or(false);
 
     // End user: `safety_identifier` is the newer name of `user`.
-    req.user = str_field(&o, "safety_identifier").or_else(|| str_field(&o, "user")).map(str::to_owned);
-    if str_field(&o, "safety_identifier").is_some() && str_field(&o, "user").is_some() {
-        losses.push(loss("user", "dropped: `safety_identifier` is sent as the end-user id"));
+    req.user = get_str(&o, "safety_identifier").or_else(|| get_str(&o, "user")).map(str::to_owned);
+    if get_str(&o, "safety_identifier").is_some() && get_str(&o, "user").is_some() {
+        losses.push(Loss::new("user", "dropped: `safety_identifier` is sent as the end-user id"));
     }
 
     // Harmless fields the IR cannot carry.
@@ -274,28 +257,28 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
         ("prompt_cache_retention", "dropped: a caching hint only"),
     ];
     for (name, note) in dropped {
-        if field(&o, name).is_some() {
-            losses.push(loss(*name, *note));
+        if get(&o, name).is_some() {
+            losses.push(Loss::new(*name, *note));
         }
     }
-    if field(&o, "logprobs").and_then(Value::as_bool) == Some(true) {
-        losses.push(loss("logprobs", "dropped: log probabilities are not returned by converted endpoints"));
+    if get(&o, "logprobs").and_then(Value::as_bool) == Some(true) {
+        losses.push(Loss::new("logprobs", "dropped: log probabilities are not returned by converted endpoints"));
     }
-    if field(&o, "store").and_then(Value::as_bool) == Some(true) {
-        losses.push(loss("store", "dropped: the completion is not stored by a converted endpoint"));
+    if get(&o, "store").and_then(Value::as_bool) == Some(true) {
+        losses.push(Loss::new("store", "dropped: the completion is not stored by a converted endpoint"));
     }
-    if field(&o, "metadata").and_then(Value::as_object).is_some_and(|m| !m.is_empty()) {
-        losses.push(loss("metadata", "dropped: stored-completion metadata has no equivalent"));
+    if get(&o, "metadata").and_then(Value::as_object).is_some_and(|m| !m.is_empty()) {
+        losses.push(Loss::new("metadata", "dropped: stored-completion metadata has no equivalent"));
     }
-    if let Some(tier) = str_field(&o, "service_tier")
+    if let Some(tier) = get_str(&o, "service_tier")
         && tier != "auto"
         && tier != "default"
     {
-        losses.push(loss("service_tier", format!("dropped: service tier '{tier}' has no equivalent")));
+        losses.push(Loss::new("service_tier", format!("dropped: service tier '{tier}' has no equivalent")));
     }
     for key in o.keys() {
         if !KNOWN_REQUEST_FIELDS.contains(&key.as_str()) && !o.get(key).is_some_and(Value::is_null) {
-            losses.push(loss(key.clone(), "dropped: not an OpenAI Chat field the converter knows"));
+            losses.push(Loss::new(key.clone(), "dropped: not an OpenAI Chat field the converter knows"));
         }
     }
 
@@ -320,18 +303,18 @@ impl MessageDecoder {
     fn message(&mut self, i: usize, m: &Value, losses: &mut Vec<Loss>) -> Result<(), ConvertError> {
         let at = format!("messages[{i}]");
         let Some(o) = m.as_object() else {
-            return Err(bad(at, "each message must be an object"));
+            return Err(ConvertError::new(at, "each message must be an object"));
         };
         let role =
-            str_field(o, "role").ok_or_else(|| bad(format!("{at}.role"), "each message needs a string `role`"))?;
-        if field(o, "name").is_some() && matches!(role, "system" | "developer" | "user" | "assistant") {
-            losses.push(loss(format!("{at}.name"), "dropped: participant names have no equivalent"));
+            get_str(o, "role").ok_or_else(|| ConvertError::new(format!("{at}.role"), "each message needs a string `role`"))?;
+        if get(o, "name").is_some() && matches!(role, "system" | "developer" | "user" | "assistant") {
+            losses.push(Loss::new(format!("{at}.name"), "dropped: participant names have no equivalent"));
         }
         let tool_results = self.last_is_tool_results;
         self.last_is_tool_results = false;
         match role {
             "system" | "developer" => {
-                let parts = system_parts(field(o, "content"), &format!("{at}.content"))?;
+                let parts = system_parts(get(o, "content"), &format!("{at}.content"))?;
                 if self.conversation_started {
                     let content = parts.into_iter().map(Part::Text).collect();
                     self.out.push(Message { role: Role::System, content });
@@ -341,13 +324,13 @@ impl MessageDecoder {
             }
             "user" => {
                 self.conversation_started = true;
-                let content = user_parts(field(o, "content"), &format!("{at}.content"), losses)?;
+                let content = user_parts(get(o, "content"), &format!("{at}.content"), losses)?;
                 self.out.push(Message { role: Role::User, content });
             }
             "assistant" => {
                 self.conversation_started = true;
-                if field(o, "audio").is_some() {
-                    losses.push(loss(
+                if get(o, "audio").is_some() {
+                    losses.push(Loss::new(
                         format!("{at}.audio"),
                         "dropped: a reference to an earlier audio answer has no equivalent",
                     ));
@@ -370,10 +353,10 @@ impl MessageDecoder {
             }
             "tool" => {
                 self.conversation_started = true;
-                let id = str_field(o, "tool_call_id").ok_or_else(|| {
-                    bad(format!("{at}.tool_call_id"), "a `tool` message needs a string `tool_call_id`")
+                let id = get_str(o, "tool_call_id").ok_or_else(|| {
+                    ConvertError::new(format!("{at}.tool_call_id"), "a `tool` message needs a string `tool_call_id`")
                 })?;
-                let content = tool_result_content(field(o, "content"), &format!("{at}.content"))?;
+                let content = tool_result_content(get(o, "content"), &format!("{at}.content"))?;
                 self.push_result(
                     tool_results,
                     Part::ToolResult { tool_use_id: id.to_owned(), content, is_error: false },
@@ -381,19 +364,19 @@ impl MessageDecoder {
             }
             "function" => {
                 self.conversation_started = true;
-                let name = str_field(o, "name")
-                    .ok_or_else(|| bad(format!("{at}.name"), "a `function` message needs a string `name`"))?;
+                let name = get_str(o, "name")
+                    .ok_or_else(|| ConvertError::new(format!("{at}.name"), "a `function` message needs a string `name`"))?;
                 let pos = self.function_calls.iter().rposition(|(n, _)| n == name).ok_or_else(|| {
-                    bad(
+                    ConvertError::new(
                         at.clone(),
                         format!("a `function` message for '{name}' must follow an assistant `function_call`"),
                     )
                 })?;
                 let (_, id) = self.function_calls.remove(pos);
-                let content = tool_result_content(field(o, "content"), &format!("{at}.content"))?;
+                let content = tool_result_content(get(o, "content"), &format!("{at}.content"))?;
                 self.push_result(tool_results, Part::ToolResult { tool_use_id: id, content, is_error: false });
             }
-            other => return Err(bad(format!("{at}.role"), format!("unknown role '{other}'"))),
+            other => return Err(ConvertError::new(format!("{at}.role"), format!("unknown role '{other}'"))),
         }
         Ok(())
     }
@@ -410,47 +393,47 @@ impl MessageDecoder {
     fn assistant_parts(&mut self, o: &Obj, at: &str) -> Result<Vec<Part>, ConvertError> {
         let mut parts = Vec::new();
         // DeepSeek / Qwen `reasoning_content` (vLLM and OpenRouter say `reasoning`): unsigned thinking.
-        let reasoning = str_field(o, "reasoning_content").filter(|s| !s.is_empty());
-        if let Some(r) = reasoning.or_else(|| str_field(o, "reasoning").filter(|s| !s.is_empty())) {
+        let reasoning = get_str(o, "reasoning_content").filter(|s| !s.is_empty());
+        if let Some(r) = reasoning.or_else(|| get_str(o, "reasoning").filter(|s| !s.is_empty())) {
             parts.push(Part::Thinking { text: r.to_owned(), signature: None });
         }
-        match field(o, "content") {
+        match get(o, "content") {
             Some(Value::String(s)) if !s.is_empty() => parts.push(text(s.clone())),
             None | Some(Value::String(_)) => {}
             Some(Value::Array(items)) => {
                 for (j, item) in items.iter().enumerate() {
                     let f = format!("{at}.content[{j}]");
-                    let io = item.as_object().ok_or_else(|| bad(f.clone(), "content parts must be objects"))?;
-                    let t = match str_field(io, "type") {
-                        Some("text") => str_field(io, "text"),
-                        Some("refusal") => str_field(io, "refusal"),
+                    let io = item.as_object().ok_or_else(|| ConvertError::new(f.clone(), "content parts must be objects"))?;
+                    let t = match get_str(io, "type") {
+                        Some("text") => get_str(io, "text"),
+                        Some("refusal") => get_str(io, "refusal"),
                         Some(other) => {
-                            return Err(bad(f, format!("unsupported assistant content part type '{other}'")));
+                            return Err(ConvertError::new(f, format!("unsupported assistant content part type '{other}'")));
                         }
-                        None => return Err(bad(f, "content parts need a `type`")),
+                        None => return Err(ConvertError::new(f, "content parts need a `type`")),
                     };
-                    let t = t.ok_or_else(|| bad(f, "the content part has no text"))?;
+                    let t = t.ok_or_else(|| ConvertError::new(f, "the content part has no text"))?;
                     if !t.is_empty() {
                         parts.push(text(t));
                     }
                 }
             }
-            Some(_) => return Err(bad(format!("{at}.content"), "`content` must be a string, an array or null")),
+            Some(_) => return Err(ConvertError::new(format!("{at}.content"), "`content` must be a string, an array or null")),
         }
-        if let Some(r) = str_field(o, "refusal").filter(|s| !s.is_empty()) {
+        if let Some(r) = get_str(o, "refusal").filter(|s| !s.is_empty()) {
             parts.push(text(r));
         }
-        if let Some(calls) = field(o, "tool_calls") {
+        if let Some(calls) = get(o, "tool_calls") {
             let list =
-                calls.as_array().ok_or_else(|| bad(format!("{at}.tool_calls"), "`tool_calls` must be an array"))?;
+                calls.as_array().ok_or_else(|| ConvertError::new(format!("{at}.tool_calls"), "`tool_calls` must be an array"))?;
             for (j, c) in list.iter().enumerate() {
                 parts.push(decode_history_tool_call(c, &format!("{at}.tool_calls[{j}]"))?);
             }
         }
-        if let Some(fc) = field(o, "function_call").and_then(Value::as_object) {
-            let name = str_field(fc, "name")
-                .ok_or_else(|| bad(format!("{at}.function_call.name"), "`function_call` needs a `name`"))?;
-            let raw = str_field(fc, "arguments").unwrap_or_default();
+        if let Some(fc) = get(o, "function_call").and_then(Value::as_object) {
+            let name = get_str(fc, "name")
+                .ok_or_else(|| ConvertError::new(format!("{at}.function_call.name"), "`function_call` needs a `name`"))?;
+            let raw = get_str(fc, "arguments").unwrap_or_default();
             let id = format!("call_fn_{}", self.function_calls.len());
             self.function_calls.push((name.to_owned(), id.clone()));
             parts.push(Part::ToolUse {
@@ -465,21 +448,21 @@ impl MessageDecoder {
 }
 
 fn decode_history_tool_call(c: &Value, at: &str) -> Result<Part, ConvertError> {
-    let co = c.as_object().ok_or_else(|| bad(at, "tool calls must be objects"))?;
-    if let Some(t) = str_field(co, "type")
+    let co = c.as_object().ok_or_else(|| ConvertError::new(at, "tool calls must be objects"))?;
+    if let Some(t) = get_str(co, "type")
         && t != "function"
     {
-        return Err(bad(
+        return Err(ConvertError::new(
             format!("{at}.type"),
             format!("tool calls of type '{t}' cannot be converted: only function tool calls have an equivalent"),
         ));
     }
-    let id = str_field(co, "id").ok_or_else(|| bad(format!("{at}.id"), "a tool call needs a string `id`"))?;
-    let f = field(co, "function")
+    let id = get_str(co, "id").ok_or_else(|| ConvertError::new(format!("{at}.id"), "a tool call needs a string `id`"))?;
+    let f = get(co, "function")
         .and_then(Value::as_object)
-        .ok_or_else(|| bad(format!("{at}.function"), "a tool call needs a `function` object"))?;
-    let name = str_field(f, "name").ok_or_else(|| bad(format!("{at}.function.name"), "a tool call needs a `name`"))?;
-    let (input, arguments) = match field(f, "arguments") {
+        .ok_or_else(|| ConvertError::new(format!("{at}.function"), "a tool call needs a `function` object"))?;
+    let name = get_str(f, "name").ok_or_else(|| ConvertError::new(format!("{at}.function.name"), "a tool call needs a `name`"))?;
+    let (input, arguments) = match get(f, "arguments") {
         None => (Value::Object(Obj::new()), Some(String::new())),
         Some(Value::String(raw)) => (parse_arguments(raw), Some(raw.clone())),
         // Not OpenAI, but some clients send the arguments as an object.
@@ -498,13 +481,13 @@ fn system_parts(content: Option<&Value>, at: &str) -> Result<Vec<TextPart>, Conv
             .enumerate()
             .map(|(j, item)| {
                 let f = format!("{at}[{j}]");
-                let io = item.as_object().ok_or_else(|| bad(f.clone(), "content parts must be objects"))?;
-                match str_field(io, "type") {
+                let io = item.as_object().ok_or_else(|| ConvertError::new(f.clone(), "content parts must be objects"))?;
+                match get_str(io, "type") {
                     Some("text") => {
-                        let t = str_field(io, "text").ok_or_else(|| bad(f, "a text part needs `text`"))?;
-                        Ok(TextPart { text: t.to_owned(), cache_control: field(io, "cache_control").cloned() })
+                        let t = get_str(io, "text").ok_or_else(|| ConvertError::new(f, "a text part needs `text`"))?;
+                        Ok(TextPart { text: t.to_owned(), cache_control: get(io, "cache_control").cloned() })
                     }
-                    other => Err(bad(
+                    other => Err(ConvertError::new(
                         f,
                         format!(
                             "system and developer messages may only contain text parts (got '{}')",
@@ -514,7 +497,7 @@ fn system_parts(content: Option<&Value>, at: &str) -> Result<Vec<TextPart>, Conv
                 }
             })
             .collect(),
-        Some(_) => Err(bad(at, "`content` must be a string or an array of text parts")),
+        Some(_) => Err(ConvertError::new(at, "`content` must be a string or an array of text parts")),
     }
 }
 
@@ -523,49 +506,49 @@ fn user_parts(content: Option<&Value>, at: &str, losses: &mut Vec<Loss>) -> Resu
         None => return Ok(Vec::new()),
         Some(Value::String(s)) => return Ok(vec![text(s.clone())]),
         Some(Value::Array(items)) => items,
-        Some(_) => return Err(bad(at, "`content` must be a string or an array of content parts")),
+        Some(_) => return Err(ConvertError::new(at, "`content` must be a string or an array of content parts")),
     };
     let mut parts = Vec::with_capacity(items.len());
     for (j, item) in items.iter().enumerate() {
         let f = format!("{at}[{j}]");
-        let io = item.as_object().ok_or_else(|| bad(f.clone(), "content parts must be objects"))?;
-        match str_field(io, "type") {
+        let io = item.as_object().ok_or_else(|| ConvertError::new(f.clone(), "content parts must be objects"))?;
+        match get_str(io, "type") {
             Some("text") => {
-                let t = str_field(io, "text").ok_or_else(|| bad(f, "a text part needs `text`"))?;
+                let t = get_str(io, "text").ok_or_else(|| ConvertError::new(f, "a text part needs `text`"))?;
                 // OpenRouter-style `cache_control` on Chat parts, kept for an Anthropic target.
                 parts.push(Part::Text(TextPart {
                     text: t.to_owned(),
-                    cache_control: field(io, "cache_control").cloned(),
+                    cache_control: get(io, "cache_control").cloned(),
                 }));
             }
             Some("image_url") => parts.push(Part::Image(decode_image_part(io, &f, losses)?)),
             Some("file") => parts.push(decode_file_part(io, &f)?),
             Some("input_audio") => {
-                return Err(bad(
+                return Err(ConvertError::new(
                     f,
                     "audio input (`input_audio`) cannot be converted: the target format accepts no audio",
                 ));
             }
-            Some(other) => return Err(bad(f, format!("unsupported content part type '{other}'"))),
-            None => return Err(bad(f, "content parts need a `type`")),
+            Some(other) => return Err(ConvertError::new(f, format!("unsupported content part type '{other}'"))),
+            None => return Err(ConvertError::new(f, "content parts need a `type`")),
         }
     }
     Ok(parts)
 }
 
 fn decode_image_part(io: &Obj, at: &str, losses: &mut Vec<Loss>) -> Result<Image, ConvertError> {
-    let (url, detail) = match field(io, "image_url") {
+    let (url, detail) = match get(io, "image_url") {
         Some(Value::String(u)) => (u.as_str(), None),
         Some(Value::Object(iu)) => (
-            str_field(iu, "url").ok_or_else(|| bad(format!("{at}.image_url.url"), "an image needs a `url`"))?,
-            str_field(iu, "detail"),
+            get_str(iu, "url").ok_or_else(|| ConvertError::new(format!("{at}.image_url.url"), "an image needs a `url`"))?,
+            get_str(iu, "detail"),
         ),
-        _ => return Err(bad(format!("{at}.image_url"), "an `image_url` part needs an `image_url` object")),
+        _ => return Err(ConvertError::new(format!("{at}.image_url"), "an `image_url` part needs an `image_url` object")),
     };
     if let Some(d) = detail
         && d != "auto"
     {
-        losses.push(loss(format!("{at}.image_url.detail"), format!("dropped: detail '{d}' has no equivalent")));
+        losses.push(Loss::new(format!("{at}.image_url.detail"), format!("dropped: detail '{d}' has no equivalent")));
     }
     image_from_url(url, &format!("{at}.image_url.url"))
 }
@@ -573,7 +556,7 @@ fn decode_image_part(io: &Obj, at: &str, losses: &mut Vec<Loss>) -> Result<Image
 fn image_from_url(url: &str, at: &str) -> Result<Image, ConvertError> {
     if url.starts_with("data:") {
         let (media_type, data) = parse_data_url(url)
-            .ok_or_else(|| bad(at, "an image data URL must be base64-encoded (`data:<type>;base64,...`)"))?;
+            .ok_or_else(|| ConvertError::new(at, "an image data URL must be base64-encoded (`data:<type>;base64,...`)"))?;
         Ok(Image::Base64 { media_type, data })
     } else {
         Ok(Image::Url { url: url.to_owned() })
@@ -581,11 +564,11 @@ fn image_from_url(url: &str, at: &str) -> Result<Image, ConvertError> {
 }
 
 fn decode_file_part(io: &Obj, at: &str) -> Result<Part, ConvertError> {
-    let file = field(io, "file")
+    let file = get(io, "file")
         .and_then(Value::as_object)
-        .ok_or_else(|| bad(format!("{at}.file"), "a `file` part needs a `file` object"))?;
-    let filename = str_field(file, "filename").map(str::to_owned);
-    if let Some(data) = str_field(file, "file_data") {
+        .ok_or_else(|| ConvertError::new(format!("{at}.file"), "a `file` part needs a `file` object"))?;
+    let filename = get_str(file, "filename").map(str::to_owned);
+    if let Some(data) = get_str(file, "file_data") {
         let (media_type, data) = match parse_data_url(data) {
             Some(x) => x,
             // Raw base64 without the data-URL prefix: guess the type from the file name.
@@ -596,13 +579,13 @@ fn decode_file_part(io: &Obj, at: &str) -> Result<Part, ConvertError> {
         }
         return Ok(Part::Document { source: DocumentSource::Base64 { media_type, data }, title: filename });
     }
-    if field(file, "file_id").is_some() {
-        return Err(bad(
+    if get(file, "file_id").is_some() {
+        return Err(ConvertError::new(
             format!("{at}.file.file_id"),
             "a file given by `file_id` cannot be converted: it lives in OpenAI's file storage; send `file_data` instead",
         ));
     }
-    Err(bad(format!("{at}.file"), "a `file` part needs `file_data`"))
+    Err(ConvertError::new(format!("{at}.file"), "a `file` part needs `file_data`"))
 }
 
 /// `tool` message content: a string or text parts (images accepted too, for lenient clients).
@@ -615,10 +598,10 @@ fn tool_result_content(content: Option<&Value>, at: &str) -> Result<Vec<ToolResu
             .enumerate()
             .map(|(j, item)| {
                 let f = format!("{at}[{j}]");
-                let io = item.as_object().ok_or_else(|| bad(f.clone(), "content parts must be objects"))?;
-                match str_field(io, "type") {
+                let io = item.as_object().ok_or_else(|| ConvertError::new(f.clone(), "content parts must be objects"))?;
+                match get_str(io, "type") {
                     Some("text") => {
-                        let t = str_field(io, "text").ok_or_else(|| bad(f, "a text part needs `text`"))?;
+                        let t = get_str(io, "text").ok_or_else(|| ConvertError::new(f, "a text part needs `text`"))?;
                         Ok(ToolResultContent::Text(t.to_owned()))
                     }
                     Some("image_url") => {
@@ -626,34 +609,34 @@ fn tool_result_content(content: Option<&Value>, at: &str) -> Result<Vec<ToolResu
                         Ok(ToolResultContent::Image(decode_image_part(io, &f, &mut ignored)?))
                     }
                     other => {
-                        Err(bad(f, format!("unsupported tool message content part type '{}'", other.unwrap_or("?"))))
+                        Err(ConvertError::new(f, format!("unsupported tool message content part type '{}'", other.unwrap_or("?"))))
                     }
                 }
             })
             .collect(),
-        Some(_) => Err(bad(at, "`content` must be a string or an array of text parts")),
+        Some(_) => Err(ConvertError::new(at, "`content` must be a string or an array of text parts")),
     }
 }
 
 fn decode_tool(k: usize, tool: &Value, losses: &mut Vec<Loss>) -> Result<Option<Tool>, ConvertError> {
     let at = format!("tools[{k}]");
-    let o = tool.as_object().ok_or_else(|| bad(at.clone(), "each tool must be an object"))?;
-    let kind = str_field(o, "type").unwrap_or("function");
+    let o = tool.as_object().ok_or_else(|| ConvertError::new(at.clone(), "each tool must be an object"))?;
+    let kind = get_str(o, "type").unwrap_or("function");
     if kind != "function" {
-        let name = field(o, kind).and_then(Value::as_object).and_then(|c| str_field(c, "name"));
+        let name = get(o, kind).and_then(Value::as_object).and_then(|c| get_str(c, "name"));
         let label = name.map_or_else(|| kind.to_owned(), |n| format!("{kind} '{n}'"));
         losses
-            .push(loss(format!("{at} ({label})"), format!("dropped: '{kind}' tools have no equivalent on the target")));
+            .push(Loss::new(format!("{at} ({label})"), format!("dropped: '{kind}' tools have no equivalent on the target")));
         return Ok(None);
     }
     // Chat nests the definition in `function`; Codex 0.80 also repeats `name` at the top level,
     // and some clients send the flat (Responses-style) shape. Nested fields win.
-    let f = field(o, "function").and_then(Value::as_object);
-    let get = |key: &str| f.and_then(|f| field(f, key)).or_else(|| field(o, key));
+    let f = get(o, "function").and_then(Value::as_object);
+    let get = |key: &str| f.and_then(|f| get(f, key)).or_else(|| get(o, key));
     let name = get("name")
         .and_then(Value::as_str)
         .filter(|n| !n.is_empty())
-        .ok_or_else(|| bad(format!("{at}.function.name"), "a function tool needs a `name`"))?;
+        .ok_or_else(|| ConvertError::new(format!("{at}.function.name"), "a function tool needs a `name`"))?;
     let description = get("description").and_then(Value::as_str).map(str::to_owned);
     let input_schema = get("parameters").cloned().unwrap_or_else(|| json!({"type": "object", "properties": {}}));
     let strict = get("strict").and_then(Value::as_bool);
@@ -666,70 +649,70 @@ fn decode_tool_choice(tc: &Value, tools: &mut Vec<Tool>) -> Result<ToolChoice, C
             "auto" => Ok(ToolChoice::Auto),
             "none" => Ok(ToolChoice::None),
             "required" => Ok(ToolChoice::Any),
-            other => Err(bad("tool_choice", format!("unknown tool_choice '{other}'"))),
+            other => Err(ConvertError::new("tool_choice", format!("unknown tool_choice '{other}'"))),
         },
-        Value::Object(o) => match str_field(o, "type") {
+        Value::Object(o) => match get_str(o, "type") {
             Some("function") => {
-                let name = field(o, "function")
+                let name = get(o, "function")
                     .and_then(Value::as_object)
-                    .and_then(|f| str_field(f, "name"))
-                    .or_else(|| str_field(o, "name"))
-                    .ok_or_else(|| bad("tool_choice.function.name", "a named tool_choice needs `function.name`"))?;
+                    .and_then(|f| get_str(f, "name"))
+                    .or_else(|| get_str(o, "name"))
+                    .ok_or_else(|| ConvertError::new("tool_choice.function.name", "a named tool_choice needs `function.name`"))?;
                 Ok(ToolChoice::Tool(name.to_owned()))
             }
             Some("allowed_tools") => {
                 // Restricting the callable tools is the same as offering only those tools.
-                let at = field(o, "allowed_tools").and_then(Value::as_object).ok_or_else(|| {
-                    bad("tool_choice.allowed_tools", "`allowed_tools` needs an `allowed_tools` object")
+                let at = get(o, "allowed_tools").and_then(Value::as_object).ok_or_else(|| {
+                    ConvertError::new("tool_choice.allowed_tools", "`allowed_tools` needs an `allowed_tools` object")
                 })?;
-                let names: Vec<&str> = field(at, "tools")
+                let names: Vec<&str> = get(at, "tools")
                     .and_then(Value::as_array)
                     .map(|l| {
                         l.iter()
                             .filter_map(Value::as_object)
                             .filter_map(|t| {
-                                field(t, "function")
+                                get(t, "function")
                                     .and_then(Value::as_object)
-                                    .and_then(|f| str_field(f, "name"))
-                                    .or_else(|| str_field(t, "name"))
+                                    .and_then(|f| get_str(f, "name"))
+                                    .or_else(|| get_str(t, "name"))
                             })
                             .collect()
                     })
                     .unwrap_or_default();
                 tools.retain(|t| names.contains(&t.name.as_str()));
-                match str_field(at, "mode") {
+                match get_str(at, "mode") {
                     Some("required") => Ok(ToolChoice::Any),
                     _ => Ok(ToolChoice::Auto),
                 }
             }
-            Some(other) => Err(bad(
+            Some(other) => Err(ConvertError::new(
                 "tool_choice",
                 format!("tool_choice of type '{other}' cannot be converted: only function tools have an equivalent"),
             )),
-            None => Err(bad("tool_choice", "an object tool_choice needs a `type`")),
+            None => Err(ConvertError::new("tool_choice", "an object tool_choice needs a `type`")),
         },
-        _ => Err(bad("tool_choice", "`tool_choice` must be a string or an object")),
+        _ => Err(ConvertError::new("tool_choice", "`tool_choice` must be a string or an object")),
     }
 }
 
 fn decode_response_format(rf: &Value) -> Result<OutputFormat, ConvertError> {
-    let o = rf.as_object().ok_or_else(|| bad("response_format", "`response_format` must be an object"))?;
-    match str_field(o, "type") {
+    let o = rf.as_object().ok_or_else(|| ConvertError::new("response_format", "`response_format` must be an object"))?;
+    match get_str(o, "type") {
         Some("text") => Ok(OutputFormat::Text),
         Some("json_object") => Ok(OutputFormat::JsonObject),
         Some("json_schema") => {
-            let js = field(o, "json_schema").and_then(Value::as_object).ok_or_else(|| {
-                bad("response_format.json_schema", "a json_schema response_format needs a `json_schema` object")
+            let js = get(o, "json_schema").and_then(Value::as_object).ok_or_else(|| {
+                ConvertError::new("response_format.json_schema", "a json_schema response_format needs a `json_schema` object")
             })?;
             Ok(OutputFormat::JsonSchema {
-                name: str_field(js, "name").unwrap_or("response").to_owned(),
-                schema: field(js, "schema").cloned().unwrap_or_else(|| json!({})),
-                strict: field(js, "strict").and_then(Value::as_bool),
-                description: str_field(js, "description").map(str::to_owned),
+                name: get_str(js, "name").unwrap_or("response").to_owned(),
+                schema: get(js, "schema").cloned().unwrap_or_else(|| json!({})),
+                strict: get(js, "strict").and_then(Value::as_bool),
+                description: get_str(js, "description").map(str::to_owned),
             })
         }
-        Some(other) => Err(bad("response_format.type", format!("unknown response_format type '{other}'"))),
-        None => Err(bad("response_format.type", "`response_format` needs a `type`")),
+        Some(other) => Err(ConvertError::new("response_format.type", format!("unknown response_format type '{other}'"))),
+        None => Err(ConvertError::new("response_format.type", "`response_format` needs a `type`")),
     }
 }
 
@@ -796,7 +779,7 @@ impl Removed {
     fn report(self, kind: &str, losses: &mut Vec<Loss>) {
         if let Some(first) = self.first {
             let more = if self.count > 1 { format!(" ({} in the conversation)", self.count) } else { String::new() };
-            losses.push(loss(
+            losses.push(Loss::new(
                 format!("{first} ({kind})"),
                 format!("removed{more}: an OpenAI Chat endpoint does not accept replayed reasoning"),
             ));
@@ -860,7 +843,7 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
                 for (j, p) in m.content.iter().enumerate() {
                     match p {
                         Part::Text(t) => texts.push(t.text.as_str()),
-                        other => losses.push(loss(
+                        other => losses.push(Loss::new(
                             format!("messages[{i}].content[{j}] ({})", part_kind(other)),
                             "dropped: a system message carries only text",
                         )),
@@ -891,7 +874,7 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
                         Part::Thinking { .. } => thinking.add(at),
                         Part::RedactedThinking { .. } => redacted.add(at),
                         Part::ReasoningItem { .. } => reasoning_items.add(at),
-                        other => losses.push(loss(
+                        other => losses.push(Loss::new(
                             format!("{at} ({})", part_kind(other)),
                             "dropped: an OpenAI Chat assistant message carries only text and tool calls",
                         )),
@@ -913,7 +896,7 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
     redacted.report("redacted_thinking", &mut losses);
     reasoning_items.report("reasoning item", &mut losses);
     if req.messages.last().is_some_and(|m| m.role == Role::Assistant) {
-        losses.push(loss(
+        losses.push(Loss::new(
             format!("messages[{}]", req.messages.len().saturating_sub(1)),
             "an assistant prefill is sent as a finished assistant turn: OpenAI Chat does not continue it",
         ));
@@ -944,7 +927,7 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
     let tool_choice = match (&req.tool_choice, tools.is_empty()) {
         (None, _) | (Some(ToolChoice::Auto | ToolChoice::None), true) => None,
         (Some(c @ (ToolChoice::Any | ToolChoice::Tool(_))), true) => {
-            losses.push(loss("tool_choice", format!("dropped: {c:?} but no tool is left to call")));
+            losses.push(Loss::new("tool_choice", format!("dropped: {c:?} but no tool is left to call")));
             None
         }
         (Some(c), false) => Some(match c {
@@ -958,21 +941,21 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
     let parallel_tool_calls = if tools.is_empty() { None } else { req.parallel_tool_calls };
 
     if req.top_k.is_some() {
-        losses.push(loss("top_k", "dropped: the OpenAI Chat format has no top_k"));
+        losses.push(Loss::new("top_k", "dropped: the OpenAI Chat format has no top_k"));
     }
 
     let mut reasoning_effort = None;
     if let Some(r) = &req.reasoning {
         if let Some(e) = &r.effort {
             reasoning_effort = Some(if e == "max" {
-                losses.push(loss("reasoning.effort", "effort 'max' is sent as reasoning_effort 'high'"));
+                losses.push(Loss::new("reasoning.effort", "effort 'max' is sent as reasoning_effort 'high'"));
                 "high".to_owned()
             } else {
                 e.clone()
             });
         } else if let Some(b) = r.budget_tokens {
             let e = effort_for_budget(b);
-            losses.push(loss(
+            losses.push(Loss::new(
                 "reasoning.budget_tokens",
                 format!("a thinking budget of {b} tokens is sent as reasoning_effort '{e}'"),
             ));
@@ -981,16 +964,16 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
         // Adaptive thinking with no effort: the model decides, which is what omitting
         // `reasoning_effort` asks for (and models without reasoning keep working).
         if r.summary.is_some() {
-            losses.push(loss("reasoning.summary", "dropped: OpenAI Chat returns no reasoning summaries"));
+            losses.push(Loss::new("reasoning.summary", "dropped: OpenAI Chat returns no reasoning summaries"));
         }
     }
     if req.include_encrypted_reasoning {
-        losses.push(loss("include", "dropped: OpenAI Chat returns no encrypted reasoning"));
+        losses.push(Loss::new("include", "dropped: OpenAI Chat returns no encrypted reasoning"));
     }
     if let Some(e) = &reasoning_effort
         && is_openai_non_reasoning_model(&req.model)
     {
-        losses.push(loss(
+        losses.push(Loss::new(
             "reasoning",
             format!("dropped: reasoning_effort '{e}' is refused by '{}', which does not reason", req.model),
         ));
@@ -1022,7 +1005,7 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
 
     let user = match req.user.as_deref() {
         Some(u) if u.chars().count() > MAX_USER_LEN => {
-            losses.push(loss("user", format!("dropped: longer than the {MAX_USER_LEN} characters OpenAI accepts")));
+            losses.push(Loss::new("user", format!("dropped: longer than the {MAX_USER_LEN} characters OpenAI accepts")));
             None
         }
         u => u,
@@ -1045,7 +1028,7 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
         stream: req.stream,
         stream_options: req.stream.then(|| json!({"include_usage": true})),
     };
-    let body = serde_json::to_vec(&out).map_err(|e| bad("body", format!("cannot serialize the request: {e}")))?;
+    let body = serde_json::to_vec(&out).map_err(|e| ConvertError::new("body", format!("cannot serialize the request: {e}")))?;
     Ok(Encoded { body, losses })
 }
 
@@ -1114,7 +1097,7 @@ fn encode_user_message(
                     s.push_str(&note);
                     moved.push(json!({"type": "text", "text": format!("Image output of tool call {tool_use_id}:")}));
                     moved.extend(images.into_iter().map(image_part));
-                    losses.push(loss(
+                    losses.push(Loss::new(
                         format!("{at} (tool_result image)"),
                         "moved to a user message after the tool messages: Chat tool messages carry only text",
                     ));
@@ -1142,16 +1125,16 @@ fn encode_user_message(
                         None => text.clone(),
                     };
                     rest.push(json!({"type": "text", "text": t}));
-                    losses.push(loss(format!("{at} (document)"), "a plain-text document is sent as a text part"));
+                    losses.push(Loss::new(format!("{at} (document)"), "a plain-text document is sent as a text part"));
                 }
                 DocumentSource::Url { .. } => {
-                    return Err(bad(
+                    return Err(ConvertError::new(
                         at,
                         "a document given by URL cannot be sent to an OpenAI Chat endpoint: file parts carry only inline base64 data",
                     ));
                 }
             },
-            other => losses.push(loss(
+            other => losses.push(Loss::new(
                 format!("{at} ({})", part_kind(other)),
                 "dropped: a user message cannot carry it in the OpenAI Chat format",
             )),
@@ -1196,7 +1179,7 @@ fn stop_reason(raw: Option<&str>, saw_tool: bool, saw_refusal: bool) -> Option<S
 /// `cached_tokens`) and cache writes (`prompt_tokens_details.cache_write_tokens`); the IR's
 /// `input` is what remains.
 fn decode_usage(u: &Obj) -> Usage {
-    let details = |k: &str| field(u, k).and_then(Value::as_object);
+    let details = |k: &str| get(u, k).and_then(Value::as_object);
     let prompt_details = details("prompt_tokens_details");
     let cached = prompt_details
         .and_then(|d| count_field(d, "cached_tokens"))
@@ -1216,40 +1199,40 @@ fn decode_usage(u: &Obj) -> Usage {
 /// Upstream non-streaming response body (this protocol) -> IR.
 pub fn decode_response(body: &[u8]) -> Result<Response, ConvertError> {
     let v: Value = serde_json::from_slice(body)
-        .map_err(|e| bad("body", format!("the upstream response is not valid JSON: {e}")))?;
+        .map_err(|e| ConvertError::new("body", format!("the upstream response is not valid JSON: {e}")))?;
     let Value::Object(o) = v else {
-        return Err(bad("body", "the upstream response is not a JSON object"));
+        return Err(ConvertError::new("body", "the upstream response is not a JSON object"));
     };
-    if let Some(err) = field(&o, "error") {
+    if let Some(err) = get(&o, "error") {
         let message = err
             .as_object()
-            .and_then(|e| str_field(e, "message"))
+            .and_then(|e| get_str(e, "message"))
             .or_else(|| err.as_str())
             .unwrap_or("the upstream returned an error");
-        return Err(bad("error", message.to_owned()));
+        return Err(ConvertError::new("error", message.to_owned()));
     }
-    let choices = field(&o, "choices").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let choices = get(&o, "choices").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let choice = choices
         .iter()
         .filter_map(Value::as_object)
         .find(|c| count_field(c, "index").unwrap_or(0) == 0)
-        .ok_or_else(|| bad("choices", "the upstream response has no choices"))?;
-    let id = str_field(&o, "id").unwrap_or_default().to_owned();
+        .ok_or_else(|| ConvertError::new("choices", "the upstream response has no choices"))?;
+    let id = get_str(&o, "id").unwrap_or_default().to_owned();
     let mut content = Vec::new();
     let mut saw_refusal = false;
-    if let Some(msg) = field(choice, "message").and_then(Value::as_object) {
-        let reasoning = str_field(msg, "reasoning_content").filter(|s| !s.is_empty());
-        if let Some(r) = reasoning.or_else(|| str_field(msg, "reasoning").filter(|s| !s.is_empty())) {
+    if let Some(msg) = get(choice, "message").and_then(Value::as_object) {
+        let reasoning = get_str(msg, "reasoning_content").filter(|s| !s.is_empty());
+        if let Some(r) = reasoning.or_else(|| get_str(msg, "reasoning").filter(|s| !s.is_empty())) {
             content.push(Part::Thinking { text: r.to_owned(), signature: None });
         }
-        match field(msg, "content") {
+        match get(msg, "content") {
             Some(Value::String(s)) if !s.is_empty() => content.push(text(s.clone())),
             Some(Value::Array(items)) => {
                 // Some vendors (Mistral) answer with content parts.
                 for item in items.iter().filter_map(Value::as_object) {
-                    match str_field(item, "type") {
+                    match get_str(item, "type") {
                         Some("text") | None => {
-                            if let Some(t) = str_field(item, "text").filter(|t| !t.is_empty()) {
+                            if let Some(t) = get_str(item, "text").filter(|t| !t.is_empty()) {
                                 content.push(text(t));
                             }
                         }
@@ -1259,28 +1242,28 @@ pub fn decode_response(body: &[u8]) -> Result<Response, ConvertError> {
             }
             _ => {}
         }
-        if let Some(r) = str_field(msg, "refusal").filter(|s| !s.is_empty()) {
+        if let Some(r) = get_str(msg, "refusal").filter(|s| !s.is_empty()) {
             saw_refusal = true;
             content.push(text(r));
         }
-        let calls = field(msg, "tool_calls").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        let calls = get(msg, "tool_calls").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
         for (j, c) in calls.iter().filter_map(Value::as_object).enumerate() {
-            let f = field(c, "function").and_then(Value::as_object);
-            let name = f.and_then(|f| str_field(f, "name")).unwrap_or_default();
-            let (input, arguments) = match f.and_then(|f| field(f, "arguments")) {
+            let f = get(c, "function").and_then(Value::as_object);
+            let name = f.and_then(|f| get_str(f, "name")).unwrap_or_default();
+            let (input, arguments) = match f.and_then(|f| get(f, "arguments")) {
                 Some(Value::String(raw)) => (parse_arguments(raw), Some(raw.clone())),
                 Some(v) => (v.clone(), None),
                 None => (Value::Object(Obj::new()), Some(String::new())),
             };
             let call_id =
-                str_field(c, "id").filter(|s| !s.is_empty()).map_or_else(|| synth_call_id(&id, j), str::to_owned);
+                get_str(c, "id").filter(|s| !s.is_empty()).map_or_else(|| synth_call_id(&id, j), str::to_owned);
             content.push(Part::ToolUse { id: call_id, name: name.to_owned(), input, arguments });
         }
-        if let Some(fc) = field(msg, "function_call").and_then(Value::as_object) {
-            let raw = str_field(fc, "arguments").unwrap_or_default();
+        if let Some(fc) = get(msg, "function_call").and_then(Value::as_object) {
+            let raw = get_str(fc, "arguments").unwrap_or_default();
             content.push(Part::ToolUse {
                 id: synth_call_id(&id, calls.len()),
-                name: str_field(fc, "name").unwrap_or_default().to_owned(),
+                name: get_str(fc, "name").unwrap_or_default().to_owned(),
                 input: parse_arguments(raw),
                 arguments: Some(raw.to_owned()),
             });
@@ -1289,10 +1272,10 @@ pub fn decode_response(body: &[u8]) -> Result<Response, ConvertError> {
     let saw_tool = content.iter().any(|p| matches!(p, Part::ToolUse { .. }));
     Ok(Response {
         id,
-        model: str_field(&o, "model").unwrap_or_default().to_owned(),
-        stop_reason: stop_reason(str_field(choice, "finish_reason").filter(|r| !r.is_empty()), saw_tool, saw_refusal),
+        model: get_str(&o, "model").unwrap_or_default().to_owned(),
+        stop_reason: stop_reason(get_str(choice, "finish_reason").filter(|r| !r.is_empty()), saw_tool, saw_refusal),
         stop_sequence: None,
-        usage: field(&o, "usage").and_then(Value::as_object).map(decode_usage).unwrap_or_default(),
+        usage: get(&o, "usage").and_then(Value::as_object).map(decode_usage).unwrap_or_default(),
         created: count_field(&o, "created"),
         content,
     })
@@ -1496,16 +1479,16 @@ struct ErrorFields {
 }
 
 fn error_fields(e: &Obj) -> ErrorFields {
-    let code = match field(e, "code") {
+    let code = match get(e, "code") {
         Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
         Some(Value::Number(n)) => Some(n.to_string()),
         _ => None,
     };
     ErrorFields {
-        message: str_field(e, "message").map(str::to_owned),
-        kind_label: str_field(e, "type").filter(|s| !s.is_empty()).map(str::to_owned),
+        message: get_str(e, "message").map(str::to_owned),
+        kind_label: get_str(e, "type").filter(|s| !s.is_empty()).map(str::to_owned),
         code,
-        param: str_field(e, "param").map(str::to_owned),
+        param: get_str(e, "param").map(str::to_owned),
     }
 }
 
@@ -1517,17 +1500,17 @@ fn find_error(v: &Value) -> Option<ErrorFields> {
         v => v,
     };
     let o = v.as_object()?;
-    match field(o, "error") {
+    match get(o, "error") {
         Some(Value::Object(e)) => Some(error_fields(e)),
         Some(Value::String(s)) => {
             let mut f = error_fields(o);
             f.message = Some(s.clone());
             Some(f)
         }
-        _ if str_field(o, "message").is_some() || str_field(o, "detail").is_some() => {
+        _ if get_str(o, "message").is_some() || get_str(o, "detail").is_some() => {
             let mut f = error_fields(o);
             if f.message.is_none() {
-                f.message = str_field(o, "detail").map(str::to_owned);
+                f.message = get_str(o, "detail").map(str::to_owned);
             }
             Some(f)
         }
@@ -1671,9 +1654,9 @@ impl StreamDecoder {
             self.fail(out, kind, message);
             return;
         };
-        let is_error = field(&chunk, "error").is_some()
-            || str_field(&chunk, "object") == Some("error")
-            || str_field(&chunk, "type") == Some("error")
+        let is_error = get(&chunk, "error").is_some()
+            || get_str(&chunk, "object") == Some("error")
+            || get_str(&chunk, "type") == Some("error")
             || event.event == Some("error");
         if is_error {
             let f = find_error(&Value::Object(chunk)).unwrap_or(ErrorFields {
@@ -1691,16 +1674,16 @@ impl StreamDecoder {
             return;
         }
 
-        let choices = field(&chunk, "choices").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-        let usage = field(&chunk, "usage").and_then(Value::as_object);
-        let model = str_field(&chunk, "model").unwrap_or_default();
+        let choices = get(&chunk, "choices").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        let usage = get(&chunk, "usage").and_then(Value::as_object);
+        let model = get_str(&chunk, "model").unwrap_or_default();
         if !self.started && choices.is_empty() && usage.is_none() && model.is_empty() {
             // Azure's leading `prompt_filter_results` chunk: no id, model or content yet.
             return;
         }
         self.start(
             out,
-            str_field(&chunk, "id").unwrap_or_default().to_owned(),
+            get_str(&chunk, "id").unwrap_or_default().to_owned(),
             model.to_owned(),
             count_field(&chunk, "created"),
         );
@@ -1715,11 +1698,11 @@ impl StreamDecoder {
             if count_field(choice, "index").unwrap_or(0) != 0 {
                 continue;
             }
-            if let Some(delta) = field(choice, "delta").and_then(Value::as_object) {
+            if let Some(delta) = get(choice, "delta").and_then(Value::as_object) {
                 self.delta(delta, out);
             }
             // Some vendors send `""` on every chunk: only a real reason ends the turn.
-            if let Some(reason) = str_field(choice, "finish_reason").filter(|r| !r.is_empty()) {
+            if let Some(reason) = get_str(choice, "finish_reason").filter(|r| !r.is_empty()) {
                 self.finish_reason = Some(reason.to_owned());
                 self.close_all(out);
             }
@@ -1758,8 +1741,8 @@ impl StreamDecoder {
     }
 
     fn delta(&mut self, d: &Obj, out: &mut Vec<StreamEvent>) {
-        let reasoning = str_field(d, "reasoning_content").filter(|s| !s.is_empty());
-        if let Some(r) = reasoning.or_else(|| str_field(d, "reasoning").filter(|s| !s.is_empty())) {
+        let reasoning = get_str(d, "reasoning_content").filter(|s| !s.is_empty());
+        if let Some(r) = reasoning.or_else(|| get_str(d, "reasoning").filter(|s| !s.is_empty())) {
             let index = match self.thinking {
                 Some(i) => i,
                 None => {
@@ -1771,8 +1754,8 @@ impl StreamDecoder {
             };
             out.push(StreamEvent::ThinkingDelta { index, text: r.to_owned() });
         }
-        let content = str_field(d, "content").filter(|s| !s.is_empty());
-        let refusal = str_field(d, "refusal").filter(|s| !s.is_empty());
+        let content = get_str(d, "content").filter(|s| !s.is_empty());
+        let refusal = get_str(d, "refusal").filter(|s| !s.is_empty());
         self.saw_refusal |= refusal.is_some();
         for t in [content, refusal].into_iter().flatten() {
             let index = match self.text {
@@ -1786,18 +1769,18 @@ impl StreamDecoder {
             };
             out.push(StreamEvent::TextDelta { index, text: t.to_owned() });
         }
-        if let Some(calls) = field(d, "tool_calls").and_then(Value::as_array) {
+        if let Some(calls) = get(d, "tool_calls").and_then(Value::as_array) {
             for c in calls.iter().filter_map(Value::as_object) {
-                let f = field(c, "function").and_then(Value::as_object);
-                let name = f.and_then(|f| str_field(f, "name"));
-                let args = f.and_then(|f| str_field(f, "arguments")).unwrap_or_default();
+                let f = get(c, "function").and_then(Value::as_object);
+                let name = f.and_then(|f| get_str(f, "name"));
+                let args = f.and_then(|f| get_str(f, "arguments")).unwrap_or_default();
                 let key = count_field(c, "index");
-                self.tool_delta(key, str_field(c, "id"), name, args, out);
+                self.tool_delta(key, get_str(c, "id"), name, args, out);
             }
         }
-        if let Some(fc) = field(d, "function_call").and_then(Value::as_object) {
-            let args = str_field(fc, "arguments").unwrap_or_default();
-            self.tool_delta(Some(FUNCTION_CALL_KEY), None, str_field(fc, "name"), args, out);
+        if let Some(fc) = get(d, "function_call").and_then(Value::as_object) {
+            let args = get_str(fc, "arguments").unwrap_or_default();
+            self.tool_delta(Some(FUNCTION_CALL_KEY), None, get_str(fc, "name"), args, out);
         }
     }
 

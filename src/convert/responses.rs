@@ -145,7 +145,7 @@ struct RequestDecoder {
 
 impl RequestDecoder {
     fn loss(&mut self, field: impl Into<String>, note: impl Into<String>) {
-        self.losses.push(Loss { field: field.into(), note: note.into() });
+        self.losses.push(Loss::new(field, note));
     }
 
     /// Content parts of a user / assistant message (string or part list).
@@ -770,7 +770,7 @@ struct RequestEncoder {
 
 impl RequestEncoder {
     fn loss(&mut self, field: impl Into<String>, note: impl Into<String>) {
-        self.losses.push(Loss { field: field.into(), note: note.into() });
+        self.losses.push(Loss::new(field, note));
     }
 
     fn flush(&mut self, role: &str, content: &mut Vec<Value>) {

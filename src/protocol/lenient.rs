@@ -19,6 +19,20 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 // ---------------------------------------------------------------------------------------------
+// Fields
+
+/// A field of a JSON object, with `null` read as absent (clients send explicit nulls for unset
+/// options).
+pub fn get<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    object.get(key).filter(|v| !v.is_null())
+}
+
+/// A string field of a JSON object.
+pub fn get_str<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
+    object.get(key).and_then(Value::as_str)
+}
+
+// ---------------------------------------------------------------------------------------------
 // Numbers
 
 /// `f` as a token count or size: a finite, non-negative, integral float that fits a `u64`
