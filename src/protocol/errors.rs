@@ -50,6 +50,22 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// The kind an upstream's error status says, before its body is read: the 4xx the three
+    /// APIs name, any other 4xx a client error, everything else (5xx, and the odd 2xx or 3xx an
+    /// error body came with) the server's failure.
+    pub fn from_status(status: u16) -> ErrorKind {
+        match status {
+            401 => ErrorKind::Authentication,
+            402 | 403 => ErrorKind::Permission,
+            404 => ErrorKind::NotFound,
+            413 => ErrorKind::RequestTooLarge,
+            429 => ErrorKind::RateLimited,
+            503 | 529 => ErrorKind::Overloaded,
+            400..=499 => ErrorKind::InvalidRequest,
+            _ => ErrorKind::Api,
+        }
+    }
+
     /// The status the gateway answers with when the error is its own.
     pub fn status(self) -> StatusCode {
         match self {
@@ -330,6 +346,29 @@ mod tests {
             e.body(Protocol::Openai).to_string(),
             r#"{"error":{"code":"model_not_found","message":"no","param":"model","type":"invalid_request_error"}}"#
         );
+    }
+
+    #[test]
+    fn kinds_from_upstream_statuses() {
+        for (status, kind) in [
+            (400, ErrorKind::InvalidRequest),
+            (401, ErrorKind::Authentication),
+            (402, ErrorKind::Permission),
+            (403, ErrorKind::Permission),
+            (404, ErrorKind::NotFound),
+            (409, ErrorKind::InvalidRequest),
+            (413, ErrorKind::RequestTooLarge),
+            (422, ErrorKind::InvalidRequest),
+            (429, ErrorKind::RateLimited),
+            (499, ErrorKind::InvalidRequest),
+            (500, ErrorKind::Api),
+            (502, ErrorKind::Api),
+            (503, ErrorKind::Overloaded),
+            (529, ErrorKind::Overloaded),
+            (200, ErrorKind::Api),
+        ] {
+            assert_eq!(ErrorKind::from_status(status), kind, "{status}");
+        }
     }
 
     #[test]

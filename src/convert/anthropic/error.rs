@@ -23,26 +23,13 @@ pub(super) fn error_kind_from_type(t: &str) -> Option<ErrorKind> {
     })
 }
 
-fn error_kind_from_status(status: u16) -> ErrorKind {
-    match status {
-        401 => ErrorKind::Authentication,
-        402 | 403 => ErrorKind::Permission,
-        404 => ErrorKind::NotFound,
-        413 => ErrorKind::RequestTooLarge,
-        429 => ErrorKind::RateLimited,
-        503 | 529 => ErrorKind::Overloaded,
-        400..=499 => ErrorKind::InvalidRequest,
-        _ => ErrorKind::Api,
-    }
-}
-
 /// Longest error message kept from an upstream's error body, in characters.
 const MAX_ERROR_MESSAGE: usize = 2000;
 
 /// Upstream error body (any status) → IR. Understands Anthropic's shape and, for relays that
 /// answer in it, OpenAI's; anything else keeps the (truncated) body text.
 pub fn decode_error(status: u16, body: &[u8]) -> ErrorBody {
-    let by_status = error_kind_from_status(status);
+    let by_status = ErrorKind::from_status(status);
     if let Ok(Value::Object(obj)) = serde_json::from_slice::<Value>(body) {
         let e = obj.get("error");
         let inner = e.and_then(Value::as_object);

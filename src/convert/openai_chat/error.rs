@@ -11,19 +11,10 @@ use crate::protocol::lenient::{get, get_str, truncate_marked};
 /// Longest error-message excerpt taken from an unparseable upstream body, in characters.
 pub(super) const MAX_ERROR_TEXT: usize = 512;
 
+/// The kind of an error status (4xx or 5xx); `None` for anything else, such as the 200 of a
+/// stream or a numeric code that is not a status.
 fn kind_from_status(status: u16) -> Option<ErrorKind> {
-    Some(match status {
-        400 | 409 | 422 => ErrorKind::InvalidRequest,
-        401 => ErrorKind::Authentication,
-        402 | 403 => ErrorKind::Permission,
-        404 => ErrorKind::NotFound,
-        413 => ErrorKind::RequestTooLarge,
-        429 => ErrorKind::RateLimited,
-        503 | 529 => ErrorKind::Overloaded,
-        405..=499 => ErrorKind::InvalidRequest,
-        500..=599 => ErrorKind::Api,
-        _ => return None,
-    })
+    (400..=599).contains(&status).then(|| ErrorKind::from_status(status))
 }
 
 fn kind_from_label(label: &str) -> Option<ErrorKind> {

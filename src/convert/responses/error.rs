@@ -55,23 +55,9 @@ fn error_code_for(kind: ErrorKind) -> &'static str {
     }
 }
 
-fn kind_for_status(status: u16) -> ErrorKind {
-    match status {
-        400 | 422 => ErrorKind::InvalidRequest,
-        401 => ErrorKind::Authentication,
-        403 => ErrorKind::Permission,
-        404 => ErrorKind::NotFound,
-        413 => ErrorKind::RequestTooLarge,
-        429 => ErrorKind::RateLimited,
-        503 | 529 => ErrorKind::Overloaded,
-        _ if (400..500).contains(&status) => ErrorKind::InvalidRequest,
-        _ => ErrorKind::Api,
-    }
-}
-
 /// Upstream error body (any status) → IR. Never fails.
 pub fn decode_error(status: u16, body: &[u8]) -> ErrorBody {
-    let kind = kind_for_status(status);
+    let kind = ErrorKind::from_status(status);
     let parsed: Option<Value> = serde_json::from_slice(body).ok();
     let err = parsed.as_ref().and_then(|v| v.get("error")).filter(|e| e.is_object());
     if let Some(err) = err {
@@ -114,6 +100,14 @@ mod tests {
     use super::*;
 
     use serde_json::Value;
+
+    #[test]
+    fn payment_required_is_a_permission_error() {
+        // This codec read 402 as an invalid request, the other two as a permission (billing)
+        // error; the status table is one now.
+        let e = decode_error(402, br#"{"error":{"message":"Your credit balance is too low","type":"billing"}}"#);
+        assert_eq!(e.kind, ErrorKind::Permission);
+    }
 
     #[test]
     fn errors() {
