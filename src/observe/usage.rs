@@ -112,17 +112,23 @@ impl StreamUsage {
         }
     }
 
-    fn observe_chat(&mut self, ev: &SseEvent<'_>) {
-        let usage = has_usage_object(ev.data);
-        let want_model = self.model.is_none() && self.model_tries < MODEL_TRIES;
-        if !usage && !want_model {
-            return;
+    /// Whether an event of a Chat or Responses stream is worth parsing: it has a usage object,
+    /// or the model is still unknown, the first tries are not spent, and `model_key` (the key
+    /// that holds the model) occurs in it.
+    fn worth_parsing(&mut self, data: &str, model_key: &str) -> bool {
+        if has_usage_object(data) {
+            return true;
         }
-        if !usage {
-            if !ev.data.contains("\"model\"") {
-                return;
-            }
-            self.model_tries += 1;
+        if self.model.is_some() || self.model_tries >= MODEL_TRIES || !data.contains(model_key) {
+            return false;
+        }
+        self.model_tries += 1;
+        true
+    }
+
+    fn observe_chat(&mut self, ev: &SseEvent<'_>) {
+        if !self.worth_parsing(ev.data, "\"model\"") {
+            return;
         }
         let Ok(chunk) = serde_json::from_str::<ChatBody>(ev.data) else { return };
         if self.model.is_none() {
@@ -142,16 +148,8 @@ impl StreamUsage {
         {
             return;
         }
-        let usage = has_usage_object(ev.data);
-        let want_model = self.model.is_none() && self.model_tries < MODEL_TRIES;
-        if !usage && !want_model {
+        if !self.worth_parsing(ev.data, "\"response\"") {
             return;
-        }
-        if !usage {
-            if !ev.data.contains("\"response\"") {
-                return;
-            }
-            self.model_tries += 1;
         }
         let Ok(e) = serde_json::from_str::<ResponsesEvent>(ev.data) else { return };
         let Some(r) = e.response.0 else { return };

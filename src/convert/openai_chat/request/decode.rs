@@ -437,6 +437,17 @@ fn decode_history_tool_call(c: &Value, at: &str) -> Result<Part, ConvertError> {
     Ok(Part::ToolUse { id: id.to_owned(), name: name.to_owned(), input, arguments })
 }
 
+/// One element of a content array as an object, with its `type`; `f` names it in errors.
+fn content_part<'a>(item: &'a Value, f: &str) -> Result<(&'a Obj, Option<&'a str>), ConvertError> {
+    let io = item.as_object().ok_or_else(|| ConvertError::new(f, "content parts must be objects"))?;
+    Ok((io, get_str(io, "type")))
+}
+
+/// The `text` of a text content part.
+fn part_text<'a>(io: &'a Obj, f: &str) -> Result<&'a str, ConvertError> {
+    get_str(io, "text").ok_or_else(|| ConvertError::new(f, "a text part needs `text`"))
+}
+
 /// `system` / `developer` content: a string or text parts.
 fn system_parts(content: Option<&Value>, at: &str) -> Result<Vec<TextPart>, ConvertError> {
     match content {
@@ -447,13 +458,12 @@ fn system_parts(content: Option<&Value>, at: &str) -> Result<Vec<TextPart>, Conv
             .enumerate()
             .map(|(j, item)| {
                 let f = format!("{at}[{j}]");
-                let io =
-                    item.as_object().ok_or_else(|| ConvertError::new(f.clone(), "content parts must be objects"))?;
-                match get_str(io, "type") {
-                    Some("text") => {
-                        let t = get_str(io, "text").ok_or_else(|| ConvertError::new(f, "a text part needs `text`"))?;
-                        Ok(TextPart { text: t.to_owned(), cache_control: get(io, "cache_control").cloned() })
-                    }
+                let (io, kind) = content_part(item, &f)?;
+                match kind {
+                    Some("text") => Ok(TextPart {
+                        text: part_text(io, &f)?.to_owned(),
+                        cache_control: get(io, "cache_control").cloned(),
+                    }),
                     other => Err(ConvertError::new(
                         f,
                         format!(
@@ -478,13 +488,12 @@ fn user_parts(content: Option<&Value>, at: &str, losses: &mut Vec<Loss>) -> Resu
     let mut parts = Vec::with_capacity(items.len());
     for (j, item) in items.iter().enumerate() {
         let f = format!("{at}[{j}]");
-        let io = item.as_object().ok_or_else(|| ConvertError::new(f.clone(), "content parts must be objects"))?;
-        match get_str(io, "type") {
+        let (io, kind) = content_part(item, &f)?;
+        match kind {
             Some("text") => {
-                let t = get_str(io, "text").ok_or_else(|| ConvertError::new(f, "a text part needs `text`"))?;
                 // OpenRouter-style `cache_control` on Chat parts, kept for an Anthropic target.
                 parts.push(Part::Text(TextPart {
-                    text: t.to_owned(),
+                    text: part_text(io, &f)?.to_owned(),
                     cache_control: get(io, "cache_control").cloned(),
                 }));
             }
@@ -512,7 +521,10 @@ fn decode_image_part(io: &Obj, at: &str, losses: &mut Vec<Loss>) -> Result<Image
             get_str(iu, "detail"),
         ),
         _ => {
-            return Err(ConvertError::new(format!("{at}.image_url"), "an `image_url` part needs an `image_url` object"));
+            return Err(ConvertError::new(
+                format!("{at}.image_url"),
+                "an `image_url` part needs an `image_url` object",
+            ));
         }
     };
     if let Some(d) = detail
@@ -569,13 +581,9 @@ fn tool_result_content(content: Option<&Value>, at: &str) -> Result<Vec<ToolResu
             .enumerate()
             .map(|(j, item)| {
                 let f = format!("{at}[{j}]");
-                let io =
-                    item.as_object().ok_or_else(|| ConvertError::new(f.clone(), "content parts must be objects"))?;
-                match get_str(io, "type") {
-                    Some("text") => {
-                        let t = get_str(io, "text").ok_or_else(|| ConvertError::new(f, "a text part needs `text`"))?;
-                        Ok(ToolResultContent::Text(t.to_owned()))
-                    }
+                let (io, kind) = content_part(item, &f)?;
+                match kind {
+                    Some("text") => Ok(ToolResultContent::Text(part_text(io, &f)?.to_owned())),
                     Some("image_url") => {
                         let mut ignored = Vec::new();
                         Ok(ToolResultContent::Image(decode_image_part(io, &f, &mut ignored)?))

@@ -172,33 +172,28 @@ impl StreamDecoder {
         out.push(StreamEvent::Error { kind, message });
     }
 
+    /// The block `open` names, or a new one of `block` (after closing the others) when none is.
+    fn open_unless(&mut self, open: Option<usize>, block: BlockStart, out: &mut Vec<StreamEvent>) -> usize {
+        if let Some(index) = open {
+            return index;
+        }
+        self.close_all(out);
+        self.open(out, block)
+    }
+
     fn delta(&mut self, d: &Obj, out: &mut Vec<StreamEvent>) {
         let reasoning = get_str(d, "reasoning_content").filter(|s| !s.is_empty());
         if let Some(r) = reasoning.or_else(|| get_str(d, "reasoning").filter(|s| !s.is_empty())) {
-            let index = match self.thinking {
-                Some(i) => i,
-                None => {
-                    self.close_all(out);
-                    let i = self.open(out, BlockStart::Thinking);
-                    self.thinking = Some(i);
-                    i
-                }
-            };
+            let index = self.open_unless(self.thinking, BlockStart::Thinking, out);
+            self.thinking = Some(index);
             out.push(StreamEvent::ThinkingDelta { index, text: r.to_owned() });
         }
         let content = get_str(d, "content").filter(|s| !s.is_empty());
         let refusal = get_str(d, "refusal").filter(|s| !s.is_empty());
         self.saw_refusal |= refusal.is_some();
         for t in [content, refusal].into_iter().flatten() {
-            let index = match self.text {
-                Some(i) => i,
-                None => {
-                    self.close_all(out);
-                    let i = self.open(out, BlockStart::Text);
-                    self.text = Some(i);
-                    i
-                }
-            };
+            let index = self.open_unless(self.text, BlockStart::Text, out);
+            self.text = Some(index);
             out.push(StreamEvent::TextDelta { index, text: t.to_owned() });
         }
         if let Some(calls) = get(d, "tool_calls").and_then(Value::as_array) {

@@ -163,40 +163,14 @@ impl StreamEncoder {
                 );
                 EncBlock::Text { content_index: ci, text: String::new() }
             }
-            BlockStart::Thinking | BlockStart::ReasoningItem { .. } => {
-                let oi = self.new_output_index();
-                let (id, encrypted) = match block {
-                    BlockStart::ReasoningItem { id, encrypted_content } => (
-                        id.clone().unwrap_or_else(|| item_id("rs", &self.ctx, oi)),
-                        encrypted_content.clone().filter(|_| self.ctx.include_encrypted_reasoning),
-                    ),
-                    _ => (item_id("rs", &self.ctx, oi), None),
-                };
-                let item = reasoning_item(&id, &[], None);
-                self.emit(out, "response.output_item.added", json!({"output_index": oi, "item": item}));
-                EncBlock::Reasoning {
-                    output_index: oi,
-                    id,
-                    text: String::new(),
-                    part_open: false,
-                    signature: None,
-                    encrypted,
-                }
+            BlockStart::Thinking => self.open_reasoning(None, None, out),
+            BlockStart::ReasoningItem { id, encrypted_content } => {
+                let encrypted = encrypted_content.clone().filter(|_| self.ctx.include_encrypted_reasoning);
+                self.open_reasoning(id.clone(), encrypted, out)
             }
             BlockStart::RedactedThinking { data } => {
                 if self.ctx.include_encrypted_reasoning {
-                    let oi = self.new_output_index();
-                    let id = item_id("rs", &self.ctx, oi);
-                    let item = reasoning_item(&id, &[], None);
-                    self.emit(out, "response.output_item.added", json!({"output_index": oi, "item": item}));
-                    EncBlock::Reasoning {
-                        output_index: oi,
-                        id,
-                        text: String::new(),
-                        part_open: false,
-                        signature: None,
-                        encrypted: Some(format!("{REDACTED_BLOB}{data}")),
-                    }
+                    self.open_reasoning(None, Some(format!("{REDACTED_BLOB}{data}")), out)
                 } else {
                     EncBlock::Hidden
                 }
@@ -216,6 +190,16 @@ impl StreamEncoder {
             }
         };
         self.blocks.push((index, state));
+    }
+
+    /// A reasoning output item, announced now and filled by later deltas; `id` when the source
+    /// had one (else one is made up), `encrypted` when the client may see it.
+    fn open_reasoning(&mut self, id: Option<String>, encrypted: Option<String>, out: &mut Vec<u8>) -> EncBlock {
+        let oi = self.new_output_index();
+        let id = id.unwrap_or_else(|| item_id("rs", &self.ctx, oi));
+        let item = reasoning_item(&id, &[], None);
+        self.emit(out, "response.output_item.added", json!({"output_index": oi, "item": item}));
+        EncBlock::Reasoning { output_index: oi, id, text: String::new(), part_open: false, signature: None, encrypted }
     }
 
     fn block_mut(&mut self, index: usize) -> Option<&mut EncBlock> {
