@@ -194,6 +194,31 @@ pub struct Reasoning {
     pub summary: Option<String>,
 }
 
+/// Reasoning effort (Chat `reasoning_effort`, Responses `reasoning.effort`) → Anthropic
+/// `thinking.budget_tokens`. `none` turns thinking off.
+pub fn effort_budget(effort: &str) -> Option<u64> {
+    match effort {
+        "minimal" => Some(1024),
+        "low" => Some(2048),
+        "medium" => Some(8192),
+        "high" => Some(16384),
+        "xhigh" | "max" => Some(24576),
+        _ => None,
+    }
+}
+
+/// Anthropic `thinking.budget_tokens` → the effort of the OpenAI APIs (both use one table): the
+/// effort whose budget ([`effort_budget`]) is the largest not above it, so an effort that went
+/// through an Anthropic budget comes back as itself. Claude Code's budgets (4 000 "think",
+/// 10 000 "think hard", 31 999 "ultrathink") land on low, medium and high.
+pub fn effort_for_budget(budget: u64) -> &'static str {
+    match budget {
+        0..8192 => "low",
+        8192..16384 => "medium",
+        _ => "high",
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum OutputFormat {
     Text,
@@ -376,5 +401,30 @@ pub struct ConvertError {
 impl ConvertError {
     pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
         Self { field: field.into(), message: message.into() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn efforts_survive_an_anthropic_budget() {
+        // The Chat and Responses codecs each had a table from budget to effort, and neither
+        // gave `high` back for high's own budget (16 384 read as `medium` in both).
+        for effort in ["low", "medium", "high"] {
+            let budget = effort_budget(effort).unwrap();
+            assert_eq!(effort_for_budget(budget), effort, "{effort} via {budget}");
+        }
+        assert_eq!(effort_for_budget(effort_budget("minimal").unwrap()), "low");
+        assert_eq!(effort_for_budget(effort_budget("xhigh").unwrap()), "high");
+        // Claude Code's budgets, and the edges.
+        assert_eq!(effort_for_budget(4000), "low");
+        assert_eq!(effort_for_budget(10_000), "medium");
+        assert_eq!(effort_for_budget(31_999), "high");
+        assert_eq!(effort_for_budget(0), "low");
+        assert_eq!(effort_for_budget(8191), "low");
+        assert_eq!(effort_for_budget(16_383), "medium");
+        assert_eq!(effort_for_budget(u64::MAX), "high");
     }
 }

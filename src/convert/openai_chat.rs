@@ -51,14 +51,6 @@ fn text(t: impl Into<String>) -> Part {
     Part::Text(TextPart { text: t.into(), cache_control: None })
 }
 
-/// The raw argument string when the source had one, else the compact JSON of `input`.
-fn arguments_string(input: &Value, raw: Option<&str>) -> String {
-    match raw {
-        Some(r) => r.to_owned(),
-        None => serde_json::to_string(input).unwrap_or_else(|_| "{}".to_owned()),
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {

@@ -69,19 +69,6 @@ fn flat_tool_name(namespace: &str, name: &str) -> String {
     format!("{}__{}", namespace.trim_end_matches('_'), name.trim_start_matches('_'))
 }
 
-/// The argument string to send for a tool call: the raw string when the IR kept it, else the
-/// compact JSON of `input` (`{}` for a missing input).
-fn arguments_string(input: &Value, arguments: Option<&String>) -> String {
-    match arguments {
-        Some(raw) if raw.trim().is_empty() => "{}".to_owned(),
-        Some(raw) => raw.clone(),
-        None => match input {
-            Value::Null => "{}".to_owned(),
-            other => other.to_string(),
-        },
-    }
-}
-
 fn image_url(image: &Image) -> String {
     match image {
         Image::Base64 { media_type, data } => data_url(media_type, data),
@@ -161,7 +148,7 @@ mod tests {
 
     use super::*;
     use crate::protocol::errors::ErrorKind;
-    use crate::protocol::lenient::parse_arguments;
+    use crate::protocol::lenient::{arguments_string, parse_arguments};
     use crate::protocol::sse::{SseEvent, SseScanner};
     use proptest::prelude::*;
 
@@ -599,7 +586,7 @@ mod tests {
                         index,
                         block: BlockStart::ToolUse { id: id.clone(), name: name.clone() },
                     });
-                    let args = arguments_string(input, arguments.as_ref());
+                    let args = arguments_string(input, arguments.as_deref());
                     out.extend(
                         pieces(&args)
                             .into_iter()
@@ -682,7 +669,7 @@ mod tests {
                     agg.thinking.push(summary.join(SUMMARY_SEPARATOR));
                 }
                 Part::ToolUse { id, name, input, arguments } => {
-                    agg.tools.push((id.clone(), name.clone(), arguments_string(input, arguments.as_ref())));
+                    agg.tools.push((id.clone(), name.clone(), arguments_string(input, arguments.as_deref())));
                 }
                 _ => {}
             }
@@ -714,7 +701,7 @@ mod tests {
                 match p {
                     Part::Text(t) if !t.text.is_empty() => v.push(format!("{:?} text: {}", m.role, t.text)),
                     Part::ToolUse { id, name, input, arguments } => {
-                        v.push(format!("call {id} {name} {}", arguments_string(input, arguments.as_ref())));
+                        v.push(format!("call {id} {name} {}", arguments_string(input, arguments.as_deref())));
                     }
                     Part::ToolResult { tool_use_id, content, is_error } => {
                         v.push(format!("result {tool_use_id} {}", tool_output_value(content, *is_error)));

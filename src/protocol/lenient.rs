@@ -144,6 +144,21 @@ pub fn parse_arguments(raw: &str) -> Value {
     serde_json::from_str(raw).unwrap_or_else(|_| Value::Object(Map::new()))
 }
 
+/// The argument string to send for a tool call (the OpenAI APIs carry arguments as JSON text):
+/// the raw string the source sent, byte for byte, so the model's own text survives; else the
+/// compact JSON of `input`. No arguments at all (an empty string, no input) is `{}`: an empty
+/// string is not JSON, and the APIs (and vendors' parsers) expect an object.
+pub fn arguments_string(input: &Value, raw: Option<&str>) -> String {
+    match raw {
+        Some(raw) if raw.trim().is_empty() => "{}".to_owned(),
+        Some(raw) => raw.to_owned(),
+        None => match input {
+            Value::Null => "{}".to_owned(),
+            other => other.to_string(),
+        },
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Lenient leaves for typed parsing
 
@@ -581,6 +596,18 @@ mod tests {
         assert_eq!(parse_arguments("  "), json!({}));
         assert_eq!(parse_arguments("{not json"), json!({}));
         assert_eq!(parse_arguments("[1]"), json!([1]));
+    }
+
+    #[test]
+    fn argument_strings() {
+        // The raw string, byte for byte.
+        assert_eq!(arguments_string(&json!({}), Some(r#"{ "q": 1 }"#)), r#"{ "q": 1 }"#);
+        assert_eq!(arguments_string(&json!({"q": 1}), None), r#"{"q":1}"#);
+        // No arguments is `{}`: the Chat copy sent an empty string and, for no input, `null`.
+        assert_eq!(arguments_string(&json!({}), Some("")), "{}");
+        assert_eq!(arguments_string(&json!({}), Some("  ")), "{}");
+        assert_eq!(arguments_string(&Value::Null, None), "{}");
+        assert_eq!(parse_arguments(&arguments_string(&Value::Null, None)), json!({}));
     }
 
     #[derive(Deserialize, Default)]

@@ -18,19 +18,6 @@ pub const MAX_DEFAULT_MAX_TOKENS: u64 = 32000;
 /// Anthropic's minimum `thinking.budget_tokens`.
 pub const MIN_THINKING_BUDGET: u64 = 1024;
 
-/// Reasoning effort (Chat `reasoning_effort`, Responses `reasoning.effort`) → Anthropic
-/// `thinking.budget_tokens`. `none` turns thinking off.
-pub fn effort_budget(effort: &str) -> Option<u64> {
-    match effort {
-        "minimal" => Some(1024),
-        "low" => Some(2048),
-        "medium" => Some(8192),
-        "high" => Some(16384),
-        "xhigh" | "max" => Some(24576),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

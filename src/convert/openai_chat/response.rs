@@ -4,9 +4,9 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{Obj, arguments_string, count_field, text};
+use super::{Obj, count_field, text};
 use crate::convert::ir::*;
-use crate::protocol::lenient::{get, get_str, parse_arguments};
+use crate::protocol::lenient::{arguments_string, get, get_str, parse_arguments};
 
 /// Chat `finish_reason` → IR, with two repairs common among compatible vendors: `stop` after
 /// tool calls means `tool_calls`, and `stop` after a refusal is a refusal.

@@ -5,11 +5,11 @@
 use serde_json::{Value, json};
 
 use super::{
-    REDACTED_BLOB, SUMMARY_SEPARATOR, THINKING_BLOB, arguments_string, flat_tool_name, get_str, get_u64, is_set,
-    reasoning_part, text_part,
+    REDACTED_BLOB, SUMMARY_SEPARATOR, THINKING_BLOB, flat_tool_name, get_str, get_u64, is_set, reasoning_part,
+    text_part,
 };
 use crate::convert::ir::*;
-use crate::protocol::lenient::parse_arguments;
+use crate::protocol::lenient::{arguments_string, parse_arguments};
 
 pub(super) fn decode_usage(u: &Value) -> Usage {
     let details = u.get("input_tokens_details");
@@ -309,7 +309,7 @@ pub fn encode_response(resp: &Response, ctx: &EncodeContext) -> Vec<u8> {
             Part::ToolUse { id, name, input, arguments } => {
                 flush_texts(ctx, &mut output, &mut texts);
                 let fid = item_id("fc", ctx, output.len());
-                let args = arguments_string(input, arguments.as_ref());
+                let args = arguments_string(input, arguments.as_deref());
                 output.push(function_call_item(ctx, &fid, "completed", id, name, &args));
             }
             Part::Thinking { text, signature } => {

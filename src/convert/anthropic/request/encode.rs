@@ -3,7 +3,7 @@
 use serde_json::{Map, Value, json};
 
 use super::super::tool_input_object;
-use super::{DEFAULT_MAX_TOKENS, MAX_DEFAULT_MAX_TOKENS, MIN_THINKING_BUDGET, effort_budget};
+use super::{DEFAULT_MAX_TOKENS, MAX_DEFAULT_MAX_TOKENS, MIN_THINKING_BUDGET};
 use crate::convert::ir::*;
 
 /// Anthropic tool-use ids must match `^[a-zA-Z0-9_-]+$`; some OpenAI-compatible vendors use

@@ -4,9 +4,9 @@
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::super::{Obj, arguments_string};
+use super::super::Obj;
 use crate::convert::ir::*;
-use crate::protocol::lenient::{data_url, filename_for_media_type};
+use crate::protocol::lenient::{arguments_string, data_url, filename_for_media_type};
 
 /// OpenAI rejects a longer `user` (gateways such as Bifrost drop it for the same reason).
 const MAX_USER_LEN: usize = 64;
@@ -94,16 +94,6 @@ fn is_openai_reasoning_model(model: &str) -> bool {
 fn is_openai_non_reasoning_model(model: &str) -> bool {
     let m = bare_model(model);
     ["gpt-4", "gpt-3.5", "chatgpt-", "gpt-5-chat"].iter().any(|p| m.starts_with(p))
-}
-
-/// Anthropic thinking budget → Chat `reasoning_effort`. Claude Code's budgets (4 000 "think",
-/// 10 000 "think hard", 31 999 "ultrathink") land on low / medium / high.
-fn effort_for_budget(budget: u64) -> &'static str {
-    match budget {
-        0..=4096 => "low",
-        4097..=16384 => "medium",
-        _ => "high",
-    }
 }
 
 /// IR -> request body for an upstream of this protocol. `req.model` is already the model to send.
@@ -712,6 +702,36 @@ mod tests {
         assert_eq!(case("openai/o3-mini", None), (None, "max_completion_tokens"));
         assert_eq!(case("gpt-4o", r(Some(2048), None, false)), (None, "max_tokens"));
         assert_eq!(case("gpt-4.1", r(None, Some("high"), true)), (None, "max_tokens"));
+    }
+
+    #[test]
+    fn tool_calls_without_arguments_send_an_empty_object() {
+        // This codec sent `""` (and `null` for a missing input), which is not a JSON object;
+        // the Responses codec sent `{}`.
+        let call = |input: Value, arguments: Option<&str>| {
+            let req = Request {
+                model: "m".into(),
+                messages: vec![
+                    msg(Role::User, vec![text("go")]),
+                    msg(
+                        Role::Assistant,
+                        vec![Part::ToolUse {
+                            id: "c".into(),
+                            name: "f".into(),
+                            input,
+                            arguments: arguments.map(str::to_owned),
+                        }],
+                    ),
+                ],
+                ..Request::default()
+            };
+            let (b, _) = enc(&req);
+            b["messages"][1]["tool_calls"][0]["function"]["arguments"].clone()
+        };
+        assert_eq!(call(json!({}), Some("")), json!("{}"));
+        assert_eq!(call(Value::Null, None), json!("{}"));
+        assert_eq!(call(json!({"a": 1}), None), json!("{\"a\":1}"));
+        assert_eq!(call(json!({}), Some("{\"a\": 1}")), json!("{\"a\": 1}"));
     }
 
     #[test]

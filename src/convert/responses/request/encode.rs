@@ -2,9 +2,9 @@
 
 use serde_json::{Map, Value, json};
 
-use super::super::{REDACTED_BLOB, THINKING_BLOB, arguments_string, image_url, tool_output_value};
+use super::super::{REDACTED_BLOB, THINKING_BLOB, image_url, tool_output_value};
 use crate::convert::ir::*;
-use crate::protocol::lenient::{data_url, filename_for_media_type};
+use crate::protocol::lenient::{arguments_string, data_url, filename_for_media_type};
 
 /// The Responses API rejects `max_output_tokens` below this.
 const MIN_MAX_OUTPUT_TOKENS: u64 = 16;
@@ -118,7 +118,7 @@ impl RequestEncoder {
                         "type": "function_call",
                         "call_id": id,
                         "name": name,
-                        "arguments": arguments_string(input, arguments.as_ref()),
+                        "arguments": arguments_string(input, arguments.as_deref()),
                     }));
                 }
                 Part::Thinking { .. } | Part::RedactedThinking { .. } => self.thinking_dropped += 1,
@@ -162,17 +162,6 @@ impl RequestEncoder {
             }
         }
         self.flush("system", &mut content);
-    }
-}
-
-/// Anthropic thinking budget → Responses effort (documented table).
-fn effort_for_budget(budget: u64) -> &'static str {
-    if budget < 8_192 {
-        "low"
-    } else if budget < 24_576 {
-        "medium"
-    } else {
-        "high"
     }
 }
 
