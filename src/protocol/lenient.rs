@@ -73,6 +73,15 @@ pub fn truncate_marked(s: &str, max_chars: usize) -> String {
     if kept.len() == s.len() { kept.to_owned() } else { format!("{kept}…") }
 }
 
+/// A body that is not the error shape a codec knows, as the text of an error message: lossy
+/// UTF-8, trimmed, at most `max_chars` characters ([`truncate_marked`]); `None` when nothing is
+/// left, for the caller to say what happened instead.
+pub fn body_text(body: &[u8], max_chars: usize) -> Option<String> {
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    (!text.is_empty()).then(|| truncate_marked(text, max_chars))
+}
+
 // ---------------------------------------------------------------------------------------------
 // Data URLs and media types
 
@@ -518,6 +527,14 @@ mod tests {
         assert_eq!(truncate_marked("abcdef", 3), "abc…");
         assert_eq!(truncate_marked("abc", 3), "abc");
         assert_eq!(truncate_marked(&accented, 9).chars().count(), 10);
+    }
+
+    #[test]
+    fn body_text_for_error_messages() {
+        assert_eq!(body_text(b"  <html>Bad Gateway</html>\n", 100).as_deref(), Some("<html>Bad Gateway</html>"));
+        assert_eq!(body_text(b"abcdef", 3).as_deref(), Some("abc…"));
+        assert_eq!(body_text(b" \n ", 100), None);
+        assert_eq!(body_text(b"\xff ok", 100).as_deref(), Some("\u{fffd} ok"));
     }
 
     #[test]

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use crate::convert::ir::ErrorBody;
 use crate::protocol::errors::{AnthropicError, ErrorKind};
-use crate::protocol::lenient::{get_str, truncate_marked};
+use crate::protocol::lenient::{body_text, get_str, truncate_marked};
 
 /// An error kind from an Anthropic `error.type` (OpenAI type/code strings are understood too,
 /// for relays that answer in the other shape).
@@ -58,13 +58,7 @@ pub fn decode_error(status: u16, body: &[u8]) -> ErrorBody {
             };
         }
     }
-    let text = String::from_utf8_lossy(body);
-    let text = text.trim();
-    let message = if text.is_empty() {
-        format!("upstream answered HTTP {status}")
-    } else {
-        truncate_marked(text, MAX_ERROR_MESSAGE)
-    };
+    let message = body_text(body, MAX_ERROR_MESSAGE).unwrap_or_else(|| format!("upstream answered HTTP {status}"));
     ErrorBody { kind: by_status, message, code: None, param: None }
 }
 

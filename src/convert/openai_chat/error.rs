@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::Obj;
 use crate::convert::ir::ErrorBody;
 use crate::protocol::errors::{ErrorKind, OpenAiError};
-use crate::protocol::lenient::{get, get_str, truncate_marked};
+use crate::protocol::lenient::{body_text, get, get_str, truncate_marked};
 
 /// Longest error-message excerpt taken from an unparseable upstream body, in characters.
 pub(super) const MAX_ERROR_TEXT: usize = 512;
@@ -116,13 +116,8 @@ pub fn decode_error(status: u16, body: &[u8]) -> ErrorBody {
             ErrorBody { kind, message, code: f.code.or(f.kind_label), param: f.param }
         }
         None => {
-            let text = String::from_utf8_lossy(body);
-            let text = text.trim();
-            let message = if text.is_empty() {
-                format!("the upstream answered {status} with no body")
-            } else {
-                truncate_marked(text, MAX_ERROR_TEXT)
-            };
+            let message = body_text(body, MAX_ERROR_TEXT)
+                .unwrap_or_else(|| format!("the upstream answered {status} with no body"));
             ErrorBody { kind: kind_from_status(status).unwrap_or(ErrorKind::Api), message, code: None, param: None }
         }
     }

@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::get_str;
 use crate::convert::ir::ErrorBody;
 use crate::protocol::errors::{ErrorKind, OpenAiError, to_value};
-use crate::protocol::lenient::truncate_marked;
+use crate::protocol::lenient::body_text;
 
 /// Longest error message kept from an unparseable upstream error body, in characters.
 const MAX_ERROR_TEXT: usize = 1000;
@@ -75,13 +75,7 @@ pub fn decode_error(status: u16, body: &[u8]) -> ErrorBody {
         .as_ref()
         .and_then(|v| get_str(v, "error").or_else(|| get_str(v, "message")).map(str::to_owned))
         .unwrap_or_else(|| {
-            let text = String::from_utf8_lossy(body);
-            let text = text.trim();
-            if text.is_empty() {
-                format!("upstream returned HTTP {status}")
-            } else {
-                truncate_marked(text, MAX_ERROR_TEXT)
-            }
+            body_text(body, MAX_ERROR_TEXT).unwrap_or_else(|| format!("upstream returned HTTP {status}"))
         });
     ErrorBody { kind, message, code: None, param: None }
 }
