@@ -1,8 +1,8 @@
-//! Conversion micro-benchmark (issue 3): a realistic large request (Claude Code's turn with 24
-//! tools, and the same turn with a ~200 KB history) converted to each other format, and long
-//! streams converted event by event. No benchmark framework: each case runs for a fixed time
-//! budget after a warm-up and reports the median of several rounds, so `cargo bench` adds no
-//! compile-time dependency. Prints a Markdown table (copied into BENCHMARKS.md).
+//! Conversion micro-benchmark, so the cost of converting stays visible: a realistic large request
+//! (Claude Code's turn with 24 tools, and the same turn with a ~200 KB history) converted to each
+//! other format, and long streams converted event by event. No benchmark framework: each case runs
+//! for a fixed time budget after a warm-up and reports the median of several rounds, so `cargo
+//! bench` adds no compile-time dependency. Prints a Markdown table (copied into BENCHMARKS.md).
 //!
 //! Run: `cargo bench --bench convert`
 // A benchmark fails loudly on broken fixtures.
@@ -15,7 +15,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use ccmesh::convert::{self, StreamConversion, ir::EncodeContext};
-use ccmesh::endpoint::Format;
+use ccmesh::protocol::Format;
 use ccmesh::protocol::sse::SseScanner;
 use serde_json::{Value, json};
 

@@ -1,7 +1,8 @@
-//! Request-record query benchmark (issue 4): fills a temporary database with one million
-//! generated records spread over 30 days (the default retention) and times the queries behind
-//! `GET /api/requests` and `GET /api/stats`, each on a fresh read connection as the admin API
-//! runs them. Prints a Markdown table (copied into BENCHMARKS.md).
+//! Request-record query benchmark, so the admin API's queries stay fast with a full history:
+//! fills a temporary database with one million generated records spread over 30 days (the default
+//! retention) and times the queries behind `GET /api/requests` and `GET /api/stats`, each on a
+//! fresh read connection as the admin API runs them. Prints a Markdown table (copied into
+//! BENCHMARKS.md).
 //!
 //! Run: `cargo bench --bench records` (`CCMESH_BENCH_RECORDS=100000` for a quicker run).
 // A benchmark fails loudly.

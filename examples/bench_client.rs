@@ -1,4 +1,4 @@
-//! The benchmark harness's own client (issue 6, `bench/run`), for what `wrk` cannot measure.
+//! The benchmark harness's own client (`bench/run`), for what `wrk` cannot measure.
 //!
 //! ```text
 //! bench_client body --kind small|large --model M [--stream]          # a request body on stdout

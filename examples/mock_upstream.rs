@@ -1,4 +1,5 @@
-//! A fast mock LLM upstream for the benchmark harness (issue 6, `bench/run`).
+//! A fast mock LLM upstream for the benchmark harness (`bench/run`), so the gateway, not the
+//! upstream, is what is measured.
 //!
 //! Answers the three protocols — `POST /v1/messages` (Anthropic Messages), `/v1/chat/completions`
 //! (OpenAI Chat) and `/v1/responses` (OpenAI Responses) — with realistic bodies: JSON with usage,

@@ -343,13 +343,7 @@ async fn put_current(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes) ->
     if !e.config.enabled {
         return Err(ApiError::bad_request(format!("endpoint: '{name}' is disabled; enable it first")));
     }
-    if !protocol.compatible_with(e.config.format) {
-        return Err(ApiError::bad_request(format!(
-            "endpoint: '{name}' speaks {} and cannot serve {} requests",
-            e.config.format,
-            protocol.as_str()
-        )));
-    }
+    // Any enabled endpoint can be made current: every format serves every protocol (SPEC §1).
     gw.rotation.set_manual(protocol, e.config.id);
     gw.events.config_changed("current");
     Ok(Json(current_json(&gw)))

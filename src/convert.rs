@@ -1,4 +1,5 @@
-//! Protocol conversion (issue 3): every inbound protocol to every endpoint format and back.
+//! Protocol conversion, so that every inbound protocol can use every endpoint format (SPEC §1):
+//! each request to the endpoint's format, and its answer back.
 //!
 //! Conversion goes through one intermediate representation (`ir`), rich enough to carry what
 //! the three APIs have in common and to remember what one of them cannot express (`Loss`):
@@ -15,7 +16,8 @@ pub mod ir;
 pub mod openai_chat;
 pub mod responses;
 
-use crate::endpoint::Format;
+use crate::protocol::Format;
+use crate::protocol::errors::ErrorKind;
 use crate::protocol::sse::SseEvent;
 use ir::{ConvertError, EncodeContext, Encoded, ErrorBody, Request, Response, StreamEvent};
 
@@ -150,7 +152,7 @@ impl StreamConversion {
     }
 
     /// End the client's stream with its protocol's error event.
-    pub fn fail(&mut self, kind: ir::ErrorKind, message: &str, out: &mut Vec<u8>) {
+    pub fn fail(&mut self, kind: ErrorKind, message: &str, out: &mut Vec<u8>) {
         self.encoder.encode(&StreamEvent::Error { kind, message: message.to_string() }, out);
     }
 

@@ -1,57 +1,16 @@
-//! The domain types of an upstream endpoint (SPEC §1): `Endpoint`, `Format`, `ModelPattern`,
+//! The domain types of an upstream endpoint (SPEC §1): `Endpoint`, `ModelPattern`,
 //! and the validation every write (admin API, CLI, config file) goes through.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::Protocol;
+use crate::protocol::Format;
 
 /// Stable identity of an endpoint (its SQLite row id). Rotation and breakers key on it,
 /// so edits to the list can never make them point at a different endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct EndpointId(pub i64);
-
-/// The protocol an upstream speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Format {
-    Anthropic,
-    Openai,
-    Responses,
-}
-
-impl Format {
-    pub const ALL: [Format; 3] = [Format::Anthropic, Format::Openai, Format::Responses];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Format::Anthropic => "anthropic",
-            Format::Openai => "openai",
-            Format::Responses => "responses",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Format> {
-        Format::ALL.into_iter().find(|f| f.as_str() == s)
-    }
-
-    /// The format an inbound protocol is forwarded to without conversion.
-    pub fn native_to(protocol: Protocol) -> Format {
-        match protocol {
-            Protocol::Claude => Format::Anthropic,
-            Protocol::Openai => Format::Openai,
-            Protocol::Responses => Format::Responses,
-        }
-    }
-}
-
-impl fmt::Display for Format {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// Result of the last connectivity test (`POST /api/endpoints/{name}/test`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -10,10 +10,11 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use crate::breaker::{BreakerCell, Breakers};
 use crate::clock::Clock;
 use crate::config::Settings;
-use crate::endpoint::{Endpoint, EndpointId, Format};
+use crate::endpoint::{Endpoint, EndpointId};
 use crate::events::Events;
 use crate::observe::cost::PriceTable;
 use crate::observe::writer::RecordSink;
+use crate::protocol::Format;
 use crate::protocol::Protocol;
 use crate::store::{Store, StoreError};
 

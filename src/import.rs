@@ -211,7 +211,7 @@ pub fn merge(into: &mut Value, patch: Value) {
 
 /// Whether the gateway accepts endpoints of `format` (Gemini is being added).
 pub fn format_supported(format: &str) -> bool {
-    crate::endpoint::Format::parse(format).is_some()
+    crate::protocol::Format::parse(format).is_some()
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
-//! Observability (issue 4): one record per client request with its decision trail, usage and
-//! cost (`record`), written off the request path (`writer`), plus metrics and live events.
+//! Observability, so an operator can see what each request did and cost: one record per client
+//! request with its decision trail, usage and cost (`record`), written off the request path
+//! (`writer`), plus metrics and live events.
 
 pub mod cost;
 pub mod live;

@@ -53,7 +53,7 @@ pub fn find(id: &str) -> Option<&'static Preset> {
 impl Preset {
     /// Whether this gateway accepts the preset's format.
     pub fn supported(&self) -> bool {
-        crate::endpoint::Format::parse(&self.format).is_some()
+        crate::protocol::Format::parse(&self.format).is_some()
     }
 
     pub fn model_map_json(&self) -> Map<String, Value> {

@@ -1,13 +1,16 @@
-//! Inbound protocols and their wire details: native error bodies (SPEC §9), the SSE scanner,
-//! and what each streamed event means.
+//! The protocols on both sides of the gateway — `Protocol` (what a client speaks), `Format`
+//! (what an endpoint speaks), `Route` (what kind of traffic a request is) — and their wire
+//! details: native error bodies (SPEC §9), the SSE scanner, what each streamed event means, and
+//! the tolerant JSON reading they all share.
 
 pub mod errors;
+pub mod lenient;
 pub mod sse;
 pub mod stream_events;
 
-use serde::{Deserialize, Serialize};
+use std::fmt;
 
-use crate::endpoint::Format;
+use serde::{Deserialize, Serialize};
 
 /// The API a client speaks, decided by the request path (SPEC §1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -39,11 +42,45 @@ impl Protocol {
     pub fn index(self) -> usize {
         self as usize
     }
+}
 
-    /// SPEC §1 "compatible": pass-through to the native format, or conversion to either of
-    /// the other two. Every format is compatible with every inbound protocol.
-    pub fn compatible_with(self, _format: Format) -> bool {
-        true
+/// The protocol an upstream speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Format {
+    Anthropic,
+    Openai,
+    Responses,
+}
+
+impl Format {
+    pub const ALL: [Format; 3] = [Format::Anthropic, Format::Openai, Format::Responses];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::Anthropic => "anthropic",
+            Format::Openai => "openai",
+            Format::Responses => "responses",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Format> {
+        Format::ALL.into_iter().find(|f| f.as_str() == s)
+    }
+
+    /// The format an inbound protocol is forwarded to without conversion.
+    pub fn native_to(protocol: Protocol) -> Format {
+        match protocol {
+            Protocol::Claude => Format::Anthropic,
+            Protocol::Openai => Format::Openai,
+            Protocol::Responses => Format::Responses,
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -72,7 +109,9 @@ impl Route {
 
     pub fn compatible_with(self, format: Format) -> bool {
         match self {
-            Route::Protocol(p) => p.compatible_with(format),
+            // SPEC §1: pass-through to the native format, or conversion to either of the other
+            // two, so every format can serve every inbound protocol.
+            Route::Protocol(_) => true,
             // Anthropic endpoints count; for the others the gateway estimates locally.
             Route::CountTokens => true,
             Route::PassThrough { anthropic: true } => format == Format::Anthropic,

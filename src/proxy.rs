@@ -150,10 +150,13 @@ pub fn route_for(method: &Method, path: &str, headers: &HeaderMap) -> Option<Rou
         (&Method::POST, "chat/completions") => Route::Protocol(Protocol::Openai),
         (&Method::POST, "responses") => Route::Protocol(Protocol::Responses),
         (&Method::POST, "messages/count_tokens") => Route::CountTokens,
-        _ => {
-            Route::PassThrough { anthropic: headers.contains_key(ANTHROPIC_VERSION) || headers.contains_key(X_API_KEY) }
-        }
+        _ => Route::PassThrough { anthropic: is_anthropic_client(headers) },
     })
+}
+
+/// Whether the client looks like an Anthropic SDK: it sends `anthropic-version` or `x-api-key`.
+fn is_anthropic_client(headers: &HeaderMap) -> bool {
+    headers.contains_key(ANTHROPIC_VERSION) || headers.contains_key(X_API_KEY)
 }
 
 /// axum handler for every `/v1/*` request other than `GET /v1/models`.
@@ -225,7 +228,7 @@ async fn prepare(
     let limit = snapshot.settings.max_body_bytes;
     let too_large = || {
         GatewayError::new(
-            ErrorKind::PayloadTooLarge,
+            ErrorKind::RequestTooLarge,
             "request_too_large",
             format!(
                 "the request body is larger than max_body_bytes ({limit} bytes); shorten it or raise max_body_bytes in the settings"
@@ -358,7 +361,7 @@ fn endpoint_selector(query: Option<&str>) -> Result<Option<String>, GatewayError
 /// `GET /v1/models`, answered from the endpoints' model lists (SPEC §8): Anthropic's shape when
 /// the client looks like an Anthropic SDK, else OpenAI's.
 pub async fn list_models(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
-    let anthropic = headers.contains_key("anthropic-version") || headers.contains_key("x-api-key");
+    let anthropic = is_anthropic_client(&headers);
     let snapshot = gw.snapshot_full();
     let mut models: Vec<(String, String)> = Vec::new();
     for e in snapshot.endpoints.iter().filter(|e| e.config.enabled) {

@@ -151,7 +151,7 @@ fn describe_models(e: &Endpoint) -> String {
 pub fn nothing_configured(route: Route) -> GatewayError {
     let protocol = route.protocol();
     GatewayError::new(
-        ErrorKind::NoEndpoints,
+        ErrorKind::Overloaded,
         "no_endpoints",
         format!(
             "no enabled endpoint can serve {} requests; add one with POST /api/endpoints, the dashboard, or `ccmesh endpoint add`",
@@ -196,7 +196,8 @@ pub fn attempt_cap(candidates: usize, explicit: bool) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::endpoint::{Format, ModelPattern, TestResult};
+    use crate::endpoint::{ModelPattern, TestResult};
+    use crate::protocol::Format;
     use crate::protocol::Protocol;
     use std::collections::BTreeMap;
 

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
-use crate::endpoint::{Endpoint, EndpointDraft, EndpointId, Format, ModelPattern, TestResult, TestStatus};
+use crate::endpoint::{Endpoint, EndpointDraft, EndpointId, ModelPattern, TestResult, TestStatus};
+use crate::protocol::Format;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -129,7 +129,7 @@ def tot(run, name, key, field="total_us"):
     return t[field].get(key)
 
 
-# ---------------------------------------------------------------- targets of issue 6
+# ---------------------------------------------------------------- the performance targets
 checks = []
 
 

@@ -10,8 +10,9 @@ use axum::extract::{Path, State};
 use serde_json::{Value, json};
 
 use super::{ApiError, ApiResult, endpoint_json, write};
-use crate::endpoint::{Format, TestResult, TestStatus};
+use crate::endpoint::{TestResult, TestStatus};
 use crate::gateway::Gateway;
+use crate::protocol::Format;
 use crate::proxy::upstream::{join_url, request_headers};
 use crate::timefmt::rfc3339;
 

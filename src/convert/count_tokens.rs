@@ -26,11 +26,6 @@ fn bpe() -> Option<&'static tiktoken_rs::CoreBPE> {
     BPE.get_or_init(|| tiktoken_rs::o200k_base().ok()).as_ref()
 }
 
-/// Build the tokenizer now (≈200 ms) so the first count does not pay for it.
-pub fn warm_up() {
-    let _ = bpe();
-}
-
 fn text_tokens(text: &str) -> u64 {
     match bpe() {
         Some(b) => b.encode_ordinary(text).len() as u64,

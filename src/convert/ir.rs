@@ -7,6 +7,8 @@
 
 use serde_json::Value;
 
+use crate::protocol::errors::ErrorKind;
+
 /// A request to generate, decoded from any inbound protocol.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Request {
@@ -57,6 +59,12 @@ pub struct Loss {
     pub field: String,
     /// What happened to it, e.g. "dropped: the openai format has no built-in web search".
     pub note: String,
+}
+
+impl Loss {
+    pub fn new(field: impl Into<String>, note: impl Into<String>) -> Self {
+        Self { field: field.into(), note: note.into() }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -184,6 +192,31 @@ pub struct Reasoning {
     pub adaptive: bool,
     /// Responses `reasoning.summary` (`auto` | `concise` | `detailed`).
     pub summary: Option<String>,
+}
+
+/// Reasoning effort (Chat `reasoning_effort`, Responses `reasoning.effort`) → Anthropic
+/// `thinking.budget_tokens`. `none` turns thinking off.
+pub fn effort_budget(effort: &str) -> Option<u64> {
+    match effort {
+        "minimal" => Some(1024),
+        "low" => Some(2048),
+        "medium" => Some(8192),
+        "high" => Some(16384),
+        "xhigh" | "max" => Some(24576),
+        _ => None,
+    }
+}
+
+/// Anthropic `thinking.budget_tokens` → the effort of the OpenAI APIs (both use one table): the
+/// effort whose budget ([`effort_budget`]) is the largest not above it, so an effort that went
+/// through an Anthropic budget comes back as itself. Claude Code's budgets (4 000 "think",
+/// 10 000 "think hard", 31 999 "ultrathink") land on low, medium and high.
+pub fn effort_for_budget(budget: u64) -> &'static str {
+    match budget {
+        0..8192 => "low",
+        8192..16384 => "medium",
+        _ => "high",
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -319,19 +352,6 @@ pub enum BlockStart {
     },
 }
 
-/// What kind of error, as far as the three protocols can tell.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorKind {
-    InvalidRequest,
-    Authentication,
-    Permission,
-    NotFound,
-    RequestTooLarge,
-    RateLimited,
-    Overloaded,
-    Api,
-}
-
 /// An error body from an upstream, decoded so it can be re-encoded in the client's protocol.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ErrorBody {
@@ -381,5 +401,30 @@ pub struct ConvertError {
 impl ConvertError {
     pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
         Self { field: field.into(), message: message.into() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn efforts_survive_an_anthropic_budget() {
+        // The Chat and Responses codecs each had a table from budget to effort, and neither
+        // gave `high` back for high's own budget (16 384 read as `medium` in both).
+        for effort in ["low", "medium", "high"] {
+            let budget = effort_budget(effort).unwrap();
+            assert_eq!(effort_for_budget(budget), effort, "{effort} via {budget}");
+        }
+        assert_eq!(effort_for_budget(effort_budget("minimal").unwrap()), "low");
+        assert_eq!(effort_for_budget(effort_budget("xhigh").unwrap()), "high");
+        // Claude Code's budgets, and the edges.
+        assert_eq!(effort_for_budget(4000), "low");
+        assert_eq!(effort_for_budget(10_000), "medium");
+        assert_eq!(effort_for_budget(31_999), "high");
+        assert_eq!(effort_for_budget(0), "low");
+        assert_eq!(effort_for_budget(8191), "low");
+        assert_eq!(effort_for_budget(16_383), "medium");
+        assert_eq!(effort_for_budget(u64::MAX), "high");
     }
 }

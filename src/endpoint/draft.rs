@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use super::{Format, mask_secret, reserved_header, valid_name};
+use super::{mask_secret, reserved_header, valid_name};
+use crate::protocol::Format;
 
 /// The writable fields of an endpoint, before it has an id.
 #[derive(Clone, Debug, PartialEq)]

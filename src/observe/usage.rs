@@ -22,15 +22,11 @@
 //! are escaped) before anything is parsed, and parsing goes into small typed structs that skip
 //! unknown fields and read a field of an unexpected type as absent.
 
-use std::fmt;
-use std::marker::PhantomData;
-
 use serde::Deserialize;
-use serde::de::value::MapAccessDeserializer;
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::record::Tokens;
-use crate::endpoint::Format;
+use crate::protocol::Format;
+use crate::protocol::lenient::{Count, Lenient, Text};
 use crate::protocol::sse::SseEvent;
 
 /// Usage and the answering model from a complete (non-streaming) answer body. A body that is
@@ -38,15 +34,15 @@ use crate::protocol::sse::SseEvent;
 pub fn from_body(format: Format, body: &[u8]) -> (Tokens, Option<String>) {
     match format {
         Format::Anthropic => match serde_json::from_slice::<AnthropicMessage>(body) {
-            Ok(m) => (m.usage.0.map(|u| u.tokens()).unwrap_or_default(), m.model.into_model()),
+            Ok(m) => (m.usage.0.map(|u| u.tokens()).unwrap_or_default(), model_name(m.model)),
             Err(_) => (Tokens::default(), None),
         },
         Format::Openai => match serde_json::from_slice::<ChatBody>(body) {
-            Ok(b) => (b.usage.0.map(|u| u.tokens()).unwrap_or_default(), b.model.into_model()),
+            Ok(b) => (b.usage.0.map(|u| u.tokens()).unwrap_or_default(), model_name(b.model)),
             Err(_) => (Tokens::default(), None),
         },
         Format::Responses => match serde_json::from_slice::<ResponseObject>(body) {
-            Ok(r) => (r.usage.0.map(|u| u.tokens()).unwrap_or_default(), r.model.into_model()),
+            Ok(r) => (r.usage.0.map(|u| u.tokens()).unwrap_or_default(), model_name(r.model)),
             Err(_) => (Tokens::default(), None),
         },
     }
@@ -97,7 +93,7 @@ impl StreamUsage {
         match e.kind.0.as_deref().or(ev.event) {
             Some("message_start") => {
                 if let Some(m) = e.message.0 {
-                    if let Some(model) = m.model.into_model() {
+                    if let Some(model) = model_name(m.model) {
                         self.model = Some(model);
                     }
                     if let Some(u) = m.usage.0 {
@@ -116,21 +112,27 @@ impl StreamUsage {
         }
     }
 
-    fn observe_chat(&mut self, ev: &SseEvent<'_>) {
-        let usage = has_usage_object(ev.data);
-        let want_model = self.model.is_none() && self.model_tries < MODEL_TRIES;
-        if !usage && !want_model {
-            return;
+    /// Whether an event of a Chat or Responses stream is worth parsing: it has a usage object,
+    /// or the model is still unknown, the first tries are not spent, and `model_key` (the key
+    /// that holds the model) occurs in it.
+    fn worth_parsing(&mut self, data: &str, model_key: &str) -> bool {
+        if has_usage_object(data) {
+            return true;
         }
-        if !usage {
-            if !ev.data.contains("\"model\"") {
-                return;
-            }
-            self.model_tries += 1;
+        if self.model.is_some() || self.model_tries >= MODEL_TRIES || !data.contains(model_key) {
+            return false;
+        }
+        self.model_tries += 1;
+        true
+    }
+
+    fn observe_chat(&mut self, ev: &SseEvent<'_>) {
+        if !self.worth_parsing(ev.data, "\"model\"") {
+            return;
         }
         let Ok(chunk) = serde_json::from_str::<ChatBody>(ev.data) else { return };
         if self.model.is_none() {
-            self.model = chunk.model.into_model();
+            self.model = model_name(chunk.model);
         }
         if let Some(u) = chunk.usage.0 {
             merge(&mut self.tokens, u.tokens());
@@ -146,20 +148,12 @@ impl StreamUsage {
         {
             return;
         }
-        let usage = has_usage_object(ev.data);
-        let want_model = self.model.is_none() && self.model_tries < MODEL_TRIES;
-        if !usage && !want_model {
+        if !self.worth_parsing(ev.data, "\"response\"") {
             return;
-        }
-        if !usage {
-            if !ev.data.contains("\"response\"") {
-                return;
-            }
-            self.model_tries += 1;
         }
         let Ok(e) = serde_json::from_str::<ResponsesEvent>(ev.data) else { return };
         let Some(r) = e.response.0 else { return };
-        if let Some(model) = r.model.into_model() {
+        if let Some(model) = model_name(r.model) {
             self.model = Some(model);
         }
         if let Some(u) = r.usage.0 {
@@ -227,7 +221,7 @@ impl AnthropicUsage {
 #[serde(default)]
 struct AnthropicMessage {
     model: Text,
-    usage: Obj<AnthropicUsage>,
+    usage: Lenient<AnthropicUsage>,
 }
 
 #[derive(Deserialize, Default)]
@@ -235,8 +229,8 @@ struct AnthropicMessage {
 struct AnthropicEvent {
     #[serde(rename = "type")]
     kind: Text,
-    message: Obj<AnthropicMessage>,
-    usage: Obj<AnthropicUsage>,
+    message: Lenient<AnthropicMessage>,
+    usage: Lenient<AnthropicUsage>,
 }
 
 #[derive(Deserialize, Default)]
@@ -251,7 +245,7 @@ struct ChatPromptDetails {
 struct ChatUsage {
     prompt_tokens: Count,
     completion_tokens: Count,
-    prompt_tokens_details: Obj<ChatPromptDetails>,
+    prompt_tokens_details: Lenient<ChatPromptDetails>,
     /// DeepSeek.
     prompt_cache_hit_tokens: Count,
     /// DeepSeek: `prompt_tokens` = hit + miss.
@@ -275,7 +269,7 @@ impl ChatUsage {
 #[serde(default)]
 struct ChatBody {
     model: Text,
-    usage: Obj<ChatUsage>,
+    usage: Lenient<ChatUsage>,
 }
 
 #[derive(Deserialize, Default)]
@@ -291,7 +285,7 @@ struct ResponsesInputDetails {
 struct ResponsesUsage {
     input_tokens: Count,
     output_tokens: Count,
-    input_tokens_details: Obj<ResponsesInputDetails>,
+    input_tokens_details: Lenient<ResponsesInputDetails>,
 }
 
 impl ResponsesUsage {
@@ -313,185 +307,18 @@ impl ResponsesUsage {
 #[serde(default)]
 struct ResponseObject {
     model: Text,
-    usage: Obj<ResponsesUsage>,
+    usage: Lenient<ResponsesUsage>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct ResponsesEvent {
-    response: Obj<ResponseObject>,
+    response: Lenient<ResponseObject>,
 }
 
-// ---------------------------------------------------------------------------------------------
-// Lenient leaves: a field of an unexpected type reads as absent instead of failing the event
-// ---------------------------------------------------------------------------------------------
-
-/// A token count: a non-negative integer (or an integral float, or a numeric string, as some
-/// vendors send); anything else is unknown.
-#[derive(Clone, Copy, Debug, Default)]
-struct Count(Option<u64>);
-
-impl<'de> Deserialize<'de> for Count {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Count;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a token count")
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Count, E> {
-                Ok(Count(Some(v)))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Count, E> {
-                Ok(Count(u64::try_from(v).ok()))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Count, E> {
-                let ok = v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v < u64::MAX as f64;
-                Ok(Count(ok.then_some(v as u64)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Count, E> {
-                Ok(Count(v.trim().parse().ok()))
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Count, E> {
-                Ok(Count(None))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Count, E> {
-                Ok(Count(None))
-            }
-            fn visit_none<E: de::Error>(self) -> Result<Count, E> {
-                Ok(Count(None))
-            }
-            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Count, D2::Error> {
-                Count::deserialize(d)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Count, A::Error> {
-                drain_seq(seq).map(|()| Count(None))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Count, A::Error> {
-                drain_map(map).map(|()| Count(None))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// A string (the model name); anything else is absent.
-#[derive(Clone, Debug, Default)]
-struct Text(Option<String>);
-
-impl Text {
-    /// The model name, if the upstream gave a non-empty one.
-    fn into_model(self) -> Option<String> {
-        self.0.map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
-    }
-}
-
-impl<'de> Deserialize<'de> for Text {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Text;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Text, E> {
-                Ok(Text(Some(v.to_string())))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<Text, E> {
-                Ok(Text(Some(v)))
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Text, E> {
-                Ok(Text(None))
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Text, E> {
-                Ok(Text(None))
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Text, E> {
-                Ok(Text(None))
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Text, E> {
-                Ok(Text(None))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Text, E> {
-                Ok(Text(None))
-            }
-            fn visit_none<E: de::Error>(self) -> Result<Text, E> {
-                Ok(Text(None))
-            }
-            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Text, D2::Error> {
-                Text::deserialize(d)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Text, A::Error> {
-                drain_seq(seq).map(|()| Text(None))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Text, A::Error> {
-                drain_map(map).map(|()| Text(None))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// An object read as `T`; `null` or any non-object is absent.
-struct Obj<T>(Option<T>);
-
-impl<T> Default for Obj<T> {
-    fn default() -> Self {
-        Obj(None)
-    }
-}
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<T>(PhantomData<T>);
-        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
-            type Value = Obj<T>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Obj<T>, A::Error> {
-                T::deserialize(MapAccessDeserializer::new(map)).map(|t| Obj(Some(t)))
-            }
-            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Obj<T>, D2::Error> {
-                Obj::deserialize(d)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Obj<T>, A::Error> {
-                drain_seq(seq).map(|()| Obj(None))
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Obj<T>, E> {
-                Ok(Obj(None))
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Obj<T>, E> {
-                Ok(Obj(None))
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Obj<T>, E> {
-                Ok(Obj(None))
-            }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<Obj<T>, E> {
-                Ok(Obj(None))
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Obj<T>, E> {
-                Ok(Obj(None))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Obj<T>, E> {
-                Ok(Obj(None))
-            }
-            fn visit_none<E: de::Error>(self) -> Result<Obj<T>, E> {
-                Ok(Obj(None))
-            }
-        }
-        d.deserialize_any(V(PhantomData))
-    }
-}
-
-fn drain_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<(), A::Error> {
-    while seq.next_element::<IgnoredAny>()?.is_some() {}
-    Ok(())
-}
-
-fn drain_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
-    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-    Ok(())
+/// The model name, if the upstream gave a non-empty one.
+fn model_name(text: Text) -> Option<String> {
+    text.0.map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
 }
 
 #[cfg(test)]

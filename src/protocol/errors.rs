@@ -1,80 +1,259 @@
-//! Errors the gateway itself produces, rendered in the inbound protocol's own shape (SPEC §9)
-//! so that SDKs raise their normal exceptions (a gateway 429 is the SDK's RateLimitError).
+//! Errors in each protocol's own shape (SPEC §9), so that SDKs raise their normal exceptions (a
+//! gateway 429 is the SDK's RateLimitError), for errors the gateway makes and for upstream
+//! errors a conversion carries to the client alike:
+//!
+//! - one [`ErrorKind`], what the error is as far as the three protocols can tell, with its
+//!   status and its native `type` in each protocol;
+//! - the native error bodies ([`AnthropicError`], [`OpenAiError`]) and the gateway's own errors
+//!   in them ([`GatewayError`]);
+//! - the native events that end a started stream with an error ([`anthropic_error_event`],
+//!   [`chat_error_chunk`], [`response_failed_event`]), written by the converting encoders and,
+//!   for pass-through streams, by [`stream_error_event`].
+//!
+//! Key order: the gateway's own errors are `serde_json::Value`s (keys sorted when written),
+//! as are all of the Responses codec's documents; the Anthropic and Chat codecs serialise the
+//! body structs directly, in the order the real APIs use. Both read the same to any JSON parser.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
+use serde_json::{Value, json};
 
-use super::Protocol;
+use super::sse::write_event;
+use super::stream_events::StreamContext;
+use super::{Format, Protocol};
 
+/// What kind of error, as far as the three protocols can tell. Decoders of upstream errors
+/// pick one from the upstream's status and type (keeping the upstream's status); the gateway's
+/// own errors are answered with [`ErrorKind::status`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorKind {
     /// 400: the client's request is wrong (bad JSON, unknown explicit endpoint, ...).
     InvalidRequest,
-    /// 404: no enabled endpoint serves the model, or an unknown path.
+    /// 401.
+    Authentication,
+    /// 403 (and 402, billing).
+    Permission,
+    /// 404: no enabled endpoint serves the model, an unknown path, an unknown upstream model.
     NotFound,
     /// 408: the request body paused longer than `limits.body_read_timeout_secs`.
     RequestTimeout,
-    /// 413: body over `max_body_bytes`.
-    PayloadTooLarge,
-    /// 429: every candidate is rate-limited past the backoff budget.
+    /// 413: a body over `max_body_bytes`, or over the upstream's limit.
+    RequestTooLarge,
+    /// 429: every candidate is rate-limited past the backoff budget, or the upstream said so.
     RateLimited,
+    /// 503 (529 at Anthropic): the service cannot take the request now; the gateway's answer
+    /// when nothing is configured for a protocol.
+    Overloaded,
+    /// 500: the upstream's (or the gateway's) internal failure.
+    Api,
     /// 502: all candidates circuit-open, or the upstream failed without an HTTP answer.
     BadGateway,
-    /// 503: nothing configured for this protocol.
-    NoEndpoints,
     /// 504: the request's total deadline passed.
     GatewayTimeout,
     /// 508: the request came back to this gateway (an endpoint points at it).
     LoopDetected,
-    /// 500: a bug or an internal failure of ours.
-    Internal,
 }
 
 impl ErrorKind {
+    /// The kind an upstream's error status says, before its body is read: the 4xx the three
+    /// APIs name, any other 4xx a client error, everything else (5xx, and the odd 2xx or 3xx an
+    /// error body came with) the server's failure.
+    pub fn from_status(status: u16) -> ErrorKind {
+        match status {
+            401 => ErrorKind::Authentication,
+            402 | 403 => ErrorKind::Permission,
+            404 => ErrorKind::NotFound,
+            413 => ErrorKind::RequestTooLarge,
+            429 => ErrorKind::RateLimited,
+            503 | 529 => ErrorKind::Overloaded,
+            400..=499 => ErrorKind::InvalidRequest,
+            _ => ErrorKind::Api,
+        }
+    }
+
+    /// The status the gateway answers with when the error is its own.
     pub fn status(self) -> StatusCode {
         match self {
             ErrorKind::InvalidRequest => StatusCode::BAD_REQUEST,
+            ErrorKind::Authentication => StatusCode::UNAUTHORIZED,
+            ErrorKind::Permission => StatusCode::FORBIDDEN,
             ErrorKind::NotFound => StatusCode::NOT_FOUND,
             ErrorKind::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-            ErrorKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::RequestTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            ErrorKind::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::Api => StatusCode::INTERNAL_SERVER_ERROR,
             ErrorKind::BadGateway => StatusCode::BAD_GATEWAY,
-            ErrorKind::NoEndpoints => StatusCode::SERVICE_UNAVAILABLE,
             ErrorKind::GatewayTimeout => StatusCode::GATEWAY_TIMEOUT,
             ErrorKind::LoopDetected => StatusCode::LOOP_DETECTED,
-            ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
-    fn anthropic_type(self) -> &'static str {
+    /// Anthropic's `error.type`.
+    pub fn anthropic_type(self) -> &'static str {
         match self {
-            ErrorKind::InvalidRequest | ErrorKind::PayloadTooLarge | ErrorKind::RequestTimeout => {
-                "invalid_request_error"
-            }
+            ErrorKind::InvalidRequest | ErrorKind::RequestTimeout => "invalid_request_error",
+            ErrorKind::Authentication => "authentication_error",
+            ErrorKind::Permission => "permission_error",
             ErrorKind::NotFound => "not_found_error",
+            ErrorKind::RequestTooLarge => "request_too_large",
             ErrorKind::RateLimited => "rate_limit_error",
-            ErrorKind::BadGateway | ErrorKind::Internal | ErrorKind::GatewayTimeout | ErrorKind::LoopDetected => {
-                "api_error"
-            }
-            ErrorKind::NoEndpoints => "overloaded_error",
+            ErrorKind::Overloaded => "overloaded_error",
+            ErrorKind::Api | ErrorKind::BadGateway | ErrorKind::GatewayTimeout | ErrorKind::LoopDetected => "api_error",
         }
     }
 
-    fn openai_type(self) -> &'static str {
+    /// OpenAI's `error.type`: OpenAI itself answers client errors, 401 and 403 included, as
+    /// `invalid_request_error` (with the detail in `code`, e.g. `invalid_api_key`).
+    pub fn openai_type(self) -> &'static str {
         match self {
-            ErrorKind::InvalidRequest
-            | ErrorKind::PayloadTooLarge
-            | ErrorKind::NotFound
-            | ErrorKind::RequestTimeout => "invalid_request_error",
             ErrorKind::RateLimited => "rate_limit_error",
-            ErrorKind::BadGateway
-            | ErrorKind::NoEndpoints
-            | ErrorKind::Internal
+            ErrorKind::Overloaded
+            | ErrorKind::Api
+            | ErrorKind::BadGateway
+            | ErrorKind::GatewayTimeout
+            | ErrorKind::LoopDetected => "server_error",
+            ErrorKind::InvalidRequest
+            | ErrorKind::Authentication
+            | ErrorKind::Permission
+            | ErrorKind::NotFound
+            | ErrorKind::RequestTooLarge
+            | ErrorKind::RequestTimeout => "invalid_request_error",
+        }
+    }
+
+    /// `response.error.code` of a failed Responses response: only the values the API (and the
+    /// openai-python `ResponseError` model) define.
+    pub fn failed_response_code(self) -> &'static str {
+        match self {
+            ErrorKind::RateLimited => "rate_limit_exceeded",
+            ErrorKind::InvalidRequest
+            | ErrorKind::Authentication
+            | ErrorKind::Permission
+            | ErrorKind::NotFound
+            | ErrorKind::RequestTooLarge
+            | ErrorKind::RequestTimeout => "invalid_prompt",
+            ErrorKind::Overloaded
+            | ErrorKind::Api
+            | ErrorKind::BadGateway
             | ErrorKind::GatewayTimeout
             | ErrorKind::LoopDetected => "server_error",
         }
     }
+}
+
+/// Anthropic's error body, `{"type":"error","error":{"type","message"}}`; also the data of its
+/// `error` stream event.
+#[derive(Serialize)]
+pub struct AnthropicError<'a> {
+    #[serde(rename = "type")]
+    ty: &'static str,
+    error: AnthropicErrorDetail<'a>,
+}
+
+#[derive(Serialize)]
+struct AnthropicErrorDetail<'a> {
+    #[serde(rename = "type")]
+    ty: &'a str,
+    message: &'a str,
+}
+
+impl<'a> AnthropicError<'a> {
+    /// `error_type` is Anthropic's (`ErrorKind::anthropic_type`, or an upstream's own).
+    pub fn new(error_type: &'a str, message: &'a str) -> Self {
+        Self { ty: "error", error: AnthropicErrorDetail { ty: error_type, message } }
+    }
+}
+
+/// The OpenAI APIs' error body (Chat Completions and Responses alike),
+/// `{"error":{"message","type","param","code"}}`; also the data of a Chat stream's error chunk.
+#[derive(Serialize)]
+pub struct OpenAiError<'a> {
+    error: OpenAiErrorDetail<'a>,
+}
+
+#[derive(Serialize)]
+struct OpenAiErrorDetail<'a> {
+    message: &'a str,
+    #[serde(rename = "type")]
+    ty: &'a str,
+    param: Option<&'a str>,
+    code: Option<&'a str>,
+}
+
+impl<'a> OpenAiError<'a> {
+    pub fn new(message: &'a str, error_type: &'a str, param: Option<&'a str>, code: Option<&'a str>) -> Self {
+        Self { error: OpenAiErrorDetail { message, ty: error_type, param, code } }
+    }
+}
+
+/// The body as a `Value` (its keys sorted when written), for callers that build `Value`s.
+pub fn to_value(body: &impl Serialize) -> Value {
+    serde_json::to_value(body).unwrap_or(Value::Null)
+}
+
+/// Append Anthropic's stream error: `event: error` carrying the error body.
+pub fn anthropic_error_event(out: &mut Vec<u8>, body: &impl Serialize) {
+    write_event(out, Some("error"), body);
+}
+
+/// Append a Chat stream's error: a data chunk carrying the error body (Chat streams name no
+/// events; the SDKs raise on a chunk with an `error` key).
+pub fn chat_error_chunk(out: &mut Vec<u8>, body: &impl Serialize) {
+    write_event(out, None, body);
+}
+
+/// Append a Responses stream's terminal failure: `response.failed` with its sequence number
+/// and the failed `response` object (`status: "failed"`, `error: {code, message}`).
+pub fn response_failed_event(out: &mut Vec<u8>, sequence_number: u64, response: Value) {
+    let data = json!({"type": "response.failed", "sequence_number": sequence_number, "response": response});
+    write_event(out, Some("response.failed"), &data);
+}
+
+/// The bytes of a protocol-native error event to append to a pass-through stream whose bytes
+/// have already reached the client (SPEC §6): the gateway's own error, in the shape the client
+/// expects mid-stream. (A converted stream's encoder writes its own, with what it has sent.)
+pub fn stream_error_event(format: Format, message: &str, ctx: &StreamContext) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    match format {
+        Format::Anthropic => {
+            let error = GatewayError::new(ErrorKind::BadGateway, "upstream_stream_error", message);
+            anthropic_error_event(&mut out, &error.body(Protocol::Claude));
+        }
+        Format::Openai => {
+            let error = GatewayError::new(ErrorKind::BadGateway, "upstream_stream_error", message);
+            chat_error_chunk(&mut out, &error.body(Protocol::Openai));
+        }
+        Format::Responses => {
+            let sequence_number = ctx.last_sequence_number.map_or(0, |n| n.saturating_add(1));
+            let response = json!({
+                "id": ctx.response_id.as_deref().unwrap_or("resp_ccmesh_stream_error"),
+                "object": "response",
+                "created_at": ctx.created_at.unwrap_or(0),
+                "status": "failed",
+                "error": { "code": ErrorKind::BadGateway.failed_response_code(), "message": message },
+                "incomplete_details": null,
+                "instructions": null,
+                "max_output_tokens": null,
+                "metadata": {},
+                "model": ctx.model.as_deref().unwrap_or(""),
+                "output": [],
+                "parallel_tool_calls": true,
+                "previous_response_id": null,
+                "reasoning": null,
+                "temperature": null,
+                "tool_choice": "auto",
+                "tools": [],
+                "top_p": null,
+                "truncation": "disabled",
+                "usage": null,
+                "user": null,
+            });
+            response_failed_event(&mut out, sequence_number, response);
+        }
+    }
+    out
 }
 
 /// An error made by ccmesh (not relayed from an upstream).
@@ -114,20 +293,12 @@ impl GatewayError {
         self
     }
 
-    pub fn body(&self, protocol: Protocol) -> serde_json::Value {
+    pub fn body(&self, protocol: Protocol) -> Value {
         match protocol {
-            Protocol::Claude => json!({
-                "type": "error",
-                "error": {"type": self.kind.anthropic_type(), "message": self.message},
-            }),
-            Protocol::Openai | Protocol::Responses => json!({
-                "error": {
-                    "message": self.message,
-                    "type": self.kind.openai_type(),
-                    "code": self.code,
-                    "param": self.param,
-                },
-            }),
+            Protocol::Claude => to_value(&AnthropicError::new(self.kind.anthropic_type(), &self.message)),
+            Protocol::Openai | Protocol::Responses => {
+                to_value(&OpenAiError::new(&self.message, self.kind.openai_type(), self.param, Some(self.code)))
+            }
         }
     }
 
@@ -151,6 +322,9 @@ impl std::error::Error for GatewayError {}
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::Format::{Anthropic, Openai, Responses};
+    use crate::protocol::sse::SseScanner;
+    use crate::protocol::stream_events::tests::{err, kind};
 
     #[test]
     fn anthropic_shape() {
@@ -180,11 +354,170 @@ mod tests {
         for (k, s) in [
             (ErrorKind::InvalidRequest, 400),
             (ErrorKind::NotFound, 404),
-            (ErrorKind::PayloadTooLarge, 413),
+            (ErrorKind::RequestTooLarge, 413),
             (ErrorKind::BadGateway, 502),
-            (ErrorKind::NoEndpoints, 503),
+            (ErrorKind::Overloaded, 503),
         ] {
             assert_eq!(k.status().as_u16(), s);
         }
+    }
+
+    #[test]
+    fn gateway_bodies_are_written_with_sorted_keys() {
+        // What clients have always received; SDKs do not care, byte-level tests do.
+        let e = GatewayError::new(ErrorKind::NotFound, "model_not_found", "no").with_param("model");
+        assert_eq!(
+            e.body(Protocol::Claude).to_string(),
+            r#"{"error":{"message":"no","type":"not_found_error"},"type":"error"}"#
+        );
+        assert_eq!(
+            e.body(Protocol::Openai).to_string(),
+            r#"{"error":{"code":"model_not_found","message":"no","param":"model","type":"invalid_request_error"}}"#
+        );
+    }
+
+    #[test]
+    fn kinds_from_upstream_statuses() {
+        for (status, kind) in [
+            (400, ErrorKind::InvalidRequest),
+            (401, ErrorKind::Authentication),
+            (402, ErrorKind::Permission),
+            (403, ErrorKind::Permission),
+            (404, ErrorKind::NotFound),
+            (409, ErrorKind::InvalidRequest),
+            (413, ErrorKind::RequestTooLarge),
+            (422, ErrorKind::InvalidRequest),
+            (429, ErrorKind::RateLimited),
+            (499, ErrorKind::InvalidRequest),
+            (500, ErrorKind::Api),
+            (502, ErrorKind::Api),
+            (503, ErrorKind::Overloaded),
+            (529, ErrorKind::Overloaded),
+            (200, ErrorKind::Api),
+        ] {
+            assert_eq!(ErrorKind::from_status(status), kind, "{status}");
+        }
+    }
+
+    #[test]
+    fn anthropic_413_is_request_too_large() {
+        // The gateway's own 413 said `invalid_request_error` while the codec (and Anthropic's
+        // API) say `request_too_large`; with one kind there is one answer.
+        let e = GatewayError::new(ErrorKind::RequestTooLarge, "request_too_large", "too big");
+        assert_eq!(e.body(Protocol::Claude)["error"]["type"], "request_too_large");
+        assert_eq!(e.body(Protocol::Openai)["error"]["type"], "invalid_request_error");
+        assert_eq!(e.kind.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    }
+
+    #[test]
+    fn every_kind_has_a_status_and_native_types() {
+        let table = [
+            (ErrorKind::InvalidRequest, 400, "invalid_request_error", "invalid_request_error", "invalid_prompt"),
+            (ErrorKind::Authentication, 401, "authentication_error", "invalid_request_error", "invalid_prompt"),
+            (ErrorKind::Permission, 403, "permission_error", "invalid_request_error", "invalid_prompt"),
+            (ErrorKind::NotFound, 404, "not_found_error", "invalid_request_error", "invalid_prompt"),
+            (ErrorKind::RequestTooLarge, 413, "request_too_large", "invalid_request_error", "invalid_prompt"),
+            (ErrorKind::RateLimited, 429, "rate_limit_error", "rate_limit_error", "rate_limit_exceeded"),
+            (ErrorKind::Overloaded, 503, "overloaded_error", "server_error", "server_error"),
+            (ErrorKind::Api, 500, "api_error", "server_error", "server_error"),
+            (ErrorKind::BadGateway, 502, "api_error", "server_error", "server_error"),
+        ];
+        for (kind, status, anthropic, openai, failed) in table {
+            assert_eq!(kind.status().as_u16(), status, "{kind:?}");
+            assert_eq!(kind.anthropic_type(), anthropic, "{kind:?}");
+            assert_eq!(kind.openai_type(), openai, "{kind:?}");
+            assert_eq!(kind.failed_response_code(), failed, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn native_bodies_in_the_apis_own_key_order() {
+        let mut out = Vec::new();
+        super::anthropic_error_event(&mut out, &AnthropicError::new("overloaded_error", "busy"));
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"busy\"}}\n\n"
+        );
+        let mut out = Vec::new();
+        chat_error_chunk(&mut out, &OpenAiError::new("busy", "server_error", None, Some("x")));
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "data: {\"error\":{\"message\":\"busy\",\"type\":\"server_error\",\"param\":null,\"code\":\"x\"}}\n\n"
+        );
+        let mut out = Vec::new();
+        response_failed_event(&mut out, 7, json!({"id": "resp_1", "status": "failed"}));
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "event: response.failed\ndata: {\"response\":{\"id\":\"resp_1\",\"status\":\"failed\"},\"sequence_number\":7,\"type\":\"response.failed\"}\n\n"
+        );
+    }
+
+    fn parse_error_event(bytes: &[u8]) -> (Option<String>, Value) {
+        let mut scanner = SseScanner::new();
+        let mut out = Vec::new();
+        scanner.feed(bytes, |e| out.push((e.event.map(str::to_owned), serde_json::from_str::<Value>(e.data).unwrap())));
+        assert_eq!(scanner.pending_bytes(), 0);
+        assert_eq!(out.len(), 1);
+        out.pop().unwrap()
+    }
+
+    const NASTY: &str = "upstream reset: \"quoted\"\n\r\\ <tag> \u{1F4A5} \u{0}";
+
+    #[test]
+    fn anthropic_error_event() {
+        let bytes = stream_error_event(Anthropic, NASTY, &StreamContext::default());
+        assert!(bytes.starts_with(b"event: error\ndata: {"));
+        assert!(bytes.ends_with(b"}\n\n"));
+        let (name, v) = parse_error_event(&bytes);
+        assert_eq!(name.as_deref(), Some("error"));
+        assert_eq!(v, json!({"type":"error","error":{"type":"api_error","message":NASTY}}));
+        let text = String::from_utf8(bytes).unwrap();
+        let data = text.strip_prefix("event: error\ndata: ").unwrap().trim_end();
+        assert_eq!(kind(Anthropic, Some("error"), data), err(false, false, NASTY));
+    }
+
+    #[test]
+    fn openai_error_event() {
+        let bytes = stream_error_event(Openai, NASTY, &StreamContext::default());
+        assert!(bytes.starts_with(b"data: {"));
+        let (name, v) = parse_error_event(&bytes);
+        assert_eq!(name, None);
+        assert_eq!(
+            v,
+            json!({"error":{"message":NASTY,"type":"server_error","code":"upstream_stream_error","param":null}})
+        );
+        assert_eq!(kind(Openai, None, &v.to_string()), err(false, false, NASTY));
+    }
+
+    #[test]
+    fn responses_error_event() {
+        let ctx = StreamContext {
+            response_id: Some("resp_abc".to_owned()),
+            last_sequence_number: Some(41),
+            model: Some("gpt-4.1".to_owned()),
+            created_at: Some(1741290958),
+        };
+        let bytes = stream_error_event(Responses, NASTY, &ctx);
+        assert!(bytes.starts_with(b"event: response.failed\ndata: {"));
+        let (name, v) = parse_error_event(&bytes);
+        assert_eq!(name.as_deref(), Some("response.failed"));
+        assert_eq!(v["type"], "response.failed");
+        assert_eq!(v["sequence_number"], 42);
+        let r = &v["response"];
+        assert_eq!(r["id"], "resp_abc");
+        assert_eq!(r["object"], "response");
+        assert_eq!(r["status"], "failed");
+        assert_eq!(r["model"], "gpt-4.1");
+        assert_eq!(r["created_at"], 1741290958);
+        assert_eq!(r["error"], json!({"code":"server_error","message":NASTY}));
+        // Fields the SDKs' Response model requires.
+        for key in ["output", "tools", "parallel_tool_calls", "tool_choice", "metadata"] {
+            assert!(r.get(key).is_some(), "{key}");
+        }
+        assert_eq!(kind(Responses, Some("response.failed"), &v.to_string()), err(false, false, NASTY));
+        // Unknown context: still well-formed.
+        let (_, v) = parse_error_event(&stream_error_event(Responses, "x", &StreamContext::default()));
+        assert_eq!(v["sequence_number"], 0);
+        assert!(v["response"]["id"].as_str().unwrap().starts_with("resp_"));
     }
 }

@@ -8,8 +8,13 @@
 //! chunk (no copy). Only the incomplete tail of a chunk is carried over, and every byte is
 //! examined a bounded number of times (once to find line ends, once more when its event is
 //! dispatched), so a huge event arriving in tiny chunks costs linear time.
+//!
+//! [`write_event`] is the other direction: the one place events the gateway writes itself
+//! (converted streams, stream error events) are framed.
 
 use std::borrow::Cow;
+
+use serde::Serialize;
 
 /// One dispatched event. Borrowed from the chunk or from the scanner; copy out what you keep.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,6 +23,23 @@ pub struct SseEvent<'a> {
     pub event: Option<&'a str>,
     /// The `data:` lines joined with `'\n'`.
     pub data: &'a str,
+}
+
+/// Append one event, `event: <name>` (when named) and one `data:` line of compact JSON, to `out`.
+/// Compact JSON has no raw newline, so one data line always carries the whole value.
+pub fn write_event(out: &mut Vec<u8>, name: Option<&str>, data: &impl Serialize) {
+    if let Some(name) = name {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(name.as_bytes());
+        out.push(b'\n');
+    }
+    out.extend_from_slice(b"data: ");
+    // Serialising plain structs and `Value`s cannot fail; an empty object keeps the stream
+    // well-formed if it ever did.
+    if serde_json::to_writer(&mut *out, data).is_err() {
+        out.extend_from_slice(b"{}");
+    }
+    out.extend_from_slice(b"\n\n");
 }
 
 /// Incremental SSE scanner; one per stream.

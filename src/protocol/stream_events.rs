@@ -1,23 +1,22 @@
 //! What a streamed upstream event means (SPEC §6): preamble to hold back, content, the
 //! protocol's terminal event, or an error the upstream reported inside the stream; and the
-//! protocol-native error event the gateway appends when a started stream fails.
+//! facts (`StreamContext`) the native error event needs when a started stream fails
+//! (`errors::stream_error_event` writes it).
 //!
 //! Parsing runs once per event, so it uses small borrowed structs that skip unknown fields and
 //! tolerate unexpected value types (a field of the wrong type reads as absent instead of failing
 //! the whole event). A full `serde_json::Value` is only built on the rare error path.
 
-use std::borrow::Cow;
 use std::fmt;
-use std::marker::PhantomData;
 
 use serde::Deserialize;
-use serde::de::value::MapAccessDeserializer;
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde_json::{Value, json};
+use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
 
+use super::lenient::{self, Lax, Lenient, NonEmpty, drain_map, drain_seq, scalars_read_as};
 use super::sse::SseEvent;
 
-pub use crate::endpoint::Format;
+use super::Format;
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum EventKind {
@@ -59,105 +58,18 @@ pub struct StreamContext {
     pub created_at: Option<u64>,
 }
 
-impl StreamContext {
-    /// Record what `event` tells about the stream.
-    pub fn observe(&mut self, format: Format, event: &SseEvent<'_>) {
-        inspect_inner(format, event, Some(self));
-    }
-}
-
-/// What `event` means for a stream in `format`.
-pub fn inspect(format: Format, event: &SseEvent<'_>) -> EventKind {
-    inspect_inner(format, event, None)
-}
-
-/// `inspect` and `ctx.observe` with a single parse of the event.
+/// What `event` means for a stream in `format`, recording in `ctx` what it tells about the
+/// stream (one parse of the event serves both).
 pub fn inspect_and_observe(format: Format, event: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
-    inspect_inner(format, event, Some(ctx))
-}
-
-/// The bytes of a protocol-native error event to append to a client stream whose bytes have
-/// already started (SPEC §6).
-pub fn error_event(format: Format, message: &str, ctx: &StreamContext) -> Vec<u8> {
     match format {
-        Format::Anthropic => {
-            let body = json!({
-                "type": "error",
-                "error": { "type": "api_error", "message": message },
-            });
-            sse_bytes(Some("error"), &body)
-        }
-        Format::Openai => {
-            let body = json!({
-                "error": {
-                    "message": message,
-                    "type": "server_error",
-                    "code": "upstream_stream_error",
-                    "param": null,
-                },
-            });
-            sse_bytes(None, &body)
-        }
-        Format::Responses => {
-            let sequence_number = ctx.last_sequence_number.map_or(0, |n| n.saturating_add(1));
-            let body = json!({
-                "type": "response.failed",
-                "sequence_number": sequence_number,
-                "response": {
-                    "id": ctx.response_id.as_deref().unwrap_or("resp_ccmesh_stream_error"),
-                    "object": "response",
-                    "created_at": ctx.created_at.unwrap_or(0),
-                    "status": "failed",
-                    "error": { "code": "server_error", "message": message },
-                    "incomplete_details": null,
-                    "instructions": null,
-                    "max_output_tokens": null,
-                    "metadata": {},
-                    "model": ctx.model.as_deref().unwrap_or(""),
-                    "output": [],
-                    "parallel_tool_calls": true,
-                    "previous_response_id": null,
-                    "reasoning": null,
-                    "temperature": null,
-                    "tool_choice": "auto",
-                    "tools": [],
-                    "top_p": null,
-                    "truncation": "disabled",
-                    "usage": null,
-                    "user": null,
-                },
-            });
-            sse_bytes(Some("response.failed"), &body)
-        }
+        Format::Anthropic => anthropic(event, ctx),
+        Format::Openai => openai(event, ctx),
+        Format::Responses => responses(event, ctx),
     }
-}
-
-fn sse_bytes(event: Option<&str>, body: &Value) -> Vec<u8> {
-    let mut out = Vec::with_capacity(256);
-    if let Some(name) = event {
-        out.extend_from_slice(b"event: ");
-        out.extend_from_slice(name.as_bytes());
-        out.push(b'\n');
-    }
-    out.extend_from_slice(b"data: ");
-    // Serialising a `Value` to a Vec cannot fail; compact JSON has no raw newlines.
-    if serde_json::to_writer(&mut out, body).is_err() {
-        out.extend_from_slice(b"{}");
-    }
-    out.extend_from_slice(b"\n\n");
-    out
 }
 
 // ---------------------------------------------------------------------------------------------
 // Classification
-
-fn inspect_inner(format: Format, ev: &SseEvent<'_>, ctx: Option<&mut StreamContext>) -> EventKind {
-    match format {
-        Format::Anthropic => anthropic(ev, ctx),
-        Format::Openai => openai(ev, ctx),
-        Format::Responses => responses(ev, ctx),
-    }
-}
 
 #[derive(Deserialize)]
 struct AnthropicEvent<'a> {
@@ -187,13 +99,13 @@ fn is_plain_anthropic_delta(ev: &SseEvent<'_>) -> bool {
     ev.event == Some("content_block_delta") && ANTHROPIC_DELTA_PREFIXES.iter().any(|p| ev.data.starts_with(p))
 }
 
-fn anthropic(ev: &SseEvent<'_>, ctx: Option<&mut StreamContext>) -> EventKind {
+fn anthropic(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
     if is_plain_anthropic_delta(ev) {
         return EventKind::Content;
     }
     let parsed: Option<AnthropicEvent<'_>> = serde_json::from_str(ev.data).ok();
     let name = parsed.as_ref().and_then(|p| p.kind.as_str()).or(ev.event);
-    if let (Some(ctx), Some(p)) = (ctx, parsed.as_ref())
+    if let Some(p) = parsed.as_ref()
         && let Some(model) = p.message.0.as_ref().and_then(|m| m.model.as_str())
         && (name == Some("message_start") || ctx.model.is_none())
     {
@@ -228,7 +140,7 @@ struct ChatChunk<'a> {
     model: Lax<'a>,
 }
 
-fn openai(ev: &SseEvent<'_>, ctx: Option<&mut StreamContext>) -> EventKind {
+fn openai(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
     let data = ev.data.trim_start();
     if data.starts_with("[DONE]") {
         return EventKind::Terminal;
@@ -239,7 +151,7 @@ fn openai(ev: &SseEvent<'_>, ctx: Option<&mut StreamContext>) -> EventKind {
     let Ok(chunk) = serde_json::from_str::<ChatChunk<'_>>(data) else {
         return EventKind::Content;
     };
-    if let (Some(ctx), Some(model)) = (ctx, chunk.model.as_str())
+    if let Some(model) = chunk.model.as_str()
         && ctx.model.is_none()
         && !model.is_empty()
     {
@@ -282,9 +194,9 @@ struct ResponseObject<'a> {
     created_at: Lax<'a>,
 }
 
-fn responses(ev: &SseEvent<'_>, ctx: Option<&mut StreamContext>) -> EventKind {
+fn responses(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
     let parsed: Option<ResponsesEvent<'_>> = serde_json::from_str(ev.data).ok();
-    if let (Some(ctx), Some(p)) = (ctx, parsed.as_ref()) {
+    if let Some(p) = parsed.as_ref() {
         if let Some(n) = p.sequence_number.as_u64() {
             ctx.last_sequence_number = Some(ctx.last_sequence_number.map_or(n, |m| m.max(n)));
         }
@@ -382,214 +294,13 @@ fn non_null(x: Option<&Value>) -> Option<&Value> {
     x.filter(|x| !x.is_null())
 }
 
+/// An upstream's error message as kept: its first `MAX_MESSAGE_CHARS` characters.
 fn truncate(s: &str) -> String {
-    match s.char_indices().nth(MAX_MESSAGE_CHARS) {
-        Some((i, _)) => s.get(..i).unwrap_or(s).to_owned(),
-        None => s.to_owned(),
-    }
+    lenient::truncate(s, MAX_MESSAGE_CHARS).to_owned()
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tolerant deserialisation helpers
-
-/// Visitor methods for JSON types a helper does not care about: each yields `$none`.
-macro_rules! ignore_scalars {
-    ($none:expr) => {
-        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-            while seq.next_element::<IgnoredAny>()?.is_some() {}
-            Ok($none)
-        }
-    };
-}
-
-fn drain_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
-    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-    Ok(())
-}
-
-/// A scalar read leniently: a string (borrowed when unescaped), a non-negative integer, or
-/// nothing useful. Never fails on a type mismatch.
-#[derive(Debug, Default)]
-enum Lax<'a> {
-    #[default]
-    Absent,
-    Str(Cow<'a, str>),
-    Uint(u64),
-    Other,
-}
-
-impl Lax<'_> {
-    fn as_str(&self) -> Option<&str> {
-        match self {
-            Lax::Str(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    fn as_u64(&self) -> Option<u64> {
-        match self {
-            Lax::Uint(n) => Some(*n),
-            _ => None,
-        }
-    }
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for Lax<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(PhantomData<Lax<'a>>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = Lax<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Lax<'a>, E> {
-                Ok(Lax::Str(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Lax<'a>, E> {
-                Ok(Lax::Str(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<Lax<'a>, E> {
-                Ok(Lax::Str(Cow::Owned(v)))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Lax<'a>, E> {
-                Ok(Lax::Uint(v))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Lax<'a>, E> {
-                Ok(u64::try_from(v).map_or(Lax::Other, Lax::Uint))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Lax<'a>, E> {
-                let whole = v.fract() == 0.0 && (0.0..1.8e19).contains(&v);
-                Ok(if whole { Lax::Uint(v as u64) } else { Lax::Other })
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Lax<'a>, E> {
-                Ok(Lax::Other)
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Lax<'a>, E> {
-                Ok(Lax::Absent)
-            }
-            fn visit_none<E: de::Error>(self) -> Result<Lax<'a>, E> {
-                Ok(Lax::Absent)
-            }
-            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Lax<'a>, D2::Error> {
-                Lax::deserialize(d)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Lax<'a>, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Lax::Other)
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Lax<'a>, A::Error> {
-                drain_map(map)?;
-                Ok(Lax::Other)
-            }
-        }
-        d.deserialize_any(V(PhantomData))
-    }
-}
-
-/// Whether a value carries anything: false for null, `""`, `[]`, `{}`, `false`.
-#[derive(Debug, Default, Clone, Copy)]
-struct NonEmpty(bool);
-
-impl<'de> Deserialize<'de> for NonEmpty {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = NonEmpty;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_bool<E: de::Error>(self, v: bool) -> Result<NonEmpty, E> {
-                Ok(NonEmpty(v))
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<NonEmpty, E> {
-                Ok(NonEmpty(true))
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<NonEmpty, E> {
-                Ok(NonEmpty(true))
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<NonEmpty, E> {
-                Ok(NonEmpty(true))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<NonEmpty, E> {
-                Ok(NonEmpty(!v.is_empty()))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<NonEmpty, E> {
-                Ok(NonEmpty(false))
-            }
-            fn visit_none<E: de::Error>(self) -> Result<NonEmpty, E> {
-                Ok(NonEmpty(false))
-            }
-            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<NonEmpty, D2::Error> {
-                NonEmpty::deserialize(d)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<NonEmpty, A::Error> {
-                let mut any = false;
-                while seq.next_element::<IgnoredAny>()?.is_some() {
-                    any = true;
-                }
-                Ok(NonEmpty(any))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<NonEmpty, A::Error> {
-                let mut any = false;
-                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {
-                    any = true;
-                }
-                Ok(NonEmpty(any))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// An object read as `T`; any other JSON type reads as `None` instead of failing.
-struct Lenient<T>(Option<T>);
-
-impl<T> Default for Lenient<T> {
-    fn default() -> Self {
-        Lenient(None)
-    }
-}
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Lenient<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<T>(PhantomData<T>);
-        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
-            type Value = Lenient<T>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            ignore_scalars!(Lenient(None));
-            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
-                Lenient::deserialize(d)
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-                T::deserialize(MapAccessDeserializer::new(map)).map(|t| Lenient(Some(t)))
-            }
-        }
-        d.deserialize_any(V(PhantomData))
-    }
-}
+// OpenAI chunk shapes, folded while parsing
 
 /// An OpenAI delta: does any key other than `role` carry something?
 #[derive(Debug, Default, Clone, Copy)]
@@ -605,9 +316,12 @@ impl<'de> Deserialize<'de> for DeltaInfo {
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a delta object")
             }
-            ignore_scalars!(DeltaInfo::default());
+            scalars_read_as!(DeltaInfo::default());
             fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<DeltaInfo, D2::Error> {
                 DeltaInfo::deserialize(d)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<DeltaInfo, A::Error> {
+                drain_seq(seq).map(|()| DeltaInfo::default())
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<DeltaInfo, A::Error> {
                 let mut has_content = false;
@@ -655,27 +369,7 @@ impl<'de> Deserialize<'de> for Choices {
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a choices array")
             }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Choices, E> {
-                Ok(Choices::default())
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Choices, E> {
-                Ok(Choices::default())
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Choices, E> {
-                Ok(Choices::default())
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Choices, E> {
-                Ok(Choices::default())
-            }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<Choices, E> {
-                Ok(Choices::default())
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Choices, E> {
-                Ok(Choices::default())
-            }
-            fn visit_none<E: de::Error>(self) -> Result<Choices, E> {
-                Ok(Choices::default())
-            }
+            scalars_read_as!(Choices::default());
             fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Choices, D2::Error> {
                 Choices::deserialize(d)
             }
@@ -703,20 +397,21 @@ impl<'de> Deserialize<'de> for Choices {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-mod tests {
+pub(crate) mod tests {
     use super::super::sse::SseScanner;
     use super::super::sse::tests::{ANTHROPIC, OPENAI, RESPONSES};
     use super::*;
+    use serde_json::json;
 
     fn ev<'a>(event: Option<&'a str>, data: &'a str) -> SseEvent<'a> {
         SseEvent { event, data }
     }
 
-    fn kind(format: Format, event: Option<&str>, data: &str) -> EventKind {
-        inspect(format, &ev(event, data))
+    pub(crate) fn kind(format: Format, event: Option<&str>, data: &str) -> EventKind {
+        inspect_and_observe(format, &ev(event, data), &mut StreamContext::default())
     }
 
-    fn err(rate_limited: bool, overloaded: bool, message: &str) -> EventKind {
+    pub(crate) fn err(rate_limited: bool, overloaded: bool, message: &str) -> EventKind {
         EventKind::UpstreamError { rate_limited, overloaded, message: message.to_owned() }
     }
 
@@ -728,14 +423,7 @@ mod tests {
         let mut scanner = SseScanner::new();
         let mut ctx = StreamContext::default();
         let mut kinds = Vec::new();
-        scanner.feed(input.as_bytes(), |e| {
-            let k = inspect(format, &e);
-            let mut c2 = ctx.clone();
-            c2.observe(format, &e);
-            assert_eq!(inspect_and_observe(format, &e, &mut ctx), k);
-            assert_eq!(format!("{c2:?}"), format!("{ctx:?}"));
-            kinds.push(k);
-        });
+        scanner.feed(input.as_bytes(), |e| kinds.push(inspect_and_observe(format, &e, &mut ctx)));
         (kinds, ctx)
     }
 
@@ -1127,99 +815,42 @@ mod tests {
     #[test]
     fn context_observation() {
         let mut ctx = StreamContext::default();
-        ctx.observe(
+        inspect_and_observe(
             Anthropic,
             &ev(
                 Some("message_start"),
                 r#"{"type":"message_start","message":{"id":"msg_1","model":"claude-x","content":[]}}"#,
             ),
+            &mut ctx,
         );
         assert_eq!(ctx.model.as_deref(), Some("claude-x"));
         assert_eq!(ctx.response_id, None);
 
         let mut ctx = StreamContext::default();
-        ctx.observe(Openai, &ev(None, r#"{"model":"","choices":[]}"#));
+        inspect_and_observe(Openai, &ev(None, r#"{"model":"","choices":[]}"#), &mut ctx);
         assert_eq!(ctx.model, None);
-        ctx.observe(Openai, &ev(None, r#"{"model":"gpt-4o-mini","choices":[]}"#));
-        ctx.observe(Openai, &ev(None, r#"{"model":"other","choices":[]}"#));
+        inspect_and_observe(Openai, &ev(None, r#"{"model":"gpt-4o-mini","choices":[]}"#), &mut ctx);
+        inspect_and_observe(Openai, &ev(None, r#"{"model":"other","choices":[]}"#), &mut ctx);
         assert_eq!(ctx.model.as_deref(), Some("gpt-4o-mini"));
 
         let mut ctx = StreamContext::default();
-        ctx.observe(Responses, &ev(None, r#"{"type":"response.created","sequence_number":0,"response":{"id":"resp_9","model":"gpt-5","created_at":1700000000}}"#));
-        ctx.observe(Responses, &ev(None, r#"{"type":"response.output_text.delta","sequence_number":7,"delta":"x"}"#));
-        ctx.observe(Responses, &ev(None, r#"{"type":"keepalive","sequence_number":"bad"}"#));
+        inspect_and_observe(
+            Responses,
+            &ev(
+                None,
+                r#"{"type":"response.created","sequence_number":0,"response":{"id":"resp_9","model":"gpt-5","created_at":1700000000}}"#,
+            ),
+            &mut ctx,
+        );
+        inspect_and_observe(
+            Responses,
+            &ev(None, r#"{"type":"response.output_text.delta","sequence_number":7,"delta":"x"}"#),
+            &mut ctx,
+        );
+        inspect_and_observe(Responses, &ev(None, r#"{"type":"keepalive","sequence_number":"bad"}"#), &mut ctx);
         assert_eq!(ctx.response_id.as_deref(), Some("resp_9"));
         assert_eq!(ctx.model.as_deref(), Some("gpt-5"));
         assert_eq!(ctx.last_sequence_number, Some(7));
         assert_eq!(ctx.created_at, Some(1700000000));
-    }
-
-    fn parse_error_event(bytes: &[u8]) -> (Option<String>, Value) {
-        let mut scanner = SseScanner::new();
-        let mut out = Vec::new();
-        scanner.feed(bytes, |e| out.push((e.event.map(str::to_owned), serde_json::from_str::<Value>(e.data).unwrap())));
-        assert_eq!(scanner.pending_bytes(), 0);
-        assert_eq!(out.len(), 1);
-        out.pop().unwrap()
-    }
-
-    const NASTY: &str = "upstream reset: \"quoted\"\n\r\\ <tag> \u{1F4A5} \u{0}";
-
-    #[test]
-    fn anthropic_error_event() {
-        let bytes = error_event(Anthropic, NASTY, &StreamContext::default());
-        assert!(bytes.starts_with(b"event: error\ndata: {"));
-        assert!(bytes.ends_with(b"}\n\n"));
-        let (name, v) = parse_error_event(&bytes);
-        assert_eq!(name.as_deref(), Some("error"));
-        assert_eq!(v, json!({"type":"error","error":{"type":"api_error","message":NASTY}}));
-        let text = String::from_utf8(bytes).unwrap();
-        let data = text.strip_prefix("event: error\ndata: ").unwrap().trim_end();
-        assert_eq!(kind(Anthropic, Some("error"), data), err(false, false, NASTY));
-    }
-
-    #[test]
-    fn openai_error_event() {
-        let bytes = error_event(Openai, NASTY, &StreamContext::default());
-        assert!(bytes.starts_with(b"data: {"));
-        let (name, v) = parse_error_event(&bytes);
-        assert_eq!(name, None);
-        assert_eq!(
-            v,
-            json!({"error":{"message":NASTY,"type":"server_error","code":"upstream_stream_error","param":null}})
-        );
-        assert_eq!(kind(Openai, None, &v.to_string()), err(false, false, NASTY));
-    }
-
-    #[test]
-    fn responses_error_event() {
-        let ctx = StreamContext {
-            response_id: Some("resp_abc".to_owned()),
-            last_sequence_number: Some(41),
-            model: Some("gpt-4.1".to_owned()),
-            created_at: Some(1741290958),
-        };
-        let bytes = error_event(Responses, NASTY, &ctx);
-        assert!(bytes.starts_with(b"event: response.failed\ndata: {"));
-        let (name, v) = parse_error_event(&bytes);
-        assert_eq!(name.as_deref(), Some("response.failed"));
-        assert_eq!(v["type"], "response.failed");
-        assert_eq!(v["sequence_number"], 42);
-        let r = &v["response"];
-        assert_eq!(r["id"], "resp_abc");
-        assert_eq!(r["object"], "response");
-        assert_eq!(r["status"], "failed");
-        assert_eq!(r["model"], "gpt-4.1");
-        assert_eq!(r["created_at"], 1741290958);
-        assert_eq!(r["error"], json!({"code":"server_error","message":NASTY}));
-        // Fields the SDKs' Response model requires.
-        for key in ["output", "tools", "parallel_tool_calls", "tool_choice", "metadata"] {
-            assert!(r.get(key).is_some(), "{key}");
-        }
-        assert_eq!(kind(Responses, Some("response.failed"), &v.to_string()), err(false, false, NASTY));
-        // Unknown context: still well-formed.
-        let (_, v) = parse_error_event(&error_event(Responses, "x", &StreamContext::default()));
-        assert_eq!(v["sequence_number"], 0);
-        assert!(v["response"]["id"].as_str().unwrap().starts_with("resp_"));
     }
 }

@@ -25,10 +25,10 @@ use crate::breaker::{Denied, Outcome, Permit};
 use crate::convert::ir::{ConvertError, EncodeContext};
 use crate::convert::{StreamConversion, count_tokens, upstream_path};
 use crate::endpoint::EndpointId;
-use crate::endpoint::Format;
 use crate::gateway::{Gateway, LiveEndpoint, Snapshot};
 use crate::observe::record::{Classification, Tokens};
 use crate::observe::usage;
+use crate::protocol::Format;
 use crate::protocol::Route;
 use crate::protocol::errors::{ErrorKind, GatewayError};
 use crate::routing;
@@ -131,7 +131,8 @@ pub async fn run(
 
     // Endpoints of another format need the request converted. Do it once per format and
     // model now: one the request cannot be converted for is not a candidate, and if none is
-    // left the client learns exactly which feature could not be converted (SPEC §1, issue 3).
+    // left the client learns exactly which feature could not be converted (SPEC §1), rather than
+    // a generic failure from an upstream that was sent something it cannot read.
     if matches!(run.inbound.route, Route::Protocol(_)) {
         let mut refused: Option<(Format, ConvertError)> = None;
         let mut kept = Vec::with_capacity(candidates.len());

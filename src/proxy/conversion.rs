@@ -7,7 +7,7 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use bytes::Bytes;
 
 use crate::convert::{self, ir};
-use crate::endpoint::Format;
+use crate::protocol::Format;
 
 /// Per-request conversion state.
 pub struct RequestConversion {

@@ -19,14 +19,15 @@ use tokio::time::{Instant, Sleep};
 
 use crate::breaker::{Outcome, Permit};
 use crate::config::BreakerSettings;
-use crate::convert::{StreamConversion, ir};
-use crate::endpoint::{EndpointId, Format};
+use crate::convert::StreamConversion;
+use crate::endpoint::EndpointId;
 use crate::gateway::{Gateway, Snapshot};
 use crate::observe::record::Classification;
 use crate::observe::usage::StreamUsage;
-use crate::protocol::Protocol;
+use crate::protocol::errors::{ErrorKind, stream_error_event};
 use crate::protocol::sse::SseScanner;
-use crate::protocol::stream_events::{EventKind, StreamContext, error_event, inspect_and_observe};
+use crate::protocol::stream_events::{EventKind, StreamContext, inspect_and_observe};
+use crate::protocol::{Format, Protocol};
 
 use super::classify::classify_network_error;
 use super::trail::Trail;
@@ -160,10 +161,10 @@ impl StreamObserver {
     /// The client protocol's error event ending the stream.
     pub fn error_event(&mut self, message: &str) -> Bytes {
         match &mut self.transform {
-            Transform::Pass => Bytes::from(error_event(self.client, message, &self.context)),
+            Transform::Pass => Bytes::from(stream_error_event(self.client, message, &self.context)),
             Transform::Convert(conversion) => {
                 let mut out = Vec::new();
-                conversion.fail(ir::ErrorKind::Api, message, &mut out);
+                conversion.fail(ErrorKind::Api, message, &mut out);
                 Bytes::from(out)
             }
         }

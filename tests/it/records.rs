@@ -274,8 +274,8 @@ async fn retention_comes_from_the_settings() {
     assert_eq!(code, 400, "{v}");
 }
 
-// Depends on the request path's instrumentation (src/proxy/trail.rs, the lead's part of issue 4):
-// a real proxied request, through a failover, must leave a record with both attempts.
+// Depends on the request path's instrumentation (src/proxy/trail.rs): a real proxied request,
+// through a failover, must leave a record with both attempts.
 #[tokio::test]
 async fn a_proxied_request_leaves_a_record_with_its_attempts() {
     let (a, b) = (MockUpstream::start().await, MockUpstream::start().await);

@@ -1,0 +1,771 @@
+//! An Anthropic Messages request (Claude Code's, an SDK's) to the IR. Everything the IR can hold
+//! is kept; what it cannot is a `Loss`; only what would change the answer's meaning is refused.
+
+use serde_json::{Map, Value, json};
+
+use super::super::{as_object, parse_body, shown};
+use crate::convert::ir::*;
+use crate::protocol::lenient::{count, get, get_str};
+
+/// The first bytes of Claude Code's attribution line in `system[0]`.
+const BILLING_HEADER_PREFIX: &str = "x-anthropic-billing-header:";
+
+fn opt_u64(obj: &Map<String, Value>, key: &str) -> Result<Option<u64>, ConvertError> {
+    match get(obj, key) {
+        None => Ok(None),
+        Some(v) => {
+            count(v).map(Some).ok_or_else(|| ConvertError::new(key, format!("`{key}` must be a non-negative integer")))
+        }
+    }
+}
+
+fn opt_f64(obj: &Map<String, Value>, key: &str) -> Result<Option<f64>, ConvertError> {
+    match get(obj, key) {
+        None => Ok(None),
+        Some(v) => v.as_f64().map(Some).ok_or_else(|| ConvertError::new(key, format!("`{key}` must be a number"))),
+    }
+}
+
+/// `prefix.key` (or `key` at the top level), built only for an error message.
+fn field_name(prefix: &str, key: &str) -> String {
+    if prefix.is_empty() { key.to_string() } else { format!("{prefix}.{key}") }
+}
+
+fn opt_bool(obj: &Map<String, Value>, key: &str, prefix: &str) -> Result<Option<bool>, ConvertError> {
+    match get(obj, key) {
+        None => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(_) => {
+            let field = field_name(prefix, key);
+            Err(ConvertError::new(&field, format!("`{field}` must be a boolean")))
+        }
+    }
+}
+
+fn req_str<'a>(obj: &'a Map<String, Value>, key: &str, prefix: &str) -> Result<&'a str, ConvertError> {
+    get_str(obj, key).ok_or_else(|| {
+        let field = field_name(prefix, key);
+        ConvertError::new(&field, format!("`{field}` must be a string"))
+    })
+}
+
+/// Client request body (Anthropic Messages) → IR.
+pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
+    let obj = parse_body(body)?;
+    let mut losses = Vec::new();
+
+    let model = match get(&obj, "model") {
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return Err(ConvertError::new("model", "`model` must be a string")),
+        None => return Err(ConvertError::new("model", "`model` is required")),
+    };
+
+    let system = decode_system(get(&obj, "system"), &mut losses)?;
+
+    let messages_v = get(&obj, "messages").ok_or_else(|| ConvertError::new("messages", "`messages` is required"))?;
+    let messages_arr =
+        messages_v.as_array().ok_or_else(|| ConvertError::new("messages", "`messages` must be an array"))?;
+    let mut messages = Vec::with_capacity(messages_arr.len());
+    for (i, m) in messages_arr.iter().enumerate() {
+        let field = format!("messages[{i}]");
+        let mo = as_object(m, &field, "an object")?;
+        let role = match get_str(mo, "role") {
+            Some("user") => Role::User,
+            Some("assistant") => Role::Assistant,
+            Some("system") => Role::System,
+            Some(other) => return Err(ConvertError::new(format!("{field}.role"), format!("unknown role '{other}'"))),
+            None => return Err(ConvertError::new(format!("{field}.role"), "`role` is required")),
+        };
+        let content_field = format!("{field}.content");
+        let content = match get(mo, "content") {
+            Some(c) => decode_content(c, &content_field, &mut losses)?,
+            None => return Err(ConvertError::new(content_field, "`content` is required")),
+        };
+        messages.push(Message { role, content });
+    }
+
+    let tools = match get(&obj, "tools") {
+        None => Vec::new(),
+        Some(Value::Array(a)) => decode_tools(a, &mut losses)?,
+        Some(_) => return Err(ConvertError::new("tools", "`tools` must be an array")),
+    };
+
+    let (tool_choice, parallel_tool_calls) = match get(&obj, "tool_choice") {
+        None => (None, None),
+        Some(tc) => decode_tool_choice(tc)?,
+    };
+
+    let output_config = match get(&obj, "output_config") {
+        None => None,
+        Some(v) => Some(as_object(v, "output_config", "an object")?),
+    };
+    let effort = match output_config.and_then(|o| get(o, "effort")) {
+        None => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(ConvertError::new("output_config.effort", "`output_config.effort` must be a string")),
+    };
+    let reasoning = decode_thinking(get(&obj, "thinking"), effort, &mut losses)?;
+
+    let mut output_format = None;
+    if let Some(f) = output_config.and_then(|o| get(o, "format")) {
+        output_format = Some(decode_output_format(f, "output_config.format")?);
+    } else if let Some(f) = get(&obj, "output_format") {
+        // The structured-outputs beta (`structured-outputs-2025-11-13`) put it at the top level.
+        output_format = Some(decode_output_format(f, "output_format")?);
+    }
+
+    let stop = match get(&obj, "stop_sequences") {
+        None => Vec::new(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|s| s.as_str().map(str::to_string))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| ConvertError::new("stop_sequences", "`stop_sequences` must be an array of strings"))?,
+        Some(_) => return Err(ConvertError::new("stop_sequences", "`stop_sequences` must be an array of strings")),
+    };
+
+    let user = match get(&obj, "metadata") {
+        None => None,
+        Some(m) => {
+            let m = as_object(m, "metadata", "an object")?;
+            match get(m, "user_id") {
+                None => None,
+                Some(Value::String(s)) => Some(s.clone()),
+                Some(_) => return Err(ConvertError::new("metadata.user_id", "`metadata.user_id` must be a string")),
+            }
+        }
+    };
+
+    if get(&obj, "context_management").is_some() {
+        losses.push(Loss::new(
+            "context_management",
+            "dropped: context management (server-side clearing of old thinking / tool results, compaction) only exists on Anthropic",
+        ));
+    }
+    if get(&obj, "mcp_servers").is_some() {
+        losses.push(Loss::new(
+            "mcp_servers",
+            "dropped: Anthropic's MCP connector (server-side MCP tools) has no equivalent",
+        ));
+    }
+    if get(&obj, "container").is_some() {
+        losses.push(Loss::new("container", "dropped: Anthropic code-execution containers have no equivalent"));
+    }
+    if get(&obj, "service_tier").is_some() {
+        losses.push(Loss::new("service_tier", "dropped: Anthropic service tiers do not translate"));
+    }
+
+    Ok(Request {
+        model,
+        system,
+        messages,
+        tools,
+        tool_choice,
+        parallel_tool_calls,
+        max_tokens: opt_u64(&obj, "max_tokens")?,
+        temperature: opt_f64(&obj, "temperature")?,
+        top_p: opt_f64(&obj, "top_p")?,
+        top_k: opt_u64(&obj, "top_k")?,
+        stop,
+        stream: opt_bool(&obj, "stream", "")?.unwrap_or(false),
+        include_usage: false,
+        reasoning,
+        user,
+        output_format,
+        include_encrypted_reasoning: false,
+        losses,
+    })
+}
+
+fn decode_system(v: Option<&Value>, losses: &mut Vec<Loss>) -> Result<Vec<TextPart>, ConvertError> {
+    let mut out = Vec::new();
+    match v {
+        None => {}
+        Some(Value::String(s)) if s.is_empty() => {}
+        Some(Value::String(s)) => out.push(TextPart { text: s.clone(), cache_control: None }),
+        Some(Value::Array(blocks)) => {
+            for (i, b) in blocks.iter().enumerate() {
+                let field = format!("system[{i}]");
+                let bo = as_object(b, &field, "a text block")?;
+                if get_str(bo, "type") != Some("text") {
+                    return Err(ConvertError::new(field, "system blocks must be text blocks"));
+                }
+                let text = req_str(bo, "text", &field)?;
+                if text.starts_with(BILLING_HEADER_PREFIX) {
+                    losses.push(Loss::new(
+                        field,
+                        "dropped: Claude Code's attribution line (x-anthropic-billing-header) is meaningful only to Anthropic and would break the target's prompt-cache prefix",
+                    ));
+                    continue;
+                }
+                out.push(TextPart { text: text.to_string(), cache_control: get(bo, "cache_control").cloned() });
+            }
+        }
+        Some(_) => return Err(ConvertError::new("system", "`system` must be a string or an array of text blocks")),
+    }
+    Ok(out)
+}
+
+fn decode_content(v: &Value, field: &str, losses: &mut Vec<Loss>) -> Result<Vec<Part>, ConvertError> {
+    match v {
+        Value::String(s) => Ok(vec![Part::Text(TextPart { text: s.clone(), cache_control: None })]),
+        Value::Array(blocks) => {
+            let mut out = Vec::with_capacity(blocks.len());
+            for (j, b) in blocks.iter().enumerate() {
+                if let Some(p) = decode_block(b, &format!("{field}[{j}]"), losses)? {
+                    out.push(p);
+                }
+            }
+            Ok(out)
+        }
+        _ => Err(ConvertError::new(field, "`content` must be a string or an array of content blocks")),
+    }
+}
+
+/// Anthropic server-side tool blocks replayed in a history: they have no IR form.
+const SERVER_BLOCKS: &[&str] = &[
+    "server_tool_use",
+    "web_search_tool_result",
+    "web_fetch_tool_result",
+    "code_execution_tool_result",
+    "bash_code_execution_tool_result",
+    "text_editor_code_execution_tool_result",
+    "tool_search_tool_result",
+    "mcp_tool_use",
+    "mcp_tool_result",
+    "container_upload",
+];
+
+fn decode_block(b: &Value, field: &str, losses: &mut Vec<Loss>) -> Result<Option<Part>, ConvertError> {
+    let bo = as_object(b, field, "a content block object")?;
+    let ty = req_str(bo, "type", field)?;
+    let part = match ty {
+        "text" => Part::Text(TextPart {
+            text: req_str(bo, "text", field)?.to_string(),
+            cache_control: get(bo, "cache_control").cloned(),
+        }),
+        "image" => Part::Image(decode_image(bo, field)?),
+        "document" => {
+            let title = get_str(bo, "title").map(str::to_string);
+            let source = decode_document_source(bo, field, losses)?;
+            Part::Document { source, title }
+        }
+        "tool_use" => Part::ToolUse {
+            id: req_str(bo, "id", field)?.to_string(),
+            name: req_str(bo, "name", field)?.to_string(),
+            input: get(bo, "input").cloned().unwrap_or_else(|| Value::Object(Map::new())),
+            arguments: None,
+        },
+        "tool_result" => {
+            let tool_use_id = req_str(bo, "tool_use_id", field)?.to_string();
+            let content = match get(bo, "content") {
+                None => Vec::new(),
+                Some(c) => decode_tool_result_content(c, &format!("{field}.content"), losses)?,
+            };
+            let is_error = opt_bool(bo, "is_error", field)?.unwrap_or(false);
+            Part::ToolResult { tool_use_id, content, is_error }
+        }
+        "thinking" => Part::Thinking {
+            text: get_str(bo, "thinking").unwrap_or_default().to_string(),
+            signature: get_str(bo, "signature").filter(|s| !s.is_empty()).map(str::to_string),
+        },
+        "redacted_thinking" => Part::RedactedThinking { data: req_str(bo, "data", field)?.to_string() },
+        "compaction" => {
+            // Anthropic's compaction summary of the earlier conversation: keep its text.
+            let text = get_str(bo, "content").unwrap_or_default();
+            losses.push(Loss::new(field, "compaction block kept as plain text"));
+            if text.is_empty() {
+                return Ok(None);
+            }
+            Part::Text(TextPart { text: text.to_string(), cache_control: None })
+        }
+        "search_result" => {
+            losses.push(Loss::new(field, "search_result block kept as plain text (its citation metadata is lost)"));
+            Part::Text(TextPart { text: search_result_text(bo), cache_control: None })
+        }
+        t if SERVER_BLOCKS.contains(&t) => {
+            losses
+                .push(Loss::new(format!("{field} ({t})"), "dropped: Anthropic server-tool history has no equivalent"));
+            return Ok(None);
+        }
+        t => {
+            losses.push(Loss::new(format!("{field} ({t})"), "dropped: unknown content block type"));
+            return Ok(None);
+        }
+    };
+    Ok(Some(part))
+}
+
+fn search_result_text(bo: &Map<String, Value>) -> String {
+    let mut parts = Vec::new();
+    if let Some(t) = get_str(bo, "title") {
+        parts.push(t.to_string());
+    }
+    if let Some(s) = get_str(bo, "source") {
+        parts.push(s.to_string());
+    }
+    if let Some(Value::Array(c)) = get(bo, "content") {
+        for b in c {
+            if let Some(t) = b.get("text").and_then(Value::as_str) {
+                parts.push(t.to_string());
+            }
+        }
+    }
+    parts.join("\n")
+}
+
+fn decode_image(bo: &Map<String, Value>, field: &str) -> Result<Image, ConvertError> {
+    let sf = format!("{field}.source");
+    let src = as_object(get(bo, "source").unwrap_or(&Value::Null), &sf, "an object")?;
+    match get_str(src, "type") {
+        Some("base64") => Ok(Image::Base64 {
+            media_type: req_str(src, "media_type", &sf)?.to_string(),
+            data: req_str(src, "data", &sf)?.to_string(),
+        }),
+        Some("url") => Ok(Image::Url { url: req_str(src, "url", &sf)?.to_string() }),
+        Some("file") => Err(ConvertError::new(
+            sf,
+            "image source type 'file' (an Anthropic Files API file_id) cannot be converted: the target cannot read Anthropic files",
+        )),
+        other => {
+            Err(ConvertError::new(format!("{sf}.type"), format!("unsupported image source type {}", shown(other))))
+        }
+    }
+}
+
+fn decode_document_source(
+    bo: &Map<String, Value>,
+    field: &str,
+    losses: &mut Vec<Loss>,
+) -> Result<DocumentSource, ConvertError> {
+    let sf = format!("{field}.source");
+    let src = as_object(get(bo, "source").unwrap_or(&Value::Null), &sf, "an object")?;
+    match get_str(src, "type") {
+        Some("base64") => Ok(DocumentSource::Base64 {
+            media_type: req_str(src, "media_type", &sf)?.to_string(),
+            data: req_str(src, "data", &sf)?.to_string(),
+        }),
+        Some("text") => Ok(DocumentSource::Text { text: req_str(src, "data", &sf)?.to_string() }),
+        Some("url") => Ok(DocumentSource::Url { url: req_str(src, "url", &sf)?.to_string() }),
+        Some("content") => {
+            // Custom content documents: a list of text (and image) blocks.
+            let mut texts = Vec::new();
+            match get(src, "content") {
+                Some(Value::String(s)) => texts.push(s.clone()),
+                Some(Value::Array(items)) => {
+                    for (k, it) in items.iter().enumerate() {
+                        match it.get("type").and_then(Value::as_str) {
+                            Some("text") => {
+                                texts.push(it.get("text").and_then(Value::as_str).unwrap_or_default().to_string())
+                            }
+                            _ => losses.push(Loss::new(
+                                format!("{sf}.content[{k}]"),
+                                "dropped: only the text blocks of a content document are kept",
+                            )),
+                        }
+                    }
+                }
+                _ => {
+                    return Err(ConvertError::new(
+                        format!("{sf}.content"),
+                        "`content` must be a string or an array of blocks",
+                    ));
+                }
+            }
+            Ok(DocumentSource::Text { text: texts.join("\n") })
+        }
+        Some("file") => Err(ConvertError::new(
+            sf,
+            "document source type 'file' (an Anthropic Files API file_id) cannot be converted: the target cannot read Anthropic files",
+        )),
+        other => {
+            Err(ConvertError::new(format!("{sf}.type"), format!("unsupported document source type {}", shown(other))))
+        }
+    }
+}
+
+fn decode_tool_result_content(
+    v: &Value,
+    field: &str,
+    losses: &mut Vec<Loss>,
+) -> Result<Vec<ToolResultContent>, ConvertError> {
+    match v {
+        Value::String(s) => Ok(vec![ToolResultContent::Text(s.clone())]),
+        Value::Array(items) => {
+            let mut out = Vec::with_capacity(items.len());
+            for (k, it) in items.iter().enumerate() {
+                let f = format!("{field}[{k}]");
+                let io = as_object(it, &f, "a content block object")?;
+                match get_str(io, "type") {
+                    Some("text") => out.push(ToolResultContent::Text(req_str(io, "text", &f)?.to_string())),
+                    Some("image") => out.push(ToolResultContent::Image(decode_image(io, &f)?)),
+                    Some("document") => match decode_document_source(io, &f, losses)? {
+                        DocumentSource::Text { text } => out.push(ToolResultContent::Text(text)),
+                        _ => losses.push(Loss::new(
+                            f,
+                            "dropped: a non-text document inside a tool result has no equivalent (tool results carry text and images)",
+                        )),
+                    },
+                    Some("search_result") => {
+                        losses.push(Loss::new(&f, "search_result kept as plain text (its citation metadata is lost)"));
+                        out.push(ToolResultContent::Text(search_result_text(io)));
+                    }
+                    other => losses.push(Loss::new(f, format!("dropped: unsupported tool result block {}", shown(other)))),
+                }
+            }
+            Ok(out)
+        }
+        _ => Err(ConvertError::new(field, "tool result `content` must be a string or an array of blocks")),
+    }
+}
+
+fn bash_tool_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "description": "The bash command to run. Required unless the tool is being restarted."},
+            "restart": {"type": "boolean", "description": "Specifying true will restart this tool. Otherwise, leave this unspecified."}
+        }
+    })
+}
+
+fn text_editor_tool_schema(version: &str) -> Value {
+    // 2025-04-29 and later (Claude 4) removed `undo_edit` and insert with `insert_text`.
+    let claude4 = version >= "20250429";
+    let commands: Vec<&str> = if claude4 {
+        vec!["view", "create", "str_replace", "insert"]
+    } else {
+        vec!["view", "create", "str_replace", "insert", "undo_edit"]
+    };
+    let mut props = json!({
+        "command": {"type": "string", "enum": commands, "description": "The command to run."},
+        "path": {"type": "string", "description": "Absolute path to the file or directory."},
+        "file_text": {"type": "string", "description": "Required for `create`: the content of the file to be created."},
+        "old_str": {"type": "string", "description": "Required for `str_replace`: the exact text to replace."},
+        "new_str": {"type": "string", "description": if claude4 {
+            "Required for `str_replace`: the new text."
+        } else {
+            "For `str_replace`: the new text; for `insert`: the text to insert."
+        }},
+        "insert_line": {"type": "integer", "description": "Required for `insert`: the line after which to insert the text."},
+        "view_range": {"type": "array", "items": {"type": "integer"}, "description": "Optional for `view`: [start_line, end_line] (-1 for the end of the file)."}
+    });
+    if claude4 && let Some(p) = props.as_object_mut() {
+        p.insert(
+            "insert_text".to_string(),
+            json!({"type": "string", "description": "Required for `insert`: the text to insert."}),
+        );
+    }
+    json!({"type": "object", "properties": props, "required": ["command", "path"]})
+}
+
+fn decode_tools(arr: &[Value], losses: &mut Vec<Loss>) -> Result<Vec<Tool>, ConvertError> {
+    let mut tools = Vec::with_capacity(arr.len());
+    for (i, t) in arr.iter().enumerate() {
+        let field = format!("tools[{i}]");
+        let to = as_object(t, &field, "an object")?;
+        let name = get_str(to, "name");
+        match get_str(to, "type") {
+            None | Some("custom") => {
+                let name = req_str(to, "name", &field)?.to_string();
+                let input_schema = match get(to, "input_schema") {
+                    Some(s @ Value::Object(_)) => s.clone(),
+                    Some(_) => {
+                        return Err(ConvertError::new(
+                            format!("{field}.input_schema"),
+                            "`input_schema` must be an object",
+                        ));
+                    }
+                    None => json!({"type": "object", "properties": {}}),
+                };
+                let description = get_str(to, "description").map(str::to_string);
+                let strict = opt_bool(to, "strict", &field)?;
+                tools.push(Tool { name, description, input_schema, strict, namespace: None });
+            }
+            Some(ty) if ty.starts_with("bash_") => {
+                losses.push(Loss::new(
+                    format!("{field} ({ty})"),
+                    "converted to a function tool with the documented bash tool input schema",
+                ));
+                tools.push(Tool {
+                    name: name.unwrap_or("bash").to_string(),
+                    description: Some("Run commands in a bash shell. State persists across calls; set `restart` to true to restart the shell.".to_string()),
+                    input_schema: bash_tool_schema(),
+                    strict: None,
+                    namespace: None,
+                });
+            }
+            Some(ty) if ty.starts_with("text_editor_") => {
+                let version = ty.trim_start_matches("text_editor_");
+                let default_name =
+                    if version >= "20250429" { "str_replace_based_edit_tool" } else { "str_replace_editor" };
+                losses.push(Loss::new(
+                    format!("{field} ({ty})"),
+                    "converted to a function tool with the documented text editor tool input schema",
+                ));
+                tools.push(Tool {
+                    name: name.unwrap_or(default_name).to_string(),
+                    description: Some("View, create and edit text files: `view` a file or directory, `create` a file, `str_replace` an exact unique string, `insert` text after a line.".to_string()),
+                    input_schema: text_editor_tool_schema(version),
+                    strict: None,
+                    namespace: None,
+                });
+            }
+            Some(ty) => {
+                losses.push(Loss::new(
+                    format!("{field} ({ty})"),
+                    "dropped: an Anthropic server / built-in tool that cannot be expressed as a function tool",
+                ));
+            }
+        }
+    }
+    Ok(tools)
+}
+
+fn decode_tool_choice(v: &Value) -> Result<(Option<ToolChoice>, Option<bool>), ConvertError> {
+    let o = as_object(v, "tool_choice", "an object")?;
+    let choice = match get_str(o, "type") {
+        Some("auto") => ToolChoice::Auto,
+        Some("any") => ToolChoice::Any,
+        Some("none") => ToolChoice::None,
+        Some("tool") => ToolChoice::Tool(req_str(o, "name", "tool_choice")?.to_string()),
+        other => {
+            return Err(ConvertError::new("tool_choice.type", format!("unknown tool_choice type {}", shown(other))));
+        }
+    };
+    let disable = opt_bool(o, "disable_parallel_tool_use", "tool_choice")?;
+    Ok((Some(choice), disable.map(|d| !d)))
+}
+
+fn decode_thinking(
+    v: Option<&Value>,
+    effort: Option<String>,
+    losses: &mut Vec<Loss>,
+) -> Result<Option<Reasoning>, ConvertError> {
+    let Some(v) = v else {
+        return Ok(effort.map(|e| Reasoning { budget_tokens: None, effort: Some(e), adaptive: false, summary: None }));
+    };
+    let o = as_object(v, "thinking", "an object")?;
+    match get_str(o, "type") {
+        Some("enabled") => {
+            let budget = opt_u64(o, "budget_tokens").map_err(|_| {
+                ConvertError::new("thinking.budget_tokens", "`thinking.budget_tokens` must be a non-negative integer")
+            })?;
+            Ok(Some(Reasoning { budget_tokens: budget, effort, adaptive: false, summary: None }))
+        }
+        Some("adaptive") => Ok(Some(Reasoning { budget_tokens: None, effort, adaptive: true, summary: None })),
+        Some("disabled") => {
+            if effort.is_some() {
+                losses.push(Loss::new("output_config.effort", "dropped: effort with thinking disabled"));
+            }
+            Ok(None)
+        }
+        other => Err(ConvertError::new("thinking.type", format!("unknown thinking type {}", shown(other)))),
+    }
+}
+
+fn decode_output_format(v: &Value, field: &str) -> Result<OutputFormat, ConvertError> {
+    let o = as_object(v, field, "an object")?;
+    match get_str(o, "type") {
+        Some("json_schema") => {
+            let schema = match get(o, "schema") {
+                Some(s @ Value::Object(_)) => s.clone(),
+                _ => return Err(ConvertError::new(format!("{field}.schema"), "`schema` must be a JSON Schema object")),
+            };
+            // Anthropic's format has no name; "response" is what most SDKs use by default.
+            Ok(OutputFormat::JsonSchema { name: "response".to_string(), schema, strict: None, description: None })
+        }
+        other => {
+            Err(ConvertError::new(format!("{field}.type"), format!("unsupported output format type {}", shown(other))))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::convert::anthropic::tests::*;
+    use serde_json::{Value, json};
+
+    const CC_TURN1: &str =
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/clients/claude_code_2.1.197_turn1.json"));
+
+    #[test]
+    fn decode_claude_code_turn1() {
+        let body = fixture_body(CC_TURN1);
+        let req = decode_request(&body).expect("decodes");
+        // Tool schemas are kept intact.
+        let raw: Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(req.tools.len(), 24);
+        for (t, rt) in req.tools.iter().zip(raw["tools"].as_array().expect("tools")) {
+            assert_eq!(t.input_schema, rt["input_schema"]);
+            assert_eq!(Some(t.name.as_str()), rt["name"].as_str());
+        }
+        assert_eq!(req.messages[1].role, Role::System);
+        assert_eq!(req.user.as_deref(), raw["metadata"]["user_id"].as_str());
+        insta::assert_json_snapshot!(request_json(&req, false));
+    }
+
+    #[test]
+    fn decode_claude_code_turn2_tool_result() {
+        let req = decode_request(&fixture_body(CC_TURN2)).expect("decodes");
+        insta::assert_json_snapshot!(request_json(&req, false));
+    }
+
+    #[test]
+    fn decode_request_features() {
+        let req = dec(json!({
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 2048,
+            "system": "You are terse.",
+            "temperature": 0,
+            "top_p": 0.9,
+            "top_k": 40,
+            "stop_sequences": ["\n\nHuman:", "END"],
+            "metadata": {"user_id": "user-42"},
+            "thinking": {"type": "enabled", "budget_tokens": 1024},
+            "tool_choice": {"type": "any", "disable_parallel_tool_use": true},
+            "tools": [
+                {"name": "get_weather", "description": "Weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}},
+                {"type": "custom", "name": "strict_tool", "input_schema": {"type": "object"}, "strict": true, "cache_control": {"type": "ephemeral"}},
+                {"type": "web_search_20250305", "name": "web_search", "max_uses": 5},
+                {"type": "bash_20250124", "name": "bash"},
+                {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"},
+                {"type": "code_execution_20250825", "name": "code_execution"},
+                {"type": "computer_20250124", "name": "computer", "display_width_px": 1024, "display_height_px": 768}
+            ],
+            "messages": [
+                {"role": "user", "content": [
+                    {"type": "text", "text": "Look:"},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+                    {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.jpg"}},
+                    {"type": "document", "title": "Spec", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x"}},
+                    {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "plain doc"}},
+                    {"type": "document", "source": {"type": "url", "url": "https://example.com/a.pdf"}},
+                    {"type": "document", "source": {"type": "content", "content": [{"type": "text", "text": "chunk 1"}, {"type": "text", "text": "chunk 2"}]}}
+                ]},
+                {"role": "assistant", "content": [
+                    {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix"},
+                    {"type": "thinking", "thinking": "hmm", "signature": "sig=="},
+                    {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "x"}},
+                    {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
+                    {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
+                    {"type": "tool_use", "id": "toolu_2", "name": "get_weather", "input": {"city": "Oslo"}}
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "18°C"},
+                    {"type": "tool_result", "tool_use_id": "toolu_2", "is_error": true, "content": [
+                        {"type": "text", "text": "city not found"},
+                        {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "/9j/4AAQ"}}
+                    ]},
+                    {"type": "text", "text": "And tomorrow?"}
+                ]},
+                {"role": "assistant", "content": "Prefill"}
+            ]
+        }));
+        insta::assert_json_snapshot!(request_json(&req, true));
+    }
+
+    #[test]
+    fn integral_float_counts_are_read_up_to_u64() {
+        // This codec refused integral floats above 9e15, the others read them up to 1.8e19 or
+        // 2^64: every codec now reads what fits a u64.
+        let r = dec(json!({"model": "m", "max_tokens": 1e16, "messages": [{"role": "user", "content": "hi"}]}));
+        assert_eq!(r.max_tokens, Some(10_000_000_000_000_000));
+        let e = dec_err(json!({"model": "m", "max_tokens": 1.5, "messages": [{"role": "user", "content": "hi"}]}));
+        assert_eq!(e.field, "max_tokens");
+    }
+
+    #[test]
+    fn decode_thinking_variants() {
+        let base = |thinking: Value, oc: Value| {
+            let mut v = json!({"model": "m", "max_tokens": 64000, "messages": [{"role": "user", "content": "hi"}]});
+            if !thinking.is_null() {
+                v["thinking"] = thinking;
+            }
+            if !oc.is_null() {
+                v["output_config"] = oc;
+            }
+            dec(v)
+        };
+        let r = base(json!({"type": "adaptive"}), json!({"effort": "high"}));
+        assert_eq!(
+            r.reasoning,
+            Some(Reasoning { budget_tokens: None, effort: Some("high".into()), adaptive: true, summary: None })
+        );
+        let r = base(json!({"type": "enabled", "budget_tokens": 10000}), Value::Null);
+        assert_eq!(
+            r.reasoning,
+            Some(Reasoning { budget_tokens: Some(10000), effort: None, adaptive: false, summary: None })
+        );
+        let r = base(json!({"type": "disabled"}), json!({"effort": "low"}));
+        assert_eq!(r.reasoning, None);
+        assert_eq!(r.losses.len(), 1);
+        let r = base(Value::Null, json!({"effort": "medium"}));
+        assert_eq!(r.reasoning.and_then(|x| x.effort).as_deref(), Some("medium"));
+        let r = base(
+            Value::Null,
+            json!({"format": {"type": "json_schema", "schema": {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"], "additionalProperties": false}}}),
+        );
+        assert!(
+            matches!(r.output_format, Some(OutputFormat::JsonSchema { ref name, ref schema, .. }) if name == "response" && schema["required"] == json!(["a"]))
+        );
+        // The structured-outputs beta's top-level `output_format`.
+        let mut v = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]});
+        v["output_format"] = json!({"type": "json_schema", "schema": {"type": "object"}});
+        assert!(matches!(dec(v).output_format, Some(OutputFormat::JsonSchema { .. })));
+    }
+
+    #[test]
+    fn decode_tool_choice_variants() {
+        let with = |tc: Value| {
+            dec(
+                json!({"model": "m", "max_tokens": 1, "tool_choice": tc, "messages": [{"role": "user", "content": "x"}]}),
+            )
+        };
+        let r = with(json!({"type": "auto"}));
+        assert_eq!((r.tool_choice, r.parallel_tool_calls), (Some(ToolChoice::Auto), None));
+        let r = with(json!({"type": "auto", "disable_parallel_tool_use": false}));
+        assert_eq!((r.tool_choice, r.parallel_tool_calls), (Some(ToolChoice::Auto), Some(true)));
+        let r = with(json!({"type": "none"}));
+        assert_eq!(r.tool_choice, Some(ToolChoice::None));
+        let r = with(json!({"type": "tool", "name": "get_weather", "disable_parallel_tool_use": true}));
+        assert_eq!((r.tool_choice, r.parallel_tool_calls), (Some(ToolChoice::Tool("get_weather".into())), Some(false)));
+    }
+
+    #[test]
+    fn decode_request_errors_name_the_field() {
+        let errs = [
+            dec_err(json!({"messages": []})),
+            dec_err(json!({"model": "m", "max_tokens": 1})),
+            dec_err(json!({"model": "m", "max_tokens": "many", "messages": []})),
+            dec_err(json!({"model": "m", "messages": [{"role": "tool", "content": "x"}]})),
+            dec_err(
+                json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "file", "file_id": "file_1"}}]}]}),
+            ),
+            dec_err(
+                json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "document", "source": {"type": "file", "file_id": "file_1"}}]}]}),
+            ),
+            dec_err(json!({"model": "m", "messages": [{"role": "user", "content": 5}]})),
+            dec_err(json!({"model": "m", "messages": [], "thinking": {"type": "sometimes"}})),
+            dec_err(json!({"model": "m", "messages": [], "tool_choice": {"type": "tool"}})),
+            dec_err(json!({"model": "m", "messages": [], "temperature": "hot"})),
+            dec_err(json!({"model": "m", "messages": [], "system": [{"type": "image"}]})),
+            dec_err(json!({"model": "m", "messages": [], "output_config": {"format": {"type": "json_schema"}}})),
+            dec_err(json!({"model": "m", "messages": [], "tools": [{"description": "no name"}]})),
+        ];
+        let shown: Vec<String> = errs.iter().map(|e| format!("{}: {}", e.field, e.message)).collect();
+        insta::assert_json_snapshot!(shown);
+        assert!(decode_request(b"{not json").is_err());
+        assert!(decode_request(b"[1,2]").is_err());
+    }
+
+    #[test]
+    fn decode_system_string_and_empty_signature() {
+        let r = dec(json!({"model": "m", "max_tokens": 5, "system": "be brief", "messages": [
+            {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": ""}]},
+        ]}));
+        assert_eq!(r.system, vec![TextPart { text: "be brief".into(), cache_control: None }]);
+        assert_eq!(r.messages[0].content, vec![Part::Thinking { text: "t".into(), signature: None }]);
+    }
+}

@@ -1,0 +1,407 @@
+//! The IR to a request for a Responses upstream (the Responses API as the endpoint).
+
+use serde_json::{Map, Value, json};
+
+use super::super::{REDACTED_BLOB, THINKING_BLOB, image_url, tool_output_value};
+use crate::convert::ir::*;
+use crate::protocol::lenient::{arguments_string, data_url, filename_for_media_type};
+
+/// The Responses API rejects `max_output_tokens` below this.
+const MIN_MAX_OUTPUT_TOKENS: u64 = 16;
+
+/// Separator between system parts joined into `instructions`.
+const INSTRUCTIONS_SEPARATOR: &str = "\n\n";
+
+/// Longest `user` value passed on unchanged; longer ids are replaced by a stable digest.
+const MAX_USER_LEN: usize = 64;
+
+/// A stable, URL-safe 32-hex-digit digest (two FNV-1a 64 passes), for ids that are too long.
+fn digest(s: &str) -> String {
+    let fnv = |seed: u64| {
+        let mut h = seed;
+        for b in s.bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        h
+    };
+    format!("{:016x}{:016x}", fnv(0xcbf2_9ce4_8422_2325), fnv(0x6c62_272e_07bb_0142))
+}
+
+#[derive(Default)]
+struct RequestEncoder {
+    losses: Vec<Loss>,
+    items: Vec<Value>,
+    thinking_dropped: usize,
+    reasoning_dropped: usize,
+    kept_encrypted_reasoning: bool,
+}
+
+impl RequestEncoder {
+    fn loss(&mut self, field: impl Into<String>, note: impl Into<String>) {
+        self.losses.push(Loss::new(field, note));
+    }
+
+    fn flush(&mut self, role: &str, content: &mut Vec<Value>) {
+        if content.is_empty() {
+            return;
+        }
+        self.items.push(json!({"type": "message", "role": role, "content": std::mem::take(content)}));
+    }
+
+    fn input_part(&mut self, field: String, part: &Part) -> Option<Value> {
+        match part {
+            Part::Text(t) => Some(json!({"type": "input_text", "text": t.text})),
+            Part::Image(img) => Some(json!({"type": "input_image", "image_url": image_url(img), "detail": "auto"})),
+            Part::Document { source, title } => Some(match source {
+                DocumentSource::Base64 { media_type, data } => json!({
+                    "type": "input_file",
+                    "filename": title.clone().unwrap_or_else(|| filename_for_media_type(media_type).to_owned()),
+                    "file_data": data_url(media_type, data),
+                }),
+                DocumentSource::Url { url } => json!({"type": "input_file", "file_url": url}),
+                DocumentSource::Text { text } => {
+                    let text = match title {
+                        Some(t) if !t.is_empty() => format!("{t}\n\n{text}"),
+                        _ => text.clone(),
+                    };
+                    json!({"type": "input_text", "text": text})
+                }
+            }),
+            Part::ToolUse { .. } | Part::ToolResult { .. } => {
+                self.loss(
+                    field,
+                    "dropped: a tool call or result in this position has no equivalent in the Responses format",
+                );
+                None
+            }
+            Part::Thinking { .. } | Part::RedactedThinking { .. } => {
+                self.thinking_dropped += 1;
+                None
+            }
+            Part::ReasoningItem { .. } => {
+                self.reasoning_dropped += 1;
+                None
+            }
+        }
+    }
+
+    fn user_message(&mut self, mi: usize, msg: &Message) {
+        let mut content = Vec::new();
+        for (pi, part) in msg.content.iter().enumerate() {
+            if let Part::ToolResult { tool_use_id, content: result, is_error } = part {
+                self.flush("user", &mut content);
+                let output = tool_output_value(result, *is_error);
+                self.items.push(json!({"type": "function_call_output", "call_id": tool_use_id, "output": output}));
+                continue;
+            }
+            if let Some(v) = self.input_part(format!("messages[{mi}].content[{pi}]"), part) {
+                content.push(v);
+            }
+        }
+        self.flush("user", &mut content);
+    }
+
+    fn assistant_message(&mut self, mi: usize, msg: &Message) {
+        let mut content = Vec::new();
+        for (pi, part) in msg.content.iter().enumerate() {
+            let field = format!("messages[{mi}].content[{pi}]");
+            match part {
+                Part::Text(t) => {
+                    if !t.text.is_empty() {
+                        content.push(json!({"type": "output_text", "text": t.text}));
+                    }
+                }
+                Part::ToolUse { id, name, input, arguments } => {
+                    self.flush("assistant", &mut content);
+                    self.items.push(json!({
+                        "type": "function_call",
+                        "call_id": id,
+                        "name": name,
+                        "arguments": arguments_string(input, arguments.as_deref()),
+                    }));
+                }
+                Part::Thinking { .. } | Part::RedactedThinking { .. } => self.thinking_dropped += 1,
+                Part::ReasoningItem { id, summary, encrypted_content } => match encrypted_content {
+                    Some(enc) if !enc.starts_with(THINKING_BLOB) && !enc.starts_with(REDACTED_BLOB) => {
+                        self.flush("assistant", &mut content);
+                        let summary: Vec<Value> =
+                            summary.iter().map(|s| json!({"type": "summary_text", "text": s})).collect();
+                        let mut item = json!({"type": "reasoning", "summary": summary, "encrypted_content": enc});
+                        if let (Some(id), Some(obj)) = (id, item.as_object_mut()) {
+                            obj.insert("id".to_owned(), Value::String(id.clone()));
+                        }
+                        self.items.push(item);
+                        self.kept_encrypted_reasoning = true;
+                    }
+                    _ => self.reasoning_dropped += 1,
+                },
+                Part::Image(_) | Part::Document { .. } => {
+                    self.loss(field, "dropped: an assistant message in the Responses format carries only text");
+                }
+                Part::ToolResult { .. } => {
+                    self.loss(
+                        field,
+                        "dropped: a tool result inside an assistant message has no equivalent in the Responses format",
+                    );
+                }
+            }
+        }
+        self.flush("assistant", &mut content);
+    }
+
+    fn system_message(&mut self, mi: usize, msg: &Message) {
+        let mut content = Vec::new();
+        for (pi, part) in msg.content.iter().enumerate() {
+            match part {
+                Part::Text(t) => content.push(json!({"type": "input_text", "text": t.text})),
+                _ => self.loss(
+                    format!("messages[{mi}].content[{pi}]"),
+                    "dropped: a system message in the Responses format carries only text",
+                ),
+            }
+        }
+        self.flush("system", &mut content);
+    }
+}
+
+/// IR → request body for a Responses upstream.
+pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
+    let mut e = RequestEncoder::default();
+    let mut body = Map::new();
+    body.insert("model".to_owned(), Value::String(req.model.clone()));
+
+    let instructions: Vec<&str> = req.system.iter().map(|t| t.text.as_str()).filter(|t| !t.is_empty()).collect();
+    if !instructions.is_empty() {
+        body.insert("instructions".to_owned(), Value::String(instructions.join(INSTRUCTIONS_SEPARATOR)));
+    }
+
+    for (mi, msg) in req.messages.iter().enumerate() {
+        match msg.role {
+            Role::User => e.user_message(mi, msg),
+            Role::Assistant => e.assistant_message(mi, msg),
+            Role::System => e.system_message(mi, msg),
+        }
+    }
+    if e.thinking_dropped > 0 {
+        let n = e.thinking_dropped;
+        e.loss(
+            "messages[*].content (thinking)",
+            format!("removed {n} thinking block(s): signed Anthropic thinking cannot be sent to a Responses endpoint"),
+        );
+    }
+    if e.reasoning_dropped > 0 {
+        let n = e.reasoning_dropped;
+        e.loss(
+            "messages[*].content (reasoning)",
+            format!("removed {n} reasoning item(s) without encrypted content: with store=false the endpoint cannot look them up"),
+        );
+    }
+    body.insert("input".to_owned(), Value::Array(std::mem::take(&mut e.items)));
+
+    if !req.tools.is_empty() {
+        let tools: Vec<Value> = req
+            .tools
+            .iter()
+            .map(|t| {
+                let mut tool = json!({
+                    "type": "function",
+                    "name": t.name,
+                    "parameters": t.input_schema,
+                    // The Responses API defaults `strict` to true, which rejects most schemas
+                    // written for other APIs: say false unless the source asked for strict.
+                    "strict": t.strict.unwrap_or(false),
+                });
+                if let (Some(d), Some(obj)) = (&t.description, tool.as_object_mut()) {
+                    obj.insert("description".to_owned(), Value::String(d.clone()));
+                }
+                tool
+            })
+            .collect();
+        body.insert("tools".to_owned(), Value::Array(tools));
+    }
+    if let Some(tc) = &req.tool_choice {
+        let v = match tc {
+            ToolChoice::Auto => json!("auto"),
+            ToolChoice::Any => json!("required"),
+            ToolChoice::None => json!("none"),
+            ToolChoice::Tool(name) => json!({"type": "function", "name": name}),
+        };
+        body.insert("tool_choice".to_owned(), v);
+    }
+    if let Some(p) = req.parallel_tool_calls {
+        body.insert("parallel_tool_calls".to_owned(), Value::Bool(p));
+    }
+    if let Some(max) = req.max_tokens {
+        let sent = if max < MIN_MAX_OUTPUT_TOKENS {
+            e.loss("max_tokens", format!("raised from {max} to {MIN_MAX_OUTPUT_TOKENS}, the Responses API minimum"));
+            MIN_MAX_OUTPUT_TOKENS
+        } else {
+            max
+        };
+        body.insert("max_output_tokens".to_owned(), json!(sent));
+    }
+    if let Some(t) = req.temperature {
+        body.insert("temperature".to_owned(), json!(t));
+    }
+    if let Some(p) = req.top_p {
+        body.insert("top_p".to_owned(), json!(p));
+    }
+    if req.top_k.is_some() {
+        e.loss("top_k", "dropped: the Responses API has no top_k");
+    }
+    if !req.stop.is_empty() {
+        e.loss("stop", "dropped: the Responses API has no stop sequences");
+    }
+    if let Some(r) = &req.reasoning {
+        let mut reasoning = Map::new();
+        let effort = match r.effort.as_deref() {
+            Some(e @ ("none" | "minimal" | "low" | "medium" | "high" | "xhigh")) => Some(e.to_owned()),
+            Some("max") => {
+                e.loss("reasoning.effort", "effort `max` sent as `xhigh`, the highest Responses effort");
+                Some("xhigh".to_owned())
+            }
+            Some(other) => {
+                e.loss("reasoning.effort", format!("dropped: unknown effort `{other}`"));
+                None
+            }
+            None => r.budget_tokens.map(|b| effort_for_budget(b).to_owned()),
+        };
+        let disabled = effort.as_deref() == Some("none");
+        if let Some(effort) = effort {
+            reasoning.insert("effort".to_owned(), Value::String(effort));
+        }
+        if !disabled {
+            // Ask for a summary so the client sees the reasoning (as thinking text).
+            let summary = r.summary.clone().unwrap_or_else(|| "auto".to_owned());
+            reasoning.insert("summary".to_owned(), Value::String(summary));
+        }
+        body.insert("reasoning".to_owned(), Value::Object(reasoning));
+    }
+    if let Some(format) = &req.output_format {
+        let f = match format {
+            OutputFormat::Text => json!({"type": "text"}),
+            OutputFormat::JsonObject => json!({"type": "json_object"}),
+            OutputFormat::JsonSchema { name, schema, strict, description } => {
+                let mut f = json!({"type": "json_schema", "name": name, "schema": schema});
+                if let Some(obj) = f.as_object_mut() {
+                    if let Some(s) = strict {
+                        obj.insert("strict".to_owned(), Value::Bool(*s));
+                    }
+                    if let Some(d) = description {
+                        obj.insert("description".to_owned(), Value::String(d.clone()));
+                    }
+                }
+                f
+            }
+        };
+        body.insert("text".to_owned(), json!({"format": f}));
+    }
+    if let Some(user) = &req.user {
+        let sent = if user.chars().count() > MAX_USER_LEN {
+            e.loss("user", format!("longer than {MAX_USER_LEN} characters: sent as a stable digest"));
+            format!("u_{}", digest(user))
+        } else {
+            user.clone()
+        };
+        body.insert("user".to_owned(), Value::String(sent));
+    }
+    body.insert("stream".to_owned(), Value::Bool(req.stream));
+    // A gateway must not make the upstream store conversations the client never asked it to.
+    body.insert("store".to_owned(), Value::Bool(false));
+    if req.include_encrypted_reasoning || e.kept_encrypted_reasoning {
+        body.insert("include".to_owned(), json!(["reasoning.encrypted_content"]));
+    }
+
+    let bytes = serde_json::to_vec(&Value::Object(body))
+        .map_err(|err| ConvertError::new("body", format!("cannot serialize the request: {err}")))?;
+    Ok(Encoded { body: bytes, losses: e.losses })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::convert::responses::tests::*;
+    use serde_json::json;
+
+    #[test]
+    fn encode_request_claude_code_like() {
+        let (body, losses) = enc(&claude_code_like());
+        assert_eq!(body["temperature"], json!(0.0));
+        assert_eq!(body["store"], false);
+        assert_eq!(body["tools"][0]["strict"], false, "the Responses default (strict) must be overridden");
+        assert_eq!(body["tools"][1]["strict"], true);
+        assert_eq!(body["reasoning"], json!({"effort": "high", "summary": "auto"}));
+        assert_eq!(body["tool_choice"], "required");
+        assert!(body.get("include").is_none());
+        assert!(body["user"].as_str().unwrap().len() <= MAX_USER_LEN);
+        let fields: Vec<&str> = losses.iter().map(|l| l.field.as_str()).collect();
+        assert_eq!(fields, ["messages[*].content (thinking)", "top_k", "stop", "user"]);
+        insta::assert_json_snapshot!("encode_request_claude_code_like", body);
+        insta::assert_debug_snapshot!("encode_request_claude_code_like_losses", losses);
+    }
+
+    #[test]
+    fn encode_request_features() {
+        let mut req = Request {
+            model: "o4-mini".into(),
+            messages: vec![
+                user(vec![text("hi")]),
+                assistant(vec![
+                    Part::ReasoningItem {
+                        id: Some("rs_1".into()),
+                        summary: vec!["sum".into()],
+                        encrypted_content: Some("gAAAAenc".into()),
+                    },
+                    Part::ReasoningItem { id: Some("rs_2".into()), summary: vec![], encrypted_content: None },
+                    text("hello"),
+                ]),
+                user(vec![Part::ToolResult {
+                    tool_use_id: "call_9".into(),
+                    content: vec![ToolResultContent::Image(Image::Url { url: "https://x/y.png".into() })],
+                    is_error: true,
+                }]),
+            ],
+            max_tokens: Some(5),
+            reasoning: Some(Reasoning {
+                budget_tokens: None,
+                effort: Some("minimal".into()),
+                adaptive: false,
+                summary: Some("concise".into()),
+            }),
+            output_format: Some(OutputFormat::JsonSchema {
+                name: "out".into(),
+                schema: json!({"type": "object"}),
+                strict: Some(true),
+                description: Some("d".into()),
+            }),
+            tool_choice: Some(ToolChoice::Tool("f".into())),
+            ..Request::default()
+        };
+        let (body, losses) = enc(&req);
+        assert_eq!(body["max_output_tokens"], 16);
+        assert_eq!(body["include"], json!(["reasoning.encrypted_content"]));
+        assert_eq!(body["input"][1]["type"], "reasoning");
+        assert_eq!(body["input"][3]["output"][0], json!({"type": "input_text", "text": "Error"}));
+        assert_eq!(losses.len(), 2, "{losses:?}");
+        insta::assert_json_snapshot!("encode_request_features", body);
+
+        req.output_format = Some(OutputFormat::JsonObject);
+        req.reasoning =
+            Some(Reasoning { budget_tokens: None, effort: Some("none".into()), adaptive: false, summary: None });
+        req.tool_choice = Some(ToolChoice::None);
+        let (body, _) = enc(&req);
+        assert_eq!(body["text"], json!({"format": {"type": "json_object"}}));
+        assert_eq!(body["reasoning"], json!({"effort": "none"}));
+        assert_eq!(body["tool_choice"], "none");
+    }
+
+    #[test]
+    fn effort_table() {
+        assert_eq!(effort_for_budget(1024), "low");
+        assert_eq!(effort_for_budget(4000), "low");
+        assert_eq!(effort_for_budget(10_000), "medium");
+        assert_eq!(effort_for_budget(31_999), "high");
+    }
+}

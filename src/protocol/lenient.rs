@@ -1,0 +1,678 @@
+//! Tolerant JSON reading, the one toolkit every protocol module uses for what clients and
+//! upstreams send: a field of an unexpected type reads as absent instead of failing the whole
+//! body or event, and the small wire conventions the three APIs share (data URLs, media types,
+//! tool-argument strings, integral counts) are decided once.
+//!
+//! Two styles of reading use it. The per-event observers (`stream_events`, `observe::usage`)
+//! run on the request path for every event, so they parse into small typed structs whose
+//! leaves are the lenient types below (`Lenient`, `Lax`, `NonEmpty`, `Count`, `Text`). The
+//! codecs (`convert::*`) parse whole bodies into `serde_json::Value` and read them with the
+//! plain functions ([`count`], [`parse_arguments`], ...).
+
+use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::Deserialize;
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+// ---------------------------------------------------------------------------------------------
+// Fields
+
+/// A field of a JSON object, with `null` read as absent (clients send explicit nulls for unset
+/// options).
+pub fn get<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    object.get(key).filter(|v| !v.is_null())
+}
+
+/// A string field of a JSON object.
+pub fn get_str<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
+    object.get(key).and_then(Value::as_str)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Numbers
+
+/// `f` as a token count or size: a finite, non-negative, integral float that fits a `u64`
+/// (`1024.0` from a vendor that writes counts as floats); `None` otherwise.
+///
+/// The bound is `f < 2^64`, written `u64::MAX as f64` (which rounds up to exactly 2^64): every
+/// integral float below it converts to `u64` exactly, and 2^64 itself does not fit (`as` would
+/// saturate it to `u64::MAX`, silently reading a different number). A tighter bound such as
+/// 2^53 would refuse large integral floats that are exact, for no gain: above 2^53 a JSON
+/// integer written with a fraction or an exponent is already rounded by the parser, whatever
+/// this function does. NaN and the infinities fail the comparisons or the fraction test.
+pub fn whole_number(f: f64) -> Option<u64> {
+    let whole = f >= 0.0 && f.fract() == 0.0 && f < u64::MAX as f64;
+    // The checks above make the conversion exact (`-0.0` reads as 0).
+    whole.then_some(f as u64)
+}
+
+/// A JSON value as a non-negative integer: an unsigned integer, or an integral float
+/// ([`whole_number`]). Negative numbers, fractions, strings and the rest are `None`.
+pub fn count(v: &Value) -> Option<u64> {
+    v.as_u64().or_else(|| v.as_f64().and_then(whole_number))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Text
+
+/// At most `max_chars` characters of `s` (whole characters: the cut never splits one).
+pub fn truncate(s: &str, max_chars: usize) -> &str {
+    match s.char_indices().nth(max_chars) {
+        Some((end, _)) => s.get(..end).unwrap_or(s),
+        None => s,
+    }
+}
+
+/// [`truncate`], with `…` appended when something was cut, for messages shown to people.
+pub fn truncate_marked(s: &str, max_chars: usize) -> String {
+    let kept = truncate(s, max_chars);
+    if kept.len() == s.len() { kept.to_owned() } else { format!("{kept}…") }
+}
+
+/// A body that is not the error shape a codec knows, as the text of an error message: lossy
+/// UTF-8, trimmed, at most `max_chars` characters ([`truncate_marked`]); `None` when nothing is
+/// left, for the caller to say what happened instead.
+pub fn body_text(body: &[u8], max_chars: usize) -> Option<String> {
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    (!text.is_empty()).then(|| truncate_marked(text, max_chars))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data URLs and media types
+
+/// The media type assumed when a data URL or a file name does not say.
+pub const UNKNOWN_MEDIA_TYPE: &str = "application/octet-stream";
+
+/// `data:<media type>[;params];base64,<data>` → (media type, data); `None` when `s` is not a
+/// base64 data URL. A data URL without a media type gets [`UNKNOWN_MEDIA_TYPE`]: every target
+/// requires one, and an empty string is not a media type.
+pub fn parse_data_url(s: &str) -> Option<(String, String)> {
+    let rest = s.strip_prefix("data:")?;
+    let (meta, data) = rest.split_once(',')?;
+    let meta = meta.strip_suffix(";base64")?;
+    let media = meta.split(';').next().unwrap_or_default().trim();
+    let media = if media.is_empty() { UNKNOWN_MEDIA_TYPE } else { media };
+    Some((media.to_owned(), data.to_owned()))
+}
+
+/// A base64 data URL.
+pub fn data_url(media_type: &str, data: &str) -> String {
+    format!("data:{media_type};base64,{data}")
+}
+
+/// The media type of a file sent by name only (OpenAI `file` parts carry a file name, Anthropic
+/// documents need a media type). An unknown or missing extension is [`UNKNOWN_MEDIA_TYPE`]:
+/// claiming PDF (or anything else) for bytes of unknown kind would make the target reject them
+/// with a misleading error, or worse, read them as something they are not.
+pub fn media_type_for_filename(name: &str) -> &'static str {
+    let ext = name.rsplit_once('.').map(|(_, ext)| ext.to_ascii_lowercase());
+    match ext.as_deref() {
+        Some("pdf") => "application/pdf",
+        Some("txt" | "md") => "text/plain",
+        Some("json") => "application/json",
+        Some("csv") => "text/csv",
+        Some("html" | "htm") => "text/html",
+        Some("png") => "image/png",
+        Some("jpg" | "jpeg") => "image/jpeg",
+        Some("gif") => "image/gif",
+        Some("webp") => "image/webp",
+        _ => UNKNOWN_MEDIA_TYPE,
+    }
+}
+
+/// A file name for a document sent by media type only (the OpenAI APIs want a file name, and
+/// read the kind of a file from its extension).
+pub fn filename_for_media_type(media_type: &str) -> &'static str {
+    match media_type {
+        "application/pdf" => "document.pdf",
+        "text/plain" => "document.txt",
+        "text/markdown" => "document.md",
+        "text/csv" => "document.csv",
+        "text/html" => "document.html",
+        "application/json" => "document.json",
+        _ => "document",
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tool arguments
+
+/// Tool-call arguments (a JSON string in the OpenAI APIs) as JSON. An empty string means "no
+/// arguments" (`{}`); arguments that do not parse also give `{}`: the raw string stays beside
+/// it in `Part::ToolUse.arguments`, which the Chat and Responses encoders send back verbatim,
+/// while an Anthropic target needs an object.
+pub fn parse_arguments(raw: &str) -> Value {
+    if raw.trim().is_empty() {
+        return Value::Object(Map::new());
+    }
+    serde_json::from_str(raw).unwrap_or_else(|_| Value::Object(Map::new()))
+}
+
+/// The argument string to send for a tool call (the OpenAI APIs carry arguments as JSON text):
+/// the raw string the source sent, byte for byte, so the model's own text survives; else the
+/// compact JSON of `input`. No arguments at all (an empty string, no input) is `{}`: an empty
+/// string is not JSON, and the APIs (and vendors' parsers) expect an object.
+pub fn arguments_string(input: &Value, raw: Option<&str>) -> String {
+    match raw {
+        Some(raw) if raw.trim().is_empty() => "{}".to_owned(),
+        Some(raw) => raw.to_owned(),
+        None => match input {
+            Value::Null => "{}".to_owned(),
+            other => other.to_string(),
+        },
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lenient leaves for typed parsing
+
+/// Visitor methods for the scalar JSON types a lenient reader does not care about: each yields
+/// `$none`. Arrays and objects are left to the reader (most drain them with [`drain_seq`] and
+/// [`drain_map`]).
+macro_rules! scalars_read_as {
+    ($none:expr) => {
+        fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+    };
+}
+pub(crate) use scalars_read_as;
+
+/// Skip the rest of an array.
+pub fn drain_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<(), A::Error> {
+    while seq.next_element::<IgnoredAny>()?.is_some() {}
+    Ok(())
+}
+
+/// Skip the rest of an object.
+pub fn drain_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
+    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+    Ok(())
+}
+
+/// An object read as `T`; `null` or any other JSON type reads as `None` instead of failing.
+pub struct Lenient<T>(pub Option<T>);
+
+impl<T> Default for Lenient<T> {
+    fn default() -> Self {
+        Lenient(None)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Lenient<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = Lenient<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object")
+            }
+            scalars_read_as!(Lenient(None));
+            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
+                Lenient::deserialize(d)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+                drain_seq(seq).map(|()| Lenient(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map)).map(|t| Lenient(Some(t)))
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+/// A scalar read leniently: a string (borrowed when unescaped), a non-negative integer (also an
+/// integral float), or nothing useful.
+#[derive(Debug, Default)]
+pub enum Lax<'a> {
+    #[default]
+    Absent,
+    Str(Cow<'a, str>),
+    Uint(u64),
+    Other,
+}
+
+impl Lax<'_> {
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Lax::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn as_u64(&self) -> Option<u64> {
+        match self {
+            Lax::Uint(n) => Some(*n),
+            _ => None,
+        }
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Lax<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<Lax<'a>>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Lax<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Lax<'a>, E> {
+                Ok(Lax::Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Lax<'a>, E> {
+                Ok(Lax::Str(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Lax<'a>, E> {
+                Ok(Lax::Str(Cow::Owned(v)))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Lax<'a>, E> {
+                Ok(Lax::Uint(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Lax<'a>, E> {
+                Ok(u64::try_from(v).map_or(Lax::Other, Lax::Uint))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Lax<'a>, E> {
+                Ok(whole_number(v).map_or(Lax::Other, Lax::Uint))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Lax<'a>, E> {
+                Ok(Lax::Other)
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Lax<'a>, E> {
+                Ok(Lax::Absent)
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Lax<'a>, E> {
+                Ok(Lax::Absent)
+            }
+            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Lax<'a>, D2::Error> {
+                Lax::deserialize(d)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Lax<'a>, A::Error> {
+                drain_seq(seq).map(|()| Lax::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Lax<'a>, A::Error> {
+                drain_map(map).map(|()| Lax::Other)
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+/// Whether a value carries anything: false for null, `""`, `[]`, `{}`, `false`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NonEmpty(pub bool);
+
+impl<'de> Deserialize<'de> for NonEmpty {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = NonEmpty;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(v))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(true))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(true))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(true))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(!v.is_empty()))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(false))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(false))
+            }
+            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<NonEmpty, D2::Error> {
+                NonEmpty::deserialize(d)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<NonEmpty, A::Error> {
+                let mut any = false;
+                while seq.next_element::<IgnoredAny>()?.is_some() {
+                    any = true;
+                }
+                Ok(NonEmpty(any))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<NonEmpty, A::Error> {
+                let mut any = false;
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {
+                    any = true;
+                }
+                Ok(NonEmpty(any))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A token count: a non-negative integer, an integral float, or a numeric string (as some
+/// vendors send); anything else is unknown.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Count(pub Option<u64>);
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Count;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a token count")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Count, E> {
+                Ok(Count(Some(v)))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Count, E> {
+                Ok(Count(u64::try_from(v).ok()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Count, E> {
+                Ok(Count(whole_number(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Count, E> {
+                Ok(Count(v.trim().parse().ok()))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Count, E> {
+                Ok(Count(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Count, E> {
+                Ok(Count(None))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Count, E> {
+                Ok(Count(None))
+            }
+            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Count, D2::Error> {
+                Count::deserialize(d)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Count, A::Error> {
+                drain_seq(seq).map(|()| Count(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Count, A::Error> {
+                drain_map(map).map(|()| Count(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A string, owned; anything else is absent.
+#[derive(Clone, Debug, Default)]
+pub struct Text(pub Option<String>);
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Text;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Text, E> {
+                Ok(Text(Some(v.to_string())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Text, E> {
+                Ok(Text(Some(v)))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Text, D2::Error> {
+                Text::deserialize(d)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Text, A::Error> {
+                drain_seq(seq).map(|()| Text(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Text, A::Error> {
+                drain_map(map).map(|()| Text(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn whole_number_edge_cases() {
+        assert_eq!(whole_number(0.0), Some(0));
+        assert_eq!(whole_number(-0.0), Some(0));
+        assert_eq!(whole_number(1024.0), Some(1024));
+        // Negative, fractional, not a number, infinite: not a count.
+        assert_eq!(whole_number(-1.0), None);
+        assert_eq!(whole_number(1.5), None);
+        assert_eq!(whole_number(f64::NAN), None);
+        assert_eq!(whole_number(f64::INFINITY), None);
+        assert_eq!(whole_number(f64::NEG_INFINITY), None);
+        // Huge: 1e19 fits a u64 (one copy refused everything above 9e15, two above 1.8e19),
+        // 1e300 does not.
+        assert_eq!(whole_number(1e19), Some(10_000_000_000_000_000_000));
+        assert_eq!(whole_number(1e300), None);
+        // `u64::MAX as f64` is 2^64, one past the largest u64: refused rather than saturated
+        // to u64::MAX (as one copy did). The largest float below it converts exactly.
+        assert_eq!(whole_number(u64::MAX as f64), None);
+        let below = f64::from_bits((u64::MAX as f64).to_bits() - 1);
+        assert_eq!(whole_number(below), Some(18_446_744_073_709_549_568));
+    }
+
+    #[test]
+    fn count_reads_integers_and_integral_floats_only() {
+        assert_eq!(count(&json!(7)), Some(7));
+        assert_eq!(count(&json!(u64::MAX)), Some(u64::MAX));
+        assert_eq!(count(&json!(7.0)), Some(7));
+        assert_eq!(count(&json!(-7)), None);
+        assert_eq!(count(&json!(7.5)), None);
+        assert_eq!(count(&json!("7")), None);
+        assert_eq!(count(&Value::Null), None);
+    }
+
+    #[test]
+    fn truncate_counts_characters_and_never_splits_one() {
+        assert_eq!(truncate("short", 10), "short");
+        assert_eq!(truncate("exactly", 7), "exactly");
+        assert_eq!(truncate("abcdef", 3), "abc");
+        assert_eq!(truncate("", 0), "");
+        assert_eq!(truncate("abc", 0), "");
+        // Characters, not bytes: two copies counted bytes, which cut a non-ASCII message to half
+        // (or a third) of the length an ASCII one keeps.
+        let accented = "\u{e9}".repeat(10);
+        assert_eq!(truncate(&accented, 4), "\u{e9}".repeat(4));
+        assert_eq!(truncate("a\u{1F4A5}b", 2), "a\u{1F4A5}");
+        assert_eq!(truncate_marked("abcdef", 3), "abc…");
+        assert_eq!(truncate_marked("abc", 3), "abc");
+        assert_eq!(truncate_marked(&accented, 9).chars().count(), 10);
+    }
+
+    #[test]
+    fn body_text_for_error_messages() {
+        assert_eq!(body_text(b"  <html>Bad Gateway</html>\n", 100).as_deref(), Some("<html>Bad Gateway</html>"));
+        assert_eq!(body_text(b"abcdef", 3).as_deref(), Some("abc…"));
+        assert_eq!(body_text(b" \n ", 100), None);
+        assert_eq!(body_text(b"\xff ok", 100).as_deref(), Some("\u{fffd} ok"));
+    }
+
+    #[test]
+    fn data_urls() {
+        assert_eq!(parse_data_url("data:image/png;base64,AAAA"), Some(("image/png".into(), "AAAA".into())));
+        assert_eq!(
+            parse_data_url("data:text/plain;charset=utf-8;base64,aGk="),
+            Some(("text/plain".into(), "aGk=".into()))
+        );
+        assert_eq!(parse_data_url("data:image/png,AAAA"), None, "not base64");
+        assert_eq!(parse_data_url("https://example.com/a.png"), None);
+        assert_eq!(data_url("image/png", "AAAA"), "data:image/png;base64,AAAA");
+    }
+
+    #[test]
+    fn data_url_without_a_media_type_is_octet_stream() {
+        // One copy gave an empty media type, which no target accepts.
+        assert_eq!(parse_data_url("data:;base64,AAAA"), Some((UNKNOWN_MEDIA_TYPE.into(), "AAAA".into())));
+        assert_eq!(parse_data_url("data:base64,AAAA"), None);
+    }
+
+    #[test]
+    fn json_file_is_application_json() {
+        // One copy read `x.json` as application/octet-stream.
+        assert_eq!(media_type_for_filename("x.json"), "application/json");
+        assert_eq!(media_type_for_filename("DATA.JSON"), "application/json");
+    }
+
+    #[test]
+    fn unknown_extension_is_octet_stream_not_pdf() {
+        // One copy read anything it did not know (and a missing name) as application/pdf.
+        assert_eq!(media_type_for_filename("x.docx"), UNKNOWN_MEDIA_TYPE);
+        assert_eq!(media_type_for_filename("no-extension"), UNKNOWN_MEDIA_TYPE);
+        assert_eq!(media_type_for_filename(""), UNKNOWN_MEDIA_TYPE);
+    }
+
+    #[test]
+    fn media_types_both_copies_knew_are_kept() {
+        for (name, media_type) in [
+            ("a.pdf", "application/pdf"),
+            ("a.txt", "text/plain"),
+            ("a.md", "text/plain"),
+            ("a.csv", "text/csv"),
+            ("a.html", "text/html"),
+            ("a.htm", "text/html"),
+            ("a.png", "image/png"),
+            ("a.JPG", "image/jpeg"),
+            ("a.jpeg", "image/jpeg"),
+            ("a.gif", "image/gif"),
+            ("a.webp", "image/webp"),
+        ] {
+            assert_eq!(media_type_for_filename(name), media_type, "{name}");
+        }
+    }
+
+    #[test]
+    fn file_names_for_media_types_of_either_copy() {
+        // One copy lacked markdown, the other JSON.
+        assert_eq!(filename_for_media_type("text/markdown"), "document.md");
+        assert_eq!(filename_for_media_type("application/json"), "document.json");
+        assert_eq!(filename_for_media_type("application/pdf"), "document.pdf");
+        assert_eq!(filename_for_media_type("text/plain"), "document.txt");
+        assert_eq!(filename_for_media_type("text/csv"), "document.csv");
+        assert_eq!(filename_for_media_type("text/html"), "document.html");
+        assert_eq!(filename_for_media_type("application/x-unknown"), "document");
+        // A name given for a media type reads back as that type (where the name says it).
+        for media_type in ["application/pdf", "text/plain", "text/csv", "text/html", "application/json"] {
+            assert_eq!(media_type_for_filename(filename_for_media_type(media_type)), media_type);
+        }
+    }
+
+    #[test]
+    fn tool_arguments() {
+        assert_eq!(parse_arguments(r#"{"q":"x"}"#), json!({"q": "x"}));
+        assert_eq!(parse_arguments(""), json!({}));
+        assert_eq!(parse_arguments("  "), json!({}));
+        assert_eq!(parse_arguments("{not json"), json!({}));
+        assert_eq!(parse_arguments("[1]"), json!([1]));
+    }
+
+    #[test]
+    fn argument_strings() {
+        // The raw string, byte for byte.
+        assert_eq!(arguments_string(&json!({}), Some(r#"{ "q": 1 }"#)), r#"{ "q": 1 }"#);
+        assert_eq!(arguments_string(&json!({"q": 1}), None), r#"{"q":1}"#);
+        // No arguments is `{}`: the Chat copy sent an empty string and, for no input, `null`.
+        assert_eq!(arguments_string(&json!({}), Some("")), "{}");
+        assert_eq!(arguments_string(&json!({}), Some("  ")), "{}");
+        assert_eq!(arguments_string(&Value::Null, None), "{}");
+        assert_eq!(parse_arguments(&arguments_string(&Value::Null, None)), json!({}));
+    }
+
+    #[derive(Deserialize, Default)]
+    #[serde(default)]
+    struct Probe<'a> {
+        #[serde(borrow)]
+        s: Lax<'a>,
+        n: Count,
+        t: Text,
+        e: NonEmpty,
+        o: Lenient<Inner>,
+    }
+
+    #[derive(Deserialize, Default)]
+    struct Inner {
+        #[serde(default)]
+        k: Count,
+    }
+
+    fn probe(json: &str) -> Probe<'_> {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn lenient_leaves_read_odd_types_as_absent() {
+        let p = probe(r#"{"s":"x","n":"12","t":"m","e":[0],"o":{"k":3.0}}"#);
+        assert_eq!(p.s.as_str(), Some("x"));
+        assert_eq!(p.n.0, Some(12));
+        assert_eq!(p.t.0.as_deref(), Some("m"));
+        assert!(p.e.0);
+        assert_eq!(p.o.0.map(|i| i.k.0), Some(Some(3)));
+
+        let p = probe(r#"{"s":4.0,"n":-1,"t":7,"e":{},"o":[{"k":1}]}"#);
+        assert_eq!(p.s.as_u64(), Some(4));
+        assert_eq!(p.n.0, None);
+        assert_eq!(p.t.0, None);
+        assert!(!p.e.0);
+        assert!(p.o.0.is_none());
+
+        let p = probe(r#"{"s":{"a":1},"n":{"a":1},"t":["x"],"e":"","o":"object?"}"#);
+        assert!(matches!(p.s, Lax::Other));
+        assert_eq!(p.n.0, None);
+        assert_eq!(p.t.0, None);
+        assert!(!p.e.0);
+        assert!(p.o.0.is_none());
+
+        let p = probe(r#"{"s":null,"n":null,"t":null,"e":null,"o":null}"#);
+        assert!(matches!(p.s, Lax::Absent));
+        assert!(p.o.0.is_none());
+    }
+}
