@@ -42,9 +42,8 @@ use ccmesh::breaker::retry_after::parse_retry_after;
 use ccmesh::clock::SystemClock;
 use ccmesh::config::{RoutingStrategy, Settings};
 use ccmesh::endpoint::{Endpoint, EndpointId, ModelPattern, TestResult};
-use ccmesh::events::Events;
-use ccmesh::gateway::{LiveEndpoint, Rotation, Snapshot};
 use ccmesh::observe::cost::PriceTable;
+use ccmesh::observe::events::Events;
 use ccmesh::observe::usage::StreamUsage;
 use ccmesh::protocol::sse::{SseEvent, SseScanner};
 use ccmesh::protocol::stream_events::{StreamContext, inspect_and_observe};
@@ -52,6 +51,8 @@ use ccmesh::protocol::{Format, Protocol, Route};
 use ccmesh::proxy::classify::{Class, classify_network_error, classify_status, outcome_for};
 use ccmesh::proxy::relay::{StreamObserver, StreamWatch, Transform};
 use ccmesh::routing;
+use ccmesh::routing::Rotation;
+use ccmesh::snapshot::{LiveEndpoint, Snapshot};
 
 fn fmt(d: Duration) -> String {
     fmt_ns(d.as_nanos() as f64)
@@ -209,7 +210,7 @@ fn decide(snapshots: &ArcSwap<Snapshot>, rotation: &Rotation, route: Route, head
 
 fn decision_cases(rows: &mut Vec<[String; 4]>) {
     let events = Events::default();
-    let breakers = Breakers::new(Arc::new(SystemClock), events);
+    let breakers = Breakers::new(Arc::new(SystemClock), Arc::new(events));
     let rotation = Rotation::default();
     let cases = [
         ("3 endpoints, sticky", three_endpoints(), RoutingStrategy::Sticky, None, MODEL),

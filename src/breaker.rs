@@ -20,7 +20,19 @@ pub use state::{Breaker, BreakerView, Circuit, Denied, Grant, OpenReason, Outcom
 use crate::clock::Clock;
 use crate::config::BreakerSettings;
 use crate::endpoint::EndpointId;
-use crate::events::Events;
+
+/// Where breakers report their transitions (the events hub: logs, metrics, live events). The
+/// breaker defines what it needs, so it depends on nothing above it.
+pub trait TransitionSink: Send + Sync + 'static {
+    fn transition(&self, endpoint: &str, transition: &Transition);
+}
+
+/// A sink that drops every transition (tests of the breaker alone).
+pub struct NoSink;
+
+impl TransitionSink for NoSink {
+    fn transition(&self, _: &str, _: &Transition) {}
+}
 
 /// The breaker of one endpoint.
 pub struct BreakerCell {
@@ -32,7 +44,7 @@ pub struct BreakerCell {
 /// requests waiting in the rate-limit backoff (a returned probe permit may let them in).
 pub struct BreakerShared {
     clock: Arc<dyn Clock>,
-    events: Events,
+    sink: Arc<dyn TransitionSink>,
     changed: Notify,
 }
 
@@ -42,9 +54,9 @@ pub struct Breakers {
 }
 
 impl Breakers {
-    pub fn new(clock: Arc<dyn Clock>, events: Events) -> Self {
+    pub fn new(clock: Arc<dyn Clock>, sink: Arc<dyn TransitionSink>) -> Self {
         Self {
-            shared: Arc::new(BreakerShared { clock, events, changed: Notify::new() }),
+            shared: Arc::new(BreakerShared { clock, sink, changed: Notify::new() }),
             cells: Mutex::new(HashMap::new()),
         }
     }
@@ -89,7 +101,7 @@ impl BreakerCell {
         let now = self.registry.clock.now();
         let (result, transition) = self.lock().try_acquire(now, explicit);
         if let Some(t) = transition {
-            self.registry.events.breaker_transition(endpoint, &t);
+            self.registry.sink.transition(endpoint, &t);
         }
         result.map(|grant| Permit { cell: self.clone(), grant: Some(grant), endpoint: endpoint.to_string() })
     }
@@ -97,7 +109,7 @@ impl BreakerCell {
     pub fn reset(&self, endpoint: &str) {
         let transition = self.lock().reset();
         if let Some(t) = transition {
-            self.registry.events.breaker_transition(endpoint, &t);
+            self.registry.sink.transition(endpoint, &t);
         }
         self.registry.changed.notify_waiters();
     }
@@ -134,7 +146,7 @@ impl Permit {
         let was_probe = grant.is_probe();
         let transition = self.cell.lock().record(grant, outcome, note, now, wall, settings);
         if let Some(t) = &transition {
-            shared.events.breaker_transition(&self.endpoint, t);
+            shared.sink.transition(&self.endpoint, t);
         }
         if was_probe || transition.is_some() {
             shared.changed.notify_waiters();
@@ -172,7 +184,7 @@ mod tests {
     #[test]
     fn a_dropped_permit_returns_the_probe() {
         let clock = Arc::new(ManualClock::new());
-        let breakers = Breakers::new(Arc::new(clock.clone()), Events::default());
+        let breakers = Breakers::new(Arc::new(clock.clone()), Arc::new(NoSink));
         let cell = open_and_cool(&breakers, &clock);
         let probe = cell.try_acquire("e", false).unwrap();
         assert!(matches!(cell.try_acquire("e", false), Err(Denied::ProbeBusy { .. })));
@@ -183,7 +195,7 @@ mod tests {
     #[test]
     fn a_panicking_request_returns_the_probe() {
         let clock = Arc::new(ManualClock::new());
-        let breakers = Breakers::new(Arc::new(clock.clone()), Events::default());
+        let breakers = Breakers::new(Arc::new(clock.clone()), Arc::new(NoSink));
         let cell = open_and_cool(&breakers, &clock);
         let c = cell.clone();
         let result = std::thread::spawn(move || {
@@ -199,7 +211,7 @@ mod tests {
     #[tokio::test]
     async fn returning_a_probe_wakes_waiters() {
         let clock = Arc::new(ManualClock::new());
-        let breakers = Breakers::new(Arc::new(clock.clone()), Events::default());
+        let breakers = Breakers::new(Arc::new(clock.clone()), Arc::new(NoSink));
         let cell = open_and_cool(&breakers, &clock);
         let probe = cell.try_acquire("e", false).unwrap();
         let mut waiting = std::pin::pin!(breakers.changed().notified());

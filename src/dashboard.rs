@@ -226,7 +226,7 @@ async fn login_submit(
         return response;
     }
     let presented = field("token").unwrap_or("").trim();
-    if !crate::admin::auth::constant_time_eq(presented.as_bytes(), token.as_bytes()) {
+    if !crate::secrets::constant_time_eq(presented.as_bytes(), token.as_bytes()) {
         gw.login_limit.failed(addr, now);
         tracing::warn!(event = "dashboard_login_failed", client = %addr, "dashboard login with a wrong admin token");
         let message = if presented.is_empty() { "Enter the admin token." } else { "That is not the admin token." };

@@ -113,22 +113,8 @@ impl Endpoint {
     }
 
     pub fn masked_key(&self) -> String {
-        mask_secret(&self.api_key)
+        crate::secrets::mask_secret(&self.api_key)
     }
-}
-
-/// `sk-ant-api03-…c3f9`-style masking: enough to recognise a key, never enough to use it.
-pub fn mask_secret(secret: &str) -> String {
-    let chars: Vec<char> = secret.chars().collect();
-    if chars.is_empty() {
-        return String::new();
-    }
-    if chars.len() < 12 {
-        return "…".to_string();
-    }
-    let head: String = chars[..3].iter().collect();
-    let tail: String = chars[chars.len() - 4..].iter().collect();
-    format!("{head}…{tail}")
 }
 
 /// A model name or a `*` glob (`claude-*`, `*`); `*` matches any run of characters, `/` included.
@@ -301,13 +287,6 @@ mod tests {
         assert_eq!(e.probe_model(), Some("t"));
         assert_eq!(ep(&["*"], &[]).probe_model(), None);
         assert_eq!(ep(&[], &[("claude-x", "glm-4.6")]).probe_model(), Some("glm-4.6"));
-    }
-
-    #[test]
-    fn masking_never_reveals_more_than_prefix_and_last_four() {
-        assert_eq!(mask_secret("sk-ant-api03-abcdefghijc3f9"), "sk-…c3f9");
-        assert_eq!(mask_secret("short"), "…");
-        assert_eq!(mask_secret(""), "");
     }
 
     #[test]

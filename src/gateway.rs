@@ -1,117 +1,23 @@
 //! The shared state of a running gateway: the configuration snapshot the request path reads
-//! (swapped atomically on every change: no database read per request), breakers, rotation.
+//! (`snapshot.rs`, swapped atomically on every change: no database read per request), the
+//! breakers, the rotation, and the gateway's identity and connection accounting.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::http::HeaderValue;
 
-use crate::breaker::{BreakerCell, Breakers};
+use crate::breaker::Breakers;
 use crate::clock::Clock;
 use crate::config::Settings;
-use crate::endpoint::{Endpoint, EndpointId};
-use crate::events::Events;
+use crate::endpoint::EndpointId;
 use crate::observe::cost::PriceTable;
+use crate::observe::events::Events;
 use crate::observe::writer::RecordSink;
-use crate::protocol::Format;
-use crate::protocol::Protocol;
+use crate::routing::Rotation;
+use crate::snapshot::{LiveEndpoint, Snapshot};
 use crate::store::{Store, StoreError};
-
-/// An endpoint as the request path sees it: its configuration plus everything precomputed
-/// so that a request does no parsing, formatting or lookups for it.
-pub struct LiveEndpoint {
-    pub config: Endpoint,
-    pub breaker: Arc<BreakerCell>,
-    /// `x-api-key` or `authorization: Bearer`, marked sensitive so it never prints.
-    pub auth: (HeaderName, HeaderValue),
-    /// The endpoint's extra headers, validated at write time.
-    pub extra_headers: HeaderMap,
-    /// The `Host` header its requests carry (host, and port unless the scheme's default), built
-    /// once here rather than by the HTTP client from the URL on every request.
-    pub host: Option<HeaderValue>,
-}
-
-impl AsRef<Endpoint> for LiveEndpoint {
-    fn as_ref(&self) -> &Endpoint {
-        &self.config
-    }
-}
-
-impl AsRef<Endpoint> for Arc<LiveEndpoint> {
-    fn as_ref(&self) -> &Endpoint {
-        &self.config
-    }
-}
-
-/// Immutable configuration, replaced as a whole.
-pub struct Snapshot {
-    /// Ordered by `sort_order`, then name.
-    pub endpoints: Vec<Arc<LiveEndpoint>>,
-    pub settings: Arc<Settings>,
-    /// Model prices (built-in table with the stored overrides).
-    pub prices: Arc<PriceTable>,
-}
-
-impl Snapshot {
-    pub fn find(&self, name: &str) -> Option<&Arc<LiveEndpoint>> {
-        self.endpoints.iter().find(|e| e.config.name == name)
-    }
-}
-
-/// SPEC §3: the current endpoint per inbound protocol, by identity (0 = none yet), the
-/// round-robin counters, and the one-shot start set by `PUT /api/current`.
-#[derive(Default)]
-pub struct Rotation {
-    current: [AtomicI64; 3],
-    manual_next: [AtomicI64; 3],
-    round_robin: [AtomicU64; 3],
-}
-
-impl Rotation {
-    pub fn current(&self, p: Protocol) -> Option<EndpointId> {
-        id(self.current[p.index()].load(Ordering::Acquire))
-    }
-
-    /// Move the current endpoint to `to` only if it is still `seen` (what this request saw
-    /// when it started), so concurrent requests never leapfrog each other.
-    pub fn compare_and_set(&self, p: Protocol, seen: Option<EndpointId>, to: EndpointId) -> bool {
-        self.current[p.index()].compare_exchange(raw(seen), to.0, Ordering::AcqRel, Ordering::Acquire).is_ok()
-    }
-
-    /// A manual switch: the current endpoint, and the next request's start under every strategy.
-    pub fn set_manual(&self, p: Protocol, to: EndpointId) {
-        self.current[p.index()].store(to.0, Ordering::Release);
-        self.manual_next[p.index()].store(to.0, Ordering::Release);
-    }
-
-    pub fn take_manual(&self, p: Protocol) -> Option<EndpointId> {
-        let slot = &self.manual_next[p.index()];
-        if slot.load(Ordering::Relaxed) == 0 {
-            return None;
-        }
-        id(slot.swap(0, Ordering::AcqRel))
-    }
-
-    pub fn next_round_robin(&self, p: Protocol) -> u64 {
-        self.round_robin[p.index()].fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// Forget a deleted endpoint.
-    pub fn forget(&self, gone: EndpointId) {
-        for slot in self.current.iter().chain(self.manual_next.iter()) {
-            let _ = slot.compare_exchange(gone.0, 0, Ordering::AcqRel, Ordering::Acquire);
-        }
-    }
-}
-
-fn id(v: i64) -> Option<EndpointId> {
-    (v != 0).then_some(EndpointId(v))
-}
-
-fn raw(id: Option<EndpointId>) -> i64 {
-    id.map(|i| i.0).unwrap_or(0)
-}
 
 pub struct Gateway {
     snapshot: ArcSwap<Snapshot>,
@@ -176,7 +82,7 @@ impl Gateway {
                 settings: Arc::new(Settings::default()),
                 prices: Arc::new(PriceTable::builtin()),
             }),
-            breakers: Breakers::new(clock.clone(), events.clone()),
+            breakers: Breakers::new(clock.clone(), Arc::new(events.clone())),
             rotation: Rotation::default(),
             clock,
             events,
@@ -238,13 +144,7 @@ impl Gateway {
             .into_iter()
             .map(|config| {
                 let breaker = self.breakers.cell(config.id);
-                Arc::new(LiveEndpoint {
-                    auth: auth_header(&config),
-                    extra_headers: extra_headers(&config),
-                    host: host_header(&config.base_url),
-                    breaker,
-                    config,
-                })
+                Arc::new(LiveEndpoint::new(config, breaker))
             })
             .collect();
         let prices = Arc::new(PriceTable::load(&self.store)?);
@@ -252,64 +152,5 @@ impl Gateway {
         // Metric labels are bounded by the configuration: tell the registry what is configured.
         self.events.metrics().configure(&self.snapshot.load());
         Ok(())
-    }
-}
-
-fn auth_header(e: &Endpoint) -> (HeaderName, HeaderValue) {
-    let (name, value) = match e.format {
-        Format::Anthropic => (HeaderName::from_static("x-api-key"), HeaderValue::from_str(&e.api_key)),
-        Format::Openai | Format::Responses => {
-            (axum::http::header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {}", e.api_key)))
-        }
-    };
-    // Keys are validated to hold no control characters; an unusable one sends no credential
-    // rather than failing every request.
-    let mut value = value.unwrap_or_else(|_| HeaderValue::from_static(""));
-    value.set_sensitive(true);
-    (name, value)
-}
-
-/// What hyper-util's client would put in `Host` for a request to `base_url`: the host, with the
-/// port only when it is not the scheme's default. `None` when the URL has no host (the client
-/// then reports the bad URL as before).
-pub fn host_header(base_url: &str) -> Option<HeaderValue> {
-    let uri: axum::http::Uri = base_url.parse().ok()?;
-    let host = uri.host()?;
-    let secure = matches!(uri.scheme_str(), Some("https" | "wss"));
-    let value = match uri.port_u16() {
-        Some(443) if secure => host.to_string(),
-        Some(80) if !secure => host.to_string(),
-        Some(port) => format!("{host}:{port}"),
-        None => host.to_string(),
-    };
-    HeaderValue::from_str(&value).ok()
-}
-
-fn extra_headers(e: &Endpoint) -> HeaderMap {
-    let mut map = HeaderMap::new();
-    for (k, v) in &e.headers {
-        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(v)) {
-            map.insert(name, value);
-        }
-    }
-    map
-}
-
-#[cfg(test)]
-mod tests {
-    use super::host_header;
-
-    #[test]
-    fn the_host_header_carries_the_port_only_when_it_is_not_the_schemes_default() {
-        let host = |url: &str| host_header(url).map(|v| v.to_str().unwrap().to_string());
-        assert_eq!(host("http://127.0.0.1:8080").as_deref(), Some("127.0.0.1:8080"));
-        assert_eq!(host("https://api.anthropic.com").as_deref(), Some("api.anthropic.com"));
-        assert_eq!(host("https://relay.example.com/api/v1").as_deref(), Some("relay.example.com"));
-        assert_eq!(host("http://relay.example.com:80/x").as_deref(), Some("relay.example.com"));
-        assert_eq!(host("https://relay.example.com:443").as_deref(), Some("relay.example.com"));
-        assert_eq!(host("https://relay.example.com:8443").as_deref(), Some("relay.example.com:8443"));
-        assert_eq!(host("http://relay.example.com:443").as_deref(), Some("relay.example.com:443"));
-        assert_eq!(host("http://[::1]:9000").as_deref(), Some("[::1]:9000"));
-        assert_eq!(host("not a url"), None);
     }
 }

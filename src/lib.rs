@@ -20,8 +20,6 @@ pub mod convert;
 pub mod dashboard;
 /// Endpoint domain types and write validation.
 pub mod endpoint;
-/// Operational events with stable names.
-pub mod events;
 /// A fast hasher for the request path's small bounded maps.
 pub mod fasthash;
 /// Shared state: configuration snapshot, breakers, rotation.
@@ -44,8 +42,13 @@ pub mod proxy;
 pub mod redact;
 /// Choosing candidates and where a request starts (pure).
 pub mod routing;
+/// Comparing and masking secrets.
+pub mod secrets;
 /// HTTP server wiring and graceful shutdown.
 pub mod server;
+/// The configuration snapshot the request path reads: endpoints with prebuilt headers, settings,
+/// prices.
+pub mod snapshot;
 /// SQLite storage of endpoints and settings.
 pub mod store;
 /// RFC 3339 timestamps.

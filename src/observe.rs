@@ -3,6 +3,7 @@
 //! (`writer`), plus metrics and live events.
 
 pub mod cost;
+pub mod events;
 pub mod live;
 pub mod metrics;
 pub mod record;

@@ -18,11 +18,12 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
-use crate::gateway::{Gateway, LiveEndpoint, Snapshot};
+use crate::gateway::Gateway;
 use crate::protocol::errors::{ErrorKind, GatewayError};
 use crate::protocol::{Protocol, Route};
 use crate::routing;
 use crate::server::conn::{ReadBodyError, read_limited};
+use crate::snapshot::{LiveEndpoint, Snapshot};
 use trail::Trail;
 
 /// Everything about the client's request that the attempts need, read once.

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use aho_corasick::{AhoCorasick, MatchKind};
 use arc_swap::ArcSwap;
 
-use crate::endpoint::mask_secret;
+use crate::secrets::mask_secret;
 
 /// Secrets shorter than this are never searched for in text.
 pub const MIN_SCANNED_LEN: usize = 8;

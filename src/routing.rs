@@ -1,10 +1,13 @@
-//! Choosing candidates (SPEC §2) and where a request starts among them (SPEC §3).
+//! Choosing candidates (SPEC §2) and where a request starts among them (SPEC §3, `rotation`).
 //! Pure functions over endpoint lists: no I/O, no clock, no breaker locks.
+
+pub mod rotation;
+
+pub use rotation::{Rotation, RotationUpdate, advance, attempt_cap, start_index};
 
 use std::borrow::Cow;
 
-use crate::config::RoutingStrategy;
-use crate::endpoint::{Endpoint, EndpointId};
+use crate::endpoint::Endpoint;
 use crate::protocol::Route;
 use crate::protocol::errors::{ErrorKind, GatewayError};
 
@@ -28,6 +31,24 @@ pub fn list_routable<T: AsRef<Endpoint>>(all: &[T], route: Route) -> Vec<&T> {
         });
     }
     usable
+}
+
+/// SPEC §2 step 4, the breaker filter: keep the candidates whose breaker lets requests through
+/// (an Open one still cooling down is dropped; a cooled-down one stays, to be probed), and say
+/// why each dropped one was. `routable` asks a breaker without taking a permit.
+pub fn breaker_filter<T, D>(candidates: &[T], routable: impl Fn(&T) -> Result<(), D>) -> (Vec<&T>, Vec<D>) {
+    let mut denials = Vec::new();
+    let live = candidates
+        .iter()
+        .filter(|e| match routable(e) {
+            Ok(()) => true,
+            Err(d) => {
+                denials.push(d);
+                false
+            }
+        })
+        .collect();
+    (live, denials)
 }
 
 /// The result of SPEC §2 step 2.
@@ -160,43 +181,10 @@ pub fn nothing_configured(route: Route) -> GatewayError {
     )
 }
 
-/// Where the attempt loop begins (SPEC §3). `manual` is a one-shot start set by
-/// `PUT /api/current`; `round_robin` is this request's ticket from the per-protocol counter.
-pub fn start_index(
-    strategy: RoutingStrategy,
-    candidates: &[EndpointId],
-    current: Option<EndpointId>,
-    manual: Option<EndpointId>,
-    round_robin: u64,
-) -> usize {
-    let position = |id: Option<EndpointId>| id.and_then(|id| candidates.iter().position(|c| *c == id));
-    if candidates.is_empty() {
-        return 0;
-    }
-    if let Some(i) = position(manual) {
-        return i;
-    }
-    match strategy {
-        RoutingStrategy::Sticky => position(current).unwrap_or(0),
-        RoutingStrategy::Priority => 0,
-        RoutingStrategy::RoundRobin => (round_robin % candidates.len() as u64) as usize,
-    }
-}
-
-/// SPEC §3: next = (position just tried + 1) mod candidates.
-pub fn advance(index: usize, candidates: usize) -> usize {
-    if candidates == 0 { 0 } else { (index + 1) % candidates }
-}
-
-/// SPEC §3 attempt cap: candidates × 2 (at least 1); 3 with an explicit endpoint.
-pub fn attempt_cap(candidates: usize, explicit: bool) -> usize {
-    if explicit { 3 } else { (candidates * 2).max(1) }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::endpoint::{ModelPattern, TestResult};
+    use crate::endpoint::{EndpointId, ModelPattern, TestResult};
     use crate::protocol::Format;
     use crate::protocol::Protocol;
     use std::collections::BTreeMap;
@@ -377,40 +365,15 @@ mod tests {
     }
 
     #[test]
-    fn start_index_per_strategy() {
-        let ids = [EndpointId(10), EndpointId(20), EndpointId(30)];
-        let cur = Some(EndpointId(20));
-        assert_eq!(start_index(RoutingStrategy::Sticky, &ids, cur, None, 0), 1);
-        assert_eq!(start_index(RoutingStrategy::Sticky, &ids, Some(EndpointId(99)), None, 0), 0);
-        assert_eq!(start_index(RoutingStrategy::Sticky, &ids, None, None, 0), 0);
-        assert_eq!(start_index(RoutingStrategy::Priority, &ids, cur, None, 7), 0);
-        assert_eq!(start_index(RoutingStrategy::RoundRobin, &ids, cur, None, 7), 1);
-        assert_eq!(start_index(RoutingStrategy::RoundRobin, &ids, cur, None, 9), 0);
-        // A manual switch wins once, under every strategy.
-        for s in [RoutingStrategy::Sticky, RoutingStrategy::Priority, RoutingStrategy::RoundRobin] {
-            assert_eq!(start_index(s, &ids, cur, Some(EndpointId(30)), 4), 2);
-        }
-        assert_eq!(start_index(RoutingStrategy::Priority, &[], None, None, 0), 0);
-    }
-
-    #[test]
-    fn advance_wraps_and_caps() {
-        assert_eq!(advance(0, 3), 1);
-        assert_eq!(advance(2, 3), 0);
-        assert_eq!(advance(0, 1), 0);
-        assert_eq!(attempt_cap(3, false), 6);
-        assert_eq!(attempt_cap(0, false), 1);
-        assert_eq!(attempt_cap(5, true), 3);
-    }
-
-    #[test]
-    fn rotation_survives_list_changes_by_identity() {
-        // The current endpoint is remembered by id: inserting an endpoint before it does not
-        // move the start to a different endpoint.
-        let before = [EndpointId(1), EndpointId(2)];
-        let after = [EndpointId(3), EndpointId(1), EndpointId(2)];
-        let cur = Some(EndpointId(2));
-        assert_eq!(before[start_index(RoutingStrategy::Sticky, &before, cur, None, 0)], EndpointId(2));
-        assert_eq!(after[start_index(RoutingStrategy::Sticky, &after, cur, None, 0)], EndpointId(2));
+    fn the_breaker_filter_keeps_order_and_says_why_each_is_dropped() {
+        let all =
+            [E(ep(1, "a", Format::Anthropic)), E(ep(2, "b", Format::Anthropic)), E(ep(3, "c", Format::Anthropic))];
+        let (live, denied) =
+            breaker_filter(&all, |e| if e.0.name == "b" { Err(format!("{} open", e.0.name)) } else { Ok(()) });
+        assert_eq!(names(&live), ["a", "c"]);
+        assert_eq!(denied, ["b open"]);
+        let (live, denied) = breaker_filter(&all, |_| Err::<(), _>(()));
+        assert!(live.is_empty());
+        assert_eq!(denied.len(), 3);
     }
 }

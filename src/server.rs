@@ -61,8 +61,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/health", get(health))
         .route(
             "/metrics",
-            get(crate::observe::metrics::scrape)
-                .route_layer(axum::middleware::from_fn_with_state(gw.clone(), admin::auth::require_admin)),
+            get(metrics).route_layer(axum::middleware::from_fn_with_state(gw.clone(), admin::auth::require_admin)),
         )
         .route("/v1/models", get(proxy::list_models))
         .route("/v1/{*rest}", any(proxy::handle))
@@ -70,6 +69,20 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .merge(dashboard::router(gw.clone()))
         .fallback(proxy::not_found)
         .with_state(gw)
+}
+
+/// `GET /metrics`: the Prometheus exposition, with what is read at scrape time (breaker states,
+/// dropped records) taken from the live gateway.
+async fn metrics(axum::extract::State(gw): axum::extract::State<Arc<Gateway>>) -> axum::response::Response {
+    use crate::observe::metrics::{CONTENT_TYPE, Scrape};
+    use axum::response::IntoResponse;
+    let snapshot = gw.snapshot();
+    let metrics = gw.events.metrics();
+    // The vocabulary of bounded labels follows the configuration.
+    metrics.configure(&snapshot);
+    let breakers = snapshot.endpoints.iter().map(|e| (e.config.name.clone(), e.breaker.view().circuit)).collect();
+    let body = metrics.render_scrape(&Scrape { breakers, records_dropped: gw.events.records().dropped() });
+    ([(axum::http::header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response()
 }
 
 /// Liveness (SPEC §15.8): always 200 while the gateway serves; storage trouble is named, so a

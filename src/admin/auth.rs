@@ -63,7 +63,7 @@ pub async fn require_admin(State(gw): State<Arc<Gateway>>, request: Request, nex
     let presented =
         request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(crate::proxy::bearer_token);
     match presented {
-        Some(p) if constant_time_eq(p.as_bytes(), token.as_bytes()) => next.run(request).await,
+        Some(p) if crate::secrets::constant_time_eq(p.as_bytes(), token.as_bytes()) => next.run(request).await,
         Some(_) => ApiError {
             status: StatusCode::UNAUTHORIZED,
             message: "the admin token is wrong; send Authorization: Bearer <CCMESH_ADMIN_TOKEN>".into(),
@@ -120,26 +120,4 @@ fn unauthorized(message: &str) -> Response {
 
 fn forbidden(message: &str) -> Response {
     ApiError { status: StatusCode::FORBIDDEN, message: message.into(), field: None }.into_response()
-}
-
-/// Length leaks (it is not secret in practice); contents do not.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn compares_whole_contents() {
-        assert!(constant_time_eq(b"secret-token", b"secret-token"));
-        assert!(!constant_time_eq(b"secret-token", b"secret-tokem"));
-        assert!(!constant_time_eq(b"Secret-token", b"secret-token"));
-        assert!(!constant_time_eq(b"short", b"longer"));
-        assert!(constant_time_eq(b"", b""));
-    }
 }

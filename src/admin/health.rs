@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 
 use crate::breaker::Circuit;
 use crate::endpoint::TestStatus;
-use crate::events::open_reason_str;
-use crate::gateway::{Gateway, LiveEndpoint};
+use crate::gateway::Gateway;
+use crate::snapshot::LiveEndpoint;
 use crate::timefmt::rfc3339;
 
 pub async fn get_health(State(gw): State<Arc<Gateway>>) -> Json<Value> {
@@ -54,7 +54,7 @@ pub fn endpoint_health(e: &LiveEndpoint) -> Value {
         "name": e.config.name,
         "status": status,
         "circuit": circuit,
-        "open_reason": v.open_reason.map(open_reason_str),
+        "open_reason": v.open_reason.map(crate::breaker::OpenReason::as_str),
         "consecutive_failures": v.consecutive_failures,
         "success_rate": success_rate,
         "requests": v.requests,

@@ -31,8 +31,8 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 
-use super::auth::constant_time_eq;
 use crate::gateway::Gateway;
+use crate::secrets::constant_time_eq;
 
 pub const SESSION_COOKIE: &str = "ccmesh_session";
 /// The header that carries the CSRF token on state-changing calls.

@@ -89,6 +89,40 @@ pub enum TransitionCause {
     ManualReset,
 }
 
+impl OpenReason {
+    /// The name in the API, records, logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OpenReason::Broken => "broken",
+            OpenReason::RateLimited => "rate_limited",
+        }
+    }
+}
+
+impl Circuit {
+    /// The name in the API, records, logs and metrics (`half_open` as SPEC fixes it).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Circuit::Closed => "closed",
+            Circuit::Open => "open",
+            Circuit::HalfOpen => "half_open",
+        }
+    }
+}
+
+impl TransitionCause {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            TransitionCause::ConsecutiveFailures { .. } => "consecutive_failures",
+            TransitionCause::ErrorRate { .. } => "error_rate",
+            TransitionCause::CooldownElapsed => "cooldown_elapsed",
+            TransitionCause::ProbeFailed => "probe_failed",
+            TransitionCause::ProbesSucceeded { .. } => "probes_succeeded",
+            TransitionCause::ManualReset => "manual_reset",
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Transition {
     pub from: Circuit,
@@ -98,6 +132,18 @@ pub struct Transition {
     pub cause: TransitionCause,
     /// Set when `to` is Open.
     pub cooldown: Option<Duration>,
+}
+
+impl std::fmt::Display for Transition {
+    /// `closed→open/broken (consecutive_failures)`, as a decision trail shows it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.reason {
+            Some(r) if self.to == Circuit::Open => {
+                write!(f, "{}→open/{} ({})", self.from.as_str(), r.as_str(), self.cause.as_str())
+            }
+            _ => write!(f, "{}→{} ({})", self.from.as_str(), self.to.as_str(), self.cause.as_str()),
+        }
+    }
 }
 
 /// Read-only view for GET /api/health.

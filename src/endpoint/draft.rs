@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use super::{mask_secret, reserved_header, valid_name};
+use super::{reserved_header, valid_name};
 use crate::protocol::Format;
+use crate::secrets::mask_secret;
 
 /// The writable fields of an endpoint, before it has an id.
 #[derive(Clone, Debug, PartialEq)]

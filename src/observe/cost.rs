@@ -243,11 +243,6 @@ impl PriceTable {
         table
     }
 
-    /// The built-in table with the overrides stored in the database.
-    pub fn load(store: &crate::store::Store) -> Result<Self, crate::store::StoreError> {
-        Ok(Self::with_overrides(store.list_prices()?))
-    }
-
     /// The price of a model, if known.
     pub fn price(&self, model: &str) -> Option<Price> {
         self.lookup(model).map(|e| e.price)

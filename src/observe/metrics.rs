@@ -27,18 +27,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use arc_swap::ArcSwapOption;
-use axum::extract::State;
-use axum::http::header;
-use axum::response::{IntoResponse, Response};
 
 use super::cost::PriceTable;
 use super::record::{Classification, RequestRecord};
 use crate::breaker::{Circuit, Transition};
 use crate::endpoint::valid_name;
-use crate::events::cause_str;
 use crate::fasthash::{FastMap, FastSet};
-use crate::gateway::{Gateway, Snapshot};
 use crate::protocol::Protocol;
+use crate::snapshot::Snapshot;
 
 /// The content type of the text exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -498,7 +494,7 @@ impl Metrics {
     pub fn observe_transition(&self, endpoint: &str, transition: &Transition) {
         let vocabulary = self.vocabulary.load();
         let endpoint = self.endpoint_label(vocabulary.as_deref(), Some(endpoint));
-        self.transitions.add(&[endpoint, circuit_str(transition.to), cause_str(&transition.cause)], 1);
+        self.transitions.add(&[endpoint, transition.to.as_str(), transition.cause.as_str()], 1);
     }
 
     fn endpoint_label<'a>(&self, vocabulary: Option<&Vocabulary>, name: Option<&'a str>) -> &'a str {
@@ -523,14 +519,6 @@ impl Metrics {
             Some(l) if self.models_seen.admit(&l) => l,
             _ => OTHER_MODEL.to_string(),
         }
-    }
-
-    /// The exposition for a scrape of the live gateway (refreshes the vocabulary first).
-    pub fn render(&self, gw: &Gateway) -> String {
-        let snapshot = gw.snapshot();
-        self.configure(&snapshot);
-        let breakers = snapshot.endpoints.iter().map(|e| (e.config.name.clone(), e.breaker.view().circuit)).collect();
-        self.render_scrape(&Scrape { breakers, records_dropped: gw.events.records().dropped() })
     }
 
     /// The exposition, with the scrape-time values given.
@@ -570,12 +558,6 @@ impl Metrics {
     }
 }
 
-/// `GET /metrics`.
-pub async fn scrape(State(gw): State<Arc<Gateway>>) -> Response {
-    let body = gw.events.metrics().render(&gw);
-    ([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response()
-}
-
 // ============================================================== labels
 
 fn protocol_label(protocol: &str) -> &'static str {
@@ -591,14 +573,6 @@ pub fn outcome_str(c: Classification) -> &'static str {
         Classification::RateLimited => "rate_limited",
         Classification::Transient => "transient",
         Classification::Cancelled => "cancelled",
-    }
-}
-
-fn circuit_str(c: Circuit) -> &'static str {
-    match c {
-        Circuit::Closed => "closed",
-        Circuit::HalfOpen => "half_open",
-        Circuit::Open => "open",
     }
 }
 

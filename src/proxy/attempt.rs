@@ -25,13 +25,14 @@ use crate::breaker::{Denied, Outcome, Permit};
 use crate::convert::ir::{ConvertError, EncodeContext};
 use crate::convert::{StreamConversion, count_tokens, upstream_path};
 use crate::endpoint::EndpointId;
-use crate::gateway::{Gateway, LiveEndpoint, Snapshot};
+use crate::gateway::Gateway;
 use crate::observe::record::{Classification, Tokens};
 use crate::observe::usage;
 use crate::protocol::Format;
 use crate::protocol::Route;
 use crate::protocol::errors::{ErrorKind, GatewayError};
 use crate::routing;
+use crate::snapshot::{LiveEndpoint, Snapshot};
 
 /// Largest preamble held back before giving up on finding content and relaying anyway.
 const MAX_HELD_PREAMBLE: usize = 64 * 1024;
@@ -193,21 +194,11 @@ pub async fn run(
         let mut changed = pin!(gw.breakers.changed().notified());
         changed.as_mut().enable();
 
-        // SPEC §2 step 4: drop endpoints that are open and cooling down (no permit taken).
-        let mut denials = Vec::new();
-        let live: Vec<&Arc<LiveEndpoint>> = if explicit {
-            candidates.iter().collect()
+        // SPEC §2 step 4 (an explicit endpoint bypasses it).
+        let (live, denials) = if explicit {
+            (candidates.iter().collect(), Vec::new())
         } else {
-            candidates
-                .iter()
-                .filter(|e| match e.breaker.routable() {
-                    Ok(()) => true,
-                    Err(d) => {
-                        denials.push(d);
-                        false
-                    }
-                })
-                .collect()
+            routing::breaker_filter(&candidates, |e| e.breaker.routable())
         };
 
         let blocked = if live.is_empty() {
@@ -868,16 +859,16 @@ impl Run {
 
     /// What a success on `endpoint` should do to the rotation (SPEC §3), applied by the caller
     /// when the request has really succeeded (for a stream: at its terminal event).
-    fn rotation_update(&self, endpoint: EndpointId) -> Option<relay::RotationUpdate> {
+    fn rotation_update(&self, endpoint: EndpointId) -> Option<crate::routing::RotationUpdate> {
         if self.explicit || self.start_endpoint == Some(endpoint) {
             return None;
         }
-        Some(relay::RotationUpdate { protocol: self.protocol(), seen: self.seen_current, to: endpoint })
+        Some(crate::routing::RotationUpdate { protocol: self.protocol(), seen: self.seen_current, to: endpoint })
     }
 
     fn after_success(&self, endpoint: EndpointId) {
         if let Some(update) = self.rotation_update(endpoint) {
-            update.apply(&self.gw);
+            update.apply(&self.gw.rotation);
         }
     }
 

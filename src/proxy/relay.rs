@@ -20,14 +20,15 @@ use tokio::time::{Instant, Sleep};
 use crate::breaker::{Outcome, Permit};
 use crate::config::BreakerSettings;
 use crate::convert::StreamConversion;
-use crate::endpoint::EndpointId;
-use crate::gateway::{Gateway, Snapshot};
+use crate::gateway::Gateway;
 use crate::observe::record::Classification;
 use crate::observe::usage::StreamUsage;
+use crate::protocol::Format;
 use crate::protocol::errors::{ErrorKind, stream_error_event};
 use crate::protocol::sse::SseScanner;
 use crate::protocol::stream_events::{EventKind, StreamContext, inspect_and_observe};
-use crate::protocol::{Format, Protocol};
+use crate::routing::RotationUpdate;
+use crate::snapshot::Snapshot;
 
 use super::classify::classify_network_error;
 use super::trail::Trail;
@@ -168,20 +169,6 @@ impl StreamObserver {
                 Bytes::from(out)
             }
         }
-    }
-}
-
-/// SPEC §3: after a success elsewhere, move the current endpoint (compare-and-set).
-#[derive(Clone, Copy, Debug)]
-pub struct RotationUpdate {
-    pub protocol: Protocol,
-    pub seen: Option<EndpointId>,
-    pub to: EndpointId,
-}
-
-impl RotationUpdate {
-    pub fn apply(self, gw: &Gateway) {
-        gw.rotation.compare_and_set(self.protocol, self.seen, self.to);
     }
 }
 
@@ -370,7 +357,7 @@ impl RelayState {
             None => {
                 let transition = permit.record(Outcome::Success, None, &self.c.breaker_settings);
                 if let Some(update) = self.c.rotation {
-                    update.apply(&self.c.gw);
+                    update.apply(&self.c.gw.rotation);
                 }
                 self.close_trail(Classification::Success, None, transition.as_ref());
             }

@@ -13,10 +13,10 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use tokio::time::Instant;
 
 use crate::breaker::Transition;
-use crate::events::{Events, transition_str};
-use crate::gateway::Snapshot;
 use crate::observe::cost;
+use crate::observe::events::Events;
 use crate::observe::record::{AttemptRecord, Classification, RecordError, RequestRecord, Tokens};
+use crate::snapshot::Snapshot;
 
 /// Error bodies kept in a record are cut to this many bytes.
 const MAX_ERROR_BODY: usize = 4096;
@@ -197,7 +197,7 @@ impl Trail {
             a.classification = classification;
             a.error_kind = error_kind.map(str::to_string);
             a.error = error.map(|e| capped(e, MAX_TEXT));
-            a.breaker = transition.map(transition_str);
+            a.breaker = transition.map(Transition::to_string);
         }
     }
 
@@ -228,7 +228,7 @@ impl Trail {
                 a.error_kind = Some("stream_error".into());
                 a.error = error.map(|e| capped(e, MAX_TEXT));
             }
-            a.breaker = transition.map(transition_str);
+            a.breaker = transition.map(Transition::to_string);
         }
     }
 

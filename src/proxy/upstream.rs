@@ -12,8 +12,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rustls_platform_verifier::ConfigVerifierExt;
 
-use crate::gateway::LiveEndpoint;
 use crate::protocol::Format;
+use crate::snapshot::LiveEndpoint;
 
 /// The upstream client: hyper's pooled HTTP/1.1 client with rustls, and nothing on top.
 ///

@@ -4,7 +4,7 @@
 use rusqlite::params;
 
 use super::{Store, StoreError};
-use crate::observe::cost::Price;
+use crate::observe::cost::{Price, PriceTable};
 
 /// Migration 3: the overrides table, and `endpoints.price_multiplier` (relays often bill a
 /// multiple of the list price). Names are unique case-insensitively, as they are matched.
@@ -18,6 +18,13 @@ CREATE TABLE prices (
 );
 ALTER TABLE endpoints ADD COLUMN price_multiplier REAL NOT NULL DEFAULT 1.0;
 "#;
+
+impl PriceTable {
+    /// The built-in table with the overrides stored in the database.
+    pub fn load(store: &Store) -> Result<Self, StoreError> {
+        Ok(Self::with_overrides(store.list_prices()?))
+    }
+}
 
 impl Store {
     /// Every stored override, by name.
@@ -59,7 +66,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::observe::cost::{PriceSource, PriceTable};
+    use crate::observe::cost::PriceSource;
 
     #[test]
     fn overrides_round_trip_case_insensitively() {

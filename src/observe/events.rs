@@ -32,39 +32,6 @@ impl Default for Events {
     }
 }
 
-pub fn open_reason_str(r: OpenReason) -> &'static str {
-    match r {
-        OpenReason::Broken => "broken",
-        OpenReason::RateLimited => "rate_limited",
-    }
-}
-
-pub fn cause_str(c: &TransitionCause) -> &'static str {
-    match c {
-        TransitionCause::ConsecutiveFailures { .. } => "consecutive_failures",
-        TransitionCause::ErrorRate { .. } => "error_rate",
-        TransitionCause::CooldownElapsed => "cooldown_elapsed",
-        TransitionCause::ProbeFailed => "probe_failed",
-        TransitionCause::ProbesSucceeded { .. } => "probes_succeeded",
-        TransitionCause::ManualReset => "manual_reset",
-    }
-}
-
-/// `closed→open (consecutive_failures)`, as shown in a decision trail.
-pub fn transition_str(t: &Transition) -> String {
-    let state = |c: Circuit| match c {
-        Circuit::Closed => "closed",
-        Circuit::Open => "open",
-        Circuit::HalfOpen => "half_open",
-    };
-    match t.reason {
-        Some(r) if t.to == Circuit::Open => {
-            format!("{}→open/{} ({})", state(t.from), open_reason_str(r), cause_str(&t.cause))
-        }
-        _ => format!("{}→{} ({})", state(t.from), state(t.to), cause_str(&t.cause)),
-    }
-}
-
 /// Mask every known secret in the free text of a record (its error and the attempts' notes),
 /// the only parts that can carry an upstream's words.
 fn scrub_record(record: &mut RequestRecord) {
@@ -82,6 +49,12 @@ fn scrub_record(record: &mut RequestRecord) {
         if let Some(note) = &mut a.error {
             redactor.scrub_in_place(note, None);
         }
+    }
+}
+
+impl crate::breaker::TransitionSink for Events {
+    fn transition(&self, endpoint: &str, transition: &Transition) {
+        self.breaker_transition(endpoint, transition);
     }
 }
 
@@ -137,20 +110,20 @@ impl Events {
             kind: "breaker",
             data: json!({
                 "endpoint": endpoint,
-                "to": match t.to { Circuit::Closed => "closed", Circuit::Open => "open", Circuit::HalfOpen => "half_open" },
-                "reason": t.reason.map(open_reason_str),
-                "cause": cause_str(&t.cause),
+                "to": t.to.as_str(),
+                "reason": t.reason.map(OpenReason::as_str),
+                "cause": t.cause.as_str(),
                 "cooldown_ms": t.cooldown.map(|d| d.as_millis() as u64),
-                "transition": transition_str(t),
+                "transition": t.to_string(),
             }),
         });
-        let cause = cause_str(&t.cause);
+        let cause = t.cause.as_str();
         match (t.to, t.cause) {
             (_, TransitionCause::ManualReset) => {
                 tracing::info!(event = "breaker_reset", endpoint, "breaker reset by an operator");
             }
             (Circuit::Open, _) => {
-                let reason = t.reason.map(open_reason_str).unwrap_or("broken");
+                let reason = t.reason.map(OpenReason::as_str).unwrap_or("broken");
                 let cooldown_ms = t.cooldown.map(|d| d.as_millis() as u64).unwrap_or(0);
                 tracing::warn!(event = "breaker_opened", endpoint, reason, cause, cooldown_ms, "breaker opened");
             }

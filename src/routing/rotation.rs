@@ -1,0 +1,155 @@
+//! SPEC §3, rotation and attempts: the current endpoint per inbound protocol (remembered by
+//! identity, so edits to the list cannot make it point at the wrong endpoint), where a request
+//! starts under each routing strategy, how it advances, how many attempts it may make, and the
+//! compare-and-set that moves the current endpoint after a success elsewhere.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use crate::config::RoutingStrategy;
+use crate::endpoint::EndpointId;
+use crate::protocol::Protocol;
+
+/// Where the attempt loop begins (SPEC §3). `manual` is a one-shot start set by
+/// `PUT /api/current`; `round_robin` is this request's ticket from the per-protocol counter.
+pub fn start_index(
+    strategy: RoutingStrategy,
+    candidates: &[EndpointId],
+    current: Option<EndpointId>,
+    manual: Option<EndpointId>,
+    round_robin: u64,
+) -> usize {
+    let position = |id: Option<EndpointId>| id.and_then(|id| candidates.iter().position(|c| *c == id));
+    if candidates.is_empty() {
+        return 0;
+    }
+    if let Some(i) = position(manual) {
+        return i;
+    }
+    match strategy {
+        RoutingStrategy::Sticky => position(current).unwrap_or(0),
+        RoutingStrategy::Priority => 0,
+        RoutingStrategy::RoundRobin => (round_robin % candidates.len() as u64) as usize,
+    }
+}
+
+/// SPEC §3: next = (position just tried + 1) mod candidates.
+pub fn advance(index: usize, candidates: usize) -> usize {
+    if candidates == 0 { 0 } else { (index + 1) % candidates }
+}
+
+/// SPEC §3 attempt cap: candidates × 2 (at least 1); 3 with an explicit endpoint.
+pub fn attempt_cap(candidates: usize, explicit: bool) -> usize {
+    if explicit { 3 } else { (candidates * 2).max(1) }
+}
+
+/// The current endpoint per inbound protocol, by identity (0 = none yet), the
+/// round-robin counters, and the one-shot start set by `PUT /api/current`.
+#[derive(Default)]
+pub struct Rotation {
+    current: [AtomicI64; 3],
+    manual_next: [AtomicI64; 3],
+    round_robin: [AtomicU64; 3],
+}
+
+impl Rotation {
+    pub fn current(&self, p: Protocol) -> Option<EndpointId> {
+        id(self.current[p.index()].load(Ordering::Acquire))
+    }
+
+    /// Move the current endpoint to `to` only if it is still `seen` (what this request saw
+    /// when it started), so concurrent requests never leapfrog each other.
+    pub fn compare_and_set(&self, p: Protocol, seen: Option<EndpointId>, to: EndpointId) -> bool {
+        self.current[p.index()].compare_exchange(raw(seen), to.0, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// A manual switch: the current endpoint, and the next request's start under every strategy.
+    pub fn set_manual(&self, p: Protocol, to: EndpointId) {
+        self.current[p.index()].store(to.0, Ordering::Release);
+        self.manual_next[p.index()].store(to.0, Ordering::Release);
+    }
+
+    pub fn take_manual(&self, p: Protocol) -> Option<EndpointId> {
+        let slot = &self.manual_next[p.index()];
+        if slot.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        id(slot.swap(0, Ordering::AcqRel))
+    }
+
+    pub fn next_round_robin(&self, p: Protocol) -> u64 {
+        self.round_robin[p.index()].fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Forget a deleted endpoint.
+    pub fn forget(&self, gone: EndpointId) {
+        for slot in self.current.iter().chain(self.manual_next.iter()) {
+            let _ = slot.compare_exchange(gone.0, 0, Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+}
+
+fn id(v: i64) -> Option<EndpointId> {
+    (v != 0).then_some(EndpointId(v))
+}
+
+fn raw(id: Option<EndpointId>) -> i64 {
+    id.map(|i| i.0).unwrap_or(0)
+}
+
+/// After a success elsewhere, move the current endpoint — only if it is still what the request
+/// saw when it started, so concurrent requests never leapfrog each other.
+#[derive(Clone, Copy, Debug)]
+pub struct RotationUpdate {
+    pub protocol: Protocol,
+    pub seen: Option<EndpointId>,
+    pub to: EndpointId,
+}
+
+impl RotationUpdate {
+    pub fn apply(self, rotation: &Rotation) {
+        rotation.compare_and_set(self.protocol, self.seen, self.to);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_index_per_strategy() {
+        let ids = [EndpointId(10), EndpointId(20), EndpointId(30)];
+        let cur = Some(EndpointId(20));
+        assert_eq!(start_index(RoutingStrategy::Sticky, &ids, cur, None, 0), 1);
+        assert_eq!(start_index(RoutingStrategy::Sticky, &ids, Some(EndpointId(99)), None, 0), 0);
+        assert_eq!(start_index(RoutingStrategy::Sticky, &ids, None, None, 0), 0);
+        assert_eq!(start_index(RoutingStrategy::Priority, &ids, cur, None, 7), 0);
+        assert_eq!(start_index(RoutingStrategy::RoundRobin, &ids, cur, None, 7), 1);
+        assert_eq!(start_index(RoutingStrategy::RoundRobin, &ids, cur, None, 9), 0);
+        // A manual switch wins once, under every strategy.
+        for s in [RoutingStrategy::Sticky, RoutingStrategy::Priority, RoutingStrategy::RoundRobin] {
+            assert_eq!(start_index(s, &ids, cur, Some(EndpointId(30)), 4), 2);
+        }
+        assert_eq!(start_index(RoutingStrategy::Priority, &[], None, None, 0), 0);
+    }
+
+    #[test]
+    fn advance_wraps_and_caps() {
+        assert_eq!(advance(0, 3), 1);
+        assert_eq!(advance(2, 3), 0);
+        assert_eq!(advance(0, 1), 0);
+        assert_eq!(attempt_cap(3, false), 6);
+        assert_eq!(attempt_cap(0, false), 1);
+        assert_eq!(attempt_cap(5, true), 3);
+    }
+
+    #[test]
+    fn rotation_survives_list_changes_by_identity() {
+        // The current endpoint is remembered by id: inserting an endpoint before it does not
+        // move the start to a different endpoint.
+        let before = [EndpointId(1), EndpointId(2)];
+        let after = [EndpointId(3), EndpointId(1), EndpointId(2)];
+        let cur = Some(EndpointId(2));
+        assert_eq!(before[start_index(RoutingStrategy::Sticky, &before, cur, None, 0)], EndpointId(2));
+        assert_eq!(after[start_index(RoutingStrategy::Sticky, &after, cur, None, 0)], EndpointId(2));
+    }
+}

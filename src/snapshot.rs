@@ -1,0 +1,126 @@
+//! The configuration snapshot the request path reads: endpoints with everything a request needs
+//! prebuilt (auth header, extra headers, `Host`), the settings and the price table. Immutable;
+//! the gateway swaps in a new one on every change, so a request never reads the database.
+
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+
+use crate::breaker::BreakerCell;
+use crate::config::Settings;
+use crate::endpoint::Endpoint;
+use crate::observe::cost::PriceTable;
+use crate::protocol::Format;
+
+/// An endpoint as the request path sees it: its configuration plus everything precomputed
+/// so that a request does no parsing, formatting or lookups for it.
+pub struct LiveEndpoint {
+    pub config: Endpoint,
+    pub breaker: Arc<BreakerCell>,
+    /// `x-api-key` or `authorization: Bearer`, marked sensitive so it never prints.
+    pub auth: (HeaderName, HeaderValue),
+    /// The endpoint's extra headers, validated at write time.
+    pub extra_headers: HeaderMap,
+    /// The `Host` header its requests carry (host, and port unless the scheme's default), built
+    /// once here rather than by the HTTP client from the URL on every request.
+    pub host: Option<HeaderValue>,
+}
+
+impl AsRef<Endpoint> for LiveEndpoint {
+    fn as_ref(&self) -> &Endpoint {
+        &self.config
+    }
+}
+
+impl AsRef<Endpoint> for Arc<LiveEndpoint> {
+    fn as_ref(&self) -> &Endpoint {
+        &self.config
+    }
+}
+
+/// Immutable configuration, replaced as a whole.
+pub struct Snapshot {
+    /// Ordered by `sort_order`, then name.
+    pub endpoints: Vec<Arc<LiveEndpoint>>,
+    pub settings: Arc<Settings>,
+    /// Model prices (built-in table with the stored overrides).
+    pub prices: Arc<PriceTable>,
+}
+
+impl Snapshot {
+    pub fn find(&self, name: &str) -> Option<&Arc<LiveEndpoint>> {
+        self.endpoints.iter().find(|e| e.config.name == name)
+    }
+}
+
+impl LiveEndpoint {
+    /// The endpoint with its request headers prebuilt.
+    pub fn new(config: Endpoint, breaker: Arc<BreakerCell>) -> LiveEndpoint {
+        LiveEndpoint {
+            auth: auth_header(&config),
+            extra_headers: extra_headers(&config),
+            host: host_header(&config.base_url),
+            breaker,
+            config,
+        }
+    }
+}
+
+fn auth_header(e: &Endpoint) -> (HeaderName, HeaderValue) {
+    let (name, value) = match e.format {
+        Format::Anthropic => (HeaderName::from_static("x-api-key"), HeaderValue::from_str(&e.api_key)),
+        Format::Openai | Format::Responses => {
+            (axum::http::header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {}", e.api_key)))
+        }
+    };
+    // Keys are validated to hold no control characters; an unusable one sends no credential
+    // rather than failing every request.
+    let mut value = value.unwrap_or_else(|_| HeaderValue::from_static(""));
+    value.set_sensitive(true);
+    (name, value)
+}
+
+/// What hyper-util's client would put in `Host` for a request to `base_url`: the host, with the
+/// port only when it is not the scheme's default. `None` when the URL has no host (the client
+/// then reports the bad URL as before).
+pub fn host_header(base_url: &str) -> Option<HeaderValue> {
+    let uri: axum::http::Uri = base_url.parse().ok()?;
+    let host = uri.host()?;
+    let secure = matches!(uri.scheme_str(), Some("https" | "wss"));
+    let value = match uri.port_u16() {
+        Some(443) if secure => host.to_string(),
+        Some(80) if !secure => host.to_string(),
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_string(),
+    };
+    HeaderValue::from_str(&value).ok()
+}
+
+fn extra_headers(e: &Endpoint) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    for (k, v) in &e.headers {
+        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(v)) {
+            map.insert(name, value);
+        }
+    }
+    map
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_header;
+
+    #[test]
+    fn the_host_header_carries_the_port_only_when_it_is_not_the_schemes_default() {
+        let host = |url: &str| host_header(url).map(|v| v.to_str().unwrap().to_string());
+        assert_eq!(host("http://127.0.0.1:8080").as_deref(), Some("127.0.0.1:8080"));
+        assert_eq!(host("https://api.anthropic.com").as_deref(), Some("api.anthropic.com"));
+        assert_eq!(host("https://relay.example.com/api/v1").as_deref(), Some("relay.example.com"));
+        assert_eq!(host("http://relay.example.com:80/x").as_deref(), Some("relay.example.com"));
+        assert_eq!(host("https://relay.example.com:443").as_deref(), Some("relay.example.com"));
+        assert_eq!(host("https://relay.example.com:8443").as_deref(), Some("relay.example.com:8443"));
+        assert_eq!(host("http://relay.example.com:443").as_deref(), Some("relay.example.com:443"));
+        assert_eq!(host("http://[::1]:9000").as_deref(), Some("[::1]:9000"));
+        assert_eq!(host("not a url"), None);
+    }
+}

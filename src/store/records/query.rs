@@ -1,0 +1,233 @@
+//! Reading request records: the filtered, cursor-paged list and one record's detail.
+
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{Connection, OptionalExtension, params_from_iter};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::rfc3339_ms;
+use crate::observe::record::Tokens;
+use crate::store::StoreError;
+
+// ---------------------------------------------------------------------------------------------
+// Listing
+
+/// Filters of `GET /api/requests`; every field narrows (AND).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Filter {
+    /// Inclusive, unix ms.
+    pub since_ms: Option<i64>,
+    /// Exclusive, unix ms.
+    pub until_ms: Option<i64>,
+    pub endpoint: Option<String>,
+    /// The model the client asked for.
+    pub model: Option<String>,
+    pub protocol: Option<String>,
+    /// 2, 3, 4 or 5.
+    pub status_class: Option<u16>,
+    pub status: Option<u16>,
+    pub failed_over: Option<bool>,
+    /// Substring of the error text (final error and failed attempts), ASCII case-insensitive.
+    pub text: Option<String>,
+}
+
+/// Where the next page starts: the last row's `(started_at, seq)`. Opaque to clients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cursor {
+    pub started_at: i64,
+    pub seq: i64,
+}
+
+impl Cursor {
+    /// 32 hex digits: fixed width, URL-safe, no escaping anywhere.
+    pub fn encode(&self) -> String {
+        format!("{:016x}{:016x}", self.started_at as u64, self.seq as u64)
+    }
+
+    pub fn decode(s: &str) -> Option<Cursor> {
+        if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let started_at = u64::from_str_radix(&s[..16], 16).ok()? as i64;
+        let seq = u64::from_str_radix(&s[16..], 16).ok()? as i64;
+        Some(Cursor { started_at, seq })
+    }
+}
+
+/// One row of `GET /api/requests`: everything but the decision trail, read from columns only.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Summary {
+    pub id: String,
+    pub started_at: String,
+    pub started_at_ms: i64,
+    pub protocol: String,
+    pub endpoint: Option<String>,
+    pub model_requested: Option<String>,
+    pub model_sent: Option<String>,
+    pub status: u16,
+    pub stream: bool,
+    pub failed_over: bool,
+    pub attempts: u32,
+    pub total_ms: f64,
+    pub first_byte_ms: Option<f64>,
+    pub overhead_ms: f64,
+    pub tokens: Tokens,
+    pub cost_usd: Option<f64>,
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Page {
+    pub requests: Vec<Summary>,
+    pub next_cursor: Option<String>,
+}
+
+/// The WHERE clause of a filter (`1` when there is none) and its parameters.
+pub(super) fn where_clause(f: &Filter) -> (String, Vec<SqlValue>) {
+    let mut conds: Vec<&str> = Vec::new();
+    let mut args: Vec<SqlValue> = Vec::new();
+    if let Some(v) = f.since_ms {
+        conds.push("started_at >= ?");
+        args.push(SqlValue::Integer(v));
+    }
+    if let Some(v) = f.until_ms {
+        conds.push("started_at < ?");
+        args.push(SqlValue::Integer(v));
+    }
+    if let Some(v) = &f.endpoint {
+        conds.push("endpoint = ?");
+        args.push(SqlValue::Text(v.clone()));
+    }
+    if let Some(v) = &f.model {
+        conds.push("model_requested = ?");
+        args.push(SqlValue::Text(v.clone()));
+    }
+    if let Some(v) = &f.protocol {
+        conds.push("protocol = ?");
+        args.push(SqlValue::Text(v.clone()));
+    }
+    // An exact status also constrains the class, so the class index (ordered by time) serves it.
+    if let Some(class) = f.status_class.or(f.status.map(|s| s / 100)) {
+        conds.push("status_class = ?");
+        args.push(SqlValue::Integer(class.into()));
+    }
+    if let Some(v) = f.status {
+        conds.push("status = ?");
+        args.push(SqlValue::Integer(v.into()));
+    }
+    match f.failed_over {
+        Some(true) => conds.push("failed_over = 1"),
+        Some(false) => conds.push("failed_over = 0"),
+        None => {}
+    }
+    if let Some(q) = &f.text {
+        // Stated separately so the planner sees the partial index `requests_search` applies.
+        conds.push("search IS NOT NULL");
+        conds.push("search LIKE ? ESCAPE '\\'");
+        args.push(SqlValue::Text(format!("%{}%", like_escape(q))));
+    }
+    let sql = if conds.is_empty() { "1".to_string() } else { conds.join(" AND ") };
+    (sql, args)
+}
+
+fn like_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+pub(super) const SUMMARY_COLUMNS: &str =
+    "seq, id, started_at, protocol, endpoint, model_requested, model_sent, status, stream,
+     failed_over, attempts, total_ms, first_byte_ms, overhead_ms, input_tokens, output_tokens,
+     cache_read_tokens, cache_write_tokens, cost_usd, error";
+
+pub(super) fn tok(v: Option<i64>) -> Option<u64> {
+    v.map(|n| n.max(0) as u64)
+}
+
+fn summary_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, Summary)> {
+    let started_at: i64 = r.get(2)?;
+    let status: i64 = r.get(7)?;
+    let attempts: i64 = r.get(10)?;
+    Ok((
+        r.get(0)?,
+        Summary {
+            id: r.get(1)?,
+            started_at: rfc3339_ms(started_at),
+            started_at_ms: started_at,
+            protocol: r.get(3)?,
+            endpoint: r.get(4)?,
+            model_requested: r.get(5)?,
+            model_sent: r.get(6)?,
+            status: u16::try_from(status).unwrap_or(0),
+            stream: r.get(8)?,
+            failed_over: r.get(9)?,
+            attempts: u32::try_from(attempts).unwrap_or(0),
+            total_ms: r.get(11)?,
+            first_byte_ms: r.get(12)?,
+            overhead_ms: r.get(13)?,
+            tokens: Tokens {
+                input: tok(r.get(14)?),
+                output: tok(r.get(15)?),
+                cache_read: tok(r.get(16)?),
+                cache_write: tok(r.get(17)?),
+            },
+            cost_usd: r.get(18)?,
+            error: r.get(19)?,
+        },
+    ))
+}
+
+/// One page of records, newest first, after `cursor` (exclusive).
+pub fn list(conn: &Connection, filter: &Filter, cursor: Option<Cursor>, limit: usize) -> Result<Page, StoreError> {
+    let (mut cond, mut args) = where_clause(filter);
+    if let Some(c) = cursor {
+        cond.push_str(" AND (started_at, seq) < (?, ?)");
+        args.push(SqlValue::Integer(c.started_at));
+        args.push(SqlValue::Integer(c.seq));
+    }
+    let sql = format!(
+        "SELECT {SUMMARY_COLUMNS} FROM requests WHERE {cond} ORDER BY started_at DESC, seq DESC LIMIT {}",
+        limit.saturating_add(1)
+    );
+    let mut stmt = conn.prepare(&sql)?;
+    let mut rows: Vec<(i64, Summary)> =
+        stmt.query_map(params_from_iter(args), summary_row)?.collect::<Result<_, _>>()?;
+    let next_cursor = if rows.len() > limit {
+        rows.truncate(limit);
+        rows.last().map(|(seq, s)| Cursor { started_at: s.started_at_ms, seq: *seq }.encode())
+    } else {
+        None
+    };
+    Ok(Page { requests: rows.into_iter().map(|(_, s)| s).collect(), next_cursor })
+}
+
+/// The full stored record (with the decision trail), plus `started_at` (RFC 3339) and
+/// `status_class` for the reader's convenience; `None` if there is no such id.
+pub fn get(conn: &Connection, id: &str) -> Result<Option<Value>, StoreError> {
+    let text: Option<String> = conn
+        .query_row(
+            "SELECT d.record FROM requests r JOIN request_records d ON d.seq = r.seq WHERE r.id = ?1",
+            [id],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let Some(text) = text else { return Ok(None) };
+    let mut v: Value =
+        serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("request record {id}: {e}")))?;
+    if let Some(obj) = v.as_object_mut() {
+        let started = obj.get("started_at_ms").and_then(Value::as_i64).unwrap_or(0);
+        let status = obj.get("status").and_then(Value::as_u64).unwrap_or(0);
+        obj.insert("started_at".into(), Value::from(rfc3339_ms(started)));
+        obj.insert(
+            "status_class".into(),
+            Value::from(crate::observe::record::status_class(u16::try_from(status).unwrap_or(0))),
+        );
+    }
+    Ok(Some(v))
+}

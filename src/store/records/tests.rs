@@ -1,0 +1,413 @@
+use super::query::{SUMMARY_COLUMNS, where_clause};
+use super::write::{MAX_SEARCH_BYTES, search_text};
+use super::*;
+use rusqlite::params_from_iter;
+use rusqlite::types::Value as SqlValue;
+
+use crate::observe::record::{AttemptRecord, Classification, RecordError};
+
+fn record(id: &str, started_at_ms: u64) -> RequestRecord {
+    sample_record(id, started_at_ms)
+}
+
+fn failed(id: &str, at: u64) -> RequestRecord {
+    let mut r = record(id, at);
+    r.status = 503;
+    r.tokens = Tokens::default();
+    r.cost_usd = None;
+    r.failed_over = true;
+    r.error = Some(RecordError {
+        source: "upstream".into(),
+        kind: Some("overloaded_error".into()),
+        message: "Overloaded 100%_sure".into(),
+        upstream_body: Some("{\"type\":\"error\"}".into()),
+    });
+    r.attempts.push(AttemptRecord {
+        endpoint: "b".into(),
+        format: "openai".into(),
+        started_ms: 1.0,
+        duration_ms: 3.0,
+        status: None,
+        error_kind: Some("connect".into()),
+        error: Some("connection refused".into()),
+        classification: Classification::Transient,
+        breaker: Some("closed→open/broken (consecutive_failures)".into()),
+    });
+    r
+}
+
+fn db() -> Connection {
+    let conn = Connection::open_in_memory().unwrap();
+    conn.execute_batch(SCHEMA).unwrap();
+    conn
+}
+
+fn ids(p: &Page) -> Vec<&str> {
+    p.requests.iter().map(|s| s.id.as_str()).collect()
+}
+
+#[test]
+fn insert_round_trips_and_skips_duplicates() {
+    let mut c = db();
+    let r = failed("x1", 1_700_000_000_123);
+    assert_eq!(insert_batch(&mut c, &[r.clone(), record("x2", 5)]).unwrap(), 2);
+    // A duplicate id is skipped without failing the rest of the batch.
+    assert_eq!(insert_batch(&mut c, &[r.clone(), record("x3", 6)]).unwrap(), 1);
+    assert_eq!(count(&c).unwrap(), 3);
+    let v = get(&c, "x1").unwrap().unwrap();
+    assert_eq!(v["started_at"], "2023-11-14T22:13:20.123Z");
+    assert_eq!(v["status_class"], "5xx");
+    let mut back = v.clone();
+    back.as_object_mut().unwrap().remove("started_at");
+    back.as_object_mut().unwrap().remove("status_class");
+    assert_eq!(serde_json::from_value::<RequestRecord>(back).unwrap(), r);
+    assert_eq!(get(&c, "nope").unwrap(), None);
+    let page = list(&c, &Filter::default(), None, 10).unwrap();
+    let s = &page.requests[0];
+    assert_eq!((s.id.as_str(), s.status, s.attempts, s.failed_over), ("x1", 503, 2, true));
+    assert_eq!(s.error.as_deref(), Some("Overloaded 100%_sure"));
+    assert_eq!(s.tokens, Tokens::default());
+    assert_eq!(s.cost_usd, None);
+    let ok = page.requests.iter().find(|s| s.id == "x2").unwrap();
+    assert_eq!(ok.tokens.cache_read, Some(1000));
+    assert_eq!(ok.first_byte_ms, Some(120.0));
+}
+
+#[test]
+fn search_text_holds_the_error_and_failed_attempts_only() {
+    assert_eq!(search_text(&record("a", 1)), None);
+    let t = search_text(&failed("b", 1)).unwrap();
+    assert!(t.contains("overloaded_error") && t.contains("Overloaded") && t.contains("b connect connection refused"));
+    let mut r = record("c", 1);
+    r.attempts[0].status = Some(529);
+    assert_eq!(search_text(&r).as_deref(), Some("a 529"));
+    let mut long = failed("d", 1);
+    long.error.as_mut().unwrap().message = "é".repeat(3000);
+    assert!(search_text(&long).unwrap().len() <= MAX_SEARCH_BYTES);
+}
+
+#[test]
+fn cursor_encoding_round_trips_and_rejects_garbage() {
+    let c = Cursor { started_at: 1_764_000_000_000, seq: 42 };
+    assert_eq!(Cursor::decode(&c.encode()), Some(c));
+    for bad in ["", "zz", &"g".repeat(32), &"0".repeat(31), &"0".repeat(33)] {
+        assert_eq!(Cursor::decode(bad), None, "{bad}");
+    }
+}
+
+#[test]
+fn pages_have_no_duplicates_or_gaps_while_records_arrive() {
+    let mut c = db();
+    // Ties on started_at are broken by seq.
+    let batch: Vec<_> = (0..95).map(|i| record(&format!("r{i:03}"), 1000 + (i / 3) as u64)).collect();
+    insert_batch(&mut c, &batch).unwrap();
+    let mut seen: Vec<String> = Vec::new();
+    let mut cursor = None;
+    let mut round = 0;
+    loop {
+        let page = list(&c, &Filter::default(), cursor, 10).unwrap();
+        seen.extend(page.requests.iter().map(|s| s.id.clone()));
+        // Between pages: newer records, and one late record older than everything.
+        round += 1;
+        insert_batch(&mut c, &[record(&format!("new{round}"), 5000 + round), record(&format!("old{round}"), 1)])
+            .unwrap();
+        match page.next_cursor {
+            Some(next) => cursor = Cursor::decode(&next),
+            None => break,
+        }
+    }
+    let mut want: Vec<String> = batch.iter().map(|r| r.id.clone()).collect();
+    want.reverse();
+    // Every original record exactly once, in order; the late-but-old ones appear at the end.
+    let originals: Vec<&String> = seen.iter().filter(|s| s.starts_with('r')).collect();
+    assert_eq!(originals, want.iter().collect::<Vec<_>>());
+    assert!(!seen.iter().any(|s| s.starts_with("new")));
+    let mut dedup = seen.clone();
+    dedup.sort();
+    dedup.dedup();
+    assert_eq!(dedup.len(), seen.len());
+}
+
+#[test]
+fn every_filter_narrows() {
+    let mut c = db();
+    let mut rs = Vec::new();
+    let mut r = record("ok-a", 1000);
+    r.endpoint = Some("a".into());
+    rs.push(r);
+    let mut r = record("ok-b-gpt", 2000);
+    r.endpoint = Some("b".into());
+    r.model_requested = Some("gpt-5".into());
+    r.protocol = "openai".into();
+    rs.push(r);
+    rs.push(failed("fail-503", 3000));
+    let mut r = record("bad-400", 4000);
+    r.status = 400;
+    r.error = Some(RecordError {
+        source: "gateway".into(),
+        kind: None,
+        message: "max_tokens: required".into(),
+        upstream_body: None,
+    });
+    rs.push(r);
+    let mut r = record("resp-429", 5000);
+    r.protocol = "responses".into();
+    r.status = 429;
+    rs.push(r);
+    insert_batch(&mut c, &rs).unwrap();
+    let q = |f: Filter| ids(&list(&c, &f, None, 50).unwrap()).into_iter().map(String::from).collect::<Vec<_>>();
+    assert_eq!(q(Filter::default()), ["resp-429", "bad-400", "fail-503", "ok-b-gpt", "ok-a"]);
+    assert_eq!(
+        q(Filter { since_ms: Some(2000), until_ms: Some(4000), ..Default::default() }),
+        ["fail-503", "ok-b-gpt"]
+    );
+    assert_eq!(q(Filter { endpoint: Some("b".into()), ..Default::default() }), ["ok-b-gpt"]);
+    assert_eq!(q(Filter { model: Some("gpt-5".into()), ..Default::default() }), ["ok-b-gpt"]);
+    assert_eq!(q(Filter { protocol: Some("responses".into()), ..Default::default() }), ["resp-429"]);
+    assert_eq!(q(Filter { status_class: Some(4), ..Default::default() }), ["resp-429", "bad-400"]);
+    assert_eq!(q(Filter { status_class: Some(5), ..Default::default() }), ["fail-503"]);
+    assert_eq!(q(Filter { status: Some(400), ..Default::default() }), ["bad-400"]);
+    assert_eq!(q(Filter { failed_over: Some(true), ..Default::default() }), ["fail-503"]);
+    assert_eq!(q(Filter { failed_over: Some(false), ..Default::default() }).len(), 4);
+    // Text search: case-insensitive, in the final error and in failed attempts, with LIKE
+    // wildcards taken literally.
+    assert_eq!(q(Filter { text: Some("OVERLOADED".into()), ..Default::default() }), ["fail-503"]);
+    assert_eq!(q(Filter { text: Some("refused".into()), ..Default::default() }), ["fail-503"]);
+    assert_eq!(q(Filter { text: Some("max_tokens".into()), ..Default::default() }), ["bad-400"]);
+    assert_eq!(q(Filter { text: Some("100%_s".into()), ..Default::default() }), ["fail-503"]);
+    assert!(q(Filter { text: Some("100%_x".into()), ..Default::default() }).is_empty());
+    assert_eq!(q(Filter { text: Some("%".into()), ..Default::default() }), ["fail-503"]);
+    // Combined.
+    assert_eq!(
+        q(Filter { endpoint: Some("a".into()), status_class: Some(2), since_ms: Some(500), ..Default::default() }),
+        ["ok-a"]
+    );
+}
+
+#[test]
+fn common_filters_use_indexes_not_scans_or_sorts() {
+    let c = db();
+    let cursor = Cursor { started_at: 10, seq: 5 };
+    let cases = [
+        (Filter::default(), "requests_time"),
+        (Filter { endpoint: Some("a".into()), ..Default::default() }, "requests_endpoint"),
+        (Filter { model: Some("m".into()), ..Default::default() }, "requests_model"),
+        (Filter { protocol: Some("claude".into()), ..Default::default() }, "requests_protocol"),
+        (Filter { status_class: Some(5), ..Default::default() }, "requests_class"),
+        (Filter { status: Some(503), ..Default::default() }, "requests_class"),
+        (Filter { failed_over: Some(true), ..Default::default() }, "requests_failed_over"),
+        (Filter { text: Some("x".into()), ..Default::default() }, "requests_search"),
+        (Filter { since_ms: Some(1), until_ms: Some(2), ..Default::default() }, "requests_time"),
+    ];
+    for (f, index) in cases {
+        let (mut cond, mut args) = where_clause(&f);
+        cond.push_str(" AND (started_at, seq) < (?, ?)");
+        args.push(SqlValue::Integer(cursor.started_at));
+        args.push(SqlValue::Integer(cursor.seq));
+        let sql = format!(
+            "EXPLAIN QUERY PLAN SELECT {SUMMARY_COLUMNS} FROM requests WHERE {cond} ORDER BY started_at DESC, seq DESC LIMIT 51"
+        );
+        let plan: Vec<String> = c
+            .prepare(&sql)
+            .unwrap()
+            .query_map(params_from_iter(args), |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let plan = plan.join(" | ");
+        assert!(plan.contains(index), "{f:?}: {plan}");
+        assert!(!plan.contains("TEMP B-TREE"), "{f:?} sorts: {plan}");
+        assert!(!plan.starts_with("SCAN requests") || plan.contains("INDEX"), "{f:?} scans: {plan}");
+    }
+    let plan: String = c
+        .query_row(
+            "EXPLAIN QUERY PLAN SELECT started_at FROM requests WHERE started_at >= ?1 AND started_at < ?2",
+            [1, 2],
+            |r| r.get(3),
+        )
+        .unwrap();
+    assert!(plan.contains("requests_time"), "{plan}");
+    let plan: String = c
+        .query_row(
+            "EXPLAIN QUERY PLAN SELECT d.record FROM requests r JOIN request_records d ON d.seq = r.seq WHERE r.id = ?1",
+            ["x"],
+            |r| r.get(3),
+        )
+        .unwrap();
+    assert!(plan.contains("requests_id"), "{plan}");
+}
+
+#[test]
+fn prune_deletes_only_old_records_in_chunks() {
+    let mut c = db();
+    let rs: Vec<_> = (0..25).map(|i| record(&format!("p{i}"), 1000 + i)).collect();
+    insert_batch(&mut c, &rs).unwrap();
+    assert_eq!(prune_chunk(&mut c, 1020, 8).unwrap(), 8);
+    assert_eq!(prune_chunk(&mut c, 1020, 8).unwrap(), 8);
+    assert_eq!(prune_chunk(&mut c, 1020, 8).unwrap(), 4);
+    assert_eq!(prune_chunk(&mut c, 1020, 8).unwrap(), 0);
+    assert_eq!(count(&c).unwrap(), 5);
+    let details: i64 = c.query_row("SELECT COUNT(*) FROM request_records", [], |r| r.get(0)).unwrap();
+    assert_eq!(details, 5);
+    assert!(get(&c, "p19").unwrap().is_none());
+    assert!(get(&c, "p20").unwrap().is_some());
+}
+
+#[test]
+fn percentiles_are_nearest_rank() {
+    let mut v: Vec<f64> = (1..=100).rev().map(f64::from).collect();
+    assert_eq!(percentiles(&mut v), (Some(50.0), Some(95.0)));
+    assert_eq!(percentiles(&mut []), (None, None));
+    assert_eq!(percentiles(&mut [7.0]), (Some(7.0), Some(7.0)));
+    assert_eq!(percentiles(&mut [3.0, 1.0]), (Some(1.0), Some(3.0)));
+    let mut v: Vec<f64> = (1..=20).map(f64::from).collect();
+    // ⌈0.5·20⌉ = 10, ⌈0.95·20⌉ = 19.
+    assert_eq!(percentiles(&mut v), (Some(10.0), Some(19.0)));
+    let mut v = vec![5.0, 1.0, 5.0, 5.0, 2.0];
+    assert_eq!(percentiles(&mut v), (Some(5.0), Some(5.0)));
+}
+
+fn row(at: i64, group: Option<&str>, status: u16, total_ms: f64, tokens: Tokens, cost: Option<f64>) -> StatRow<'_> {
+    StatRow { started_at_ms: at, group, status, has_error: false, failed_over: false, total_ms, tokens, cost_usd: cost }
+}
+
+#[test]
+fn stats_arithmetic_groups_buckets_and_unpriced_usage() {
+    const H: i64 = 3_600_000;
+    let t = |i, o, cr, cw| Tokens { input: Some(i), output: Some(o), cache_read: Some(cr), cache_write: Some(cw) };
+    let q = StatsQuery { since_ms: 0, until_ms: 3 * H, group_by: Some(GroupBy::Endpoint), bucket: Some(Bucket::Hour) };
+    let mut b = StatsBuilder::new(q);
+    b.add(&row(10, Some("a"), 200, 100.0, t(10, 20, 30, 40), Some(0.5)));
+    b.add(&row(20, Some("a"), 200, 300.0, t(1, 2, 3, 4), None)); // unpriced
+    b.add(&StatRow { failed_over: true, ..row(H + 5, Some("a"), 502, 50.0, Tokens::default(), None) });
+    b.add(&StatRow { has_error: true, ..row(H + 6, Some("b"), 200, 10.0, t(5, 0, 0, 0), Some(0.25)) });
+    b.add(&row(2 * H, None, 503, 1.0, Tokens::default(), None));
+    let r = b.finish();
+    assert_eq!((r.group_by, r.bucket), (Some("endpoint"), Some("hour")));
+    assert_eq!(r.groups.iter().map(|g| g.key.clone()).collect::<Vec<_>>(), [Some("a".into()), Some("b".into()), None]);
+    let a = &r.groups[0];
+    assert_eq!(a.buckets.len(), 2);
+    assert_eq!((a.buckets[0].start.as_str(), a.buckets[0].start_ms), ("1970-01-01T00:00:00.000Z", 0));
+    assert_eq!(a.buckets[1].start_ms, H);
+    let first = &a.buckets[0].stats;
+    assert_eq!((first.requests, first.errors, first.failovers), (2, 0, 0));
+    assert_eq!(first.latency_ms, Latency { p50: Some(100.0), p95: Some(300.0) });
+    assert_eq!(first.tokens, TokenSums { input: 11, output: 22, cache_read: 33, cache_write: 44 });
+    assert_eq!(first.cost_usd, Some(0.5));
+    assert_eq!(
+        first.unpriced,
+        Unpriced { requests: 1, tokens: TokenSums { input: 1, output: 2, cache_read: 3, cache_write: 4 } }
+    );
+    assert_eq!(first.usage_unknown, 0);
+    let second = &a.buckets[1].stats;
+    assert_eq!((second.requests, second.errors, second.failovers, second.usage_unknown), (1, 1, 1, 1));
+    // No known cost at all is unknown, not 0 — and a request without usage is not "unpriced".
+    assert_eq!((second.cost_usd, second.unpriced.requests), (None, 0));
+    assert_eq!(a.totals.requests, 3);
+    assert_eq!(a.totals.latency_ms, Latency { p50: Some(100.0), p95: Some(300.0) });
+    // An error recorded on a 200 (a stream that broke) counts as an error.
+    assert_eq!(r.groups[1].totals.errors, 1);
+    assert_eq!(r.totals.requests, 5);
+    assert_eq!(r.totals.errors, 3);
+    assert_eq!(r.totals.cost_usd, Some(0.75));
+    assert_eq!(r.totals.tokens.input, 16);
+    assert_eq!(r.totals.latency_ms, Latency { p50: Some(50.0), p95: Some(300.0) });
+}
+
+#[test]
+fn stats_without_group_or_bucket_is_one_cell() {
+    let q = StatsQuery { since_ms: 500, until_ms: 10_000_000, group_by: None, bucket: None };
+    assert_eq!(q.bucket_count(), 1);
+    let mut b = StatsBuilder::new(q);
+    b.add(&row(600, Some("a"), 200, 1.0, Tokens::default(), None));
+    b.add(&row(9_000_000, Some("b"), 200, 2.0, Tokens::default(), None));
+    let r = b.finish();
+    assert_eq!(r.groups.len(), 1);
+    assert_eq!(r.groups[0].key, None);
+    assert_eq!(r.groups[0].buckets.len(), 1);
+    assert_eq!(r.groups[0].buckets[0].start_ms, 500);
+    assert_eq!(r.groups[0].buckets[0].stats.requests, 2);
+    let empty = StatsBuilder::new(q).finish();
+    assert!(empty.groups.is_empty());
+    assert_eq!(empty.totals.requests, 0);
+    assert_eq!(empty.totals.latency_ms, Latency { p50: None, p95: None });
+}
+
+#[test]
+fn builder_handles_many_groups_and_rows_out_of_time_order() {
+    const H: i64 = 3_600_000;
+    let q = StatsQuery { since_ms: 0, until_ms: 10 * H, group_by: Some(GroupBy::Model), bucket: Some(Bucket::Hour) };
+    let names: Vec<String> = (0..50).map(|i| format!("m{i:02}")).collect();
+    let mut b = StatsBuilder::new(q);
+    for hour in [5, 1, 5, 3, 0, 9, 3] {
+        for n in &names {
+            b.add(&row(hour * H + 7, Some(n), 200, hour as f64, Tokens::default(), None));
+        }
+        b.add(&row(hour * H, None, 200, 1.0, Tokens::default(), None));
+    }
+    let r = b.finish();
+    assert_eq!(r.groups.len(), 51);
+    assert_eq!(r.groups[0].key.as_deref(), Some("m00"));
+    assert_eq!(r.groups[50].key, None);
+    for g in &r.groups {
+        let starts: Vec<i64> = g.buckets.iter().map(|b| b.start_ms).collect();
+        assert_eq!(starts, [0, H, 3 * H, 5 * H, 9 * H], "{:?}", g.key);
+        let counts: Vec<u64> = g.buckets.iter().map(|b| b.stats.requests).collect();
+        assert_eq!(counts, [1, 1, 2, 2, 1], "{:?}", g.key);
+    }
+    assert_eq!(r.totals.requests, 7 * 51);
+}
+
+#[test]
+fn bucket_count_spans_partial_buckets() {
+    const D: i64 = 86_400_000;
+    let q = |s, u, b| StatsQuery { since_ms: s, until_ms: u, group_by: None, bucket: Some(b) };
+    assert_eq!(q(0, D, Bucket::Day).bucket_count(), 1);
+    assert_eq!(q(0, D + 1, Bucket::Day).bucket_count(), 2);
+    assert_eq!(q(D - 1, D + 1, Bucket::Day).bucket_count(), 2);
+    assert_eq!(q(0, 7 * D, Bucket::Hour).bucket_count(), 168);
+}
+
+#[test]
+fn stats_sql_matches_the_builder() {
+    let mut c = db();
+    let mut rs = vec![record("s1", 1_000), record("s2", 2_000), failed("s3", 3_000), record("late", 99_000_000)];
+    rs[1].endpoint = Some("b".into());
+    rs[1].cost_usd = None;
+    rs[1].total_ms = 50.0;
+    insert_batch(&mut c, &rs).unwrap();
+    let q = StatsQuery { since_ms: 0, until_ms: 10_000, group_by: Some(GroupBy::Endpoint), bucket: Some(Bucket::Day) };
+    let r = stats(&c, &q).unwrap();
+    assert_eq!(r.totals.requests, 3);
+    assert_eq!(r.totals.errors, 1);
+    assert_eq!(r.totals.failovers, 1);
+    assert_eq!(r.totals.unpriced.requests, 1);
+    assert_eq!(r.totals.usage_unknown, 1);
+    assert_eq!(
+        r.groups.iter().map(|g| (g.key.clone().unwrap(), g.totals.requests)).collect::<Vec<_>>(),
+        [("a".to_string(), 2), ("b".to_string(), 1)]
+    );
+    let by_model = stats(&c, &StatsQuery { group_by: Some(GroupBy::Model), ..q }).unwrap();
+    assert_eq!(by_model.groups[0].key.as_deref(), Some("claude-sonnet-4-5"));
+    let by_protocol = stats(&c, &StatsQuery { group_by: Some(GroupBy::Protocol), ..q }).unwrap();
+    assert_eq!(by_protocol.groups[0].key.as_deref(), Some("claude"));
+}
+
+#[test]
+fn rfc3339_ms_formats() {
+    assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
+    assert_eq!(rfc3339_ms(1_795_946_400_007), "2026-11-29T10:00:00.007Z");
+}
+
+#[test]
+fn read_records_uses_its_own_connection_for_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("ccmesh.db")).unwrap();
+    let mut writer = Connection::open(dir.path().join("ccmesh.db")).unwrap();
+    insert_batch(&mut writer, &[record("f1", 1)]).unwrap();
+    assert_eq!(store.read_records(count).unwrap(), 1);
+    // Read-only: a write through it fails.
+    assert!(store.read_records(|c| Ok(c.execute("DELETE FROM requests", [])?)).is_err());
+    let mem = Store::open_in_memory().unwrap();
+    assert_eq!(mem.read_records(count).unwrap(), 0);
+}

@@ -1,0 +1,136 @@
+//! Writing request records: the batch insert of the writer thread and retention pruning.
+
+use rusqlite::{Connection, params};
+
+use crate::observe::record::RequestRecord;
+use crate::store::StoreError;
+
+/// The searchable error text of a record is cut to this many bytes.
+pub(super) const MAX_SEARCH_BYTES: usize = 2048;
+
+const INSERT_SUMMARY: &str = "INSERT INTO requests (id, started_at, protocol, endpoint, model_requested, model_sent,
+        status, status_class, stream, failed_over, attempts, total_ms, first_byte_ms, overhead_ms,
+        input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, error, search)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)
+     ON CONFLICT (id) DO NOTHING";
+
+fn sql_int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn class_digit(status: u16) -> i64 {
+    match status {
+        200..=299 => 2,
+        300..=399 => 3,
+        400..=499 => 4,
+        // Matches `record::status_class`: anything else (including 0, "never set") is 5xx.
+        _ => 5,
+    }
+}
+
+/// The error text worth searching: the final error and every attempt that went wrong.
+pub(super) fn search_text(r: &RequestRecord) -> Option<String> {
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(e) = &r.error {
+        parts.push(e.source.clone());
+        parts.extend(e.kind.clone());
+        parts.push(e.message.clone());
+    }
+    for a in &r.attempts {
+        let failed = a.status.is_some_and(|s| s >= 400);
+        if failed || a.error.is_some() || a.error_kind.is_some() {
+            let mut line = a.endpoint.clone();
+            if let Some(s) = a.status {
+                line.push_str(&format!(" {s}"));
+            }
+            for text in [&a.error_kind, &a.error].into_iter().flatten() {
+                line.push(' ');
+                line.push_str(text);
+            }
+            parts.push(line);
+        }
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    let mut text = parts.join("\n");
+    if text.len() > MAX_SEARCH_BYTES {
+        let mut cut = MAX_SEARCH_BYTES;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+    }
+    Some(text)
+}
+
+/// Insert records in one transaction; returns how many were new (a record whose id is already
+/// stored is skipped, so one duplicate can never fail a whole batch).
+pub fn insert_batch(conn: &mut Connection, records: &[RequestRecord]) -> Result<usize, StoreError> {
+    let tx = conn.transaction()?;
+    let mut inserted = 0;
+    {
+        let mut summary = tx.prepare_cached(INSERT_SUMMARY)?;
+        let mut detail = tx.prepare_cached("INSERT INTO request_records (seq, record) VALUES (?1, ?2)")?;
+        for r in records {
+            let json = serde_json::to_string(r).map_err(|e| StoreError::Corrupt(format!("record {}: {e}", r.id)))?;
+            let n = summary.execute(params![
+                r.id,
+                sql_int(r.started_at_ms),
+                r.protocol,
+                r.endpoint,
+                r.model_requested,
+                r.model_sent,
+                r.status,
+                class_digit(r.status),
+                r.stream,
+                r.failed_over,
+                sql_int(r.attempts.len() as u64),
+                r.total_ms,
+                r.first_byte_ms,
+                r.overhead_ms,
+                r.tokens.input.map(sql_int),
+                r.tokens.output.map(sql_int),
+                r.tokens.cache_read.map(sql_int),
+                r.tokens.cache_write.map(sql_int),
+                r.cost_usd,
+                r.error.as_ref().map(|e| e.message.as_str()),
+                search_text(r),
+            ])?;
+            if n == 1 {
+                detail.execute(params![tx.last_insert_rowid(), json])?;
+                inserted += 1;
+            }
+        }
+    }
+    tx.commit()?;
+    Ok(inserted)
+}
+
+/// Delete at most `chunk` records that started before `cutoff_ms`, oldest first, in one short
+/// transaction; returns how many went. The caller repeats while it gets a full chunk, doing
+/// other work in between, so pruning a large backlog never holds the writer for long.
+pub fn prune_chunk(conn: &mut Connection, cutoff_ms: i64, chunk: usize) -> Result<usize, StoreError> {
+    let tx = conn.transaction()?;
+    let seqs: Vec<i64> = {
+        let mut stmt =
+            tx.prepare_cached("SELECT seq FROM requests WHERE started_at < ?1 ORDER BY started_at, seq LIMIT ?2")?;
+        stmt.query_map(params![cutoff_ms, sql_int(chunk as u64)], |r| r.get(0))?.collect::<Result<_, _>>()?
+    };
+    {
+        let mut summary = tx.prepare_cached("DELETE FROM requests WHERE seq = ?1")?;
+        let mut detail = tx.prepare_cached("DELETE FROM request_records WHERE seq = ?1")?;
+        for seq in &seqs {
+            detail.execute([seq])?;
+            summary.execute([seq])?;
+        }
+    }
+    tx.commit()?;
+    Ok(seqs.len())
+}
+
+/// Number of stored records (tests, benchmarks, status).
+pub fn count(conn: &Connection) -> Result<u64, StoreError> {
+    let n: i64 = conn.query_row("SELECT COUNT(*) FROM requests", [], |r| r.get(0))?;
+    Ok(n.max(0) as u64)
+}
