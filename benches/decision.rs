@@ -48,7 +48,7 @@ use ccmesh::observe::usage::StreamUsage;
 use ccmesh::protocol::sse::{SseEvent, SseScanner};
 use ccmesh::protocol::stream_events::{StreamContext, inspect_and_observe};
 use ccmesh::protocol::{Format, Protocol, Route};
-use ccmesh::proxy::classify::{Class, classify_network_error, classify_status, outcome_for};
+use ccmesh::proxy::outcome::{AttemptOutcome, classify_network_error, classify_status};
 use ccmesh::proxy::relay::{StreamObserver, StreamWatch, Transform};
 use ccmesh::routing;
 use ccmesh::routing::Rotation;
@@ -202,7 +202,7 @@ fn decide(snapshots: &ArcSwap<Snapshot>, rotation: &Rotation, route: Route, head
 
     // The answer: 200, classified and recorded on the breaker.
     let class = classify_status(200, route, settings.auth_errors_fail_over);
-    let transition = permit.record(outcome_for(class, None), None, settings.breaker(protocol));
+    let transition = permit.record(class.breaker(), None, settings.breaker(protocol));
     debug_assert!(transition.is_none());
     black_box(cap);
     endpoint.config.id.0
@@ -296,7 +296,7 @@ fn decision_cases(rows: &mut Vec<[String; 4]>) {
     let settings = s.settings.breaker(Protocol::Claude);
     let t = measure(|| {
         let permit = endpoint.breaker.try_acquire(&endpoint.config.name, false).expect("permit");
-        black_box(permit.record(outcome_for(Class::Success, None), None, settings));
+        black_box(permit.record(AttemptOutcome::Success.breaker(), None, settings));
     });
     rows.push([
         "  part: `try_acquire` + `record(Success)`".into(),
@@ -336,12 +336,12 @@ fn classification_cases(rows: &mut Vec<[String; 4]>) {
     let t = measure(|| {
         for route in routes {
             for s in statuses {
-                black_box(outcome_for(classify_status(black_box(s), route, false), None));
+                black_box(classify_status(black_box(s), route, false).breaker());
             }
         }
     });
     rows.push([
-        "`classify_status` + `outcome_for`".into(),
+        "`classify_status` + `breaker()`".into(),
         "16 statuses × 4 routes".into(),
         fmt_per(t, statuses.len() * routes.len()),
         "per call".into(),

@@ -3,10 +3,12 @@
 
 pub mod attempt;
 pub mod backoff;
-pub mod classify;
 pub mod conversion;
+mod exchange;
+pub mod outcome;
 pub mod relay;
 pub mod request;
+mod respond;
 pub mod trail;
 pub mod upstream;
 
@@ -183,12 +185,12 @@ pub async fn handle(State(gw): State<Arc<Gateway>>, request: Request) -> Respons
             "invalid_path",
             "the request path has a '.' or '..' segment, which the gateway does not forward; send the path without it",
         );
-        return refuse(e, protocol, trail, &snapshot);
+        return respond::refuse(e, protocol, trail, &snapshot);
     }
     let hop = match check_hops(&gw, &parts.headers) {
         Ok(hop) => hop,
         Err(e) => {
-            let mut response = refuse(e, protocol, trail, &snapshot);
+            let mut response = respond::refuse(e, protocol, trail, &snapshot);
             // Tells the gateway that sent the request which instance found the loop: when it is
             // that gateway itself, it names its endpoint that points here (attempt loop).
             response.headers_mut().insert(X_CCMESH_LOOP, gw.hop_header.clone());
@@ -203,18 +205,8 @@ pub async fn handle(State(gw): State<Arc<Gateway>>, request: Request) -> Respons
         // (Should a client still be there after all, it learns what happened.)
         Err(error) if error.is_client_gone() => error.into_response(protocol),
         // Refused before any attempt: the client's request is wrong, or nothing can serve it.
-        Err(error) => refuse(error, protocol, trail, &snapshot),
+        Err(error) => respond::refuse(error, protocol, trail, &snapshot),
     }
-}
-
-/// Answer a request refused before any attempt, and close its record.
-fn refuse(error: GatewayError, protocol: Protocol, mut trail: Trail, snapshot: &Snapshot) -> Response {
-    let status = error.kind.status().as_u16();
-    trail.set_error("gateway", Some(error.code), &error.message, None);
-    let mut response = error.into_response(protocol);
-    trail.tag_response(response.headers_mut());
-    trail.finish(status, Default::default(), None, snapshot);
-    response
 }
 
 /// Read and check the request, and choose its candidates (SPEC §2 steps 0–3).

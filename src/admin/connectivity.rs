@@ -66,11 +66,11 @@ pub async fn test_endpoint(State(gw): State<Arc<Gateway>>, Path(name): Path<Stri
             (TestStatus::Unavailable, Some(format!("HTTP {code}: {snippet}")))
         }
         Ok(Err(e)) => {
-            let kind = crate::proxy::classify::classify_network_error(&e);
+            let kind = crate::proxy::outcome::classify_network_error(&e);
             (TestStatus::Unavailable, Some(kind.describe().to_string()))
         }
         Err(_) => {
-            (TestStatus::Unavailable, Some(crate::proxy::classify::NetworkErrorKind::Timeout.describe().to_string()))
+            (TestStatus::Unavailable, Some(crate::proxy::outcome::NetworkErrorKind::Timeout.describe().to_string()))
         }
     };
     let result = TestResult { status, at: Some(rfc3339(gw.clock.wall())), latency_ms: Some(latency_ms), error };

@@ -246,7 +246,7 @@ impl Client {
             anyhow!(
                 "cannot reach the gateway at {} ({}); is `ccmesh serve` running? Use --server or CCMESH_SERVER to point elsewhere",
                 self.server,
-                crate::proxy::classify::classify_network_error(&e).describe()
+                crate::proxy::outcome::classify_network_error(&e).describe()
             )
         })?;
         let status = resp.status();
@@ -505,7 +505,7 @@ async fn follow(client: &Client, args: &LogsArgs) -> anyhow::Result<String> {
             Ok(Some(c)) => c,
             Ok(None) => return Ok("the gateway closed the event stream".into()),
             Err(e) => {
-                bail!("the event stream broke: {}", crate::proxy::classify::classify_network_error(&e).describe())
+                bail!("the event stream broke: {}", crate::proxy::outcome::classify_network_error(&e).describe())
             }
         };
         let mut lines = Vec::new();

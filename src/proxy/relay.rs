@@ -17,11 +17,10 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame};
 use tokio::time::{Instant, Sleep};
 
-use crate::breaker::{Outcome, Permit};
+use crate::breaker::Permit;
 use crate::config::BreakerSettings;
 use crate::convert::StreamConversion;
 use crate::gateway::Gateway;
-use crate::observe::record::Classification;
 use crate::observe::usage::StreamUsage;
 use crate::protocol::Format;
 use crate::protocol::errors::{ErrorKind, stream_error_event};
@@ -30,8 +29,17 @@ use crate::protocol::stream_events::{EventKind, StreamContext, inspect_and_obser
 use crate::routing::RotationUpdate;
 use crate::snapshot::Snapshot;
 
-use super::classify::classify_network_error;
+use super::outcome::{self, StreamEnd, classify_network_error};
+use super::respond;
 use super::trail::Trail;
+
+/// An error event an upstream put in its stream.
+#[derive(Clone, Debug)]
+pub struct UpstreamError {
+    /// A rate-limit error (the breaker opens as RateLimited).
+    pub rate_limited: bool,
+    pub message: String,
+}
 
 /// What the observer has seen so far in a stream.
 #[derive(Clone, Debug, Default)]
@@ -41,8 +49,8 @@ pub struct StreamWatch {
     pub finish: bool,
     /// Any event other than preamble arrived.
     pub content: bool,
-    /// The first upstream error event: (rate limited, message).
-    pub error: Option<(bool, String)>,
+    /// The first upstream error event.
+    pub error: Option<UpstreamError>,
     /// The stream cannot be read as its protocol's events (an event over the size limit).
     pub malformed: Option<String>,
 }
@@ -60,7 +68,7 @@ impl StreamWatch {
             }
             EventKind::UpstreamError { rate_limited, message, .. } => {
                 if self.error.is_none() {
-                    self.error = Some((*rate_limited, message.clone()));
+                    self.error = Some(UpstreamError { rate_limited: *rate_limited, message: message.clone() });
                 }
             }
             EventKind::Content => self.content = true,
@@ -345,53 +353,35 @@ impl RelayState {
     /// Record the stream's outcome: success unless the upstream reported an error in it.
     fn finish(&mut self) {
         self.done = true;
-        let Some(permit) = self.permit.take() else { return };
-        match self.c.observer.watch.error.clone() {
-            Some((rate_limited, message)) => {
-                let outcome = if rate_limited { Outcome::RateLimited { retry_after: None } } else { Outcome::Broken };
-                let note = format!("upstream stream error: {message}");
-                let transition = permit.record(outcome, Some(&note), &self.c.breaker_settings);
-                let class = if rate_limited { Classification::RateLimited } else { Classification::Failure };
-                self.close_trail(class, Some(&note), transition.as_ref());
-            }
-            None => {
-                let transition = permit.record(Outcome::Success, None, &self.c.breaker_settings);
-                if let Some(update) = self.c.rotation {
-                    update.apply(&self.c.gw.rotation);
-                }
-                self.close_trail(Classification::Success, None, transition.as_ref());
-            }
-        }
+        let error = self.c.observer.watch.error.clone();
+        let note = error.as_ref().map(|e| format!("upstream stream error: {}", e.message));
+        let outcome = outcome::stream_end(error.map(|e| e.rate_limited), StreamEnd::Complete);
+        self.settle(outcome, note.as_deref());
     }
 
-    /// Close the decision trail with the stream's outcome, usage and model.
-    fn close_trail(
-        &mut self,
-        class: Classification,
-        error: Option<&str>,
-        transition: Option<&crate::breaker::Transition>,
-    ) {
-        let Some(mut trail) = self.c.trail.take() else { return };
-        trail.stream_ended(class, error, transition);
-        if let Some(message) = error {
-            trail.set_error("stream", None, message, None);
+    /// Record the stream's outcome in the breaker and the trail; after a success elsewhere
+    /// than where the request started, move the current endpoint (SPEC §3).
+    fn settle(&mut self, outcome: outcome::AttemptOutcome, note: Option<&str>) {
+        let Some(permit) = self.permit.take() else { return };
+        let transition = permit.record(outcome.breaker(), note, &self.c.breaker_settings);
+        if outcome == outcome::AttemptOutcome::Success
+            && let Some(update) = self.c.rotation
+        {
+            update.apply(&self.c.gw.rotation);
         }
-        let usage = &self.c.observer.usage;
-        trail.finish(200, usage.tokens(), usage.model().map(str::to_string), &self.c.snapshot);
+        if let Some(trail) = self.c.trail.take() {
+            let usage = &self.c.observer.usage;
+            respond::stream_ended(trail, &self.c.snapshot, outcome.classification(), note, transition.as_ref(), usage);
+        }
     }
 
     /// A failure after bytes reached the client: end the stream with the protocol's own error
     /// event (unless the upstream already sent one) and record a failure.
     fn fail(&mut self, message: String) {
         self.done = true;
-        if let Some(permit) = self.permit.take() {
-            let (outcome, class) = match &self.c.observer.watch.error {
-                Some((true, _)) => (Outcome::RateLimited { retry_after: None }, Classification::RateLimited),
-                _ => (Outcome::Broken, Classification::Failure),
-            };
-            let transition = permit.record(outcome, Some(&message), &self.c.breaker_settings);
-            self.close_trail(class, Some(&message), transition.as_ref());
-        }
+        let outcome =
+            outcome::stream_end(self.c.observer.watch.error.as_ref().map(|e| e.rate_limited), StreamEnd::Broken);
+        self.settle(outcome, Some(&message));
         if self.c.observer.watch.error.is_none() {
             let event = self.c.observer.error_event(&message);
             self.pending.push_back(event);

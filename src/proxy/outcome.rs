@@ -1,39 +1,125 @@
-//! SPEC §4: what an upstream result means for the client, the attempt loop and the breaker.
-//! Pure: the attempt loop and the breaker consume `Class`, never raw status codes.
+//! SPEC §4: what one attempt's result means, as one type. An [`AttemptOutcome`] says whose
+//! fault it was and where the request goes next; the breaker (`breaker()`) and the record
+//! (`classification()`) read their own views of it, so no caller maps one shape onto another.
+//!
+//! An outcome is decided at the response head for HTTP answers (`classify_status`), from the
+//! error type for attempts that got none (`classify_network_error`), and at the end of a
+//! stream (`stream_end`) — the same rule whether the answer was buffered or relayed: an upstream
+//! error event makes a failure, a clean end with the protocol's terminal event a success,
+//! anything else a failure. (pingora carries "who failed" and "may we retry" on one error;
+//! linkerd2-proxy classifies at the head and again at end of stream: the model here.)
+//! Pure: no I/O.
 
 use std::error::Error as StdError;
 use std::io;
 use std::time::Duration;
 
 use crate::breaker::Outcome;
+use crate::observe::record::Classification;
 use crate::protocol::Route;
 
+/// What an attempt's result means for the client, the attempt loop and the breaker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Class {
-    /// 2xx: return it; breaker success.
+pub enum AttemptOutcome {
+    /// 2xx: the client gets it; breaker success.
     Success,
-    /// The client's problem (400, 401, 405, ...) or a path the upstream lacks: return it
-    /// unchanged, do not retry, breaker neutral.
+    /// The client's problem (400, 401, 405, …), or a path the upstream lacks: the client gets
+    /// it unchanged, nothing is retried, the breaker sees nothing.
     Neutral,
-    /// The endpoint's problem: try the next endpoint; breaker failure (Broken).
-    Failure,
-    /// 429: next endpoint; breaker failure (RateLimited).
-    RateLimited,
+    /// The endpoint failed; `retry` says where the request goes next. Breaker failure (Broken).
+    Failure { retry: Retry },
+    /// 429, or an upstream's rate-limit error: next endpoint; breaker failure (RateLimited, the
+    /// cooldown from `Retry-After` when the upstream gave one).
+    RateLimited { retry_after: Option<Duration> },
+    /// The request's total deadline cut the attempt short: says nothing about the endpoint
+    /// (neutral), and the request ends.
+    CutByDeadline,
+}
+
+/// Where a request goes after an attempt failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retry {
+    /// A transient network error: the same endpoint again after `transient_retry_delay`, until
+    /// it has failed twice in a row (SPEC §3).
+    SameEndpoint,
+    /// The next candidate at once; this one may be tried again on a later lap.
+    NextEndpoint,
+    /// The next candidate, and not this one again within the request: asking again cannot help
+    /// (its answer could not be used, or the request came back to this gateway).
+    NextExcluding,
+}
+
+impl AttemptOutcome {
+    /// A failure that moves on at once.
+    pub const FAILURE: AttemptOutcome = AttemptOutcome::Failure { retry: Retry::NextEndpoint };
+
+    /// The endpoint's breaker's view.
+    pub fn breaker(self) -> Outcome {
+        match self {
+            AttemptOutcome::Success => Outcome::Success,
+            AttemptOutcome::Neutral | AttemptOutcome::CutByDeadline => Outcome::Neutral,
+            AttemptOutcome::Failure { .. } => Outcome::Broken,
+            AttemptOutcome::RateLimited { retry_after } => Outcome::RateLimited { retry_after },
+        }
+    }
+
+    /// The request record's view (a failure retried on the same endpoint shows as transient).
+    pub fn classification(self) -> Classification {
+        match self {
+            AttemptOutcome::Success => Classification::Success,
+            AttemptOutcome::Neutral | AttemptOutcome::CutByDeadline => Classification::Neutral,
+            AttemptOutcome::Failure { retry: Retry::SameEndpoint } => Classification::Transient,
+            AttemptOutcome::Failure { .. } => Classification::Failure,
+            AttemptOutcome::RateLimited { .. } => Classification::RateLimited,
+        }
+    }
+
+    /// Whether the endpoint failed (and the request may move on).
+    pub fn is_failure(self) -> bool {
+        matches!(self, AttemptOutcome::Failure { .. } | AttemptOutcome::RateLimited { .. })
+    }
+
+    /// The same outcome with the upstream's `Retry-After` (rate-limited outcomes only).
+    pub fn with_retry_after(self, retry_after: Option<Duration>) -> AttemptOutcome {
+        match self {
+            AttemptOutcome::RateLimited { .. } => AttemptOutcome::RateLimited { retry_after },
+            other => other,
+        }
+    }
 }
 
 /// Classify an upstream HTTP status for a request on `route`.
-pub fn classify_status(status: u16, route: Route, auth_errors_fail_over: bool) -> Class {
+pub fn classify_status(status: u16, route: Route, auth_errors_fail_over: bool) -> AttemptOutcome {
     match status {
-        200..=299 => Class::Success,
-        401 if auth_errors_fail_over => Class::Failure,
-        400 | 401 => Class::Neutral,
-        405 | 406 | 413 | 414 | 415 | 422 => Class::Neutral,
+        200..=299 => AttemptOutcome::Success,
+        401 if auth_errors_fail_over => AttemptOutcome::FAILURE,
+        400 | 401 => AttemptOutcome::Neutral,
+        405 | 406 | 413 | 414 | 415 | 422 => AttemptOutcome::Neutral,
         // Many Anthropic-compatible upstreams lack count_tokens; that is not a broken endpoint.
-        404 | 501 if route == Route::CountTokens => Class::Neutral,
+        404 | 501 if route == Route::CountTokens => AttemptOutcome::Neutral,
         // Scanners and misconfigured clients must not trip breakers through pass-through paths.
-        404 if matches!(route, Route::PassThrough { .. }) => Class::Neutral,
-        429 => Class::RateLimited,
-        _ => Class::Failure,
+        404 if matches!(route, Route::PassThrough { .. }) => AttemptOutcome::Neutral,
+        429 => AttemptOutcome::RateLimited { retry_after: None },
+        _ => AttemptOutcome::FAILURE,
+    }
+}
+
+/// How a stream (or the part of it held before content) ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamEnd {
+    /// The protocol's terminal event arrived and the body ended cleanly.
+    Complete,
+    /// Cut, idle, malformed, or ended without its terminal event.
+    Broken,
+}
+
+/// The outcome of a stream from how it ended and whether the upstream reported an error in it
+/// (`Some(rate_limited)`): an upstream error event decides, whatever came after.
+pub fn stream_end(upstream_error: Option<bool>, end: StreamEnd) -> AttemptOutcome {
+    match (upstream_error, end) {
+        (Some(true), _) => AttemptOutcome::RateLimited { retry_after: None },
+        (Some(false), _) | (None, StreamEnd::Broken) => AttemptOutcome::FAILURE,
+        (None, StreamEnd::Complete) => AttemptOutcome::Success,
     }
 }
 
@@ -131,16 +217,6 @@ fn io_kind(kind: io::ErrorKind) -> Option<NetworkErrorKind> {
     })
 }
 
-/// The breaker outcome of an HTTP answer.
-pub fn outcome_for(class: Class, retry_after: Option<Duration>) -> Outcome {
-    match class {
-        Class::Success => Outcome::Success,
-        Class::Neutral => Outcome::Neutral,
-        Class::Failure => Outcome::Broken,
-        Class::RateLimited => Outcome::RateLimited { retry_after },
-    }
-}
-
 /// Human text for the endpoint's `last_error` (health), never containing a key.
 pub fn status_note(status: u16) -> String {
     match status {
@@ -159,6 +235,10 @@ mod tests {
     const MSG: Route = Route::Protocol(Protocol::Claude);
     const PASS: Route = Route::PassThrough { anthropic: false };
 
+    use AttemptOutcome as Class;
+    const FAILURE: Class = Class::FAILURE;
+    const RATE_LIMITED: Class = Class::RateLimited { retry_after: None };
+
     #[test]
     fn the_classification_table_row_by_row() {
         let rows: &[(u16, Route, bool, Class)] = &[
@@ -167,7 +247,7 @@ mod tests {
             (204, PASS, false, Class::Success),
             (400, MSG, false, Class::Neutral),
             (401, MSG, false, Class::Neutral),
-            (401, MSG, true, Class::Failure),
+            (401, MSG, true, FAILURE),
             (400, MSG, true, Class::Neutral),
             (405, MSG, false, Class::Neutral),
             (406, MSG, false, Class::Neutral),
@@ -180,19 +260,19 @@ mod tests {
             (404, Route::CountTokens, false, Class::Neutral),
             (405, Route::CountTokens, false, Class::Neutral),
             (501, Route::CountTokens, false, Class::Neutral),
-            (404, MSG, false, Class::Failure),
-            (404, Route::Protocol(Protocol::Openai), false, Class::Failure),
-            (501, MSG, false, Class::Failure),
-            (403, MSG, false, Class::Failure),
-            (500, MSG, false, Class::Failure),
-            (502, MSG, false, Class::Failure),
-            (503, MSG, false, Class::Failure),
-            (529, MSG, false, Class::Failure),
-            (302, MSG, false, Class::Failure),
-            (408, MSG, false, Class::Failure),
-            (409, MSG, false, Class::Failure),
-            (429, MSG, false, Class::RateLimited),
-            (429, PASS, false, Class::RateLimited),
+            (404, MSG, false, FAILURE),
+            (404, Route::Protocol(Protocol::Openai), false, FAILURE),
+            (501, MSG, false, FAILURE),
+            (403, MSG, false, FAILURE),
+            (500, MSG, false, FAILURE),
+            (502, MSG, false, FAILURE),
+            (503, MSG, false, FAILURE),
+            (529, MSG, false, FAILURE),
+            (302, MSG, false, FAILURE),
+            (408, MSG, false, FAILURE),
+            (409, MSG, false, FAILURE),
+            (429, MSG, false, RATE_LIMITED),
+            (429, PASS, false, RATE_LIMITED),
         ];
         for &(status, route, fail_over, want) in rows {
             assert_eq!(
@@ -242,11 +322,37 @@ mod tests {
 
     #[test]
     fn outcomes_and_notes() {
-        assert_eq!(outcome_for(Class::Failure, None), Outcome::Broken);
+        assert_eq!(FAILURE.breaker(), Outcome::Broken);
         assert_eq!(
-            outcome_for(Class::RateLimited, Some(Duration::from_secs(2))),
+            RATE_LIMITED.with_retry_after(Some(Duration::from_secs(2))).breaker(),
             Outcome::RateLimited { retry_after: Some(Duration::from_secs(2)) }
         );
         assert_eq!(status_note(401), "upstream rejected the API key (401)");
+    }
+
+    #[test]
+    fn each_outcome_has_one_breaker_and_one_record_view() {
+        let rows = [
+            (Class::Success, Outcome::Success, Classification::Success),
+            (Class::Neutral, Outcome::Neutral, Classification::Neutral),
+            (Class::CutByDeadline, Outcome::Neutral, Classification::Neutral),
+            (Class::Failure { retry: Retry::SameEndpoint }, Outcome::Broken, Classification::Transient),
+            (Class::Failure { retry: Retry::NextEndpoint }, Outcome::Broken, Classification::Failure),
+            (Class::Failure { retry: Retry::NextExcluding }, Outcome::Broken, Classification::Failure),
+            (RATE_LIMITED, Outcome::RateLimited { retry_after: None }, Classification::RateLimited),
+        ];
+        for (outcome, breaker, record) in rows {
+            assert_eq!(outcome.breaker(), breaker, "{outcome:?}");
+            assert_eq!(outcome.classification(), record, "{outcome:?}");
+        }
+        assert_eq!(Class::Neutral.with_retry_after(Some(Duration::from_secs(1))), Class::Neutral);
+    }
+
+    #[test]
+    fn a_stream_ends_by_one_rule() {
+        assert_eq!(stream_end(None, StreamEnd::Complete), Class::Success);
+        assert_eq!(stream_end(None, StreamEnd::Broken), FAILURE);
+        assert_eq!(stream_end(Some(false), StreamEnd::Complete), FAILURE, "an error event decides");
+        assert_eq!(stream_end(Some(true), StreamEnd::Broken), RATE_LIMITED);
     }
 }

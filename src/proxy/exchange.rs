@@ -1,0 +1,434 @@
+//! One attempt (SPEC §3–§6): build the upstream request (the client's bytes, a rewritten model,
+//! or a converted body), send it under its timeouts, read the answer — in full, or for a stream
+//! up to its first content event with the preamble held back — and classify it. The breaker
+//! and the decision trail learn the outcome here; what the client gets is decided by the loop.
+
+use std::sync::Arc;
+
+use axum::http::{HeaderValue, StatusCode};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+
+use super::attempt::{Buffered, Run};
+use super::conversion;
+use super::outcome::{AttemptOutcome, NetworkErrorKind, Retry, classify_network_error, classify_status, status_note};
+use super::relay::{Committed, StreamObserver, Transform};
+use super::request::splice_model;
+use super::upstream::{UpstreamBodyError, UpstreamResponse, join_url, read_body, request_headers, response_headers};
+use crate::breaker::Permit;
+use crate::breaker::retry_after::parse_retry_after;
+use crate::convert::ir::{ConvertError, EncodeContext};
+use crate::convert::{StreamConversion, upstream_path};
+use crate::observe::record::Tokens;
+use crate::observe::usage;
+use crate::protocol::errors::{ErrorKind, GatewayError};
+use crate::protocol::{Format, Route};
+use crate::snapshot::LiveEndpoint;
+
+/// Largest preamble held back before giving up on finding content and relaying anyway.
+const MAX_HELD_PREAMBLE: usize = 64 * 1024;
+
+/// What one attempt produced. The breaker and the trail have been told (for a committed stream,
+/// the relay tells them when it ends).
+pub(super) enum Exchanged {
+    /// An upstream answer read in full, classified; `usage` for a success; `probe`: the attempt
+    /// was a half-open breaker's probe.
+    Answer { answer: Buffered, outcome: AttemptOutcome, usage: Option<(Tokens, Option<String>)>, probe: bool },
+    /// A stream that reached its first content event: its response now belongs to the client.
+    Committed(axum::response::Response),
+    /// No usable answer: a network error, a timeout, a stream that failed before content, an
+    /// answer that cannot be used, or the total deadline.
+    NoAnswer { outcome: AttemptOutcome, kind: NetworkErrorKind, detail: String },
+    /// `count_tokens` on an endpoint that lacks it: answer with the gateway's estimate.
+    Estimate,
+}
+
+/// The next data chunk of an upstream body (trailers skipped), `None` at its end.
+async fn next_data(body: &mut hyper::body::Incoming) -> Option<Result<Bytes, hyper::Error>> {
+    loop {
+        match body.frame().await? {
+            Ok(frame) => match frame.into_data() {
+                Ok(data) => return Some(Ok(data)),
+                Err(_trailers) => continue,
+            },
+            Err(e) => return Some(Err(e)),
+        }
+    }
+}
+
+/// The outcome of a network error before any answer: today every one is retried on the same
+/// endpoint (SPEC §4's transient row).
+const TRANSIENT: AttemptOutcome = AttemptOutcome::Failure { retry: Retry::SameEndpoint };
+/// An answer that cannot be used: asking that endpoint again cannot help.
+const UNUSABLE: AttemptOutcome = AttemptOutcome::Failure { retry: Retry::NextExcluding };
+
+impl Run {
+    /// The body to send to `endpoint`: the client's bytes unless its model must change.
+    fn native_body(&mut self, endpoint: &LiveEndpoint) -> Bytes {
+        let (Some(model), Some(span)) = (self.inbound.model.as_deref(), self.inbound.model_span.clone()) else {
+            return self.inbound.body.clone();
+        };
+        let target = endpoint.config.map_model(model);
+        if target == model && !self.inbound.model_prefixed {
+            return self.inbound.body.clone();
+        }
+        if let Some((_, body)) = self.rewritten.iter().find(|(m, _)| m == target) {
+            return body.clone();
+        }
+        let body = splice_model(&self.inbound.body, span, target);
+        self.rewritten.push((target.to_string(), body.clone()));
+        body
+    }
+
+    /// The converted body for an endpoint of another format.
+    pub(super) fn converted_body(&mut self, endpoint: &LiveEndpoint) -> Result<Bytes, ConvertError> {
+        let model = self.inbound.model.as_deref().unwrap_or_default();
+        let target = endpoint.config.map_model(model).to_string();
+        self.conversion.body(&self.inbound.body, endpoint.config.format, &target)
+    }
+
+    fn encode_context(&mut self) -> EncodeContext {
+        let now = self.gw.clock.wall().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let model = self.inbound.model.clone().unwrap_or_default();
+        self.conversion.context(&self.inbound.body, &model, now)
+    }
+
+    /// Record an attempt's outcome in the endpoint's breaker and in the decision trail.
+    fn settle(
+        &mut self,
+        permit: Permit,
+        outcome: AttemptOutcome,
+        note: Option<&str>,
+        status: Option<u16>,
+        error_kind: Option<&str>,
+    ) {
+        let settings = self.snapshot.settings.clone();
+        let transition = permit.record(outcome.breaker(), note, settings.breaker(self.protocol()));
+        if let Some(t) = self.trail.as_mut() {
+            t.end_attempt(status, outcome.classification(), error_kind, note, transition.as_ref());
+        }
+    }
+
+    /// An attempt that got no usable answer: settled, and reported to the loop.
+    fn no_answer(
+        &mut self,
+        permit: Permit,
+        outcome: AttemptOutcome,
+        kind: NetworkErrorKind,
+        note: String,
+        status: Option<u16>,
+        error_kind: &str,
+    ) -> Exchanged {
+        self.settle(permit, outcome, Some(&note), status, Some(error_kind));
+        Exchanged::NoAnswer { outcome, kind, detail: note }
+    }
+
+    /// SPEC §15.1: the attempt in progress is cut short by the request's total deadline. That
+    /// says nothing about the endpoint: neutral for its breaker.
+    fn cut_by_deadline(&mut self, permit: Permit) -> Exchanged {
+        let note = "cut short by the request's total deadline".to_string();
+        self.no_answer(permit, AttemptOutcome::CutByDeadline, NetworkErrorKind::Timeout, note, None, "total_deadline")
+    }
+
+    /// Send one attempt to `endpoint` and classify what came back.
+    pub(super) async fn exchange(&mut self, endpoint: &Arc<LiveEndpoint>, permit: Permit, number: usize) -> Exchanged {
+        let protocol = self.protocol();
+        let settings = self.snapshot.settings.clone();
+        let timeouts = settings.timeouts(protocol);
+        let format = endpoint.config.format;
+        let converting = matches!(self.inbound.route, Route::Protocol(_)) && self.conversion.needed(format);
+        let (url, body) = if converting {
+            let body = match self.converted_body(endpoint) {
+                Ok(b) => b,
+                // Candidates were checked before the loop; a failure here is a bug, not the
+                // endpoint's fault: neutral, try the next one.
+                Err(e) => {
+                    drop(permit);
+                    return Exchanged::NoAnswer {
+                        outcome: AttemptOutcome::FAILURE,
+                        kind: NetworkErrorKind::Other,
+                        detail: e.message,
+                    };
+                }
+            };
+            (join_url(&endpoint.config.base_url, format, upstream_path(format), None), body)
+        } else {
+            let url = join_url(&endpoint.config.base_url, format, &self.inbound.rest, self.inbound.query.as_deref());
+            (url, self.native_body(endpoint))
+        };
+        let mut headers = request_headers(&self.inbound.headers, endpoint, &self.inbound.hop);
+        if converting {
+            let foreign: Vec<_> =
+                headers.keys().filter(|name| conversion::foreign_header(name.as_str(), format)).cloned().collect();
+            for name in foreign {
+                headers.remove(name);
+            }
+        }
+        let sent_at = tokio::time::Instant::now();
+        let head_limit = if self.inbound.stream { timeouts.first_byte } else { timeouts.request };
+        let request = self.gw.client.send(self.inbound.method.clone(), &url, headers, body);
+
+        let response = match tokio::time::timeout_at((sent_at + head_limit).min(self.deadline), request).await {
+            Err(_) if sent_at + head_limit > self.deadline => return self.cut_by_deadline(permit),
+            Err(_) => {
+                let note = format!("no response headers within {:.1} s", head_limit.as_secs_f64());
+                return self.no_answer(permit, TRANSIENT, NetworkErrorKind::Timeout, note, None, "timeout");
+            }
+            Ok(Err(e)) => {
+                let kind = classify_network_error(&e);
+                let note = kind.describe().to_string();
+                return self.no_answer(permit, TRANSIENT, kind, note, None, kind.as_str());
+            }
+            Ok(Ok(r)) => r,
+        };
+
+        let status = response.status();
+        let outcome = classify_status(status.as_u16(), self.inbound.route, settings.auth_errors_fail_over);
+        let is_sse = response
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+
+        if outcome == AttemptOutcome::Success && is_sse {
+            let transform = if converting {
+                let ctx = self.encode_context();
+                Transform::Convert(Box::new(StreamConversion::new(format, self.conversion.client, ctx)))
+            } else {
+                Transform::Pass
+            };
+            let observer = StreamObserver::new(
+                format,
+                Format::native_to(protocol),
+                transform,
+                settings.limits.max_sse_event_bytes,
+            );
+            return self.hold_preamble(endpoint, permit, response, observer, sent_at, number).await;
+        }
+
+        // Everything else is read in full: error bodies are small, and a non-streaming answer
+        // that breaks mid-body can still fail over invisibly.
+        let (head, response_body) = response.into_parts();
+        let mut headers = head.headers;
+        let body_deadline = sent_at
+            + if self.inbound.stream && outcome != AttemptOutcome::Success {
+                timeouts.first_byte
+            } else {
+                timeouts.request
+            };
+        let limit = settings.limits.max_upstream_body_bytes;
+        let code = Some(status.as_u16());
+        let mut body = match tokio::time::timeout_at(body_deadline.min(self.deadline), read_body(response_body, limit))
+            .await
+        {
+            Err(_) if body_deadline > self.deadline => return self.cut_by_deadline(permit),
+            Ok(Ok(b)) => b,
+            Ok(Err(UpstreamBodyError::TooLarge { limit })) => {
+                // Reading stops at the limit: the endpoint's answer cannot be relayed, and the
+                // gateway's memory is not the upstream's to fill.
+                let note =
+                    format!("the upstream's answer is larger than limits.max_upstream_body_bytes ({limit} bytes)");
+                return self.no_answer(permit, UNUSABLE, NetworkErrorKind::BadAnswer, note, code, "response_too_large");
+            }
+            Ok(Err(UpstreamBodyError::Network(e))) => {
+                let kind = classify_network_error(&e);
+                let note = format!("{} while reading the body", kind.describe());
+                return self.no_answer(permit, TRANSIENT, kind, note, code, kind.as_str());
+            }
+            Err(_) => {
+                let note = "the response body did not complete in time".to_string();
+                return self.no_answer(permit, TRANSIENT, NetworkErrorKind::Timeout, note, code, "timeout");
+            }
+        };
+        if outcome != AttemptOutcome::Success {
+            // What the upstream said, for whoever debugs it; the log writer masks any key in it.
+            tracing::debug!(
+                event = "upstream_error_body",
+                endpoint = %endpoint.config.name,
+                status = status.as_u16(),
+                body = %crate::proxy::trail::error_excerpt(&body),
+                "upstream answered with an error"
+            );
+        }
+        // Usage and the answering model come from the upstream's own answer, before conversion.
+        let answered = (outcome == AttemptOutcome::Success).then(|| usage::from_body(format, &body));
+        let looped = status == StatusCode::LOOP_DETECTED
+            && headers.get(super::X_CCMESH_LOOP).is_some_and(|v| v.as_bytes() == self.gw.instance_id.as_bytes());
+        let mut outcome = outcome;
+        if looped {
+            // Our own request came back to us: name the endpoint that points here, and do not
+            // send it there again. The body is made in the client's protocol, so it is not
+            // converted.
+            let name = &endpoint.config.name;
+            let e = GatewayError::new(
+                ErrorKind::LoopDetected,
+                "loop_detected",
+                format!(
+                    "loop detected: endpoint {name} points back at this gateway; change its base_url with `ccmesh endpoint edit {name} --base-url URL`"
+                ),
+            );
+            body = Bytes::from(e.body(protocol).to_string());
+            outcome = UNUSABLE;
+            headers = axum::http::HeaderMap::new();
+            headers.insert(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        } else if converting {
+            let client = self.conversion.client;
+            if outcome == AttemptOutcome::Success {
+                let ctx = self.encode_context();
+                match conversion::success_body(format, client, &body, &ctx) {
+                    Ok(converted) => body = converted,
+                    Err(e) => {
+                        // A 2xx we cannot read is no answer at all: this endpoint's failure.
+                        let note = format!("the upstream's answer is not a valid {format} response: {}", e.message);
+                        let kind = NetworkErrorKind::BadAnswer;
+                        return self.no_answer(permit, UNUSABLE, kind, note, code, "invalid_response");
+                    }
+                }
+            } else {
+                body = conversion::error_body(format, client, status.as_u16(), &body);
+            }
+            headers = conversion::converted_headers(&headers, "application/json");
+        }
+        let retry_after = headers
+            .get(axum::http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| parse_retry_after(v, self.gw.clock.wall()));
+        let outcome = outcome.with_retry_after(retry_after);
+        // A client's bad request says nothing about the endpoint; a rejected key does.
+        let note = match outcome {
+            AttemptOutcome::Success | AttemptOutcome::CutByDeadline => None,
+            AttemptOutcome::Neutral => (status == StatusCode::UNAUTHORIZED).then(|| status_note(401)),
+            AttemptOutcome::Failure { .. } | AttemptOutcome::RateLimited { .. } => Some(status_note(status.as_u16())),
+        };
+        let probe = permit.is_probe();
+        self.settle(permit, outcome, note.as_deref(), code, None);
+        if outcome == AttemptOutcome::Neutral
+            && self.inbound.route == Route::CountTokens
+            && matches!(status.as_u16(), 404 | 405 | 501)
+        {
+            return Exchanged::Estimate;
+        }
+        let usage = if outcome == AttemptOutcome::Success { answered } else { None };
+        Exchanged::Answer { answer: Buffered { status, headers, body }, outcome, usage, probe }
+    }
+
+    /// SPEC §6: read the stream until its first content event, holding back the preamble, so
+    /// that anything that goes wrong before that point can still fail over invisibly.
+    async fn hold_preamble(
+        &mut self,
+        endpoint: &Arc<LiveEndpoint>,
+        permit: Permit,
+        response: UpstreamResponse,
+        mut observer: StreamObserver,
+        sent_at: tokio::time::Instant,
+        number: usize,
+    ) -> Exchanged {
+        let protocol = self.protocol();
+        let settings = self.snapshot.settings.clone();
+        let timeouts = settings.timeouts(protocol);
+        let status = response.status();
+        let code = Some(status.as_u16());
+        let mut headers = response_headers(response.headers());
+        if observer.converts() {
+            headers = conversion::converted_headers(&headers, "text/event-stream");
+        }
+        let mut upstream = response.into_body();
+        let mut held: Vec<Bytes> = Vec::new();
+        let mut received = 0usize;
+        let first_byte_deadline = sent_at + timeouts.first_byte;
+        // Until the stream is committed the total deadline holds too (SPEC §15.1).
+        let deadline = self.deadline;
+
+        loop {
+            let deadline_for = match (received == 0, timeouts.idle) {
+                (true, _) => Some(first_byte_deadline),
+                (false, Some(idle)) => Some(tokio::time::Instant::now() + idle),
+                (false, None) => None,
+            };
+            let cut_by_deadline = deadline_for.is_none_or(|d| d > deadline);
+            let next =
+                tokio::time::timeout_at(deadline_for.map_or(deadline, |d| d.min(deadline)), next_data(&mut upstream))
+                    .await;
+            if next.is_err() && cut_by_deadline {
+                return self.cut_by_deadline(permit);
+            }
+            match next {
+                Err(_) if received == 0 => {
+                    let note = format!(
+                        "no stream data within the first-byte timeout ({:.1} s)",
+                        timeouts.first_byte.as_secs_f64()
+                    );
+                    let kind = NetworkErrorKind::Timeout;
+                    return self.no_answer(permit, TRANSIENT, kind, note, code, kind.as_str());
+                }
+                Err(_) => {
+                    let note = "the stream went idle before any content".to_string();
+                    let kind = NetworkErrorKind::Timeout;
+                    return self.no_answer(permit, AttemptOutcome::FAILURE, kind, note, code, kind.as_str());
+                }
+                Ok(Some(Err(e))) => {
+                    let kind = classify_network_error(&e);
+                    let note = format!("{} before any content", kind.describe());
+                    return self.no_answer(permit, TRANSIENT, kind, note, code, kind.as_str());
+                }
+                Ok(None) => {
+                    if observer.watch.terminal {
+                        break;
+                    }
+                    let note = "the stream ended before any content".to_string();
+                    let kind = NetworkErrorKind::UnexpectedEof;
+                    return self.no_answer(permit, AttemptOutcome::FAILURE, kind, note, code, kind.as_str());
+                }
+                Ok(Some(Ok(chunk))) => {
+                    received += chunk.len();
+                    if let Some(out) = observer.chunk(chunk) {
+                        held.push(out);
+                    }
+                    if let Some(problem) = observer.watch.malformed.clone() {
+                        let note = format!("{problem}, before any content");
+                        let kind = NetworkErrorKind::BadAnswer;
+                        return self.no_answer(permit, UNUSABLE, kind, note, code, kind.as_str());
+                    }
+                    if let Some(error) = observer.watch.error.clone() {
+                        // An error event before any content: a failure of this endpoint that the
+                        // client never sees (the common way providers report overload). If it is
+                        // the last attempt, the client gets it as an HTTP error of its protocol.
+                        let note = format!("upstream stream error before content: {}", error.message);
+                        let outcome =
+                            super::outcome::stream_end(Some(error.rate_limited), super::outcome::StreamEnd::Broken);
+                        let (kind, status) = if error.rate_limited {
+                            (ErrorKind::RateLimited, StatusCode::TOO_MANY_REQUESTS)
+                        } else {
+                            (ErrorKind::BadGateway, StatusCode::BAD_GATEWAY)
+                        };
+                        let probe = permit.is_probe();
+                        self.settle(permit, outcome, Some(&note), Some(200), Some("stream_error"));
+                        let body = Bytes::from(
+                            GatewayError::new(kind, "upstream_stream_error", note).body(protocol).to_string(),
+                        );
+                        let mut headers = axum::http::HeaderMap::new();
+                        headers.insert(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                        let answer = Buffered { status, headers, body };
+                        return Exchanged::Answer { answer, outcome, usage: None, probe };
+                    }
+                    if observer.watch.content || received > MAX_HELD_PREAMBLE {
+                        break;
+                    }
+                }
+            }
+        }
+
+        let committed = Committed {
+            gw: self.gw.clone(),
+            snapshot: self.snapshot.clone(),
+            breaker_settings: settings.breaker(protocol).clone(),
+            idle_timeout: timeouts.idle,
+            max_duration: timeouts.max_stream_duration,
+            held,
+            observer,
+            rotation: self.rotation_update(endpoint.config.id),
+            trail: None,
+        };
+        Exchanged::Committed(self.stream(status, headers, number, &endpoint.config.name, committed, permit, upstream))
+    }
+}

@@ -1,0 +1,201 @@
+//! The one way out: every answer a client gets — an upstream's, a gateway-made error, the local
+//! token estimate, a committed stream — leaves through here, which tags it (`x-ccmesh-attempts`,
+//! `x-ccmesh-endpoint`, `x-ccmesh-request-id`, `Server-Timing`), masks keys in error bodies,
+//! and finishes the request's record (for a stream: hands the record to the relay, whose end
+//! closes it with `stream_ended`).
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+
+use super::attempt::{Buffered, Run};
+use super::relay::{self, Committed};
+use super::trail::Trail;
+use super::upstream::response_headers;
+use crate::breaker::{Permit, Transition};
+use crate::convert::count_tokens;
+use crate::observe::record::{Classification, Tokens};
+use crate::observe::usage::StreamUsage;
+use crate::protocol::Protocol;
+use crate::protocol::errors::{ErrorKind, GatewayError};
+use crate::snapshot::Snapshot;
+
+const X_CCMESH_ATTEMPTS: HeaderName = HeaderName::from_static("x-ccmesh-attempts");
+const X_CCMESH_ENDPOINT: HeaderName = HeaderName::from_static("x-ccmesh-endpoint");
+
+/// `x-ccmesh-attempts` and, when an endpoint was tried, `x-ccmesh-endpoint` (SPEC §3).
+fn tag(headers: &mut HeaderMap, attempts: usize, endpoint: Option<&str>) {
+    headers.insert(X_CCMESH_ATTEMPTS, HeaderValue::from(attempts));
+    if let Some(Ok(v)) = endpoint.map(HeaderValue::from_str) {
+        headers.insert(X_CCMESH_ENDPOINT, v);
+    }
+}
+
+/// A request refused before any attempt (bad request, nothing configured, a loop): the
+/// gateway's error in the client's protocol, and the record closed.
+pub fn refuse(error: GatewayError, protocol: Protocol, mut trail: Trail, snapshot: &Snapshot) -> Response {
+    let status = error.kind.status().as_u16();
+    trail.set_error("gateway", Some(error.code), &error.message, None);
+    let mut response = error.into_response(protocol);
+    trail.tag_response(response.headers_mut());
+    trail.finish(status, Tokens::default(), None, snapshot);
+    response
+}
+
+/// A committed stream ended: its attempt's final outcome, its usage and model, the record closed.
+pub fn stream_ended(
+    mut trail: Trail,
+    snapshot: &Snapshot,
+    class: Classification,
+    error: Option<&str>,
+    transition: Option<&Transition>,
+    usage: &StreamUsage,
+) {
+    trail.stream_ended(class, error, transition);
+    if let Some(message) = error {
+        trail.set_error("stream", None, message, None);
+    }
+    trail.finish(200, usage.tokens(), usage.model().map(str::to_string), snapshot);
+}
+
+impl Run {
+    /// An upstream's answer (a success, a neutral answer, or the last failure) to the client.
+    /// `usage`: tokens and model of a successful answer.
+    pub(super) fn answer(
+        &mut self,
+        answer: Buffered,
+        attempts: usize,
+        endpoint: &str,
+        usage: Option<(Tokens, Option<String>)>,
+    ) -> Response {
+        let status = answer.status.as_u16();
+        let mut body = answer.body;
+        if status >= 400 {
+            // An upstream that rejects a key often quotes it: the client must not receive the
+            // endpoint's key (SPEC §15.6). Only error bodies are scanned.
+            let query = self.inbound.query.as_deref();
+            let credential = super::presented_credential(&self.inbound.headers, query);
+            if let Some(clean) = crate::redact::current().scrub_bytes(&body, credential.as_deref()) {
+                body = Bytes::from(clean);
+            }
+            if let Some(t) = self.trail.as_mut() {
+                t.set_error("upstream", None, &format!("upstream answered HTTP {status}"), Some(&body));
+            }
+        }
+        let mut response = Response::new(Body::from(body));
+        *response.status_mut() = answer.status;
+        *response.headers_mut() = response_headers(&answer.headers);
+        tag(response.headers_mut(), attempts, Some(endpoint));
+        if let Some(mut t) = self.trail.take() {
+            t.tag_response(response.headers_mut());
+            let (tokens, model) = usage.unwrap_or_default();
+            t.finish(status, tokens, model, &self.snapshot);
+        }
+        response
+    }
+
+    /// The most recent upstream answer of a request that got no better one.
+    pub(super) fn last_answer(
+        &mut self,
+        answer: Option<Buffered>,
+        attempts: usize,
+        endpoint: Option<&str>,
+    ) -> Response {
+        match answer {
+            Some(a) => self.answer(a, attempts, endpoint.unwrap_or(""), None),
+            None => self.error(
+                GatewayError::new(ErrorKind::BadGateway, "upstream_unreachable", "no upstream answered"),
+                attempts,
+                endpoint,
+            ),
+        }
+    }
+
+    /// A gateway-made error in the client's protocol.
+    pub(super) fn error(&mut self, error: GatewayError, attempts: usize, endpoint: Option<&str>) -> Response {
+        let status = error.kind.status().as_u16();
+        if let Some(t) = self.trail.as_mut() {
+            t.set_error("gateway", Some(error.code), &error.message, None);
+        }
+        let mut response = error.into_response(self.protocol());
+        tag(response.headers_mut(), attempts, endpoint);
+        if let Some(mut t) = self.trail.take() {
+            t.tag_response(response.headers_mut());
+            t.finish(status, Tokens::default(), None, &self.snapshot);
+        }
+        response
+    }
+
+    /// The total deadline passed: the most recent upstream answer, else 504 (SPEC §15.1).
+    pub(super) fn deadline_over(
+        &mut self,
+        answer: Option<Buffered>,
+        attempts: usize,
+        endpoint: Option<&str>,
+    ) -> Response {
+        if answer.is_some() {
+            return self.last_answer(answer, attempts, endpoint);
+        }
+        let protocol = self.protocol();
+        let total = self.snapshot.settings.timeouts(protocol).total.as_secs_f64();
+        let e = GatewayError::new(
+            ErrorKind::GatewayTimeout,
+            "timeout",
+            format!(
+                "the request's total deadline (timeouts.{}.total_timeout_secs = {total} s) passed before an endpoint answered; check the endpoints' health, or raise the deadline",
+                protocol.as_str()
+            ),
+        );
+        self.error(e, attempts, endpoint)
+    }
+
+    /// `POST /v1/messages/count_tokens` answered by the gateway's own estimate.
+    pub(super) async fn token_estimate(&mut self, endpoint: Option<&str>, attempts: usize) -> Response {
+        let request = match self.conversion.request(&self.inbound.body) {
+            Ok(r) => r,
+            Err(e) => {
+                let e = GatewayError::new(ErrorKind::InvalidRequest, "invalid_request", e.message);
+                return self.error(e, attempts, endpoint);
+            }
+        };
+        let count = tokio::task::spawn_blocking(move || count_tokens::estimate(&request)).await.unwrap_or(0);
+        let mut response = axum::Json(serde_json::json!({"input_tokens": count})).into_response();
+        response
+            .headers_mut()
+            .insert(HeaderName::from_static("x-ccmesh-token-count"), HeaderValue::from_static("estimated"));
+        tag(response.headers_mut(), attempts, endpoint);
+        if let Some(mut t) = self.trail.take() {
+            t.tag_response(response.headers_mut());
+            t.finish(200, Tokens::default(), None, &self.snapshot);
+        }
+        response
+    }
+
+    /// A stream that reached its first content: the response head now, the body the relay;
+    /// the record goes with the relay and is closed when the stream ends.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn stream(
+        &mut self,
+        status: StatusCode,
+        headers: HeaderMap,
+        attempts: usize,
+        endpoint: &str,
+        mut committed: Committed,
+        permit: Permit,
+        upstream: hyper::body::Incoming,
+    ) -> Response {
+        let mut response = Response::new(Body::empty());
+        *response.status_mut() = status;
+        *response.headers_mut() = headers;
+        tag(response.headers_mut(), attempts, Some(endpoint));
+        let mut trail = self.trail.take();
+        if let Some(t) = trail.as_mut() {
+            t.stream_committed(status.as_u16());
+            t.tag_response(response.headers_mut());
+        }
+        committed.trail = trail;
+        *response.body_mut() = Body::new(relay::relay(committed, permit, upstream));
+        response
+    }
+}
