@@ -296,7 +296,7 @@ fn decision_cases(rows: &mut Vec<[String; 4]>) {
     let settings = s.settings.breaker(Protocol::Claude);
     let t = measure(|| {
         let permit = endpoint.breaker.try_acquire(&endpoint.config.name, false).expect("permit");
-        black_box(permit.record(AttemptOutcome::Success.breaker(), None, settings));
+        black_box(permit.record(AttemptOutcome::SUCCESS.breaker(), None, settings));
     });
     rows.push([
         "  part: `try_acquire` + `record(Success)`".into(),

@@ -96,6 +96,7 @@ fn generate(rng: &mut Rng, i: u64, n: u64) -> RequestRecord {
         status: 200,
         error: None,
         first_byte_ms: Some(total_ms / 5.0),
+        first_token_ms: None,
         total_ms,
         overhead_ms: 0.2 + rng.below(100) as f64 / 100.0,
         tokens: Tokens {

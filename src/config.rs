@@ -2,6 +2,7 @@
 //! `--config` TOML file. Everything is parsed, then validated into typed values with units.
 
 pub mod file;
+pub mod retry_rules;
 pub mod settings;
 
 pub use settings::{BreakerSettings, Limits, RoutingStrategy, Settings, Timeouts};

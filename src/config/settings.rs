@@ -64,6 +64,9 @@ impl BreakerSettings {
 pub struct Timeouts {
     /// Streaming: from send until the upstream's first body bytes.
     pub first_byte: Duration,
+    /// Streaming: from send until the first content event (the preamble does not count);
+    /// `None` = the same as `first_byte`.
+    pub first_token: Option<Duration>,
     /// Streaming: longest silence between chunks; `None` = disabled.
     pub idle: Option<Duration>,
     /// Non-streaming: the whole response.
@@ -76,9 +79,15 @@ pub struct Timeouts {
 }
 
 impl Timeouts {
+    /// The first-token deadline in force (SPEC §6: by default the first-byte one).
+    pub fn first_token(&self) -> Duration {
+        self.first_token.unwrap_or(self.first_byte)
+    }
+
     pub fn claude_defaults() -> Self {
         Self {
             first_byte: Duration::from_secs(90),
+            first_token: None,
             idle: Some(Duration::from_secs(180)),
             request: Duration::from_secs(600),
             total: Duration::from_secs(600),
@@ -88,6 +97,7 @@ impl Timeouts {
     pub fn openai_defaults() -> Self {
         Self {
             first_byte: Duration::from_secs(60),
+            first_token: None,
             idle: Some(Duration::from_secs(120)),
             request: Duration::from_secs(600),
             total: Duration::from_secs(600),
@@ -170,6 +180,14 @@ pub struct Settings {
     /// Host names besides the loopback ones that may reach the admin API and dashboard without
     /// an admin token (SPEC §15.7), lower-case, with or without a port.
     pub allowed_hosts: Vec<String>,
+    /// A 400 saying the prompt exceeds the model's context window moves to the next candidate.
+    pub context_window_fallback: bool,
+    /// Continue a stream cut after content reached the client on the next candidate.
+    pub stream_resume: bool,
+    /// Resumes per request, at most.
+    pub stream_resume_attempts: u32,
+    /// User retry rules, evaluated before the built-in classification (SPEC §4).
+    pub retry_rules: Vec<super::retry_rules::RetryRule>,
 }
 
 impl Default for Settings {
@@ -190,6 +208,10 @@ impl Default for Settings {
             retention: Duration::from_secs(30 * 86_400),
             limits: Limits::default(),
             allowed_hosts: Vec::new(),
+            context_window_fallback: true,
+            stream_resume: true,
+            stream_resume_attempts: 1,
+            retry_rules: Vec::new(),
         }
     }
 }
@@ -233,6 +255,7 @@ impl Settings {
                 p.as_str().into(),
                 json!({
                     "first_byte_timeout_secs": secs(t.first_byte),
+                    "first_token_timeout_secs": t.first_token.map(secs).unwrap_or(Value::Null),
                     "idle_timeout_secs": t.idle.map(secs).unwrap_or(json!(0)),
                     "request_timeout_secs": secs(t.request),
                     "total_timeout_secs": secs(t.total),
@@ -260,6 +283,10 @@ impl Settings {
                 "max_sse_event_bytes": l.max_sse_event_bytes,
             },
             "allowed_hosts": self.allowed_hosts,
+            "context_window_fallback": self.context_window_fallback,
+            "stream_resume": self.stream_resume,
+            "stream_resume_attempts": self.stream_resume_attempts,
+            "retry_rules": self.retry_rules.iter().map(super::retry_rules::RetryRule::to_json).collect::<Vec<_>>(),
         })
     }
 
@@ -289,8 +316,13 @@ impl Settings {
             if idle > 0.0 && idle < 0.1 {
                 return Err(t.error("idle_timeout_secs", "must be 0 (disabled) or between 0.1 and 3600"));
             }
+            let first_token = match t.get("first_token_timeout_secs")? {
+                Value::Null => None,
+                _ => Some(t.secs("first_token_timeout_secs", 0.1, 600.0)?),
+            };
             timeouts.push(Timeouts {
                 first_byte: t.secs("first_byte_timeout_secs", 0.1, 600.0)?,
+                first_token,
                 idle: (idle > 0.0).then(|| Duration::from_secs_f64(idle)),
                 request: t.secs("request_timeout_secs", 0.1, 3600.0)?,
                 total: t.secs("total_timeout_secs", 1.0, 3600.0)?,
@@ -324,6 +356,7 @@ impl Settings {
             max_sse_event_bytes: l.int_u64("max_sse_event_bytes", 1024, 1024 * 1024 * 1024)?,
         };
         let allowed_hosts = top.host_list("allowed_hosts")?;
+        let retry_rules = super::retry_rules::parse(top.get("retry_rules")?).map_err(SettingsError)?;
         Ok(Settings {
             breaker: to_array(breaker)?,
             timeouts: to_array(timeouts)?,
@@ -336,6 +369,10 @@ impl Settings {
             retention: Duration::from_secs(top.int_u64("retention_days", 1, 3650)? * 86_400),
             limits,
             allowed_hosts,
+            context_window_fallback: top.bool("context_window_fallback")?,
+            stream_resume: top.bool("stream_resume")?,
+            stream_resume_attempts: top.int("stream_resume_attempts", 0, 5)?,
+            retry_rules,
         })
     }
 
@@ -382,6 +419,9 @@ pub fn merge_checked(doc: &mut Value, patch: &Value, path: &str) -> Result<(), S
             if !value.is_array() {
                 return Err(SettingsError(format!("{full} must be a JSON array")));
             }
+            *slot = value.clone();
+        } else if slot.is_null() && !(value.is_object() || value.is_array()) {
+            // A setting that is unset by default (null) takes a plain value, or null again.
             *slot = value.clone();
         } else if value.is_object() || value.is_array() {
             return Err(SettingsError(format!("{full} must be a single value, not an object or array")));

@@ -706,6 +706,7 @@ mod tests {
             status,
             error: None,
             first_byte_ms: None,
+            first_token_ms: None,
             total_ms: 0.0,
             overhead_ms: 0.0,
             tokens: Tokens::default(),

@@ -100,6 +100,10 @@ pub struct RequestRecord {
     pub error: Option<RecordError>,
     /// Milliseconds until the first byte of the answer went to the client.
     pub first_byte_ms: Option<f64>,
+    /// Streams: milliseconds from arrival until the first content event arrived from the
+    /// upstream that answered (the preamble does not count).
+    #[serde(default)]
+    pub first_token_ms: Option<f64>,
     pub total_ms: f64,
     /// Time spent in ccmesh itself: total minus upstream time minus deliberate waits
     /// (backoff, retry delay), measured up to the first byte sent to the client.

@@ -15,7 +15,7 @@ use super::Inbound;
 use super::backoff::{WhenBlocked, when_blocked};
 use super::conversion::RequestConversion;
 use super::exchange::Exchanged;
-use super::outcome::{NetworkErrorKind, Retry};
+use super::outcome::{AttemptOutcome, NetworkErrorKind, Next, Verdict};
 use super::trail::Trail;
 use crate::breaker::Denied;
 use crate::convert::ir::ConvertError;
@@ -27,6 +27,7 @@ use crate::routing;
 use crate::snapshot::{LiveEndpoint, Snapshot};
 
 /// An upstream HTTP answer read in full.
+#[derive(Clone)]
 pub(super) struct Buffered {
     pub status: StatusCode,
     pub headers: axum::http::HeaderMap,
@@ -71,10 +72,34 @@ struct Progress {
     last_was_probe_429: bool,
     last_network: Option<(NetworkErrorKind, String)>,
     last_endpoint: Option<String>,
-    /// Endpoints out of the rest of this request (`Retry::NextExcluding`).
+    /// Endpoints out of the rest of this request (`Next::NextExcluding`).
     excluded: Vec<EndpointId>,
     /// An attempt was cut short by the total deadline.
     deadline_passed: bool,
+    /// The first answer that said the request belongs elsewhere (an unknown model, a prompt too
+    /// long), and whether every attempt answered so: then that one is the client's answer.
+    first_elsewhere: Option<Buffered>,
+    only_elsewhere: bool,
+    /// The last failure was a timeout (the gateway's own answer is then 504, not 502).
+    last_timed_out: bool,
+    /// SPEC §3 (beyond): an endpoint that answered 429 with `Retry-After` is not asked again
+    /// before then within this request.
+    not_before: Vec<(EndpointId, std::time::Instant)>,
+}
+
+impl Progress {
+    fn new() -> Self {
+        Progress { only_elsewhere: true, ..Progress::default() }
+    }
+
+    /// The upstream answer the client gets when nothing better came: the first "elsewhere"
+    /// answer when every attempt answered that way, else the most recent one.
+    fn best_answer(&mut self) -> Option<Buffered> {
+        if self.only_elsewhere && self.first_elsewhere.is_some() {
+            return self.first_elsewhere.take();
+        }
+        self.last_answer.take()
+    }
 }
 
 pub async fn run(
@@ -156,7 +181,7 @@ pub async fn run(
     }
     let explicit = explicit || pinned;
 
-    let mut p = Progress::default();
+    let mut p = Progress::new();
     let mut first_pass = true;
 
     'choose: loop {
@@ -198,7 +223,8 @@ pub async fn run(
                     break 'choose;
                 }
                 if p.deadline_passed || (p.attempts > 0 && tokio::time::Instant::now() >= run.deadline) {
-                    return run.deadline_over(p.last_answer.take(), p.attempts, p.last_endpoint.as_deref());
+                    let best = p.best_answer();
+                    return run.deadline_over(best, p.attempts, p.last_endpoint.as_deref());
                 }
                 let endpoint = live[index];
                 if p.excluded.contains(&endpoint.config.id) {
@@ -223,54 +249,73 @@ pub async fn run(
                         continue;
                     }
                 };
+                // An endpoint that said when to come back (a 429's Retry-After, its breaker still
+                // closed) is not asked before then: wait inside what is left of the backoff
+                // budget, else its 429 is the answer (SPEC §15.1).
+                if let Some(&(_, until)) = p.not_before.iter().find(|(id, _)| *id == endpoint.config.id) {
+                    let now = clock.now();
+                    if until > now {
+                        if until > budget_deadline {
+                            drop(permit);
+                            let best = p.best_answer();
+                            return run.last_answer(best, p.attempts, p.last_endpoint.as_deref());
+                        }
+                        let waited = tokio::time::Instant::now();
+                        clock.sleep_until(until).await;
+                        run.add_wait(waited.elapsed());
+                    }
+                }
                 denied_in_a_row.clear();
                 p.attempts += 1;
                 p.last_endpoint = Some(endpoint.config.name.clone());
                 run.begin_attempt(endpoint);
-                let (retry, cause) = match run.exchange(endpoint, permit, p.attempts).await {
+                let (outcome, cause) = match run.exchange(endpoint, permit, p.attempts).await {
                     Exchanged::Committed(response) => return response,
                     Exchanged::Estimate => {
                         // Many Anthropic-compatible relays lack count_tokens: our estimate.
                         return run.token_estimate(Some(&endpoint.config.name), p.attempts).await;
                     }
                     Exchanged::Answer { answer, outcome, usage, probe } => {
-                        if !outcome.is_failure() {
-                            if outcome == super::outcome::AttemptOutcome::Success {
+                        if outcome.next == Next::Answer || (pinned && outcome.next != Next::Repeat) {
+                            // A success, a neutral answer, a rule's `return` — or, with failover
+                            // off, whatever the one endpoint said.
+                            if outcome.is_success() {
                                 run.after_success(endpoint.config.id);
                             }
                             return run.answer(answer, p.attempts, &endpoint.config.name, usage);
                         }
-                        if pinned {
-                            // Failover is off: the endpoint's answer is the answer.
-                            return run.answer(answer, p.attempts, &endpoint.config.name, None);
-                        }
                         p.last_was_probe_429 = probe && answer.status == StatusCode::TOO_MANY_REQUESTS;
+                        if let Verdict::RateLimited { retry_after: Some(wait) } = outcome.verdict {
+                            p.not_before.push((endpoint.config.id, clock.now() + wait));
+                        }
                         let cause = format!("HTTP {}", answer.status.as_u16());
+                        if outcome == AttemptOutcome::ELSEWHERE {
+                            if p.first_elsewhere.is_none() {
+                                p.first_elsewhere = Some(answer.clone());
+                            }
+                        } else {
+                            p.only_elsewhere = false;
+                        }
                         p.last_answer = Some(answer);
                         p.last_was_answer = true;
-                        let retry = match outcome {
-                            super::outcome::AttemptOutcome::Failure { retry } => retry,
-                            _ => Retry::NextEndpoint,
-                        };
-                        (retry, cause)
+                        p.last_timed_out = false;
+                        (outcome, cause)
                     }
                     Exchanged::NoAnswer { outcome, kind, detail } => {
+                        p.last_timed_out = kind == NetworkErrorKind::Timeout && outcome.next != Next::End;
                         p.last_network = Some((kind, detail));
                         p.last_was_answer = false;
-                        match outcome {
-                            super::outcome::AttemptOutcome::CutByDeadline => {
-                                p.deadline_passed = true;
-                                (Retry::NextEndpoint, kind.as_str().to_string())
-                            }
-                            super::outcome::AttemptOutcome::Failure { retry } => (retry, kind.as_str().to_string()),
-                            _ => (Retry::NextEndpoint, kind.as_str().to_string()),
-                        }
+                        p.only_elsewhere = false;
+                        (outcome, kind.as_str().to_string())
                     }
                 };
-                match retry {
+                match outcome.next {
                     // SPEC §3: a transient network error retries the same endpoint after
-                    // `transient_retry_delay`, until it has failed twice in a row.
-                    Retry::SameEndpoint if same_endpoint_failures + 1 < 2 => {
+                    // `transient_retry_delay`, until it has failed twice in a row; a user rule's
+                    // `same` retries it until the attempt cap.
+                    Next::SameEndpoint | Next::Repeat
+                        if outcome.next == Next::Repeat || same_endpoint_failures + 1 < 2 =>
+                    {
                         same_endpoint_failures += 1;
                         // No timer for a zero delay: tokio rounds deadlines up to the next
                         // millisecond tick, which was most of a zero-delay failover's cost.
@@ -282,12 +327,13 @@ pub async fn run(
                         }
                         continue;
                     }
-                    Retry::NextExcluding => p.excluded.push(endpoint.config.id),
-                    Retry::SameEndpoint | Retry::NextEndpoint => {}
+                    Next::End => p.deadline_passed = true,
+                    Next::NextExcluding => p.excluded.push(endpoint.config.id),
+                    Next::SameEndpoint | Next::Repeat | Next::NextEndpoint | Next::Answer => {}
                 }
                 same_endpoint_failures = 0;
                 let next = routing::advance(index, live.len());
-                if p.attempts < cap && live.len() > 1 {
+                if p.attempts < cap && live.len() > 1 && !p.deadline_passed {
                     gw.events.failover(protocol.as_str(), &endpoint.config.name, &live[next].config.name, &cause);
                 }
                 index = next;
@@ -300,7 +346,8 @@ pub async fn run(
         // An earlier real answer beats a gateway-made error — except a 429 from a rate-limited
         // endpoint's probe, which re-enters the rate-limit backoff below (SPEC §3).
         if p.last_answer.is_some() && !p.last_was_probe_429 {
-            return run.last_answer(p.last_answer.take(), p.attempts, p.last_endpoint.as_deref());
+            let best = p.best_answer();
+            return run.last_answer(best, p.attempts, p.last_endpoint.as_deref());
         }
         let now = clock.now();
         match when_blocked(&denials, now, budget_deadline) {
@@ -328,7 +375,8 @@ pub async fn run(
             }
             WhenBlocked::AllOpen => {
                 if p.last_answer.is_some() {
-                    return run.last_answer(p.last_answer.take(), p.attempts, p.last_endpoint.as_deref());
+                    let best = p.best_answer();
+                    return run.last_answer(best, p.attempts, p.last_endpoint.as_deref());
                 }
                 let mut message = "all candidate endpoints are circuit-open; retry later, or reset a breaker with POST /api/endpoints/{name}/reset".to_string();
                 if let Some((kind, detail)) = &p.last_network {
@@ -342,10 +390,14 @@ pub async fn run(
 
     // Attempts exhausted (SPEC §3).
     gw.events.candidates_exhausted(protocol.as_str(), p.attempts, p.last_endpoint.as_deref().unwrap_or(""));
-    if p.last_was_answer {
-        return run.last_answer(p.last_answer.take(), p.attempts, p.last_endpoint.as_deref());
+    if p.last_was_answer || (p.only_elsewhere && p.first_elsewhere.is_some()) {
+        let best = p.best_answer();
+        return run.last_answer(best, p.attempts, p.last_endpoint.as_deref());
     }
     let message = match &p.last_network {
+        Some((kind, detail)) if detail.as_str() == kind.describe() => {
+            format!("{detail} after {} attempt(s); check the endpoint's base_url and health", p.attempts)
+        }
         Some((kind, detail)) => format!(
             "{} ({detail}) after {} attempt(s); check the endpoint's base_url and health",
             kind.describe(),
@@ -353,11 +405,9 @@ pub async fn run(
         ),
         None => format!("no upstream answered after {} attempt(s)", p.attempts),
     };
-    run.error(
-        GatewayError::new(ErrorKind::BadGateway, "upstream_unreachable", message),
-        p.attempts,
-        p.last_endpoint.as_deref(),
-    )
+    // SPEC §3: 504 when the last failure was a timeout, else 502.
+    let kind = if p.last_timed_out { ErrorKind::GatewayTimeout } else { ErrorKind::BadGateway };
+    run.error(GatewayError::new(kind, "upstream_unreachable", message), p.attempts, p.last_endpoint.as_deref())
 }
 
 impl Run {

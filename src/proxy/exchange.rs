@@ -11,7 +11,9 @@ use http_body_util::BodyExt;
 
 use super::attempt::{Buffered, Run};
 use super::conversion;
-use super::outcome::{AttemptOutcome, NetworkErrorKind, Retry, classify_network_error, classify_status, status_note};
+use super::outcome::{
+    self, AttemptOutcome, NetworkErrorKind, Next, Verdict, classify_network_error, classify_status, status_note,
+};
 use super::relay::{Committed, StreamObserver, Transform};
 use super::request::splice_model;
 use super::upstream::{UpstreamBodyError, UpstreamResponse, join_url, read_body, request_headers, response_headers};
@@ -56,11 +58,19 @@ async fn next_data(body: &mut hyper::body::Incoming) -> Option<Result<Bytes, hyp
     }
 }
 
-/// The outcome of a network error before any answer: today every one is retried on the same
-/// endpoint (SPEC §4's transient row).
-const TRANSIENT: AttemptOutcome = AttemptOutcome::Failure { retry: Retry::SameEndpoint };
+/// SPEC §3–4: only a reset or an EOF before the response headers is worth asking the same
+/// endpoint again; a refused connection, a failed lookup, a TLS error, any timeout move on at
+/// once and take that endpoint out of the rest of the request (asking a silent endpoint again
+/// would cost the client a second timeout).
+fn before_headers(kind: NetworkErrorKind) -> AttemptOutcome {
+    match kind {
+        NetworkErrorKind::Reset | NetworkErrorKind::UnexpectedEof => AttemptOutcome::TRANSIENT,
+        _ => AttemptOutcome::EXCLUDED,
+    }
+}
+
 /// An answer that cannot be used: asking that endpoint again cannot help.
-const UNUSABLE: AttemptOutcome = AttemptOutcome::Failure { retry: Retry::NextExcluding };
+const UNUSABLE: AttemptOutcome = AttemptOutcome::EXCLUDED;
 
 impl Run {
     /// The body to send to `endpoint`: the client's bytes unless its model must change.
@@ -127,7 +137,42 @@ impl Run {
     /// says nothing about the endpoint: neutral for its breaker.
     fn cut_by_deadline(&mut self, permit: Permit) -> Exchanged {
         let note = "cut short by the request's total deadline".to_string();
-        self.no_answer(permit, AttemptOutcome::CutByDeadline, NetworkErrorKind::Timeout, note, None, "total_deadline")
+        self.no_answer(permit, AttemptOutcome::CUT_BY_DEADLINE, NetworkErrorKind::Timeout, note, None, "total_deadline")
+    }
+
+    /// SPEC §4 for an answer read in full: the user's rules first, then the built-in table,
+    /// refined by what the body says (a model the endpoint does not know, a prompt too long for
+    /// it, a 2xx that is no answer). `Some(message)` with a 2xx that is no answer.
+    fn classify_answer(
+        &self,
+        status: u16,
+        body: &[u8],
+        endpoint: &LiveEndpoint,
+    ) -> (AttemptOutcome, Option<(bool, String)>) {
+        let settings = &self.snapshot.settings;
+        if let Some(rule) = crate::config::retry_rules::first_match(&settings.retry_rules, status, body) {
+            return (outcome::from_rule(rule, status), None);
+        }
+        let base = classify_status(status, self.inbound.route, settings.auth_errors_fail_over);
+        let inference = matches!(self.inbound.route, Route::Protocol(_));
+        if base.is_success() {
+            if inference && let Some((rate_limited, message)) = outcome::not_an_answer(body) {
+                let outcome = if rate_limited { AttemptOutcome::rate_limited(None) } else { AttemptOutcome::FAILURE };
+                return (outcome, Some((rate_limited, message)));
+            }
+            return (base, None);
+        }
+        if inference {
+            let requested = self.inbound.model.as_deref().unwrap_or_default();
+            let sent = endpoint.config.map_model(requested);
+            if outcome::model_unknown(status, body, &[requested, sent]) {
+                return (AttemptOutcome::ELSEWHERE, None);
+            }
+            if settings.context_window_fallback && outcome::context_window_exceeded(status, body) {
+                return (AttemptOutcome::ELSEWHERE, None);
+            }
+        }
+        (base, None)
     }
 
     /// Send one attempt to `endpoint` and classify what came back.
@@ -145,7 +190,7 @@ impl Run {
                 Err(e) => {
                     drop(permit);
                     return Exchanged::NoAnswer {
-                        outcome: AttemptOutcome::FAILURE,
+                        outcome: AttemptOutcome { verdict: Verdict::Neutral, next: Next::NextExcluding },
                         kind: NetworkErrorKind::Other,
                         detail: e.message,
                     };
@@ -172,17 +217,19 @@ impl Run {
             Err(_) if sent_at + head_limit > self.deadline => return self.cut_by_deadline(permit),
             Err(_) => {
                 let note = format!("no response headers within {:.1} s", head_limit.as_secs_f64());
-                return self.no_answer(permit, TRANSIENT, NetworkErrorKind::Timeout, note, None, "timeout");
+                let kind = NetworkErrorKind::Timeout;
+                return self.no_answer(permit, before_headers(kind), kind, note, None, "timeout");
             }
             Ok(Err(e)) => {
                 let kind = classify_network_error(&e);
                 let note = kind.describe().to_string();
-                return self.no_answer(permit, TRANSIENT, kind, note, None, kind.as_str());
+                return self.no_answer(permit, before_headers(kind), kind, note, None, kind.as_str());
             }
             Ok(Ok(r)) => r,
         };
 
         let status = response.status();
+        // Provisional, from the head; an answer read in full is classified again with its body.
         let outcome = classify_status(status.as_u16(), self.inbound.route, settings.auth_errors_fail_over);
         let is_sse = response
             .headers()
@@ -190,7 +237,7 @@ impl Run {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
 
-        if outcome == AttemptOutcome::Success && is_sse {
+        if outcome.is_success() && is_sse {
             let transform = if converting {
                 let ctx = self.encode_context();
                 Transform::Convert(Box::new(StreamConversion::new(format, self.conversion.client, ctx)))
@@ -210,12 +257,8 @@ impl Run {
         // that breaks mid-body can still fail over invisibly.
         let (head, response_body) = response.into_parts();
         let mut headers = head.headers;
-        let body_deadline = sent_at
-            + if self.inbound.stream && outcome != AttemptOutcome::Success {
-                timeouts.first_byte
-            } else {
-                timeouts.request
-            };
+        let body_deadline =
+            sent_at + if self.inbound.stream && !outcome.is_success() { timeouts.first_byte } else { timeouts.request };
         let limit = settings.limits.max_upstream_body_bytes;
         let code = Some(status.as_u16());
         let mut body = match tokio::time::timeout_at(body_deadline.min(self.deadline), read_body(response_body, limit))
@@ -230,17 +273,20 @@ impl Run {
                     format!("the upstream's answer is larger than limits.max_upstream_body_bytes ({limit} bytes)");
                 return self.no_answer(permit, UNUSABLE, NetworkErrorKind::BadAnswer, note, code, "response_too_large");
             }
+            // After the headers nothing is transient any more: the next endpoint.
             Ok(Err(UpstreamBodyError::Network(e))) => {
                 let kind = classify_network_error(&e);
                 let note = format!("{} while reading the body", kind.describe());
-                return self.no_answer(permit, TRANSIENT, kind, note, code, kind.as_str());
+                return self.no_answer(permit, AttemptOutcome::EXCLUDED, kind, note, code, kind.as_str());
             }
             Err(_) => {
                 let note = "the response body did not complete in time".to_string();
-                return self.no_answer(permit, TRANSIENT, NetworkErrorKind::Timeout, note, code, "timeout");
+                let kind = NetworkErrorKind::Timeout;
+                return self.no_answer(permit, AttemptOutcome::EXCLUDED, kind, note, code, "timeout");
             }
         };
-        if outcome != AttemptOutcome::Success {
+        let (outcome, not_an_answer) = self.classify_answer(status.as_u16(), &body, endpoint);
+        if !outcome.is_success() {
             // What the upstream said, for whoever debugs it; the log writer masks any key in it.
             tracing::debug!(
                 event = "upstream_error_body",
@@ -251,11 +297,24 @@ impl Run {
             );
         }
         // Usage and the answering model come from the upstream's own answer, before conversion.
-        let answered = (outcome == AttemptOutcome::Success).then(|| usage::from_body(format, &body));
+        let answered = outcome.is_success().then(|| usage::from_body(format, &body));
         let looped = status == StatusCode::LOOP_DETECTED
             && headers.get(super::X_CCMESH_LOOP).is_some_and(|v| v.as_bytes() == self.gw.instance_id.as_bytes());
         let mut outcome = outcome;
-        if looped {
+        let mut status = status;
+        if let Some((rate_limited, message)) = not_an_answer {
+            // A 2xx that is no answer: if it is the last one, the client gets a native error
+            // quoting the upstream, not the upstream's garbage.
+            let (kind, code) = if rate_limited {
+                (ErrorKind::RateLimited, StatusCode::TOO_MANY_REQUESTS)
+            } else {
+                (ErrorKind::BadGateway, StatusCode::BAD_GATEWAY)
+            };
+            body = Bytes::from(GatewayError::new(kind, "upstream_not_an_answer", message).body(protocol).to_string());
+            status = code;
+            headers = axum::http::HeaderMap::new();
+            headers.insert(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        } else if looped {
             // Our own request came back to us: name the endpoint that points here, and do not
             // send it there again. The body is made in the client's protocol, so it is not
             // converted.
@@ -273,7 +332,7 @@ impl Run {
             headers.insert(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         } else if converting {
             let client = self.conversion.client;
-            if outcome == AttemptOutcome::Success {
+            if outcome.is_success() {
                 let ctx = self.encode_context();
                 match conversion::success_body(format, client, &body, &ctx) {
                     Ok(converted) => body = converted,
@@ -295,20 +354,20 @@ impl Run {
             .and_then(|v| parse_retry_after(v, self.gw.clock.wall()));
         let outcome = outcome.with_retry_after(retry_after);
         // A client's bad request says nothing about the endpoint; a rejected key does.
-        let note = match outcome {
-            AttemptOutcome::Success | AttemptOutcome::CutByDeadline => None,
-            AttemptOutcome::Neutral => (status == StatusCode::UNAUTHORIZED).then(|| status_note(401)),
-            AttemptOutcome::Failure { .. } | AttemptOutcome::RateLimited { .. } => Some(status_note(status.as_u16())),
+        let note = match outcome.verdict {
+            Verdict::Success => None,
+            Verdict::Neutral => (status == StatusCode::UNAUTHORIZED).then(|| status_note(401)),
+            Verdict::Failure | Verdict::RateLimited { .. } => Some(status_note(status.as_u16())),
         };
         let probe = permit.is_probe();
         self.settle(permit, outcome, note.as_deref(), code, None);
-        if outcome == AttemptOutcome::Neutral
+        if outcome == AttemptOutcome::NEUTRAL
             && self.inbound.route == Route::CountTokens
             && matches!(status.as_u16(), 404 | 405 | 501)
         {
             return Exchanged::Estimate;
         }
-        let usage = if outcome == AttemptOutcome::Success { answered } else { None };
+        let usage = if outcome.is_success() { answered } else { None };
         Exchanged::Answer { answer: Buffered { status, headers, body }, outcome, usage, probe }
     }
 
@@ -336,6 +395,8 @@ impl Run {
         let mut held: Vec<Bytes> = Vec::new();
         let mut received = 0usize;
         let first_byte_deadline = sent_at + timeouts.first_byte;
+        // SPEC §6: the first content event within first_token_timeout, or the next endpoint.
+        let first_token_deadline = sent_at + timeouts.first_token();
         // Until the stream is committed the total deadline holds too (SPEC §15.1).
         let deadline = self.deadline;
 
@@ -345,6 +406,7 @@ impl Run {
                 (false, Some(idle)) => Some(tokio::time::Instant::now() + idle),
                 (false, None) => None,
             };
+            let deadline_for = Some(deadline_for.map_or(first_token_deadline, |d| d.min(first_token_deadline)));
             let cut_by_deadline = deadline_for.is_none_or(|d| d > deadline);
             let next =
                 tokio::time::timeout_at(deadline_for.map_or(deadline, |d| d.min(deadline)), next_data(&mut upstream))
@@ -352,24 +414,29 @@ impl Run {
             if next.is_err() && cut_by_deadline {
                 return self.cut_by_deadline(permit);
             }
+            let kind = NetworkErrorKind::Timeout;
             match next {
-                Err(_) if received == 0 => {
+                Err(_) if tokio::time::Instant::now() >= first_token_deadline && received > 0 => {
                     let note = format!(
-                        "no stream data within the first-byte timeout ({:.1} s)",
-                        timeouts.first_byte.as_secs_f64()
+                        "no content within the first-token timeout ({:.1} s); the upstream sent only its preamble",
+                        timeouts.first_token().as_secs_f64()
                     );
-                    let kind = NetworkErrorKind::Timeout;
-                    return self.no_answer(permit, TRANSIENT, kind, note, code, kind.as_str());
+                    return self.no_answer(permit, AttemptOutcome::EXCLUDED, kind, note, code, "first_token_timeout");
+                }
+                Err(_) if received == 0 => {
+                    let which = if first_token_deadline < first_byte_deadline { "first-token" } else { "first-byte" };
+                    let limit = timeouts.first_byte.min(timeouts.first_token()).as_secs_f64();
+                    let note = format!("no stream data within the {which} timeout ({limit:.1} s)");
+                    return self.no_answer(permit, AttemptOutcome::EXCLUDED, kind, note, code, kind.as_str());
                 }
                 Err(_) => {
                     let note = "the stream went idle before any content".to_string();
-                    let kind = NetworkErrorKind::Timeout;
-                    return self.no_answer(permit, AttemptOutcome::FAILURE, kind, note, code, kind.as_str());
+                    return self.no_answer(permit, AttemptOutcome::EXCLUDED, kind, note, code, kind.as_str());
                 }
                 Ok(Some(Err(e))) => {
                     let kind = classify_network_error(&e);
                     let note = format!("{} before any content", kind.describe());
-                    return self.no_answer(permit, TRANSIENT, kind, note, code, kind.as_str());
+                    return self.no_answer(permit, AttemptOutcome::EXCLUDED, kind, note, code, kind.as_str());
                 }
                 Ok(None) => {
                     if observer.watch.terminal {
@@ -412,6 +479,11 @@ impl Run {
                         return Exchanged::Answer { answer, outcome, usage: None, probe };
                     }
                     if observer.watch.content || received > MAX_HELD_PREAMBLE {
+                        if observer.watch.content
+                            && let Some(t) = self.trail.as_mut()
+                        {
+                            t.first_token();
+                        }
                         break;
                     }
                 }

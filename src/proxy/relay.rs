@@ -211,7 +211,13 @@ where
     let pending: VecDeque<Bytes> = std::mem::take(&mut committed.held).into();
     let idle = committed.idle_timeout.map(IdleWatch::new);
     let cap = committed.max_duration.map(|d| (d, Box::pin(tokio::time::sleep(d))));
-    Relay { s: RelayState { c: committed, pending, permit: Some(permit), done: false }, upstream, idle, cap }
+    Relay {
+        s: RelayState { c: committed, pending, permit: Some(permit), done: false },
+        upstream,
+        idle,
+        cap,
+        after_terminal: None,
+    }
 }
 
 /// The client's side of a committed stream: the upstream's chunks as they arrive (observed,
@@ -224,7 +230,14 @@ pub struct Relay<B> {
     idle: Option<IdleWatch>,
     /// The stream's longest allowed duration and its timer, when capped.
     cap: Option<(Duration, Pin<Box<Sleep>>)>,
+    /// Armed when the terminal event has gone to the client: how long the upstream may still
+    /// take to close before the client's stream ends anyway.
+    after_terminal: Option<Pin<Box<Sleep>>>,
 }
+
+/// After its terminal event an upstream normally closes at once (its connection then goes back
+/// to the pool); one that keeps it open must not keep the client waiting on a finished answer.
+const AFTER_TERMINAL_GRACE: Duration = Duration::from_secs(1);
 
 /// The idle timeout without a timer operation per chunk: a chunk only notes the time; the one
 /// timer is re-armed when it fires early (at most once per idle period). Arming a timer per
@@ -282,6 +295,13 @@ where
                 return Poll::Ready(None);
             }
             let polled = Pin::new(&mut this.upstream).poll_frame(cx);
+            if polled.is_pending()
+                && let Some(grace) = &mut this.after_terminal
+                && grace.as_mut().poll(cx).is_ready()
+            {
+                s.finish();
+                continue;
+            }
             if let Some((limit, timer)) = &mut this.cap {
                 let over = if polled.is_pending() { timer.as_mut().poll(cx).is_ready() } else { timer.is_elapsed() };
                 if over {
@@ -319,6 +339,13 @@ where
                         s.fail(problem);
                         continue;
                     }
+                    if s.c.observer.watch.terminal && this.after_terminal.is_none() {
+                        // The protocol's terminal event goes to the client now: the answer is
+                        // complete, whatever the client does next (the OpenAI SDK closes the
+                        // connection as soon as it reads `data: [DONE]`).
+                        s.complete();
+                        this.after_terminal = Some(Box::pin(tokio::time::sleep(AFTER_TERMINAL_GRACE)));
+                    }
                     if let Some(out) = out {
                         return Poll::Ready(Some(Ok(Frame::data(out))));
                     }
@@ -353,6 +380,14 @@ impl RelayState {
     /// Record the stream's outcome: success unless the upstream reported an error in it.
     fn finish(&mut self) {
         self.done = true;
+        self.complete();
+    }
+
+    /// Record the outcome of a stream that reached its end (once; later calls do nothing).
+    fn complete(&mut self) {
+        if self.permit.is_none() {
+            return;
+        }
         let error = self.c.observer.watch.error.clone();
         let note = error.as_ref().map(|e| format!("upstream stream error: {}", e.message));
         let outcome = outcome::stream_end(error.map(|e| e.rate_limited), StreamEnd::Complete);
@@ -364,7 +399,7 @@ impl RelayState {
     fn settle(&mut self, outcome: outcome::AttemptOutcome, note: Option<&str>) {
         let Some(permit) = self.permit.take() else { return };
         let transition = permit.record(outcome.breaker(), note, &self.c.breaker_settings);
-        if outcome == outcome::AttemptOutcome::Success
+        if outcome.is_success()
             && let Some(update) = self.c.rotation
         {
             update.apply(&self.c.gw.rotation);
@@ -379,6 +414,12 @@ impl RelayState {
     /// event (unless the upstream already sent one) and record a failure.
     fn fail(&mut self, message: String) {
         self.done = true;
+        if self.c.observer.watch.terminal {
+            // The client already has the whole answer; what the upstream does after its
+            // terminal event changes nothing.
+            self.complete();
+            return;
+        }
         let outcome =
             outcome::stream_end(self.c.observer.watch.error.as_ref().map(|e| e.rate_limited), StreamEnd::Broken);
         self.settle(outcome, Some(&message));

@@ -138,6 +138,11 @@ impl Trail {
         }
     }
 
+    /// The first content event of the stream that answers arrived now.
+    pub fn first_token(&mut self) {
+        self.record.first_token_ms = Some(ms(self.started.elapsed()));
+    }
+
     /// When the request arrived.
     pub fn started(&self) -> Instant {
         self.started
@@ -345,6 +350,7 @@ fn empty_record() -> RequestRecord {
         status: 0,
         error: None,
         first_byte_ms: None,
+        first_token_ms: None,
         total_ms: 0.0,
         overhead_ms: 0.0,
         tokens: Tokens::default(),

@@ -126,6 +126,7 @@ pub(crate) fn sample_record(id: &str, started_at_ms: u64) -> RequestRecord {
         status: 200,
         error: None,
         first_byte_ms: Some(120.0),
+        first_token_ms: None,
         total_ms: 900.0,
         overhead_ms: 0.4,
         tokens: Tokens { input: Some(10), output: Some(20), cache_read: Some(1000), cache_write: Some(0) },

@@ -619,7 +619,8 @@ async fn an_explicit_endpoint_that_stalls_costs_one_deadline_not_three_timeouts(
 #[tokio::test]
 async fn a_stream_longer_than_max_stream_duration_ends_with_an_error_event() {
     let up = MockUpstream::start().await;
-    up.set_default(Reply::anthropic_stream(&["a"]).with_end(StreamEnd::stall()));
+    // A stream that keeps going (no terminal event yet) past the cap.
+    up.set_default(Reply::anthropic_stream(&["a"]).truncated(4).with_end(StreamEnd::stall()));
     let g = TestGateway::start().await;
     g.add("a", "anthropic", &up.url(), json!({})).await;
     g.settings(json!({"timeouts": {"claude": {"max_stream_duration_secs": 1}}})).await;

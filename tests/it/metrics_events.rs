@@ -210,6 +210,7 @@ fn synthetic(id: &str, protocol: &str, endpoint: &str, status: u16) -> RequestRe
         status,
         error: None,
         first_byte_ms: Some(250.0),
+        first_token_ms: None,
         total_ms: 750.0,
         overhead_ms: 0.25,
         tokens: Tokens::default(),

@@ -47,6 +47,7 @@ fn synthetic(i: u64, at_ms: u64) -> RequestRecord {
         status: 200,
         error: None,
         first_byte_ms: Some(50.0),
+        first_token_ms: None,
         total_ms: (i % 100) as f64 * 10.0 + 10.0,
         overhead_ms: 0.3,
         tokens: Tokens { input: Some(100), output: Some(10), cache_read: Some(0), cache_write: Some(0) },

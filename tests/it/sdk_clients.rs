@@ -146,7 +146,7 @@ async fn sdk_anthropic_messages() {
     g.settings(json!({"breaker": {"claude": {"failure_threshold": 1}}})).await;
 
     main.push(Reply::anthropic_message("Hello from ccmesh"));
-    main.push(Reply::anthropic_stream(&["Hel", "lo, ", "wörld"]));
+    main.push(Reply::anthropic_stream(&["Hel", "lo, ", "wörld"]).with_end(mock::StreamEnd::silent_stall()));
     main.push(anthropic_tool_use_reply());
     main.push(Reply::anthropic_message("It is 18°C and sunny in Paris."));
     main.push(Reply::anthropic_error(
@@ -172,6 +172,7 @@ async fn sdk_anthropic_messages() {
     )
     .await;
     eprintln!("{}", run.stdout);
+    assert_streams_complete(&g, &[ANTHROPIC_SDK_MODEL]).await;
 
     let got = main.requests();
     let sent: Vec<&Sent> =
@@ -204,6 +205,29 @@ async fn sdk_anthropic_messages() {
     assert!(h["last_error"].as_str().unwrap_or_default().contains("mid-stream"), "{h}");
 }
 
+const ANTHROPIC_SDK_MODEL: &str = "claude-sonnet-4-5";
+const RESPONSES_SDK_MODEL: &str = "gpt-4.1";
+
+/// Each model's streamed request is recorded as a success with its usage: the client read it
+/// to its terminal event, whatever it did with the connection after that.
+async fn assert_streams_complete(g: &TestGateway, models: &[&str]) {
+    assert!(g.gw.events.records().flush(std::time::Duration::from_secs(10)));
+    let (_, list) = g.api(reqwest::Method::GET, "/api/requests?limit=100", None).await;
+    let streams: Vec<&Value> = list["requests"].as_array().unwrap().iter().filter(|r| r["stream"] == true).collect();
+    for model in models {
+        let done = streams
+            .iter()
+            .find(|r| r["model_requested"] == *model && r["status"] == 200 && r["error"].is_null())
+            .unwrap_or_else(|| panic!("no complete stream record for {model}: {streams:#?}"));
+        assert_eq!(
+            (done["tokens"]["input"].as_u64(), done["tokens"]["output"].as_u64()),
+            (Some(12), Some(8)),
+            "{done}"
+        );
+        assert!(done["cost_usd"].is_number() || done["cost_usd"].is_null(), "{done}");
+    }
+}
+
 // ======================================================================= OpenAI Chat Completions
 
 const CHAT_CALL_ID: &str = "call_Xq4bZ0cS1mW8mQ3kC2pT7aNd";
@@ -233,10 +257,15 @@ async fn sdk_openai_chat_completions() {
     let g = TestGateway::start().await;
     g.add("chat-main", "openai", &main.url(), json!({"models": ["gpt-*"]})).await;
     g.add("chat-limited", "openai", &limited.url(), json!({"models": ["limited-*"]})).await;
+    let anthropic = MockUpstream::start().await;
+    g.add("chat-from-anthropic", "anthropic", &anthropic.url(), json!({"models": ["claude-via-chat"]})).await;
+    // Upstreams that keep the connection open after their terminal event: only the client's
+    // close ends these streams.
+    anthropic.push(Reply::anthropic_stream(&["Converted ", "hello"]).with_end(mock::StreamEnd::stall()));
     g.settings(json!({"breaker": {"openai": {"failure_threshold": 1}}})).await;
 
     main.push(Reply::openai_chat("Hello from ccmesh"));
-    main.push(Reply::openai_chat_stream(&["Hel", "lo, ", "wörld"]));
+    main.push(Reply::openai_chat_stream(&["Hel", "lo, ", "wörld"]).with_end(mock::StreamEnd::stall()));
     main.push(chat_tool_calls_reply());
     main.push(Reply::openai_chat("It is 18°C and sunny in Paris."));
     main.push(Reply::openai_error(400, "invalid_request_error", "Invalid 'temperature': decimal above maximum value."));
@@ -250,10 +279,23 @@ async fn sdk_openai_chat_completions() {
     let run = run_script(
         "openai_chat.py",
         &g.url,
-        &["completion", "stream", "tool_calls", "bad_request", "unknown_model", "rate_limited", "cut_stream"],
+        &[
+            "completion",
+            "stream",
+            "tool_calls",
+            "bad_request",
+            "unknown_model",
+            "rate_limited",
+            "cut_stream",
+            "stream_converted",
+        ],
     )
     .await;
     eprintln!("{}", run.stdout);
+
+    // The SDK closes the connection the moment it reads `data: [DONE]`: a stream read to its end
+    // is a success with its usage and cost, passed through or converted.
+    assert_streams_complete(&g, &["gpt-4o-mini", "claude-via-chat"]).await;
 
     let got = main.requests();
     let sent: Vec<&Sent> = ["completion", "stream", "tool_calls", "bad_request", "cut_stream"]
@@ -323,7 +365,7 @@ async fn sdk_openai_responses() {
     g.settings(json!({"breaker": {"responses": {"failure_threshold": 1}}})).await;
 
     main.push(Reply::responses_message("Hello from ccmesh"));
-    main.push(Reply::responses_stream(&["Hel", "lo, ", "wörld"]));
+    main.push(Reply::responses_stream(&["Hel", "lo, ", "wörld"]).with_end(mock::StreamEnd::silent_stall()));
     main.push(responses_function_call_reply());
     main.push(Reply::responses_message("It is 18°C and sunny in Paris."));
     main.push(Reply::openai_error(400, "invalid_request_error", "Invalid 'temperature': decimal above maximum value."));
@@ -341,6 +383,7 @@ async fn sdk_openai_responses() {
     )
     .await;
     eprintln!("{}", run.stdout);
+    assert_streams_complete(&g, &[RESPONSES_SDK_MODEL]).await;
 
     let got = main.requests();
     let sent: Vec<&Sent> = ["response", "stream", "function_call", "bad_request", "cut_stream"]

@@ -134,6 +134,17 @@ def rate_limited() -> None:
     eq(e.response.headers.get("x-ccmesh-attempts"), "0", "x-ccmesh-attempts")
 
 
+def stream_converted() -> None:
+    # Served by an Anthropic-format endpoint: the gateway converts the stream to Chat chunks.
+    chunks = list(client.chat.completions.create(
+        model="claude-via-chat", messages=USER, stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    eq(text, "Converted hello", "content")
+    usage = [c.usage for c in chunks if c.usage]
+    eq(len(usage), 1, "one usage chunk")
+    eq((usage[0].prompt_tokens, usage[0].completion_tokens), (12, 8), "usage")
+
+
 def cut_stream() -> None:
     content = []
 
@@ -159,4 +170,5 @@ run({
     "unknown_model": unknown_model,
     "rate_limited": rate_limited,
     "cut_stream": cut_stream,
+    "stream_converted": stream_converted,
 })
