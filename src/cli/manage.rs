@@ -22,6 +22,12 @@ pub struct Common {
     pub json: bool,
 }
 
+/// Where `endpoint add` (and `endpoint edit --api-key-from-env`) read a key that should stay out
+/// of shell history.
+pub const API_KEY_ENV: &str = "CCMESH_ENDPOINT_API_KEY";
+
+/// The fields `endpoint add` and `endpoint edit` share. The API key is not among them: `add`
+/// takes it from the environment when no flag gives it, `edit` only when asked to.
 #[derive(Args, Debug)]
 pub struct EndpointFields {
     /// Upstream base URL, e.g. https://api.anthropic.com
@@ -30,9 +36,6 @@ pub struct EndpointFields {
     /// anthropic | openai | responses
     #[arg(long)]
     pub format: Option<String>,
-    /// API key (or set CCMESH_ENDPOINT_API_KEY to keep it out of shell history).
-    #[arg(long, env = "CCMESH_ENDPOINT_API_KEY", hide_env_values = true)]
-    pub api_key: Option<String>,
     /// A model served (repeatable; `*` globs allowed). Replaces the list on edit.
     #[arg(long = "model")]
     pub models: Vec<String>,
@@ -64,6 +67,9 @@ pub enum EndpointCommand {
         /// Start from a vendor preset; explicit flags override its fields.
         #[arg(long)]
         preset: Option<String>,
+        /// API key (or set CCMESH_ENDPOINT_API_KEY to keep it out of shell history).
+        #[arg(long, env = API_KEY_ENV, hide_env_values = true)]
+        api_key: Option<String>,
         #[command(flatten)]
         fields: EndpointFields,
         /// Create it disabled.
@@ -86,6 +92,13 @@ pub enum EndpointCommand {
         /// Rename the endpoint.
         #[arg(long)]
         rename: Option<String>,
+        /// A new API key. The endpoint keeps its key unless this or --api-key-from-env is given
+        /// (CCMESH_ENDPOINT_API_KEY alone never changes it: it is meant for `add`).
+        #[arg(long, conflicts_with = "api_key_from_env")]
+        api_key: Option<String>,
+        /// Take the new API key from CCMESH_ENDPOINT_API_KEY (keeps it out of shell history).
+        #[arg(long)]
+        api_key_from_env: bool,
         #[command(flatten)]
         fields: EndpointFields,
         #[command(flatten)]
@@ -266,7 +279,7 @@ fn key_value_map(items: &[String], flag: &str) -> anyhow::Result<Map<String, Val
     Ok(map)
 }
 
-fn fields_json(fields: &EndpointFields, creating: bool) -> anyhow::Result<Map<String, Value>> {
+fn fields_json(fields: &EndpointFields, api_key: Option<&str>, creating: bool) -> anyhow::Result<Map<String, Value>> {
     let mut obj = Map::new();
     if let Some(v) = &fields.base_url {
         obj.insert("base_url".into(), json!(v));
@@ -274,7 +287,7 @@ fn fields_json(fields: &EndpointFields, creating: bool) -> anyhow::Result<Map<St
     if let Some(v) = &fields.format {
         obj.insert("format".into(), json!(v));
     }
-    if let Some(v) = &fields.api_key {
+    if let Some(v) = api_key {
         obj.insert("api_key".into(), json!(v));
     }
     if !fields.models.is_empty() {
@@ -300,6 +313,14 @@ fn fields_json(fields: &EndpointFields, creating: bool) -> anyhow::Result<Map<St
     Ok(obj)
 }
 
+/// `endpoint edit --api-key-from-env`: the variable must hold a key, or the flag is a mistake.
+fn key_from_env(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<String> {
+    match env(API_KEY_ENV).map(|k| k.trim().to_string()) {
+        Some(key) if !key.is_empty() => Ok(key),
+        _ => bail!("--api-key-from-env reads {API_KEY_ENV}, which is not set; export it, or give the key with --api-key"),
+    }
+}
+
 async fn dispatch(command: Command) -> anyhow::Result<String> {
     use reqwest::Method;
     match command {
@@ -311,7 +332,7 @@ async fn dispatch(command: Command) -> anyhow::Result<String> {
         Command::Import(cmd) => super::import::run(cmd).await,
         Command::Presets(common) => Ok(super::presets::list(&common)),
         Command::Endpoint(cmd) => match cmd {
-            EndpointCommand::Add { name, preset, fields, disabled, common } => {
+            EndpointCommand::Add { name, preset, api_key, fields, disabled, common } => {
                 let mut obj = match preset {
                     Some(id) => super::presets::preset_fields(&id)?,
                     None => Map::new(),
@@ -321,7 +342,7 @@ async fn dispatch(command: Command) -> anyhow::Result<String> {
                         "give --base-url and --format, or start from a vendor with --preset (list them with `ccmesh presets`)"
                     );
                 }
-                obj.extend(fields_json(&fields, true)?);
+                obj.extend(fields_json(&fields, api_key.as_deref(), true)?);
                 obj.insert("name".into(), json!(name));
                 obj.insert("enabled".into(), json!(!disabled));
                 let v = Client::new(&common)?.call(Method::POST, "/api/endpoints", Some(Value::Object(obj))).await?;
@@ -336,8 +357,13 @@ async fn dispatch(command: Command) -> anyhow::Result<String> {
                     Client::new(&common)?.call(Method::GET, &format!("/api/endpoints/{}", path(&name)), None).await?;
                 Ok(if common.json { pretty(&v) } else { endpoint_detail(&v) })
             }
-            EndpointCommand::Edit { name, rename, fields, common } => {
-                let mut obj = fields_json(&fields, false)?;
+            EndpointCommand::Edit { name, rename, api_key, api_key_from_env, fields, common } => {
+                let api_key = match (api_key, api_key_from_env) {
+                    (Some(key), _) => Some(key),
+                    (None, true) => Some(key_from_env(&|k| std::env::var(k).ok())?),
+                    (None, false) => None,
+                };
+                let mut obj = fields_json(&fields, api_key.as_deref(), false)?;
                 if let Some(n) = rename {
                     obj.insert("name".into(), json!(n));
                 }

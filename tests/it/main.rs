@@ -8,6 +8,7 @@ mod support;
 mod admin_api;
 mod binary;
 mod breaker_flow;
+mod cli;
 mod clients;
 mod conversion;
 mod dashboard;

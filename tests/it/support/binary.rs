@@ -117,18 +117,13 @@ impl Server {
     }
 
     pub fn cli(&self, args: &[&str]) -> (i32, String, String) {
-        let out = Command::new(BIN)
-            .args(args)
-            .arg("--server")
-            .arg(&self.url)
-            .env_remove("CCMESH_ADMIN_TOKEN")
-            .output()
-            .unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        self.cli_env(args, &[])
+    }
+
+    /// The CLI pointed at this gateway, with `env` set (and nothing of the test's own
+    /// environment that the CLI reads besides it).
+    pub fn cli_env(&self, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+        run_cli(args.iter().copied().chain(["--server", self.url.as_str()]), env)
     }
 
     /// Wait for the process to exit and for every line it logged.
@@ -145,6 +140,25 @@ impl Server {
         let status = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status().unwrap();
         assert!(status.success());
     }
+}
+
+/// Run the CLI with exactly `args`; `env` on top of an environment without the CLI's own
+/// variables (so a developer's shell cannot change what a test sees).
+pub fn run_cli<'a>(args: impl IntoIterator<Item = &'a str>, env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args);
+    for var in ["CCMESH_ADMIN_TOKEN", "CCMESH_ENDPOINT_API_KEY", "CCMESH_SERVER"] {
+        cmd.env_remove(var);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 impl Drop for Server {
