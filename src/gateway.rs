@@ -139,6 +139,8 @@ pub struct Gateway {
     pub open_connections: Arc<std::sync::atomic::AtomicUsize>,
     /// The address this gateway listens on, once bound (for refusing endpoints that point at it).
     pub listen_addr: std::sync::OnceLock<std::net::SocketAddr>,
+    /// The upstreams' model lists (`GET /v1/models`), refreshed by the server's background work.
+    pub catalogue: crate::catalogue::Catalogue,
     /// This gateway's entry in the process-wide set of secrets to redact.
     redact_owner: u64,
 }
@@ -187,6 +189,7 @@ impl Gateway {
             instance_id,
             hop_header,
             listen_addr: std::sync::OnceLock::new(),
+            catalogue: Default::default(),
             open_connections: Arc::default(),
             allowed_hosts: std::sync::OnceLock::new(),
             login_limit: Default::default(),
@@ -251,6 +254,7 @@ impl Gateway {
         self.snapshot.store(Arc::new(Snapshot { endpoints: live, settings: Arc::new(settings), prices }));
         // Metric labels are bounded by the configuration: tell the registry what is configured.
         self.events.metrics().configure(&self.snapshot.load());
+        self.catalogue.endpoints_changed();
         Ok(())
     }
 }

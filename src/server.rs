@@ -21,6 +21,7 @@ use crate::config::Limits;
 use crate::gateway::Gateway;
 use crate::{admin, dashboard, proxy};
 
+pub mod background;
 pub mod conn;
 mod stop;
 use conn::{Activity, ConnTimers, Counted, TimedIo};
@@ -64,7 +65,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
             get(crate::observe::metrics::scrape)
                 .route_layer(axum::middleware::from_fn_with_state(gw.clone(), admin::auth::require_admin)),
         )
-        .route("/v1/models", get(proxy::list_models))
+        .route("/v1/models", get(proxy::models::list_models))
         .route("/v1/{*rest}", any(proxy::handle))
         .merge(admin::router(gw.clone()))
         .merge(dashboard::router(gw.clone()))
@@ -155,8 +156,10 @@ pub async fn serve_with(
         )?);
     }
     drop(listener);
+    let background = background::Background::start(&gw);
 
     shutdown.await;
+    background.stop().await;
     stop.set(Stop::Draining);
     // Each thread closes its handle on the listening socket as it sees the stop: once all have,
     // new connections are refused.

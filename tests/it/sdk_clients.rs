@@ -141,8 +141,11 @@ async fn sdk_anthropic_messages() {
     let main = MockUpstream::start().await;
     let limited = MockUpstream::start().await;
     let g = TestGateway::start().await;
+    // GET /v1/models lists what the upstream lists, filtered by the endpoint's glob.
+    main.set_models(&["claude-sonnet-4-5-20250929", "claude-opus-4-1", "gpt-4o"]);
     g.add("claude-main", "anthropic", &main.url(), json!({"models": ["claude-*"]})).await;
     g.add("claude-limited", "anthropic", &limited.url(), json!({"models": ["limited-*"]})).await;
+    g.model_lists_stored(2).await;
     g.settings(json!({"breaker": {"claude": {"failure_threshold": 1}}})).await;
 
     main.push(Reply::anthropic_message("Hello from ccmesh"));
@@ -168,7 +171,7 @@ async fn sdk_anthropic_messages() {
     let run = run_script(
         "anthropic_messages.py",
         &g.url,
-        &["message", "stream", "tool_use", "bad_request", "unknown_model", "rate_limited", "cut_stream"],
+        &["models_list", "message", "stream", "tool_use", "bad_request", "unknown_model", "rate_limited", "cut_stream"],
     )
     .await;
     eprintln!("{}", run.stdout);
@@ -231,8 +234,10 @@ async fn sdk_openai_chat_completions() {
     let main = MockUpstream::start().await;
     let limited = MockUpstream::start().await;
     let g = TestGateway::start().await;
+    main.set_models(&["gpt-4o-mini-2024-07-18", "o3", "gpt-4o"]);
     g.add("chat-main", "openai", &main.url(), json!({"models": ["gpt-*"]})).await;
     g.add("chat-limited", "openai", &limited.url(), json!({"models": ["limited-*"]})).await;
+    g.model_lists_stored(2).await;
     g.settings(json!({"breaker": {"openai": {"failure_threshold": 1}}})).await;
 
     main.push(Reply::openai_chat("Hello from ccmesh"));
@@ -250,7 +255,7 @@ async fn sdk_openai_chat_completions() {
     let run = run_script(
         "openai_chat.py",
         &g.url,
-        &["completion", "stream", "tool_calls", "bad_request", "unknown_model", "rate_limited", "cut_stream"],
+        &["models_list", "completion", "stream", "tool_calls", "bad_request", "unknown_model", "rate_limited", "cut_stream"],
     )
     .await;
     eprintln!("{}", run.stdout);

@@ -156,7 +156,17 @@ def cut_stream() -> None:
     check("mid-stream" in str(e), f"exception message: {e}")
 
 
+def models_list() -> None:
+    page = client.models.list()
+    ids = [m.id for m in page.data]
+    eq(ids, ["claude-sonnet-4-5-20250929", "claude-opus-4-1"], "model ids (the upstream's, filtered by claude-*)")
+    check(all(isinstance(m, anthropic.types.ModelInfo) for m in page.data), f"not ModelInfo: {page.data!r}")
+    eq(page.data[0].model_extra.get("ccmesh_endpoints"), ["claude-main"], "the endpoints serving it")
+    eq(page.has_more, False, "has_more")
+
+
 run({
+    "models_list": models_list,
     "message": message,
     "stream": stream,
     "tool_use": tool_use,

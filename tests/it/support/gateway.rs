@@ -73,6 +73,14 @@ impl TestGateway {
         }
     }
 
+    /// Wait until the model-list refresher has stored `n` fetch results in all (successes and
+    /// failures), counted since the gateway started.
+    pub async fn model_lists_stored(&self, n: u64) {
+        let mut rx = self.gw.catalogue.subscribe();
+        let done = tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|stored| *stored >= n)).await.is_ok();
+        assert!(done, "the model-list refresher stored {} results, not {n}", *rx.borrow());
+    }
+
     pub fn clock(&self) -> &Arc<ManualClock> {
         self.clock.as_ref().expect("started with start_manual()")
     }

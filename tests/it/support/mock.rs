@@ -20,6 +20,13 @@
 //! arriving (one reply per request, any method and path); when the queue is
 //! empty the default reply (initially `200 {"ok":true}`) is used.
 //!
+//! One exception: a model list (`GET …/models`, what the gateway asks an
+//! endpoint in the background to learn what it serves, and for the
+//! connectivity test of an endpoint without a concrete model) is answered by
+//! [`MockUpstream::set_models`]' reply (initially a 404) and recorded apart
+//! ([`MockUpstream::model_list_requests`]), so the gateway's background
+//! refreshes never take a scripted reply or show in [`MockUpstream::requests`].
+//!
 //! Failure modes are real connection-level behaviour:
 //! * [`Reply::Reset`]: the TCP connection is dropped with `SO_LINGER=0`, so the
 //!   client gets a RST (`connection reset by peer`) instead of a response;
@@ -152,6 +159,35 @@ impl MockUpstream {
     /// The reply used when the queue is empty (initially `200 {"ok":true}`).
     pub fn set_default(&self, reply: Reply) {
         self.shared.lock().default = reply;
+    }
+
+    /// Answer model lists (`GET …/models`) with these ids, OpenAI's shape (which Anthropic's
+    /// `data[].id` shares).
+    pub fn set_models(&self, ids: &[&str]) {
+        let data: Vec<Value> =
+            ids.iter().map(|id| json!({"id": id, "object": "model", "type": "model", "created": 0})).collect();
+        self.set_models_reply(Reply::json(200, json!({"object": "list", "data": data, "has_more": false})));
+    }
+
+    /// Answer model lists with `reply`.
+    pub fn set_models_reply(&self, reply: Reply) {
+        self.shared.lock().models = reply;
+    }
+
+    /// Every model-list request so far.
+    pub fn model_list_requests(&self) -> Vec<RecordedRequest> {
+        self.shared.lock().model_lists.clone()
+    }
+
+    /// Resolves once at least `n` model-list requests arrived. Fails the test after
+    /// [`WAIT_TIMEOUT`].
+    #[allow(clippy::panic)]
+    pub async fn wait_for_model_lists(&self, n: usize) {
+        let mut rx = self.shared.model_list_count.subscribe();
+        let reached = tokio::time::timeout(WAIT_TIMEOUT, async { rx.wait_for(|c| *c >= n).await.is_ok() }).await;
+        if reached != Ok(true) {
+            panic!("mock upstream {}: waited {:?} for {n} model-list request(s)", self.addr, WAIT_TIMEOUT);
+        }
     }
 
     /// How many queued replies have not been used yet.
@@ -866,6 +902,8 @@ struct Shared {
     state: Mutex<State>,
     /// Number of recorded requests.
     requests: watch::Sender<usize>,
+    /// Number of model-list requests.
+    model_list_count: watch::Sender<usize>,
     /// Number of replies abandoned by the peer.
     cancellations: watch::Sender<usize>,
     /// Becomes true once the accept loop (listener, connections) is gone.
@@ -880,6 +918,9 @@ struct State {
     queue: VecDeque<Reply>,
     default: Reply,
     log: Vec<RecordedRequest>,
+    /// The reply to model lists, and those requests.
+    models: Reply,
+    model_lists: Vec<RecordedRequest>,
 }
 
 impl Shared {
@@ -889,7 +930,13 @@ impl Shared {
                 queue: VecDeque::new(),
                 default: Reply::json(200, json!({"ok": true})),
                 log: Vec::new(),
+                models: Reply::json(
+                    404,
+                    json!({"error": {"type": "not_found_error", "message": "this mock lists no models"}}),
+                ),
+                model_lists: Vec::new(),
             }),
+            model_list_count: watch::Sender::new(0),
             requests: watch::Sender::new(0),
             cancellations: watch::Sender::new(0),
             stopped: watch::Sender::new(false),
@@ -907,6 +954,11 @@ impl Shared {
     /// Records a request and picks its reply, atomically.
     fn record(&self, request: RecordedRequest) -> Reply {
         let mut state = self.lock();
+        if request.method == "GET" && request.path.ends_with("/models") {
+            state.model_lists.push(request);
+            self.model_list_count.send_replace(state.model_lists.len());
+            return state.models.clone();
+        }
         state.log.push(request);
         let reply = match state.queue.pop_front() {
             Some(reply) => reply,
