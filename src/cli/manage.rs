@@ -3,11 +3,12 @@
 
 use std::process::ExitCode;
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{anyhow, bail};
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 
 use super::Command;
+pub(crate) use super::api::Client;
 
 #[derive(Args, Debug, Clone)]
 pub struct Common {
@@ -204,69 +205,9 @@ pub fn run(command: Command) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("ccmesh: {e:#}");
+            eprintln!("ccmesh: {}", super::error_text(&e));
             ExitCode::FAILURE
         }
-    }
-}
-
-pub(crate) struct Client {
-    http: reqwest::Client,
-    pub(crate) server: String,
-    token: Option<String>,
-}
-
-impl Client {
-    pub(crate) fn new(common: &Common) -> anyhow::Result<Client> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .timeout(std::time::Duration::from_secs(60))
-            .no_proxy()
-            .build()
-            .context("cannot build the HTTP client")?;
-        Ok(Client { http, server: common.server.trim_end_matches('/').to_string(), token: common.admin_token.clone() })
-    }
-
-    pub(crate) async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
-        let (status, value) = self.call_status(method, path, body).await?;
-        if !status.is_success() {
-            let message = value
-                .pointer("/error/message")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .unwrap_or_else(|| value.to_string());
-            bail!("the gateway answered {status}: {message}");
-        }
-        Ok(value)
-    }
-
-    /// The status and JSON of any answer, for callers that treat some errors as information.
-    pub(crate) async fn call_status(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> anyhow::Result<(reqwest::StatusCode, Value)> {
-        let url = format!("{}{path}", self.server);
-        let mut req = self.http.request(method, &url);
-        if let Some(t) = self.token.as_deref().filter(|t| !t.is_empty()) {
-            req = req.bearer_auth(t);
-        }
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.map_err(|e| {
-            anyhow!(
-                "cannot reach the gateway at {} ({}); is `ccmesh serve` running? Use --server or CCMESH_SERVER to point elsewhere",
-                self.server,
-                crate::proxy::classify::classify_network_error(&e).describe()
-            )
-        })?;
-        let status = resp.status();
-        let text = resp.text().await.context("the gateway's answer was cut off")?;
-        let value: Value =
-            if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
-        Ok((status, value))
     }
 }
 
@@ -394,7 +335,8 @@ async fn dispatch(command: Command) -> anyhow::Result<String> {
                 }
                 let status = v["test_status"].as_str().unwrap_or("?");
                 let latency = v["test_latency_ms"].as_u64().map(|l| format!(" in {l} ms")).unwrap_or_default();
-                let error = v["test_error"].as_str().map(|e| format!(": {e}")).unwrap_or_default();
+                let error =
+                    v["test_error"].as_str().map(|e| format!(": {}", super::api::cli_hint(e))).unwrap_or_default();
                 if status == "available" {
                     Ok(format!("{name}: available{latency}"))
                 } else {
@@ -520,19 +462,21 @@ async fn follow(client: &Client, args: &LogsArgs) -> anyhow::Result<String> {
     if let Some(t) = client.token.as_deref().filter(|t| !t.is_empty()) {
         req = req.bearer_auth(t);
     }
-    let mut resp =
-        req.send().await.map_err(|_| anyhow!("cannot reach the gateway at {} to follow its events", client.server))?;
+    let mut resp = req.send().await.map_err(|e| client.unreachable(&e))?;
     if !resp.status().is_success() {
-        bail!("the gateway answered {} to GET /api/events", resp.status());
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        bail!(
+            "the gateway refused to stream its events ({status}): {}",
+            super::api::cli_hint(&super::api::api_message(&body))
+        );
     }
     let mut scanner = crate::protocol::sse::SseScanner::new();
     loop {
         let chunk = match resp.chunk().await {
             Ok(Some(c)) => c,
             Ok(None) => return Ok("the gateway closed the event stream".into()),
-            Err(e) => {
-                bail!("the event stream broke: {}", crate::proxy::classify::classify_network_error(&e).describe())
-            }
+            Err(e) => bail!("the event stream broke: {}", super::api::why_unreachable(&e, &client.server)),
         };
         let mut lines = Vec::new();
         scanner.feed(&chunk, |event| {

@@ -59,7 +59,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
     match runtime.block_on(serve(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("ccmesh: {e:#}");
+            eprintln!("ccmesh: {}", super::error_text(&e));
             ExitCode::FAILURE
         }
     }

@@ -42,7 +42,7 @@ pub fn parse(path: &str, text: &str, env: &dyn Fn(&str) -> Option<String>) -> Re
     let table: toml::Table =
         toml::from_str(text).map_err(|e| ConfigFileError::Toml { path: path.into(), message: e.to_string() })?;
     let mut doc = serde_json::to_value(&table).map_err(|e| invalid(e.to_string()))?;
-    interpolate(&mut doc, env, "").map_err(invalid)?;
+    interpolate(&mut doc, env).map_err(invalid)?;
     let Value::Object(mut top) = doc else { return Err(invalid("expected a table".into())) };
     for key in top.keys() {
         if key != "endpoints" && key != "settings" && key != "prices" {
@@ -130,8 +130,58 @@ impl ConfigFile {
     }
 }
 
-/// Replace `${NAME}` in every string; a missing variable is an error naming it and where.
-fn interpolate(v: &mut Value, env: &dyn Fn(&str) -> Option<String>, at: &str) -> Result<(), String> {
+/// Replace `${NAME}` in every string. Every variable that is unset or empty is reported at
+/// once, with where it is used, so one start tells the user everything to export (an empty key
+/// would only fail later, at the upstream, as a 401).
+fn interpolate(v: &mut Value, env: &dyn Fn(&str) -> Option<String>) -> Result<(), String> {
+    let mut problems = Problems::default();
+    substitute(v, env, "", &mut problems);
+    problems.into_result()
+}
+
+/// What interpolation found wrong, by kind, in file order.
+#[derive(Default)]
+struct Problems {
+    /// (variable, where)
+    unset: Vec<(String, String)>,
+    empty: Vec<(String, String)>,
+    other: Vec<String>,
+}
+
+impl Problems {
+    fn into_result(self) -> Result<(), String> {
+        let list = |items: &[(String, String)]| {
+            items.iter().map(|(name, at)| format!("{name} (in {at})")).collect::<Vec<_>>().join(", ")
+        };
+        let mut parts = self.other;
+        match self.unset.len() {
+            0 => {}
+            1 => parts.push(format!("environment variable {} is not set", list(&self.unset))),
+            _ => parts.push(format!("environment variables not set: {}", list(&self.unset))),
+        }
+        match self.empty.len() {
+            0 => {}
+            1 => parts.push(format!("environment variable {} is empty", list(&self.empty))),
+            _ => parts.push(format!("environment variables empty: {}", list(&self.empty))),
+        }
+        if parts.is_empty() {
+            return Ok(());
+        }
+        let mut names: Vec<&str> = Vec::new();
+        for (name, _) in self.unset.iter().chain(&self.empty) {
+            if !names.contains(&name.as_str()) {
+                names.push(name);
+            }
+        }
+        let mut message = parts.join("; ");
+        if !names.is_empty() {
+            message.push_str(&format!("; export {} before `ccmesh serve`", names.join(", ")));
+        }
+        Err(message)
+    }
+}
+
+fn substitute(v: &mut Value, env: &dyn Fn(&str) -> Option<String>, at: &str, problems: &mut Problems) {
     match v {
         Value::String(s) if s.contains("${") => {
             let mut out = String::with_capacity(s.len());
@@ -139,10 +189,16 @@ fn interpolate(v: &mut Value, env: &dyn Fn(&str) -> Option<String>, at: &str) ->
             while let Some(start) = rest.find("${") {
                 out.push_str(&rest[..start]);
                 let after = &rest[start + 2..];
-                let end = after.find('}').ok_or_else(|| format!("{at}: unterminated ${{ in a string"))?;
+                let Some(end) = after.find('}') else {
+                    problems.other.push(format!("{at}: unterminated ${{ in a string"));
+                    return;
+                };
                 let name = &after[..end];
-                let value = env(name).ok_or_else(|| format!("{at}: environment variable {name} is not set"))?;
-                out.push_str(&value);
+                match env(name) {
+                    Some(value) if !value.trim().is_empty() => out.push_str(&value),
+                    Some(_) => problems.empty.push((name.to_string(), at.to_string())),
+                    None => problems.unset.push((name.to_string(), at.to_string())),
+                }
                 rest = &after[end + 1..];
             }
             out.push_str(rest);
@@ -150,18 +206,17 @@ fn interpolate(v: &mut Value, env: &dyn Fn(&str) -> Option<String>, at: &str) ->
         }
         Value::Array(items) => {
             for (i, item) in items.iter_mut().enumerate() {
-                interpolate(item, env, &format!("{at}[{i}]"))?;
+                substitute(item, env, &format!("{at}[{i}]"), problems);
             }
         }
         Value::Object(map) => {
             for (k, item) in map.iter_mut() {
                 let path = if at.is_empty() { k.clone() } else { format!("{at}.{k}") };
-                interpolate(item, env, &path)?;
+                substitute(item, env, &path, problems);
             }
         }
         _ => {}
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -280,9 +335,26 @@ output = 4
     }
 
     #[test]
+    fn every_missing_or_empty_variable_is_reported_at_once() {
+        let none = parse("t.toml", FILE, &|_| None).unwrap_err().to_string();
+        assert!(
+            none.contains("environment variables not set: TEST_ANTHROPIC_KEY (in endpoints[0].api_key), TEST_GLM_KEY (in endpoints[1].api_key)"),
+            "{none}"
+        );
+        assert!(none.contains("export TEST_ANTHROPIC_KEY, TEST_GLM_KEY"), "{none}");
+        let empty = |name: &str| match name {
+            "TEST_ANTHROPIC_KEY" => Some("  ".to_string()),
+            _ => None,
+        };
+        let got = parse("t.toml", FILE, &empty).unwrap_err().to_string();
+        assert!(got.contains("environment variable TEST_GLM_KEY (in endpoints[1].api_key) is not set"), "{got}");
+        assert!(got.contains("environment variable TEST_ANTHROPIC_KEY (in endpoints[0].api_key) is empty"), "{got}");
+    }
+
+    #[test]
     fn errors_name_what_is_wrong() {
         let missing = parse("t.toml", FILE, &|_| None).unwrap_err().to_string();
-        assert!(missing.contains("TEST_ANTHROPIC_KEY is not set"), "{missing}");
+        assert!(missing.contains("TEST_ANTHROPIC_KEY (in endpoints[0].api_key)"), "{missing}");
         let bad = parse("t.toml", "[[endpoints]]\nname = \"x\"\nbase_url = \"nope\"\nformat = \"openai\"\n", &env)
             .unwrap_err()
             .to_string();

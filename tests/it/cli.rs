@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::support::binary::Server;
+use crate::support::binary::{Launch, Server, run_cli};
 use crate::support::mock::{MockUpstream, Reply};
 
 const KEY_A: &str = "sk-ant-first-key-0000AAAA";
@@ -58,4 +58,111 @@ async fn endpoint_edit_changes_the_key_only_when_asked() {
     assert_eq!(json(&out)["api_key"], "sk-…AAAA");
     let (code, _, err) = server.cli_env(&["endpoint", "edit", "anthropic", "--api-key", KEY_A, "--api-key-from-env"], &env_b);
     assert_eq!(code, 2, "clap refuses the pair: {err}");
+}
+
+fn no_rest_verbs(text: &str) {
+    for verb in ["GET /api", "POST /api", "PATCH /api", "PUT /api", "DELETE /api"] {
+        assert!(!text.contains(verb), "a REST verb where a command belongs: {text}");
+    }
+}
+
+/// Every message names what to type, says each cause once, and calls the gateway the gateway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_messages_name_the_fix() {
+    let up = MockUpstream::start().await;
+    let server = Server::start(None, &[]);
+    let url = up.url();
+
+    // `--server` without a scheme just works.
+    let bare = server.url.trim_start_matches("http://").to_string();
+    let (code, out, err) = run_cli(["endpoint", "list", "--server", bare.as_str()], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("no endpoints yet"), "{out}");
+
+    // Nothing listening: the gateway is not "the upstream", and the cause is said once.
+    let (code, _, err) = run_cli(["health", "--server", "127.0.0.1:1"], &[]);
+    assert_eq!(code, 1);
+    assert!(err.contains("cannot reach the gateway at http://127.0.0.1:1: nothing accepts connections there"), "{err}");
+    assert!(!err.contains("upstream"), "{err}");
+    let (_, _, err) = run_cli(["health", "--server", "http://gateway.invalid:3999"], &[]);
+    assert!(err.contains("could not resolve host gateway.invalid"), "{err}");
+
+    // API errors name CLI commands.
+    let (code, _, err) = server.cli(&["endpoint", "show", "nope"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no endpoint named 'nope'; list them with `ccmesh endpoint list`"), "{err}");
+    no_rest_verbs(&err);
+    let add = ["endpoint", "add", "relay", "--base-url", url.as_str(), "--format", "anthropic", "--api-key", KEY_A, "--model", "claude-*"];
+    assert_eq!(server.cli(&add).0, 0);
+    let (code, _, err) = server.cli(&add);
+    assert_eq!(code, 1);
+    assert!(err.contains("change the existing one with `ccmesh endpoint edit"), "{err}");
+    no_rest_verbs(&err);
+
+    // A glob-only endpoint is tested through its model list; when that is missing the test
+    // says how to test with a real request instead.
+    let (code, _, err) = server.cli(&["endpoint", "test", "relay"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("HTTP 404") && err.contains("`ccmesh endpoint edit relay --test-model MODEL`"), "{err}");
+    no_rest_verbs(&err);
+    up.set_models(&["claude-sonnet-4-5"]);
+    let (code, out, err) = server.cli(&["endpoint", "test", "relay"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("relay: available"), "{out}");
+
+    // A DNS failure is not a refused port.
+    let typo = ["endpoint", "add", "typo", "--base-url", "https://api.openai.invalid", "--format", "openai", "--api-key", KEY_B];
+    assert_eq!(server.cli(&typo).0, 0);
+    let (code, _, err) = server.cli(&["endpoint", "test", "typo"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("could not resolve host api.openai.invalid"), "{err}");
+    assert!(!err.contains("could not connect"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_token_is_asked_for_by_its_variable() {
+    let server = Server::launch(Launch { env: &[("CCMESH_ADMIN_TOKEN", "a-long-admin-token-for-this-test-0000")], ..Launch::default() })
+        .unwrap();
+    let (code, _, err) = server.cli(&["endpoint", "list"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("set CCMESH_ADMIN_TOKEN (or pass --admin-token)"), "{err}");
+    assert!(!err.contains("Authorization: Bearer"), "{err}");
+}
+
+/// `serve` refuses a bad config file with everything that is wrong, each cause once.
+#[test]
+fn a_bad_config_file_says_everything_at_once() {
+    let refused = |config: &str, env: &[(&str, &str)]| match Server::launch(Launch { config: Some(config), env, ..Launch::default() }) {
+        Ok(_) => panic!("the gateway started with {config}"),
+        Err(logs) => logs,
+    };
+    let two_keys = r#"
+[[endpoints]]
+name = "a"
+base_url = "https://api.anthropic.com"
+api_key = "${TEST_UNSET_KEY_A}"
+format = "anthropic"
+
+[[endpoints]]
+name = "b"
+base_url = "https://api.openai.com"
+api_key = "${TEST_UNSET_KEY_B}"
+format = "openai"
+"#;
+    let logs = refused(two_keys, &[]);
+    assert!(logs.contains("environment variables not set: TEST_UNSET_KEY_A (in endpoints[0].api_key), TEST_UNSET_KEY_B (in endpoints[1].api_key)"), "{logs}");
+    let logs = refused(two_keys, &[("TEST_UNSET_KEY_A", ""), ("TEST_UNSET_KEY_B", "sk-b-0000000000")]);
+    assert!(logs.contains("environment variable TEST_UNSET_KEY_A (in endpoints[0].api_key) is empty"), "{logs}");
+
+    let misspelt = "[[endpoints]]\nname = \"a\"\nbaseurl = \"https://api.anthropic.com\"\nformat = \"anthropic\"\n";
+    let logs = refused(misspelt, &[]);
+    assert!(logs.contains("endpoints[0].baseurl: unknown field; did you mean 'base_url'?"), "{logs}");
+
+    let missing = match Server::launch(Launch { args: &["--config", "/nonexistent/ccmesh.toml"], ..Launch::default() }) {
+        Ok(_) => panic!("started without its config file"),
+        Err(logs) => logs,
+    };
+    let cause = std::io::Error::from_raw_os_error(2).to_string();
+    assert!(missing.contains("cannot read /nonexistent/ccmesh.toml"), "{missing}");
+    assert_eq!(missing.matches(cause.as_str()).count(), 1, "the cause once: {missing}");
 }
