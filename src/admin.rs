@@ -21,6 +21,7 @@ use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde_json::{Value, json};
 
+use crate::config::authoritative::Section;
 use crate::endpoint::{Endpoint, EndpointDraft, FieldError};
 use crate::gateway::Gateway;
 use crate::protocol::Protocol;
@@ -75,6 +76,18 @@ impl ApiError {
     pub fn internal(message: impl Into<String>) -> Self {
         Self { status: StatusCode::INTERNAL_SERVER_ERROR, message: message.into(), field: None }
     }
+    /// 409: the authoritative config file owns what this write would change.
+    pub fn file_rules(message: String) -> Self {
+        Self { status: StatusCode::CONFLICT, message, field: None }
+    }
+}
+
+/// Refuse a write to `section` when an authoritative config file declares it.
+pub fn check_file_rules(gw: &Gateway, section: Section) -> ApiResult<()> {
+    match gw.config_source.get().and_then(|s| s.refusal(section)) {
+        Some(message) => Err(ApiError::file_rules(message)),
+        None => Ok(()),
+    }
 }
 
 impl From<FieldError> for ApiError {
@@ -109,6 +122,7 @@ impl IntoResponse for ApiError {
             StatusCode::NOT_FOUND => "not_found",
             StatusCode::UNAUTHORIZED => "unauthorized",
             StatusCode::FORBIDDEN => "forbidden",
+            StatusCode::CONFLICT => "conflict",
             _ => "internal_error",
         };
         (self.status, Json(json!({"error": {"type": kind, "message": self.message, "field": self.field}})))
@@ -220,6 +234,7 @@ fn refuse_self(gw: &Gateway, base_url: &str) -> ApiResult<()> {
 }
 
 async fn create_endpoint(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes) -> ApiResult<Response> {
+    check_file_rules(&gw, Section::Endpoints)?;
     let draft = EndpointDraft::create(&parse_body(&body)?)?;
     refuse_self(&gw, &draft.base_url)?;
     let created = write(&gw, "endpoint_created", move |g| Ok(g.store.insert_endpoint(&draft)?)).await?;
@@ -232,6 +247,9 @@ async fn patch_endpoint(
     body: axum::body::Bytes,
 ) -> ApiResult<Json<Value>> {
     let patch = parse_body(&body)?;
+    if let Some(message) = gw.config_source.get().and_then(|s| s.endpoint_patch_refusal(&name, &patch)) {
+        return Err(ApiError::file_rules(message));
+    }
     let current = {
         let n = name.clone();
         read(&gw, move |s| s.get_endpoint(&n)).await?
@@ -249,6 +267,7 @@ async fn patch_endpoint(
 }
 
 async fn delete_endpoint(State(gw): State<Arc<Gateway>>, Path(name): Path<String>) -> ApiResult<StatusCode> {
+    check_file_rules(&gw, Section::Endpoints)?;
     write(&gw, "endpoint_deleted", move |g| Ok(g.store.delete_endpoint(&name)?)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -295,6 +314,7 @@ fn unknown_names_are_bad_requests(e: ApiError) -> ApiError {
 }
 
 async fn put_fast_queue(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes) -> ApiResult<Json<Value>> {
+    check_file_rules(&gw, Section::Endpoints)?;
     let names = name_list(&body)?;
     write(&gw, "fast_queue", move |g| Ok(g.store.set_fast_queue(&names)?))
         .await
@@ -303,6 +323,7 @@ async fn put_fast_queue(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes)
 }
 
 async fn put_order(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes) -> ApiResult<Json<Value>> {
+    check_file_rules(&gw, Section::Endpoints)?;
     let names = name_list(&body)?;
     write(&gw, "order", move |g| Ok(g.store.set_order(&names)?)).await.map_err(unknown_names_are_bad_requests)?;
     list_endpoints(State(gw)).await
@@ -358,6 +379,7 @@ async fn get_settings(State(gw): State<Arc<Gateway>>) -> Json<Value> {
 }
 
 async fn patch_settings(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes) -> ApiResult<Json<Value>> {
+    check_file_rules(&gw, Section::Settings)?;
     let patch = parse_body(&body)?;
     // Read-modify-write under the admin lock, so concurrent PATCHes cannot lose each other.
     let doc = write(&gw, "settings", move |g| {

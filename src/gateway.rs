@@ -141,6 +141,9 @@ pub struct Gateway {
     pub listen_addr: std::sync::OnceLock<std::net::SocketAddr>,
     /// The upstreams' model lists (`GET /v1/models`), refreshed by the server's background work.
     pub catalogue: crate::catalogue::Catalogue,
+    /// The config file, when it is authoritative (`config::authoritative`): what it declares is
+    /// read-only in the admin API, and the server's background work reloads it.
+    pub config_source: std::sync::OnceLock<crate::config::authoritative::SharedSource>,
     /// This gateway's entry in the process-wide set of secrets to redact.
     redact_owner: u64,
 }
@@ -190,6 +193,7 @@ impl Gateway {
             hop_header,
             listen_addr: std::sync::OnceLock::new(),
             catalogue: Default::default(),
+            config_source: std::sync::OnceLock::new(),
             open_connections: Arc::default(),
             allowed_hosts: std::sync::OnceLock::new(),
             login_limit: Default::default(),

@@ -25,10 +25,22 @@ pub enum ConfigFileError {
 /// What a config file declares, validated.
 #[derive(Debug)]
 pub struct ConfigFile {
+    /// `[config] authoritative = true`: the file's endpoints, settings and prices replace the
+    /// database's at start and on every reload (`config::authoritative`), instead of being
+    /// upserted once at start.
+    pub authoritative: bool,
+    /// `[[endpoints]]`, each with its name.
     pub endpoints: Vec<(Value, String)>,
+    /// Whether the file has an endpoints table at all (in the authoritative mode, endpoints the
+    /// file does not declare stay the database's).
+    pub declares_endpoints: bool,
     pub settings: Option<Value>,
     /// `[[prices]]`: price overrides by model name (or `*` glob).
     pub prices: Vec<(String, Price)>,
+    pub declares_prices: bool,
+    // Client keys (`[[keys]]`, SPEC §12) join here when they exist: parsed like the endpoints,
+    // applied by `config::authoritative` as one more declared section, refused in the admin API
+    // through `authoritative::Section::Keys`.
 }
 
 /// Parse and validate (without touching the database), so errors surface before binding a port.
@@ -45,12 +57,28 @@ pub fn parse(path: &str, text: &str, env: &dyn Fn(&str) -> Option<String>) -> Re
     interpolate(&mut doc, env).map_err(invalid)?;
     let Value::Object(mut top) = doc else { return Err(invalid("expected a table".into())) };
     for key in top.keys() {
-        if key != "endpoints" && key != "settings" && key != "prices" {
+        if !matches!(key.as_str(), "endpoints" | "settings" | "prices" | "config") {
             return Err(invalid(format!(
-                "unknown top-level key '{key}'; expected [[endpoints]], [settings] and [[prices]]"
+                "unknown top-level key '{key}'; expected [config], [[endpoints]], [settings] and [[prices]]"
             )));
         }
     }
+    let authoritative = match top.remove("config") {
+        None => false,
+        Some(Value::Object(config)) => {
+            if let Some(other) = config.keys().find(|k| k.as_str() != "authoritative") {
+                return Err(invalid(format!("config.{other}: unknown key; [config] has only `authoritative`")));
+            }
+            match config.get("authoritative") {
+                None => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => return Err(invalid("config.authoritative: must be true or false".into())),
+            }
+        }
+        Some(_) => return Err(invalid("config must be a table ([config])".into())),
+    };
+    let declares_endpoints = top.contains_key("endpoints");
+    let declares_prices = top.contains_key("prices");
     let mut endpoints = Vec::new();
     if let Some(list) = top.remove("endpoints") {
         let Value::Array(items) = list else {
@@ -89,7 +117,7 @@ pub fn parse(path: &str, text: &str, env: &dyn Fn(&str) -> Option<String>) -> Re
             prices.push((model, price));
         }
     }
-    Ok(ConfigFile { endpoints, settings, prices })
+    Ok(ConfigFile { authoritative, endpoints, declares_endpoints, settings, prices, declares_prices })
 }
 
 impl ConfigFile {

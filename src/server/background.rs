@@ -1,5 +1,6 @@
 //! The gateway's background work, on the runtime that runs `serve_with` (never a serving
-//! thread, never the request path): the model-list refresher. Owned by the server: `stop` (or dropping it) ends every
+//! thread, never the request path): the model-list refresher and, in the authoritative-config
+//! mode, the config file's watcher. Owned by the server: `stop` (or dropping it) ends every
 //! task, so nothing outlives the gateway that started it.
 
 use std::sync::Arc;
@@ -16,6 +17,11 @@ impl Background {
     pub fn start(gw: &Arc<Gateway>) -> Background {
         let mut tasks = JoinSet::new();
         tasks.spawn(crate::catalogue::refresh_loop(gw.clone()));
+        if let Some(source) = gw.config_source.get() {
+            for task in crate::config::watch::tasks(gw.clone(), source.clone()) {
+                tasks.spawn(task);
+            }
+        }
         Background { tasks }
     }
 

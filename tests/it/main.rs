@@ -6,6 +6,7 @@
 mod support;
 
 mod admin_api;
+mod authoritative;
 mod binary;
 mod breaker_flow;
 mod cli;

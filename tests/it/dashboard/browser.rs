@@ -187,7 +187,7 @@ async fn dashboard_flow_in_chromium() {
 #[tokio::test]
 async fn dashboard_login_in_chromium() {
     let token = "browser-test-admin-token-4242";
-    let g = TestGateway::start_with(Options { manual_clock: false, admin_token: Some(token.into()) }).await;
+    let g = TestGateway::start_with(Options { admin_token: Some(token.into()), ..Options::default() }).await;
     let anthropic = MockUpstream::start().await;
     anthropic.set_default(Reply::anthropic_message("hi"));
     g.add("alpha", "anthropic", &anthropic.url(), json!({})).await;
@@ -322,7 +322,7 @@ async fn screenshots() {
         .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/screenshots").display().to_string());
     // The login page needs a gateway with a token (its requests are to that gateway only).
     let with_token =
-        TestGateway::start_with(Options { manual_clock: false, admin_token: Some("demo-token".into()) }).await;
+        TestGateway::start_with(Options { admin_token: Some("demo-token".into()), ..Options::default() }).await;
     let out = run(
         "screenshots.mjs",
         &g.url,
