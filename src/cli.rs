@@ -6,6 +6,7 @@ pub mod clients;
 pub mod import;
 pub mod manage;
 pub mod presets;
+pub mod records;
 pub mod serve;
 
 use std::process::ExitCode;
@@ -49,10 +50,11 @@ pub enum Command {
         #[command(flatten)]
         common: manage::Common,
     },
-    /// Recent request records (newest first); `-f` follows new requests live.
-    Logs(manage::LogsArgs),
-    /// A summary of requests, errors, latency, tokens and cost for a period.
-    Stats(manage::StatsArgs),
+    /// Recent request records, oldest first (the newest last, nearest the prompt); `-f` keeps
+    /// printing new ones as they complete.
+    Logs(records::LogsArgs),
+    /// A summary of requests, errors, latency, tokens and cost for a period, with a total row.
+    Stats(records::StatsArgs),
     /// Point a coding agent (claude-code, codex, gemini-cli) at the gateway: only the keys that
     /// do that change in its settings; a backup and a record go to the data directory.
     Connect(clients::ConnectArgs),

@@ -131,52 +131,6 @@ pub enum EndpointCommand {
     },
 }
 
-#[derive(Args, Debug)]
-pub struct LogsArgs {
-    /// Show one request's full record and decision trail.
-    #[arg(long)]
-    pub id: Option<String>,
-    /// How many recent requests to show.
-    #[arg(short = 'n', long, default_value_t = 20)]
-    pub limit: u32,
-    /// Keep running and print requests as they complete.
-    #[arg(short, long)]
-    pub follow: bool,
-    #[arg(long)]
-    pub endpoint: Option<String>,
-    #[arg(long)]
-    pub model: Option<String>,
-    /// claude | openai | responses
-    #[arg(long)]
-    pub protocol: Option<String>,
-    /// A status class (2xx, 4xx, 5xx) or an exact status (429).
-    #[arg(long)]
-    pub status: Option<String>,
-    /// Only requests that failed over.
-    #[arg(long)]
-    pub failed_over: bool,
-    /// Start of the period: unix ms, RFC 3339, a date, or an age like 15m, 24h, 7d.
-    #[arg(long)]
-    pub since: Option<String>,
-    /// Text to find in errors.
-    #[arg(long = "search")]
-    pub q: Option<String>,
-    #[command(flatten)]
-    pub common: Common,
-}
-
-#[derive(Args, Debug)]
-pub struct StatsArgs {
-    /// Start of the period (unix ms, RFC 3339, a date, or an age like 24h, 7d).
-    #[arg(long, default_value = "24h")]
-    pub since: String,
-    /// Group by endpoint, model or protocol.
-    #[arg(long = "by", default_value = "endpoint")]
-    pub group_by: String,
-    #[command(flatten)]
-    pub common: Common,
-}
-
 #[derive(Subcommand, Debug)]
 pub enum FastCommand {
     /// Make exactly these endpoints the fast queue, in this order (none = empty the queue).
@@ -360,12 +314,8 @@ async fn dispatch(command: Command) -> anyhow::Result<String> {
             let v = Client::new(&common)?.call(Method::GET, "/api/health", None).await?;
             Ok(if common.json { pretty(&v) } else { health_table(&v) })
         }
-        Command::Logs(args) => logs(args).await,
-        Command::Stats(args) => {
-            let q = query_string(&[("since", Some(args.since.as_str())), ("group_by", Some(args.group_by.as_str()))]);
-            let v = Client::new(&args.common)?.call(Method::GET, &format!("/api/stats?{q}"), None).await?;
-            Ok(if args.common.json { pretty(&v) } else { stats_table(&v) })
-        }
+        Command::Logs(args) => super::records::logs(args).await,
+        Command::Stats(args) => super::records::stats(args).await,
         Command::Failover { state, protocol, common } => {
             let on = state == "on";
             let patch = json!({"failover_enabled": {protocol.as_str(): on}});
@@ -391,287 +341,6 @@ async fn dispatch(command: Command) -> anyhow::Result<String> {
             })
         }
     }
-}
-
-fn query_string(pairs: &[(&str, Option<&str>)]) -> String {
-    pairs.iter().filter_map(|(k, v)| v.map(|v| format!("{k}={}", url_escape(v)))).collect::<Vec<_>>().join("&")
-}
-
-fn url_escape(v: &str) -> String {
-    v.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b':') {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
-
-async fn logs(args: LogsArgs) -> anyhow::Result<String> {
-    use reqwest::Method;
-    let client = Client::new(&args.common)?;
-    if let Some(id) = &args.id {
-        let v = client.call(Method::GET, &format!("/api/requests/{}", path(id)), None).await?;
-        return Ok(if args.common.json { pretty(&v) } else { record_detail(&v) });
-    }
-    let (status_class, status) = match args.status.as_deref() {
-        Some(s) if s.ends_with("xx") => (Some(s), None),
-        Some(s) => (None, Some(s)),
-        None => (None, None),
-    };
-    let limit = args.limit.clamp(1, 500).to_string();
-    let q = query_string(&[
-        ("limit", Some(limit.as_str())),
-        ("endpoint", args.endpoint.as_deref()),
-        ("model", args.model.as_deref()),
-        ("protocol", args.protocol.as_deref()),
-        ("status_class", status_class),
-        ("status", status),
-        ("failed_over", args.failed_over.then_some("true")),
-        ("since", args.since.as_deref()),
-        ("q", args.q.as_deref()),
-    ]);
-    let v = client.call(Method::GET, &format!("/api/requests?{q}"), None).await?;
-    let mut rows: Vec<Value> = v["requests"].as_array().cloned().unwrap_or_default();
-    rows.reverse(); // oldest first, so the newest line is nearest the prompt
-    let out = if args.common.json {
-        rows.iter().map(|r| r.to_string()).collect::<Vec<_>>().join("\n")
-    } else {
-        log_table(&rows)
-    };
-    if !args.follow {
-        return Ok(out);
-    }
-    {
-        use std::io::Write;
-        let mut stdout = std::io::stdout().lock();
-        if !out.is_empty() {
-            let _ = writeln!(stdout, "{out}");
-        }
-    }
-    follow(&client, &args).await
-}
-
-/// Print `request` live events as they arrive (filters applied here), until the server goes away.
-async fn follow(client: &Client, args: &LogsArgs) -> anyhow::Result<String> {
-    use std::io::Write;
-    let url = format!("{}/api/events", client.server);
-    let mut req = client.http.get(&url).timeout(std::time::Duration::from_secs(365 * 24 * 3600));
-    if let Some(t) = client.token.as_deref().filter(|t| !t.is_empty()) {
-        req = req.bearer_auth(t);
-    }
-    let mut resp = req.send().await.map_err(|e| client.unreachable(&e))?;
-    if !resp.status().is_success() {
-        let status = resp.status();
-        let body: Value = resp.json().await.unwrap_or(Value::Null);
-        bail!(
-            "the gateway refused to stream its events ({status}): {}",
-            super::api::cli_hint(&super::api::api_message(&body))
-        );
-    }
-    let mut scanner = crate::protocol::sse::SseScanner::new();
-    loop {
-        let chunk = match resp.chunk().await {
-            Ok(Some(c)) => c,
-            Ok(None) => return Ok("the gateway closed the event stream".into()),
-            Err(e) => bail!("the event stream broke: {}", super::api::why_unreachable(&e, &client.server)),
-        };
-        let mut lines = Vec::new();
-        scanner.feed(&chunk, |event| {
-            if event.event != Some("request") {
-                return;
-            }
-            let Ok(v) = serde_json::from_str::<Value>(event.data) else { return };
-            if !follow_matches(&v, args) {
-                return;
-            }
-            lines.push(if args.common.json { v.to_string() } else { log_line(&v) });
-        });
-        let mut stdout = std::io::stdout().lock();
-        for line in lines {
-            let _ = writeln!(stdout, "{line}");
-        }
-        let _ = stdout.flush();
-    }
-}
-
-fn follow_matches(v: &Value, args: &LogsArgs) -> bool {
-    let eq = |field: &str, want: &Option<String>| want.as_deref().is_none_or(|w| v[field].as_str() == Some(w));
-    let status_ok = match args.status.as_deref() {
-        None => true,
-        Some(s) if s.ends_with("xx") => {
-            v["status"].as_u64().is_some_and(|st| st / 100 == u64::from(s.as_bytes()[0] - b'0'))
-        }
-        Some(s) => v["status"].as_u64().map(|st| st.to_string()).as_deref() == Some(s),
-    };
-    eq("endpoint", &args.endpoint)
-        && eq("model", &args.model)
-        && eq("protocol", &args.protocol)
-        && status_ok
-        && (!args.failed_over || v["failed_over"] == json!(true))
-        && args
-            .q
-            .as_deref()
-            .is_none_or(|q| v["error"].as_str().is_some_and(|e| e.to_lowercase().contains(&q.to_lowercase())))
-}
-
-fn ms_cell(v: &Value) -> String {
-    v.as_f64()
-        .map(|ms| if ms >= 1000.0 { format!("{:.1}s", ms / 1000.0) } else { format!("{ms:.0}ms") })
-        .unwrap_or_else(|| "-".into())
-}
-
-fn tokens_cell(t: &Value) -> String {
-    match (t["input"].as_u64(), t["output"].as_u64()) {
-        (None, None) => "-".into(),
-        (i, o) => format!(
-            "{}/{}",
-            i.map(|n| n.to_string()).unwrap_or("?".into()),
-            o.map(|n| n.to_string()).unwrap_or("?".into())
-        ),
-    }
-}
-
-fn cost_cell(v: &Value) -> String {
-    v.as_f64().map(|c| format!("${c:.4}")).unwrap_or_else(|| "-".into())
-}
-
-fn time_cell(ms: &Value) -> String {
-    ms.as_u64()
-        .map(|ms| crate::timefmt::rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)))
-        .map(|t| t.replace('T', " ").trim_end_matches('Z').to_string())
-        .unwrap_or_else(|| "-".into())
-}
-
-fn log_row(r: &Value) -> Vec<String> {
-    let attempts = match &r["attempts"] {
-        Value::Array(a) => a.len().to_string(),
-        other => cell(other),
-    };
-    let mut error = r["error"].as_str().map(str::to_string).unwrap_or_else(|| cell(&r["error"]["message"]));
-    if error.chars().count() > 60 {
-        error = error.chars().take(57).collect::<String>() + "...";
-    }
-    vec![
-        time_cell(&r["started_at_ms"]),
-        cell(&r["protocol"]),
-        r["model_requested"].as_str().or(r["model"].as_str()).unwrap_or("-").to_string(),
-        cell(&r["endpoint"]),
-        cell(&r["status"]),
-        format!("{attempts}{}", if r["failed_over"] == json!(true) { "↻" } else { "" }),
-        ms_cell(&r["total_ms"]),
-        tokens_cell(&r["tokens"]),
-        cost_cell(&r["cost_usd"]),
-        if error == "-" { String::new() } else { error },
-    ]
-}
-
-const LOG_HEADERS: [&str; 10] =
-    ["TIME", "PROTO", "MODEL", "ENDPOINT", "STATUS", "TRIES", "TIME", "TOKENS IN/OUT", "COST", "ERROR"];
-
-fn log_table(rows: &[Value]) -> String {
-    if rows.is_empty() {
-        return "no requests recorded in this period".into();
-    }
-    table(&LOG_HEADERS, &rows.iter().map(log_row).collect::<Vec<_>>())
-}
-
-fn log_line(v: &Value) -> String {
-    log_row(v).into_iter().filter(|c| !c.is_empty()).collect::<Vec<_>>().join("  ")
-}
-
-fn record_detail(r: &Value) -> String {
-    let mut out = vec![
-        format!("request {}  {} {}  {}", cell(&r["id"]), cell(&r["method"]), cell(&r["path"]), cell(&r["started_at"])),
-        format!(
-            "protocol {}  model {} → sent {} → answered {}  stream {}",
-            cell(&r["protocol"]),
-            cell(&r["model_requested"]),
-            cell(&r["model_sent"]),
-            cell(&r["model_answered"]),
-            cell(&r["stream"])
-        ),
-        format!(
-            "status {}  total {}  first byte {}  gateway overhead {}  tokens {}  cost {}",
-            cell(&r["status"]),
-            ms_cell(&r["total_ms"]),
-            ms_cell(&r["first_byte_ms"]),
-            ms_cell(&r["overhead_ms"]),
-            tokens_cell(&r["tokens"]),
-            cost_cell(&r["cost_usd"])
-        ),
-    ];
-    if let Some(c) = r["conversion"].as_str() {
-        out.push(format!("converted {c}"));
-    }
-    if let Some(e) = r["error"].as_object() {
-        out.push(format!(
-            "error ({}): {}",
-            e.get("source").and_then(Value::as_str).unwrap_or("-"),
-            e.get("message").and_then(Value::as_str).unwrap_or("-")
-        ));
-    }
-    let attempts: Vec<Vec<String>> = r["attempts"]
-        .as_array()
-        .map(|a| a.as_slice())
-        .unwrap_or_default()
-        .iter()
-        .enumerate()
-        .map(|(i, a)| {
-            vec![
-                (i + 1).to_string(),
-                cell(&a["endpoint"]),
-                cell(&a["format"]),
-                ms_cell(&a["started_ms"]),
-                ms_cell(&a["duration_ms"]),
-                a["status"].as_u64().map(|s| s.to_string()).unwrap_or_else(|| cell(&a["error_kind"])),
-                cell(&a["classification"]),
-                a["breaker"].as_str().unwrap_or("").to_string(),
-            ]
-        })
-        .collect();
-    out.push(String::new());
-    out.push(table(&["#", "ENDPOINT", "FORMAT", "AT", "TOOK", "RESULT", "OUTCOME", "BREAKER"], &attempts));
-    out.join("\n")
-}
-
-fn stats_table(v: &Value) -> String {
-    let rows: Vec<Vec<String>> = v["groups"]
-        .as_array()
-        .map(|a| a.as_slice())
-        .unwrap_or_default()
-        .iter()
-        .map(|g| {
-            let t = &g["totals"];
-            vec![
-                g["key"].as_str().unwrap_or("(all)").to_string(),
-                cell(&t["requests"]),
-                cell(&t["errors"]),
-                cell(&t["failovers"]),
-                ms_cell(&t["latency_ms"]["p50"]),
-                ms_cell(&t["latency_ms"]["p95"]),
-                cell(&t["tokens"]["input"]),
-                cell(&t["tokens"]["output"]),
-                cell(&t["tokens"]["cache_read"]),
-                cost_cell(&t["cost_usd"]),
-                cell(&t["unpriced"]["requests"]),
-            ]
-        })
-        .collect();
-    if rows.is_empty() {
-        return format!("no requests between {} and {}", cell(&v["since"]), cell(&v["until"]));
-    }
-    format!(
-        "{} → {}\n{}",
-        cell(&v["since"]),
-        cell(&v["until"]),
-        table(
-            &["GROUP", "REQUESTS", "ERRORS", "FAILOVERS", "P50", "P95", "IN", "OUT", "CACHE READ", "COST", "UNPRICED"],
-            &rows
-        )
-    )
 }
 
 async fn set_enabled(name: String, common: Common, enabled: bool) -> anyhow::Result<String> {
@@ -702,7 +371,7 @@ pub(crate) fn pretty(v: &Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
 }
 
-fn cell(v: &Value) -> String {
+pub(crate) fn cell(v: &Value) -> String {
     match v {
         Value::Null => "-".into(),
         Value::String(s) => s.clone(),
@@ -782,6 +451,23 @@ fn endpoint_detail(e: &Value) -> String {
     table(&["", ""], &rows).trim_start().to_string()
 }
 
+/// The badge (SPEC §7's one rule, as the dashboard shows it) with what it means in a few words.
+fn health_cell(h: &Value) -> String {
+    let n = h["consecutive_failures"].as_u64().unwrap_or(0);
+    let reason = h["open_reason"].as_str().map(|r| r.replace('_', "-")).unwrap_or_else(|| "broken".into());
+    match h["badge"].as_str().unwrap_or("unknown") {
+        "healthy" => "healthy".into(),
+        "degraded" => format!("degraded ({n} failure{} in a row)", if n == 1 { "" } else { "s" }),
+        "open" if h["probe_due"] == json!(true) => format!("open ({reason}), cooled down: the next request probes it"),
+        "open" => format!("open ({reason})"),
+        "recovering" => "recovering (half-open: a probe decides)".into(),
+        _ => match h["test_status"].as_str() {
+            Some("untested") | None => "unknown (untested)".into(),
+            Some(test) => format!("unknown (last test: {test})"),
+        },
+    }
+}
+
 fn health_table(v: &Value) -> String {
     let rows: Vec<Vec<String>> = v
         .as_array()
@@ -789,24 +475,20 @@ fn health_table(v: &Value) -> String {
         .unwrap_or_default()
         .iter()
         .map(|h| {
-            let circuit = match (h["circuit"].as_str(), h["open_reason"].as_str()) {
-                (Some(c), Some(r)) => format!("{c} ({r})"),
-                (Some(c), None) => c.to_string(),
+            let cooldown = match h["cooldown_remaining_ms"].as_u64() {
+                Some(ms) if ms > 0 => format!("{:.1}s", ms as f64 / 1000.0),
+                _ if h["probe_due"] == json!(true) => "over".into(),
                 _ => "-".into(),
             };
-            let cooldown = h["cooldown_remaining_ms"]
-                .as_u64()
-                .filter(|ms| *ms > 0)
-                .map(|ms| format!("{:.1}s", ms as f64 / 1000.0));
             let rate = h["success_rate"].as_f64().map(|r| format!("{:.0}%", r * 100.0));
             vec![
                 cell(&h["name"]),
-                cell(&h["status"]),
-                circuit,
+                health_cell(h),
+                cell(&h["circuit"]),
                 cell(&h["consecutive_failures"]),
                 rate.unwrap_or_else(|| "-".into()),
                 cell(&h["requests"]),
-                cooldown.unwrap_or_else(|| "-".into()),
+                cooldown,
                 cell(&h["last_error"]),
                 cell(&h["source"]),
             ]
@@ -815,7 +497,7 @@ fn health_table(v: &Value) -> String {
     if rows.is_empty() {
         return "no endpoints yet".into();
     }
-    table(&["NAME", "STATUS", "CIRCUIT", "FAILS", "SUCCESS", "REQUESTS", "COOLDOWN", "LAST ERROR", "SOURCE"], &rows)
+    table(&["NAME", "HEALTH", "CIRCUIT", "FAILS", "SUCCESS", "REQUESTS", "COOLDOWN", "LAST ERROR", "SOURCE"], &rows)
 }
 
 #[cfg(test)]
@@ -826,6 +508,23 @@ mod tests {
     fn tables_align_columns() {
         let t = table(&["A", "LONGER"], &[vec!["xxxx".into(), "y".into()], vec!["z".into(), "".into()]]);
         assert_eq!(t, "A     LONGER\nxxxx  y\nz");
+    }
+
+    #[test]
+    fn health_says_the_badge_and_a_cooled_down_open_endpoint_will_be_probed() {
+        let cases = [
+            (json!({"badge": "healthy"}), "healthy"),
+            (json!({"badge": "degraded", "consecutive_failures": 2}), "degraded (2 failures in a row)"),
+            (json!({"badge": "open", "open_reason": "rate_limited", "probe_due": false}), "open (rate-limited)"),
+            (
+                json!({"badge": "open", "open_reason": "broken", "probe_due": true}),
+                "open (broken), cooled down: the next request probes it",
+            ),
+            (json!({"badge": "unknown", "test_status": "available"}), "unknown (last test: available)"),
+        ];
+        for (h, want) in cases {
+            assert_eq!(health_cell(&h), want, "{h}");
+        }
     }
 
     #[test]

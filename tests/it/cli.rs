@@ -2,7 +2,7 @@
 //! what they say, messages that name a command to type, health and statistics that read the
 //! same as the dashboard.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::support::binary::{Launch, Server, run_cli};
 use crate::support::mock::{MockUpstream, Reply};
@@ -165,4 +165,139 @@ format = "openai"
     let cause = std::io::Error::from_raw_os_error(2).to_string();
     assert!(missing.contains("cannot read /nonexistent/ccmesh.toml"), "{missing}");
     assert_eq!(missing.matches(cause.as_str()).count(), 1, "the cause once: {missing}");
+}
+
+/// `ccmesh health` reads the API's badge, as the dashboard does; `ccmesh stats` has a true
+/// total and names the row of requests that reached no endpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_stats_read_the_same_as_the_dashboard() {
+    let failing = MockUpstream::start().await;
+    failing.set_default(Reply::status(500));
+    let fine = MockUpstream::start().await;
+    fine.set_default(Reply::anthropic_message("ok"));
+    let server = Server::start(None, &[]);
+    let http = crate::support::gateway::http_client();
+    let api = |method: reqwest::Method, path: &str, body: Value| {
+        let http = http.clone();
+        let url = format!("{}{path}", server.url);
+        async move {
+            let r = http.request(method, url).json(&body).send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    // claude trips at 20 (so 2 failures only degrade), openai at 1 with no cooldown (open and
+    // already cooled down), responses at 1 with a long one.
+    let settings = json!({"transient_retry_delay_ms": 0, "breaker": {
+        "claude": {"failure_threshold": 20},
+        "openai": {"failure_threshold": 1, "timeout_secs": 0},
+        "responses": {"failure_threshold": 1, "timeout_secs": 300}}});
+    assert_eq!(api(reqwest::Method::PATCH, "/api/settings", settings).await.0, 200);
+    for (name, url, models) in [
+        ("good", fine.url(), json!(["claude-good"])),
+        ("slow", failing.url(), json!(["claude-*"])),
+        ("down", failing.url(), json!(["gpt-*"])),
+        ("later", failing.url(), json!(["resp-*"])),
+    ] {
+        let body = json!({"name": name, "base_url": url, "api_key": "sk-test-key-00000000", "format": "anthropic", "models": models});
+        assert_eq!(api(reqwest::Method::POST, "/api/endpoints", body).await.0, 201);
+    }
+    let send = |path: &'static str, body: Value| api(reqwest::Method::POST, path, body);
+    assert_eq!(send("/v1/messages", crate::support::gateway::claude_body("claude-good", false)).await.0, 200);
+    assert_eq!(send("/v1/messages", crate::support::gateway::claude_body("claude-x", false)).await.0, 500);
+    assert_eq!(send("/v1/chat/completions", crate::support::gateway::chat_body("gpt-x", false)).await.0, 500);
+    assert_eq!(send("/v1/responses", crate::support::gateway::responses_body("resp-x", false)).await.0, 500);
+    // Refused before any endpoint: no endpoint serves the model.
+    assert_eq!(send("/v1/messages", crate::support::gateway::claude_body("nobody-serves-this", false)).await.0, 404);
+
+    let (code, out, err) = server.cli(&["health", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let health = json(&out);
+    let of = |name: &str| health.as_array().unwrap().iter().find(|h| h["name"] == name).unwrap().clone();
+    assert_eq!(of("good")["badge"], "healthy");
+    assert_eq!(of("slow")["badge"], "degraded");
+    let slow_fails = of("slow")["consecutive_failures"].as_u64().unwrap();
+    assert!(slow_fails >= 1);
+    assert_eq!((of("down")["badge"].clone(), of("down")["probe_due"].clone()), (json!("open"), json!(true)));
+    assert_eq!((of("later")["badge"].clone(), of("later")["probe_due"].clone()), (json!("open"), json!(false)));
+
+    let (code, out, err) = server.cli(&["health"]);
+    assert_eq!(code, 0, "{err}");
+    let line = |name: &str| out.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name}: {out}")).to_string();
+    assert!(out.lines().next().unwrap().contains("HEALTH"), "{out}");
+    assert!(line("good").contains("healthy"), "{out}");
+    assert!(line("slow").contains(&format!("degraded ({slow_fails} failure")), "{out}");
+    let down = line("down");
+    assert!(down.contains("open (broken), cooled down: the next request probes it") && down.contains("over"), "{out}");
+    let later = line("later");
+    assert!(later.contains("open (broken)") && !later.contains("cooled down") && !later.contains(" over "), "{out}");
+
+    // stats: wait until the writer has the five requests, then the table.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (_, status) = api(reqwest::Method::GET, "/api/records/status", Value::Null).await;
+        if json(&status)["written"].as_u64().unwrap_or(0) >= 5 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "records not written: {status}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (code, out, err) = server.cli(&["stats", "--by", "endpoint"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("(all)"), "{out}");
+    let row = |first: &str| {
+        out.lines().find(|l| l.starts_with(first)).unwrap_or_else(|| panic!("no {first} row: {out}")).split_whitespace().map(str::to_string).collect::<Vec<_>>()
+    };
+    let unrouted = row("(no endpoint reached)");
+    assert_eq!(unrouted[3], "1", "{out}");
+    let total = row("TOTAL");
+    assert_eq!(total[1], "5", "a true total: {out}");
+}
+
+/// `logs` prints what its help says (oldest first), names its two times apart, and `-f` prints
+/// one header and keeps live lines under it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_help_and_follow_agree_with_what_they_print() {
+    use std::io::{BufRead, BufReader};
+    let up = MockUpstream::start().await;
+    up.set_default(Reply::anthropic_message("ok"));
+    let server = Server::start(None, &[]);
+    let (code, help, _) = server.cli(&["logs", "--help"]);
+    assert_eq!(code, 0);
+    assert!(help.contains("oldest first") && !help.contains("newest first"), "{help}");
+
+    let follow = std::process::Command::new(crate::support::binary::BIN)
+        .args(["logs", "-f", "--server", server.url.as_str()])
+        .env_remove("CCMESH_ADMIN_TOKEN")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut follow = Kill(follow);
+    let mut lines = BufReader::new(follow.0.stdout.take().unwrap()).lines();
+    let header = lines.next().unwrap().unwrap();
+    assert!(header.starts_with("STARTED") && header.contains("TOOK") && !header.contains("TIME"), "{header}");
+
+    let url = up.url();
+    let add = ["endpoint", "add", "a", "--base-url", url.as_str(), "--format", "anthropic", "--api-key", KEY_A];
+    assert_eq!(server.cli(&add).0, 0);
+    let http = crate::support::gateway::http_client();
+    for _ in 0..2 {
+        let r = http.post(format!("{}/v1/messages", server.url)).json(&crate::support::gateway::claude_body("claude-x", false)).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    // The header was printed once the event stream was open: both requests arrive live.
+    let reading = tokio::task::spawn_blocking(move || lines.take(2).map(|l| l.unwrap()).collect::<Vec<String>>());
+    let live = tokio::time::timeout(std::time::Duration::from_secs(20), reading).await.expect("two live lines").unwrap();
+    let column = |s: &str, what: &str| s.find(what).map(|at| s[..at].chars().count());
+    for line in &live {
+        assert!(!line.starts_with("STARTED"), "one header only: {live:?}");
+        assert_eq!(column(line, " a "), column(&header, " ENDPOINT"), "{header}\n{line}");
+    }
+    assert!(live.iter().all(|l| l.contains("claude") && l.contains("200")), "{live:?}");
 }
