@@ -329,8 +329,16 @@ async fn put_order(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes) -> A
     list_endpoints(State(gw)).await
 }
 
+/// `GET /api/current`: SPEC §10's remembered current endpoint per protocol, and, under `next`,
+/// where the next request of each protocol will start (what the dashboard shows as "current"
+/// before any failover has happened).
 fn current_json(gw: &Gateway) -> Value {
     let snapshot = gw.snapshot();
+    let mut next = serde_json::Map::new();
+    for p in Protocol::ALL {
+        let name = next_endpoint(gw, &snapshot, p).map(|e| Value::from(e.config.name.as_str())).unwrap_or(Value::Null);
+        next.insert(p.as_str().into(), name);
+    }
     let mut out = serde_json::Map::new();
     for p in Protocol::ALL {
         let name = gw
@@ -341,7 +349,37 @@ fn current_json(gw: &Gateway) -> Value {
             .unwrap_or(Value::Null);
         out.insert(p.as_str().into(), name);
     }
+    out.insert("next".into(), Value::Object(next));
     Value::Object(out)
+}
+
+/// The endpoint a request of protocol `p` would start at now, for a model every candidate
+/// serves (the model filter is the request's; this is the rest of SPEC §2–3): the routable
+/// list, without the endpoints whose breaker is open and cooling down (unless failover is off,
+/// which skips that filter), then the strategy's start — the one-shot manual start, the
+/// remembered current endpoint (`sticky`), the first (`priority`), or the round-robin ticket.
+/// Read-only: no ticket or manual start is used up.
+pub fn next_endpoint<'a>(
+    gw: &Gateway,
+    snapshot: &'a crate::gateway::Snapshot,
+    p: Protocol,
+) -> Option<&'a Arc<crate::gateway::LiveEndpoint>> {
+    let routable = crate::routing::list_routable(&snapshot.endpoints, crate::protocol::Route::Protocol(p));
+    let settings = &snapshot.settings;
+    let live: Vec<_> = if settings.failover_enabled(p) {
+        routable.into_iter().filter(|e| e.breaker.routable().is_ok()).collect()
+    } else {
+        routable
+    };
+    let ids: Vec<crate::endpoint::EndpointId> = live.iter().map(|e| e.config.id).collect();
+    let start = crate::routing::start_index(
+        settings.routing_strategy,
+        &ids,
+        gw.rotation.current(p),
+        gw.rotation.peek_manual(p),
+        gw.rotation.peek_round_robin(p),
+    );
+    live.get(start).copied()
 }
 
 async fn get_current(State(gw): State<Arc<Gateway>>) -> Json<Value> {

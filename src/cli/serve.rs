@@ -75,7 +75,10 @@ fn init_logging(format: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Every line passes through the redactor: no code path can log a key by accident.
     let writer = || crate::redact::RedactingWriter(std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
+    // Colours only for a person at a terminal: redirected to a file or a journal, escape codes
+    // are noise in every line.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_ansi(ansi);
     if format == "json" {
         builder.json().init();
     } else {

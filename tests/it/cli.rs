@@ -301,3 +301,33 @@ async fn logs_help_and_follow_agree_with_what_they_print() {
     }
     assert!(live.iter().all(|l| l.contains("claude") && l.contains("200")), "{live:?}");
 }
+
+/// Text logs written to a file or a pipe carry no colour codes.
+#[test]
+fn text_logs_off_a_terminal_have_no_colour_codes() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(crate::support::binary::BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "text", "--data-dir"])
+        .arg(dir.path())
+        .env_remove("CCMESH_ADMIN_TOKEN")
+        .env_remove("CCMESH_CONFIG")
+        .env_remove("NO_COLOR")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut seen = Vec::new();
+    for line in BufReader::new(child.stderr.take().unwrap()).lines().map_while(Result::ok) {
+        let ready = line.contains("ccmesh is ready");
+        seen.push(line);
+        if ready {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = seen.join("\n");
+    assert!(text.contains("ccmesh is ready"), "{text}");
+    assert!(!text.contains('\u{1b}'), "escape codes in a piped log: {text:?}");
+}

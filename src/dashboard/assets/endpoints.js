@@ -64,8 +64,9 @@ function fastOrder() {
     .sort((a, b) => (a.fast_sort_order ?? 1e9) - (b.fast_sort_order ?? 1e9) || a.sort_order - b.sort_order || a.name.localeCompare(b.name));
 }
 
+/** The protocols whose next request starts at `name` (`next` of GET /api/current). */
 function currentFor(name) {
-  return PROTOCOLS.filter((p) => state.current[p] === name);
+  return PROTOCOLS.filter((p) => (state.current.next ? state.current.next[p] : state.current[p]) === name);
 }
 
 function focusKey() {

@@ -11,6 +11,9 @@
 //! - `clients.mjs`: the Clients page connects and disconnects Claude Code in a temporary home
 //!   (the file is byte for byte the original afterwards), and the add form fills an endpoint
 //!   from a preset.
+//! - `overview.mjs`: the overview's feed opens with the last recorded requests and appends live
+//!   ones without duplicates; "current endpoint" names where each protocol's next request starts
+//!   before any failover (`next` of `GET /api/current`).
 //! - `perf.mjs`: page load and live-update cost of the overview with 50 endpoints and ~10
 //!   requests/s (numbers reported, not asserted).
 //!
@@ -182,6 +185,24 @@ async fn dashboard_flow_in_chromium() {
     assert_eq!(g.health("flaky").await["status"], "healthy");
     assert!(flaky.request_count() >= 5);
     eprintln!("dashboard flow in Chromium: {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// `overview.mjs`: the overview opens with the recorded requests and names each protocol's next
+/// endpoint before any failover has happened.
+#[tokio::test]
+async fn dashboard_overview_history_in_chromium() {
+    let g = TestGateway::start().await;
+    let anthropic = MockUpstream::start().await;
+    anthropic.set_default(Reply::anthropic_message("Hello from the mock."));
+    g.add("alpha", "anthropic", &anthropic.url(), json!({"models": ["claude-*"]})).await;
+    g.add("beta", "anthropic", &anthropic.url(), json!({"models": ["claude-*"]})).await;
+    for _ in 0..3 {
+        assert_eq!(g.post("/v1/messages", &claude_body("claude-sonnet-4-5", false)).await.status(), 200);
+    }
+    let out = run("overview.mjs", &g.url, Vec::new()).await;
+    let result = check("overview.mjs", &out);
+    assert_eq!(result["rows"], 4);
+    assert_eq!(g.api(Method::GET, "/api/current", None).await.1["responses"], "beta");
 }
 
 #[tokio::test]
