@@ -175,6 +175,7 @@ pub fn endpoint_json(e: &Endpoint) -> Value {
         "test_latency_ms": e.test.latency_ms,
         "test_error": e.test.error.as_deref().map(crate::redact::scrub),
         "price_multiplier": e.price_multiplier,
+        "serves_every_model": e.serves_every_model(),
     })
 }
 

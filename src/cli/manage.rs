@@ -241,11 +241,19 @@ async fn dispatch(command: Command) -> anyhow::Result<String> {
                 obj.insert("name".into(), json!(name));
                 obj.insert("enabled".into(), json!(!disabled));
                 let v = Client::new(&common)?.call(Method::POST, "/api/endpoints", Some(Value::Object(obj))).await?;
+                if let Some(warning) = every_model_warning(&v) {
+                    eprintln!("{warning}");
+                }
                 Ok(if common.json { pretty(&v) } else { format!("added endpoint '{name}'\n{}", endpoint_detail(&v)) })
             }
             EndpointCommand::List(common) => {
                 let v = Client::new(&common)?.call(Method::GET, "/api/endpoints", None).await?;
-                Ok(if common.json { pretty(&v) } else { endpoint_table(&v) })
+                if common.json {
+                    return Ok(pretty(&v));
+                }
+                let warnings: Vec<String> =
+                    v.as_array().map(|a| a.as_slice()).unwrap_or_default().iter().filter_map(every_model_warning).collect();
+                Ok(std::iter::once(endpoint_table(&v)).chain(warnings).collect::<Vec<_>>().join("\n"))
             }
             EndpointCommand::Show { name, common } => {
                 let v =
@@ -415,7 +423,7 @@ fn endpoint_table(v: &Value) -> String {
                 cell(&e["name"]),
                 cell(&e["format"]),
                 cell(&e["base_url"]),
-                cell(&e["models"]),
+                if e["serves_every_model"] == json!(true) { "* (every model)".into() } else { cell(&e["models"]) },
                 if e["enabled"] == json!(true) { "yes".into() } else { "no".into() },
                 if e["fast"] == json!(true) { format!("#{}", e["fast_sort_order"]) } else { "-".into() },
                 cell(&e["test_status"]),
@@ -426,6 +434,23 @@ fn endpoint_table(v: &Value) -> String {
         return "no endpoints yet; add one with `ccmesh endpoint add NAME --preset deepseek --api-key KEY` (vendors: `ccmesh presets`), `ccmesh endpoint add NAME --base-url URL --format anthropic --api-key KEY`, or bring your cc-switch providers with `ccmesh import cc-switch`".into();
     }
     table(&["NAME", "FORMAT", "BASE URL", "MODELS", "ENABLED", "FAST", "TEST"], &rows)
+}
+
+/// The warning for an endpoint that any model can be routed to (`Endpoint::serves_every_model`),
+/// with the commands that restrict it.
+fn every_model_warning(e: &Value) -> Option<String> {
+    if e["serves_every_model"] != json!(true) {
+        return None;
+    }
+    let name = e["name"].as_str().unwrap_or("NAME");
+    let mapped = e["model_map"].as_object().filter(|m| !m.is_empty()).map(|m| {
+        let keys: Vec<&str> = m.keys().map(String::as_str).collect();
+        format!(" (only {} mapped, every other model sent as it is)", keys.join(", "))
+    });
+    Some(format!(
+        "warning: endpoint '{name}' serves every model: it lists none, so a request for any model (gpt-4o, claude-…) can be sent to it{}; name what it serves with `ccmesh endpoint edit {name} --model 'PATTERN'` (repeatable, `*` globs), or send every model to one with `--map '*=MODEL'`",
+        mapped.unwrap_or_default()
+    ))
 }
 
 fn endpoint_detail(e: &Value) -> String {

@@ -58,7 +58,7 @@ const FIELDS: &[&str] = &[
 ];
 /// A relay billing more than 100× the list price is surely a typo.
 const MAX_PRICE_MULTIPLIER: f64 = 100.0;
-const READ_ONLY: &[&str] = &["test_status", "test_at", "test_latency_ms", "test_error", "id"];
+const READ_ONLY: &[&str] = &["test_status", "test_at", "test_latency_ms", "test_error", "id", "serves_every_model"];
 
 impl EndpointDraft {
     /// Validate a create request: `name`, `base_url`, `api_key` and `format` are required.

@@ -1,7 +1,7 @@
 // The overview opens with history and names where each protocol's next request starts, against
 // a gateway prepared by tests/it/dashboard/browser.rs: endpoints alpha and beta (anthropic,
-// claude-*), and three claude requests already served by alpha (its first candidate, so no
-// failover ever set a "current" endpoint).
+// claude-*) and wide (no model list), and three claude requests already served by alpha (its
+// first candidate, so no failover ever set a "current" endpoint).
 import { BASE, launch, newContext, check, step, until, api, send, finish, main } from './lib.mjs';
 
 const feedIds = (page) => page.$$eval('#feed tr', (trs) => trs.map((tr) => tr.dataset.id));
@@ -11,6 +11,7 @@ main(async () => {
   const context = await newContext(browser);
   const page = await context.newPage();
   let history = [];
+  let rows = 0;
 
   await step('the history is recorded', async () => {
     history = await until('three records', async () => {
@@ -51,7 +52,16 @@ main(async () => {
     check(put.status === 200 && put.body.next.responses === 'beta', `PUT /api/current: ${JSON.stringify(put.body)}`);
     await until('responses starts at beta', async () => (await page.textContent('#current-responses')).trim() === 'beta');
     check((await page.textContent('#current-claude')).trim() === 'alpha', 'claude unchanged');
+    rows = (await feedIds(page)).length;
   });
 
-  await finish(browser, { rows: (await feedIds(page)).length });
+  await step('the endpoints page points out an endpoint that serves every model', async () => {
+    await page.goto(BASE + '/endpoints');
+    await page.waitForSelector('tr[data-name="wide"] [data-warn="every-model"]');
+    check(!(await page.$('tr[data-name="alpha"] [data-warn]')), 'alpha lists its models');
+    const title = await page.getAttribute('tr[data-name="wide"] [data-warn="every-model"]', 'title');
+    check(title.includes('any model') && title.includes('Models'), `says why and what to do: ${title}`);
+  });
+
+  await finish(browser, { rows });
 });

@@ -331,3 +331,41 @@ fn text_logs_off_a_terminal_have_no_colour_codes() {
     assert!(text.contains("ccmesh is ready"), "{text}");
     assert!(!text.contains('\u{1b}'), "escape codes in a piped log: {text:?}");
 }
+
+/// The README's `glm` had no model list, so it received a `gpt-4o` request: `endpoint add` and
+/// `endpoint list` say when an endpoint serves every model, and how to restrict it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_that_serves_every_model_is_pointed_out() {
+    let server = Server::start(None, &[]);
+    let base = ["--format", "anthropic", "--base-url", "https://open.bigmodel.cn/api/anthropic", "--api-key", KEY_A];
+    let add = |name: &str, extra: &[&str]| {
+        let args: Vec<&str> = ["endpoint", "add", name].iter().chain(base.iter()).chain(extra.iter()).copied().collect();
+        server.cli(&args)
+    };
+    let (code, _, err) = add("glm", &["--map", "claude-sonnet-4-5=glm-4.6"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("warning: endpoint 'glm' serves every model"), "{err}");
+    assert!(err.contains("only claude-sonnet-4-5 mapped"), "{err}");
+    assert!(err.contains("`ccmesh endpoint edit glm --model 'PATTERN'`") && err.contains("--map '*=MODEL'"), "{err}");
+    // Deliberately everything (a `*` map key), or a list: no warning.
+    let (_, _, err) = add("deepseek", &["--map", "*=deepseek-chat"]);
+    assert!(!err.contains("warning"), "{err}");
+    let (_, _, err) = add("listed", &["--model", "glm-*"]);
+    assert!(!err.contains("warning"), "{err}");
+
+    let (code, out, _) = server.cli(&["endpoint", "list"]);
+    assert_eq!(code, 0);
+    let glm = out.lines().find(|l| l.starts_with("glm")).unwrap();
+    assert!(glm.contains("* (every model)"), "{out}");
+    assert_eq!(out.matches("warning: ").count(), 1, "{out}");
+    assert!(out.contains("warning: endpoint 'glm' serves every model"), "{out}");
+    let (_, out, _) = server.cli(&["endpoint", "list", "--json"]);
+    let v = json(&out);
+    assert_eq!(v[0]["serves_every_model"], true);
+    assert_eq!(v[1]["serves_every_model"], false);
+
+    let (code, _, err) = server.cli(&["endpoint", "edit", "glm", "--model", "glm-*"]);
+    assert_eq!(code, 0, "{err}");
+    let (_, out, _) = server.cli(&["endpoint", "list"]);
+    assert!(!out.contains("warning"), "{out}");
+}

@@ -104,7 +104,10 @@ function renderTable() {
   const fast = fastOrder().map((e) => e.name);
   state.endpoints.forEach((e, i) => {
     const hl = state.health.get(e.name);
-    const models = e.models.length ? e.models.map((m) => h('span', { class: 'tag' }, m)) : h('span', { class: 'muted' }, 'all');
+    const models = e.models.length ? e.models.map((m) => h('span', { class: 'tag' }, m))
+      : e.serves_every_model
+        ? h('span', { class: 'tag warn', dataset: { warn: 'every-model' }, title: 'This endpoint lists no model, so a request for any model can be sent to it (models its map does not name go unchanged). List what it serves in Models, or map "*" to one model.' }, '⚠ every model')
+        : h('span', { class: 'muted', title: 'every model, sent to the model the "*" map key names' }, 'all (mapped)');
     const cur = currentFor(e.name);
     const tr = h('tr', { draggable: 'true', dataset: { name: e.name }, class: e.enabled ? '' : 'disabled' },
       h('td', { class: 'handle-cell' },

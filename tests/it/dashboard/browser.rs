@@ -196,6 +196,7 @@ async fn dashboard_overview_history_in_chromium() {
     anthropic.set_default(Reply::anthropic_message("Hello from the mock."));
     g.add("alpha", "anthropic", &anthropic.url(), json!({"models": ["claude-*"]})).await;
     g.add("beta", "anthropic", &anthropic.url(), json!({"models": ["claude-*"]})).await;
+    g.add("wide", "anthropic", &anthropic.url(), json!({"model_map": {"claude-sonnet-4-5": "glm-4.6"}})).await;
     for _ in 0..3 {
         assert_eq!(g.post("/v1/messages", &claude_body("claude-sonnet-4-5", false)).await.status(), 200);
     }
