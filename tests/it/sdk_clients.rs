@@ -145,7 +145,16 @@ async fn sdk_anthropic_messages() {
     main.set_models(&["claude-sonnet-4-5-20250929", "claude-opus-4-1", "gpt-4o"]);
     g.add("claude-main", "anthropic", &main.url(), json!({"models": ["claude-*"]})).await;
     g.add("claude-limited", "anthropic", &limited.url(), json!({"models": ["limited-*"]})).await;
-    g.model_lists_stored(2).await;
+    // A Responses endpoint for thinking models: the SDK's thinking must survive conversion.
+    let thinker = MockUpstream::start().await;
+    g.add("thinker", "responses", &thinker.url(), json!({"models": ["thinker-*"]})).await;
+    g.model_lists_stored(3).await;
+    thinker.push(Reply::sse(mock::responses_reasoning_stream_events(
+        "Plan a short greeting.",
+        Some(ENCRYPTED_REASONING),
+        "Hello there.",
+    )));
+    thinker.push(Reply::responses_message("Hello again."));
     g.settings(json!({"breaker": {"claude": {"failure_threshold": 1}}})).await;
 
     main.push(Reply::anthropic_message("Hello from ccmesh"));
@@ -171,7 +180,7 @@ async fn sdk_anthropic_messages() {
     let run = run_script(
         "anthropic_messages.py",
         &g.url,
-        &["models_list", "message", "stream", "tool_use", "bad_request", "unknown_model", "rate_limited", "cut_stream"],
+        &["thinking_via_responses", "models_list", "message", "stream", "tool_use", "bad_request", "unknown_model", "rate_limited", "cut_stream"],
     )
     .await;
     eprintln!("{}", run.stdout);
@@ -205,7 +214,26 @@ async fn sdk_anthropic_messages() {
     assert_eq!((h["circuit"].as_str(), h["open_reason"].as_str()), (Some("open"), Some("rate_limited")), "{h}");
     let h = g.health("claude-main").await;
     assert!(h["last_error"].as_str().unwrap_or_default().contains("mid-stream"), "{h}");
+
+    // Thinking through a Responses endpoint: the encrypted reasoning was asked for, carried in
+    // the thinking block's signature, and sent back as the reasoning item next turn.
+    let turns = thinker.requests();
+    assert_eq!(turns.len(), 2, "{turns:?}");
+    let first = turns[0].json();
+    assert_eq!(first["include"], json!(["reasoning.encrypted_content"]), "{first}");
+    assert_eq!(first["store"], false);
+    assert_eq!(first["reasoning"]["summary"], "auto");
+    let second = turns[1].json();
+    let reasoning: Vec<&Value> =
+        second["input"].as_array().unwrap().iter().filter(|i| i["type"] == "reasoning").collect();
+    assert_eq!(reasoning.len(), 1, "{second}");
+    assert_eq!(reasoning[0]["encrypted_content"], ENCRYPTED_REASONING);
+    assert_eq!(reasoning[0]["id"], "rs_mock_reasoning");
+    assert_eq!(reasoning[0]["summary"], json!([{"type": "summary_text", "text": "Plan a short greeting."}]));
 }
+
+/// What the Responses mock returns as a reasoning item's `encrypted_content`.
+const ENCRYPTED_REASONING: &str = "gAAAAABmock-encrypted-reasoning-0123456789";
 
 // ======================================================================= OpenAI Chat Completions
 

@@ -165,7 +165,28 @@ def models_list() -> None:
     eq(page.has_more, False, "has_more")
 
 
+def thinking_via_responses() -> None:
+    """Thinking streamed from a Responses endpoint keeps its (encrypted) reasoning for the next turn."""
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    with client.messages.stream(model="thinker-1", max_tokens=2048, thinking=thinking, messages=USER) as s:
+        final = s.get_final_message()
+    eq([b.type for b in final.content], ["thinking", "text"], "content block types")
+    block = final.content[0]
+    eq(block.thinking, "Plan a short greeting.", "thinking text (the reasoning summary)")
+    check(isinstance(block.signature, str) and len(block.signature) > 0, f"a signature to send back: {block!r}")
+    eq(final.content[1].text, "Hello there.", "text")
+    # The next turn sends the assistant content back as the SDK returned it.
+    again = client.messages.create(
+        model="thinker-1",
+        max_tokens=2048,
+        thinking=thinking,
+        messages=USER + [{"role": "assistant", "content": final.content}, {"role": "user", "content": "Once more"}],
+    )
+    eq(again.content[-1].text, "Hello again.", "second turn text")
+
+
 run({
+    "thinking_via_responses": thinking_via_responses,
     "models_list": models_list,
     "message": message,
     "stream": stream,

@@ -833,6 +833,70 @@ fn output_message(id: &str, status: &str, content: Value) -> Value {
 }
 
 /// The body of a non-streaming OpenAI Responses answer.
+/// A Responses stream that reasons first: a `reasoning` item with one summary part and, when the
+/// request asked for it with `include`, its `encrypted_content`; then a message with `text`.
+pub fn responses_reasoning_stream_events(summary: &str, encrypted: Option<&str>, text: &str) -> Vec<String> {
+    let resp_id = mock_id("resp_");
+    let rs_id = "rs_mock_reasoning";
+    let msg_id = mock_id("msg_");
+    let created_at = unix_now();
+    let mut events = Vec::new();
+    let mut seq = 0u64;
+    let mut push = |name: &str, mut data: Value| {
+        if let Some(obj) = data.as_object_mut() {
+            obj.insert("type".to_owned(), json!(name));
+            obj.insert("sequence_number".to_owned(), json!(seq));
+        }
+        seq += 1;
+        events.push(sse_event(name, &data));
+    };
+    let in_progress = responses_object(&resp_id, created_at, "in_progress", json!([]), Value::Null);
+    push("response.created", json!({"response": in_progress}));
+    push("response.in_progress", json!({"response": in_progress}));
+    push("response.output_item.added", json!({"output_index": 0, "item": {"id": rs_id, "type": "reasoning", "summary": []}}));
+    let part = json!({"type": "summary_text", "text": summary});
+    push(
+        "response.reasoning_summary_part.added",
+        json!({"item_id": rs_id, "output_index": 0, "summary_index": 0, "part": {"type": "summary_text", "text": ""}}),
+    );
+    push(
+        "response.reasoning_summary_text.delta",
+        json!({"item_id": rs_id, "output_index": 0, "summary_index": 0, "delta": summary}),
+    );
+    push(
+        "response.reasoning_summary_text.done",
+        json!({"item_id": rs_id, "output_index": 0, "summary_index": 0, "text": summary}),
+    );
+    push("response.reasoning_summary_part.done", json!({"item_id": rs_id, "output_index": 0, "summary_index": 0, "part": part}));
+    let mut reasoning = json!({"id": rs_id, "type": "reasoning", "summary": [part]});
+    if let Some(enc) = encrypted {
+        reasoning["encrypted_content"] = json!(enc);
+    }
+    push("response.output_item.done", json!({"output_index": 0, "item": reasoning}));
+    push("response.output_item.added", json!({"output_index": 1, "item": output_message(&msg_id, "in_progress", json!([]))}));
+    push(
+        "response.content_part.added",
+        json!({"item_id": msg_id, "output_index": 1, "content_index": 0, "part": output_text_part("")}),
+    );
+    push(
+        "response.output_text.delta",
+        json!({"item_id": msg_id, "output_index": 1, "content_index": 0, "delta": text, "logprobs": []}),
+    );
+    push(
+        "response.output_text.done",
+        json!({"item_id": msg_id, "output_index": 1, "content_index": 0, "text": text, "logprobs": []}),
+    );
+    push(
+        "response.content_part.done",
+        json!({"item_id": msg_id, "output_index": 1, "content_index": 0, "part": output_text_part(text)}),
+    );
+    let done_item = output_message(&msg_id, "completed", json!([output_text_part(text)]));
+    push("response.output_item.done", json!({"output_index": 1, "item": done_item}));
+    let completed = responses_object(&resp_id, created_at, "completed", json!([reasoning, done_item]), responses_usage());
+    push("response.completed", json!({"response": completed}));
+    events
+}
+
 pub fn responses_body(text: &str) -> Value {
     let msg_id = mock_id("msg_");
     responses_object(
