@@ -73,7 +73,11 @@ pub struct Catalogue {
 
 impl Default for Catalogue {
     fn default() -> Self {
-        Catalogue { entries: RwLock::default(), changed: tokio::sync::Notify::new(), stored: tokio::sync::watch::Sender::new(0) }
+        Catalogue {
+            entries: RwLock::default(),
+            changed: tokio::sync::Notify::new(),
+            stored: tokio::sync::watch::Sender::new(0),
+        }
     }
 }
 
@@ -177,7 +181,10 @@ pub fn list_url(e: &Endpoint, after_id: Option<&str>) -> String {
     match e.format {
         Format::Anthropic => {
             let query = match after_id {
-                Some(id) => format!("limit=1000&after_id={}", url::form_urlencoded::byte_serialize(id.as_bytes()).collect::<String>()),
+                Some(id) => format!(
+                    "limit=1000&after_id={}",
+                    url::form_urlencoded::byte_serialize(id.as_bytes()).collect::<String>()
+                ),
                 None => "limit=1000".to_string(),
             };
             join_url(&e.base_url, e.format, "/models", Some(&query))
@@ -325,7 +332,11 @@ mod tests {
     fn list_urls_follow_the_path_joining_of_each_format() {
         let cases = [
             (Format::Anthropic, "https://api.anthropic.com", "https://api.anthropic.com/v1/models?limit=1000"),
-            (Format::Anthropic, "https://open.bigmodel.cn/api/anthropic", "https://open.bigmodel.cn/api/anthropic/v1/models?limit=1000"),
+            (
+                Format::Anthropic,
+                "https://open.bigmodel.cn/api/anthropic",
+                "https://open.bigmodel.cn/api/anthropic/v1/models?limit=1000",
+            ),
             (Format::Openai, "https://api.openai.com", "https://api.openai.com/v1/models"),
             (Format::Openai, "https://api.deepseek.com/v1", "https://api.deepseek.com/v1/models"),
             (Format::Responses, "https://open.bigmodel.cn/api/paas/v4", "https://open.bigmodel.cn/api/paas/v4/models"),
@@ -341,7 +352,8 @@ mod tests {
 
     #[test]
     fn pages_of_either_shape_parse() {
-        let openai = br#"{"object":"list","data":[{"id":"gpt-4o","object":"model"},{"id":"o3"},{"id":"gpt-4o"},{"x":1}]}"#;
+        let openai =
+            br#"{"object":"list","data":[{"id":"gpt-4o","object":"model"},{"id":"o3"},{"id":"gpt-4o"},{"x":1}]}"#;
         assert_eq!(parse_page(openai).unwrap(), Page { ids: vec!["gpt-4o".into(), "o3".into()], next_after: None });
         let anthropic = br#"{"data":[{"type":"model","id":"claude-sonnet-4-5"}],"has_more":true,"first_id":"claude-sonnet-4-5","last_id":"claude-sonnet-4-5"}"#;
         assert_eq!(parse_page(anthropic).unwrap().next_after.as_deref(), Some("claude-sonnet-4-5"));

@@ -37,9 +37,9 @@ pub async fn test_endpoint(State(gw): State<Arc<Gateway>>, Path(name): Path<Stri
             None => model_list(&gw, &endpoint).await,
         }
     };
-    let outcome = tokio::time::timeout(TEST_TIMEOUT, probe).await.unwrap_or_else(|_| {
-        Err(crate::proxy::classify::NetworkErrorKind::Timeout.describe().to_string())
-    });
+    let outcome = tokio::time::timeout(TEST_TIMEOUT, probe)
+        .await
+        .unwrap_or_else(|_| Err(crate::proxy::classify::NetworkErrorKind::Timeout.describe().to_string()));
     let latency_ms = started.elapsed().as_millis() as u64;
     let (status, error) = match outcome {
         Ok(()) => (TestStatus::Available, None),
@@ -90,11 +90,9 @@ async fn model_list(gw: &Gateway, endpoint: &LiveEndpoint) -> Result<(), String>
     let url = list_url(&endpoint.config, None);
     match get_page(gw, endpoint, &url).await {
         Ok((status, _)) if status.is_success() => Ok(()),
-        Ok((status @ (StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN), body)) => Err(format!(
-            "key rejected (HTTP {} to GET {url}): {}",
-            status.as_u16(),
-            snippet(&endpoint.config, &body)
-        )),
+        Ok((status @ (StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN), body)) => {
+            Err(format!("key rejected (HTTP {} to GET {url}): {}", status.as_u16(), snippet(&endpoint.config, &body)))
+        }
         Ok((status, body)) => Err(format!(
             "HTTP {} to GET {url}: {} (the endpoint names no concrete model, so the test asked for its model list; to test with a real request instead, set one with test_model (PATCH /api/endpoints/{} {{\"test_model\": \"MODEL\"}}))",
             status.as_u16(),

@@ -119,7 +119,8 @@ pub fn cli_hint(message: &str) -> String {
     const PATCH: &str = "PATCH /api/endpoints/";
     if let Some(start) = out.find(PATCH) {
         let rest = &out[start + PATCH.len()..];
-        let name_len = rest.find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))).unwrap_or(rest.len());
+        let name_len =
+            rest.find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))).unwrap_or(rest.len());
         let name = if name_len == 0 { "NAME" } else { &rest[..name_len] };
         let end = rest.find([')', ';']).map_or(out.len(), |i| start + PATCH.len() + i);
         let body = &out[start + PATCH.len() + name_len..end];
@@ -174,7 +175,10 @@ mod tests {
     #[test]
     fn api_hints_become_commands() {
         let cases = [
-            ("no endpoint named 'x'; list them with GET /api/endpoints", "no endpoint named 'x'; list them with `ccmesh endpoint list`"),
+            (
+                "no endpoint named 'x'; list them with GET /api/endpoints",
+                "no endpoint named 'x'; list them with `ccmesh endpoint list`",
+            ),
             (
                 "name: an endpoint named 'a' already exists; choose another name or PATCH the existing one",
                 "name: an endpoint named 'a' already exists; choose another name or change the existing one with `ccmesh endpoint edit NAME …`",

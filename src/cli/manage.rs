@@ -212,7 +212,9 @@ fn fields_json(fields: &EndpointFields, api_key: Option<&str>, creating: bool) -
 fn key_from_env(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<String> {
     match env(API_KEY_ENV).map(|k| k.trim().to_string()) {
         Some(key) if !key.is_empty() => Ok(key),
-        _ => bail!("--api-key-from-env reads {API_KEY_ENV}, which is not set; export it, or give the key with --api-key"),
+        _ => {
+            bail!("--api-key-from-env reads {API_KEY_ENV}, which is not set; export it, or give the key with --api-key")
+        }
     }
 }
 
@@ -251,8 +253,13 @@ async fn dispatch(command: Command) -> anyhow::Result<String> {
                 if common.json {
                     return Ok(pretty(&v));
                 }
-                let warnings: Vec<String> =
-                    v.as_array().map(|a| a.as_slice()).unwrap_or_default().iter().filter_map(every_model_warning).collect();
+                let warnings: Vec<String> = v
+                    .as_array()
+                    .map(|a| a.as_slice())
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(every_model_warning)
+                    .collect();
                 Ok(std::iter::once(endpoint_table(&v)).chain(warnings).collect::<Vec<_>>().join("\n"))
             }
             EndpointCommand::Show { name, common } => {

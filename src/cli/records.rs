@@ -57,7 +57,6 @@ pub struct StatsArgs {
     pub common: Common,
 }
 
-
 fn query_string(pairs: &[(&str, Option<&str>)]) -> String {
     pairs.iter().filter_map(|(k, v)| v.map(|v| format!("{k}={}", url_escape(v)))).collect::<Vec<_>>().join("&")
 }
@@ -141,7 +140,12 @@ async fn subscribe(client: &Client) -> anyhow::Result<reqwest::Response> {
 
 /// Print `request` live events as they arrive (filters applied here, and those already shown
 /// skipped), until the server goes away.
-async fn follow(client: &Client, mut resp: reqwest::Response, args: &LogsArgs, shown: Vec<String>) -> anyhow::Result<String> {
+async fn follow(
+    client: &Client,
+    mut resp: reqwest::Response,
+    args: &LogsArgs,
+    shown: Vec<String>,
+) -> anyhow::Result<String> {
     let mut scanner = crate::protocol::sse::SseScanner::new();
     loop {
         let chunk = match resp.chunk().await {
@@ -376,7 +380,12 @@ fn stats_table(v: &Value, group_by: &str) -> String {
     }
     let mut rows: Vec<Vec<String>> = groups
         .iter()
-        .map(|g| stats_row(g["key"].as_str().map(str::to_string).unwrap_or_else(|| unkeyed(group_by).to_string()), &g["totals"]))
+        .map(|g| {
+            stats_row(
+                g["key"].as_str().map(str::to_string).unwrap_or_else(|| unkeyed(group_by).to_string()),
+                &g["totals"],
+            )
+        })
         .collect();
     rows.push(stats_row("TOTAL".into(), &v["totals"]));
     format!(
@@ -384,7 +393,19 @@ fn stats_table(v: &Value, group_by: &str) -> String {
         cell(&v["since"]),
         cell(&v["until"]),
         table(
-            &[&group_by.to_uppercase(), "REQUESTS", "ERRORS", "FAILOVERS", "P50", "P95", "IN", "OUT", "CACHE READ", "COST", "UNPRICED"],
+            &[
+                &group_by.to_uppercase(),
+                "REQUESTS",
+                "ERRORS",
+                "FAILOVERS",
+                "P50",
+                "P95",
+                "IN",
+                "OUT",
+                "CACHE READ",
+                "COST",
+                "UNPRICED"
+            ],
             &rows
         )
     )

@@ -121,7 +121,13 @@ pub(crate) fn stamp(path: &Path) -> Option<(std::time::SystemTime, u64)> {
 }
 
 impl ConfigSource {
-    pub fn new(path: PathBuf, declared: Declared, text: Vec<u8>, poll_every: Duration, on_sighup: bool) -> ConfigSource {
+    pub fn new(
+        path: PathBuf,
+        declared: Declared,
+        text: Vec<u8>,
+        poll_every: Duration,
+        on_sighup: bool,
+    ) -> ConfigSource {
         ConfigSource {
             first_stamp: None,
             path,
@@ -221,7 +227,8 @@ pub fn apply(file: &ConfigFile, path: &str, store: &Store) -> Result<(), ConfigF
         let fast_declared = file.endpoints.iter().any(|(item, _)| item.get("fast").is_some());
         let mut fast_position = 0i64;
         for (index, (item, name)) in file.endpoints.iter().enumerate() {
-            let mut draft = EndpointDraft::create(item).map_err(|e| invalid(format!("{name}.{}: {}", e.field, e.message)))?;
+            let mut draft =
+                EndpointDraft::create(item).map_err(|e| invalid(format!("{name}.{}: {}", e.field, e.message)))?;
             let current = existing.iter().find(|e| e.name.eq_ignore_ascii_case(name));
             if item.get("sort_order").is_none() {
                 draft.sort_order = Some(index as i64);
@@ -317,7 +324,12 @@ output = 2
         store.insert_endpoint(&old("gone")).unwrap();
         let a_before = store.insert_endpoint(&old("A")).unwrap();
         store.save_settings(&serde_json::json!({"rate_limit_backoff_budget_secs": 9})).unwrap();
-        store.upsert_price("old", &crate::observe::cost::Price { input: 1.0, output: 1.0, cache_read: 1.0, cache_write: 1.0 }).unwrap();
+        store
+            .upsert_price(
+                "old",
+                &crate::observe::cost::Price { input: 1.0, output: 1.0, cache_read: 1.0, cache_write: 1.0 },
+            )
+            .unwrap();
 
         let file = parse("t.toml", FILE, &env).unwrap();
         assert!(file.authoritative);
@@ -329,7 +341,11 @@ output = 2
         assert_eq!(eps[0].base_url, "http://127.0.0.1:1");
         assert!(eps[1].fast && eps[1].fast_sort_order == 0);
         let settings = Settings::default().patched(&store.load_settings().unwrap().unwrap()).unwrap();
-        assert_eq!(settings.rate_limit_backoff_budget, Settings::default().rate_limit_backoff_budget, "replaced, not merged");
+        assert_eq!(
+            settings.rate_limit_backoff_budget,
+            Settings::default().rate_limit_backoff_budget,
+            "replaced, not merged"
+        );
         assert_eq!(settings.to_document()["routing_strategy"], "priority");
         assert_eq!(store.list_prices().unwrap().iter().map(|(m, _)| m.as_str()).collect::<Vec<_>>(), ["x"]);
 
@@ -349,7 +365,9 @@ output = 2
         let store = Store::open_in_memory().unwrap();
         let kept = EndpointDraft::create(&serde_json::json!({"name": "kept", "base_url": "http://127.0.0.1:9", "api_key": "sk-old-0000000", "format": "anthropic"})).unwrap();
         store.insert_endpoint(&kept).unwrap();
-        let file = parse("t.toml", "[config]\nauthoritative = true\n[settings]\nrouting_strategy = \"priority\"\n", &env).unwrap();
+        let file =
+            parse("t.toml", "[config]\nauthoritative = true\n[settings]\nrouting_strategy = \"priority\"\n", &env)
+                .unwrap();
         apply(&file, "t.toml", &store).unwrap();
         assert_eq!(store.list_endpoints().unwrap().len(), 1);
         let declared = Declared::of(&file);

@@ -100,7 +100,8 @@ async fn apply_file(gw: &Arc<Gateway>, source: &SharedSource, trigger: &'static 
     let endpoints = file.endpoints.len();
     let path_for_write = shown.clone();
     let applied = crate::admin::write(gw, "config_file", move |g| {
-        authoritative::apply(&file, &path_for_write, &g.store).map_err(|e| crate::admin::ApiError::bad_request(e.to_string()))
+        authoritative::apply(&file, &path_for_write, &g.store)
+            .map_err(|e| crate::admin::ApiError::bad_request(e.to_string()))
     })
     .await;
     match applied {
@@ -113,5 +114,10 @@ async fn apply_file(gw: &Arc<Gateway>, source: &SharedSource, trigger: &'static 
 }
 
 fn invalid(path: &str, error: &str) {
-    tracing::error!(event = "config_invalid", path, error, "the config file was not applied; the running configuration stays");
+    tracing::error!(
+        event = "config_invalid",
+        path,
+        error,
+        "the config file was not applied; the running configuration stays"
+    );
 }

@@ -343,7 +343,9 @@ mod tests {
 
     #[test]
     fn a_misspelt_field_is_unknown_even_when_it_hides_a_required_one() {
-        for (key, meant) in [("baseurl", "base_url"), ("apikey", "api_key"), ("Base-URL", "base_url"), ("modles", "models")] {
+        for (key, meant) in
+            [("baseurl", "base_url"), ("apikey", "api_key"), ("Base-URL", "base_url"), ("modles", "models")]
+        {
             let mut obj = base();
             let value = obj.as_object_mut().unwrap().remove(meant).unwrap_or(json!(["m"]));
             obj[key] = value;

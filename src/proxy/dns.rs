@@ -117,7 +117,8 @@ mod tests {
         let e = chain(&["client error (Connect)", "dns error"], Some(getaddrinfo("Name or service not known")));
         assert!(is_dns_failure(&e));
         // A resolver that is down, not a missing name: still the resolving phase.
-        let e = chain(&["client error (Connect)", "dns error"], Some(getaddrinfo("Temporary failure in name resolution")));
+        let e =
+            chain(&["client error (Connect)", "dns error"], Some(getaddrinfo("Temporary failure in name resolution")));
         assert!(is_dns_failure(&e));
         // reqwest (the CLI's client) adds its own layer.
         let e = chain(
@@ -148,7 +149,10 @@ mod tests {
 
     #[test]
     fn the_message_names_the_host() {
-        assert_eq!(could_not_resolve("https://api.openai.invalid/v1/models"), "could not resolve host api.openai.invalid");
+        assert_eq!(
+            could_not_resolve("https://api.openai.invalid/v1/models"),
+            "could not resolve host api.openai.invalid"
+        );
         assert_eq!(could_not_resolve("http://relay.example:8080"), "could not resolve host relay.example");
         assert_eq!(host_of("http://[::1]:9000/x"), Some("[::1]"));
         assert_eq!(host_of("http://user@host.example/x"), Some("host.example"));

@@ -20,7 +20,8 @@ fn file(endpoints: &[(&str, &str, &str)], extra: &str) -> String {
     text
 }
 
-const SETTINGS: &str = "\n[settings]\ntransient_retry_delay_ms = 0\n\n[settings.breaker.claude]\nfailure_threshold = 5\n";
+const SETTINGS: &str =
+    "\n[settings]\ntransient_retry_delay_ms = 0\n\n[settings.breaker.claude]\nfailure_threshold = 5\n";
 
 async fn names(g: &TestGateway) -> Vec<String> {
     let (_, v) = g.api(Method::GET, "/api/endpoints", None).await;
@@ -76,7 +77,8 @@ async fn writes_to_what_the_file_declares_are_refused_and_runtime_state_is_not()
     let up = MockUpstream::start().await;
     let url = up.url();
     let prices = "\n[[prices]]\nmodel = \"glm-4.6\"\ninput = 1\noutput = 2\n";
-    let g = start(file(&[("a", &url, "\"claude-x\""), ("b", &url, "\"claude-x\"")], &format!("{SETTINGS}{prices}"))).await;
+    let g =
+        start(file(&[("a", &url, "\"claude-x\""), ("b", &url, "\"claude-x\"")], &format!("{SETTINGS}{prices}"))).await;
     let refused: Vec<(Method, &str, Option<Value>)> = vec![
         (Method::POST, "/api/endpoints", Some(json!({"name": "z", "base_url": url, "format": "openai"}))),
         (Method::PATCH, "/api/endpoints/a", Some(json!({"models": ["gpt-*"]}))),
@@ -110,7 +112,10 @@ async fn writes_to_what_the_file_declares_are_refused_and_runtime_state_is_not()
     // A reload keeps the operator's switch and the test result.
     g.rewrite_config(&file(&[("a", &url, "\"claude-y\""), ("b", &url, "\"claude-x\"")], SETTINGS)).await;
     let (_, a) = g.api(Method::GET, "/api/endpoints/a", None).await;
-    assert_eq!((a["enabled"].as_bool(), a["test_status"].as_str(), a["models"].clone()), (Some(false), Some("available"), json!(["claude-y"])));
+    assert_eq!(
+        (a["enabled"].as_bool(), a["test_status"].as_str(), a["models"].clone()),
+        (Some(false), Some("available"), json!(["claude-y"]))
+    );
     // The new file declares no prices: they are writable again.
     assert_eq!(g.api(Method::PUT, "/api/prices/glm-4.6", Some(json!({"input": 9, "output": 9}))).await.0, 200);
 }
@@ -122,7 +127,9 @@ async fn sighup_reloads_the_file_in_the_binary() {
     use crate::support::binary::{Launch, Server};
     let url = "http://127.0.0.1:9";
     let config = file(&[("alpha", url, "\"claude-*\"")], "").replace("[config]\nauthoritative = true\n", "");
-    let server = Server::launch(Launch { config: Some(&config), args: &["--config-authoritative"], ..Launch::default() }).unwrap();
+    let server =
+        Server::launch(Launch { config: Some(&config), args: &["--config-authoritative"], ..Launch::default() })
+            .unwrap();
     server.wait_for_log(|v| v["fields"]["event"] == "config_applied" && v["fields"]["authoritative"] == true);
     let path = server.dir.join("ccmesh.toml");
     let http = crate::support::gateway::http_client();
@@ -139,7 +146,8 @@ async fn sighup_reloads_the_file_in_the_binary() {
         std::fs::File::options().write(true).open(&path).unwrap().set_modified(modified).unwrap();
     };
     let signal = || {
-        let status = std::process::Command::new("kill").arg("-HUP").arg(server.child.id().to_string()).status().unwrap();
+        let status =
+            std::process::Command::new("kill").arg("-HUP").arg(server.child.id().to_string()).status().unwrap();
         assert!(status.success());
     };
     rewrite(&config.replace("alpha", "gamma"));

@@ -28,7 +28,8 @@ async fn endpoint_edit_changes_the_key_only_when_asked() {
 
     // The user exported another key for the next endpoint, then edits this one.
     let env_b = [("CCMESH_ENDPOINT_API_KEY", KEY_B)];
-    let (code, out, err) = server.cli_env(&["endpoint", "edit", "anthropic", "--test-model", "claude-x", "--json"], &env_b);
+    let (code, out, err) =
+        server.cli_env(&["endpoint", "edit", "anthropic", "--test-model", "claude-x", "--json"], &env_b);
     assert_eq!(code, 0, "{err}");
     let v = json(&out);
     assert_eq!(v["api_key"], "sk-…AAAA", "the key is unchanged: {v}");
@@ -56,7 +57,8 @@ async fn endpoint_edit_changes_the_key_only_when_asked() {
     let (code, out, err) = server.cli(&["endpoint", "edit", "anthropic", "--api-key", KEY_A, "--json"]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(json(&out)["api_key"], "sk-…AAAA");
-    let (code, _, err) = server.cli_env(&["endpoint", "edit", "anthropic", "--api-key", KEY_A, "--api-key-from-env"], &env_b);
+    let (code, _, err) =
+        server.cli_env(&["endpoint", "edit", "anthropic", "--api-key", KEY_A, "--api-key-from-env"], &env_b);
     assert_eq!(code, 2, "clap refuses the pair: {err}");
 }
 
@@ -92,7 +94,19 @@ async fn cli_messages_name_the_fix() {
     assert_eq!(code, 1);
     assert!(err.contains("no endpoint named 'nope'; list them with `ccmesh endpoint list`"), "{err}");
     no_rest_verbs(&err);
-    let add = ["endpoint", "add", "relay", "--base-url", url.as_str(), "--format", "anthropic", "--api-key", KEY_A, "--model", "claude-*"];
+    let add = [
+        "endpoint",
+        "add",
+        "relay",
+        "--base-url",
+        url.as_str(),
+        "--format",
+        "anthropic",
+        "--api-key",
+        KEY_A,
+        "--model",
+        "claude-*",
+    ];
     assert_eq!(server.cli(&add).0, 0);
     let (code, _, err) = server.cli(&add);
     assert_eq!(code, 1);
@@ -111,7 +125,17 @@ async fn cli_messages_name_the_fix() {
     assert!(out.starts_with("relay: available"), "{out}");
 
     // A DNS failure is not a refused port.
-    let typo = ["endpoint", "add", "typo", "--base-url", "https://api.openai.invalid", "--format", "openai", "--api-key", KEY_B];
+    let typo = [
+        "endpoint",
+        "add",
+        "typo",
+        "--base-url",
+        "https://api.openai.invalid",
+        "--format",
+        "openai",
+        "--api-key",
+        KEY_B,
+    ];
     assert_eq!(server.cli(&typo).0, 0);
     let (code, _, err) = server.cli(&["endpoint", "test", "typo"]);
     assert_eq!(code, 1);
@@ -121,8 +145,11 @@ async fn cli_messages_name_the_fix() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admin_token_is_asked_for_by_its_variable() {
-    let server = Server::launch(Launch { env: &[("CCMESH_ADMIN_TOKEN", "a-long-admin-token-for-this-test-0000")], ..Launch::default() })
-        .unwrap();
+    let server = Server::launch(Launch {
+        env: &[("CCMESH_ADMIN_TOKEN", "a-long-admin-token-for-this-test-0000")],
+        ..Launch::default()
+    })
+    .unwrap();
     let (code, _, err) = server.cli(&["endpoint", "list"]);
     assert_eq!(code, 1);
     assert!(err.contains("set CCMESH_ADMIN_TOKEN (or pass --admin-token)"), "{err}");
@@ -132,7 +159,11 @@ async fn an_admin_token_is_asked_for_by_its_variable() {
 /// `serve` refuses a bad config file with everything that is wrong, each cause once.
 #[test]
 fn a_bad_config_file_says_everything_at_once() {
-    let refused = |config: &str, env: &[(&str, &str)]| match Server::launch(Launch { config: Some(config), env, ..Launch::default() }) {
+    let refused = |config: &str, env: &[(&str, &str)]| match Server::launch(Launch {
+        config: Some(config),
+        env,
+        ..Launch::default()
+    }) {
         Ok(_) => panic!("the gateway started with {config}"),
         Err(logs) => logs,
     };
@@ -158,7 +189,8 @@ format = "openai"
     let logs = refused(misspelt, &[]);
     assert!(logs.contains("endpoints[0].baseurl: unknown field; did you mean 'base_url'?"), "{logs}");
 
-    let missing = match Server::launch(Launch { args: &["--config", "/nonexistent/ccmesh.toml"], ..Launch::default() }) {
+    let missing = match Server::launch(Launch { args: &["--config", "/nonexistent/ccmesh.toml"], ..Launch::default() })
+    {
         Ok(_) => panic!("started without its config file"),
         Err(logs) => logs,
     };
@@ -222,7 +254,8 @@ async fn health_and_stats_read_the_same_as_the_dashboard() {
 
     let (code, out, err) = server.cli(&["health"]);
     assert_eq!(code, 0, "{err}");
-    let line = |name: &str| out.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name}: {out}")).to_string();
+    let line =
+        |name: &str| out.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name}: {out}")).to_string();
     assert!(out.lines().next().unwrap().contains("HEALTH"), "{out}");
     assert!(line("good").contains("healthy"), "{out}");
     assert!(line("slow").contains(&format!("degraded ({slow_fails} failure")), "{out}");
@@ -245,7 +278,12 @@ async fn health_and_stats_read_the_same_as_the_dashboard() {
     assert_eq!(code, 0, "{err}");
     assert!(!out.contains("(all)"), "{out}");
     let row = |first: &str| {
-        out.lines().find(|l| l.starts_with(first)).unwrap_or_else(|| panic!("no {first} row: {out}")).split_whitespace().map(str::to_string).collect::<Vec<_>>()
+        out.lines()
+            .find(|l| l.starts_with(first))
+            .unwrap_or_else(|| panic!("no {first} row: {out}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
     };
     let unrouted = row("(no endpoint reached)");
     assert_eq!(unrouted[3], "1", "{out}");
@@ -288,12 +326,18 @@ async fn logs_help_and_follow_agree_with_what_they_print() {
     assert_eq!(server.cli(&add).0, 0);
     let http = crate::support::gateway::http_client();
     for _ in 0..2 {
-        let r = http.post(format!("{}/v1/messages", server.url)).json(&crate::support::gateway::claude_body("claude-x", false)).send().await.unwrap();
+        let r = http
+            .post(format!("{}/v1/messages", server.url))
+            .json(&crate::support::gateway::claude_body("claude-x", false))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 200);
     }
     // The header was printed once the event stream was open: both requests arrive live.
     let reading = tokio::task::spawn_blocking(move || lines.take(2).map(|l| l.unwrap()).collect::<Vec<String>>());
-    let live = tokio::time::timeout(std::time::Duration::from_secs(20), reading).await.expect("two live lines").unwrap();
+    let live =
+        tokio::time::timeout(std::time::Duration::from_secs(20), reading).await.expect("two live lines").unwrap();
     let column = |s: &str, what: &str| s.find(what).map(|at| s[..at].chars().count());
     for line in &live {
         assert!(!line.starts_with("STARTED"), "one header only: {live:?}");
@@ -339,7 +383,8 @@ async fn an_endpoint_that_serves_every_model_is_pointed_out() {
     let server = Server::start(None, &[]);
     let base = ["--format", "anthropic", "--base-url", "https://open.bigmodel.cn/api/anthropic", "--api-key", KEY_A];
     let add = |name: &str, extra: &[&str]| {
-        let args: Vec<&str> = ["endpoint", "add", name].iter().chain(base.iter()).chain(extra.iter()).copied().collect();
+        let args: Vec<&str> =
+            ["endpoint", "add", name].iter().chain(base.iter()).chain(extra.iter()).copied().collect();
         server.cli(&args)
     };
     let (code, _, err) = add("glm", &["--map", "claude-sonnet-4-5=glm-4.6"]);

@@ -180,7 +180,17 @@ async fn sdk_anthropic_messages() {
     let run = run_script(
         "anthropic_messages.py",
         &g.url,
-        &["thinking_via_responses", "models_list", "message", "stream", "tool_use", "bad_request", "unknown_model", "rate_limited", "cut_stream"],
+        &[
+            "thinking_via_responses",
+            "models_list",
+            "message",
+            "stream",
+            "tool_use",
+            "bad_request",
+            "unknown_model",
+            "rate_limited",
+            "cut_stream",
+        ],
     )
     .await;
     eprintln!("{}", run.stdout);
@@ -283,7 +293,16 @@ async fn sdk_openai_chat_completions() {
     let run = run_script(
         "openai_chat.py",
         &g.url,
-        &["models_list", "completion", "stream", "tool_calls", "bad_request", "unknown_model", "rate_limited", "cut_stream"],
+        &[
+            "models_list",
+            "completion",
+            "stream",
+            "tool_calls",
+            "bad_request",
+            "unknown_model",
+            "rate_limited",
+            "cut_stream",
+        ],
     )
     .await;
     eprintln!("{}", run.stdout);

@@ -387,9 +387,15 @@ mod tests {
         // The encrypted reasoning rides in the signature, for an Anthropic client to send back.
         assert_eq!(
             r.content[0],
-            Part::Thinking { text: "**Plan**\n\nThen act.".into(), signature: Some(reasoning_signature(Some("rs_1"), "gAAAA")) }
+            Part::Thinking {
+                text: "**Plan**\n\nThen act.".into(),
+                signature: Some(reasoning_signature(Some("rs_1"), "gAAAA"))
+            }
         );
-        assert_eq!(parse_reasoning_signature("ccmesh.openai-reasoning.v1:rs_1:gAAAA"), Some((Some("rs_1".into()), "gAAAA".into())));
+        assert_eq!(
+            parse_reasoning_signature("ccmesh.openai-reasoning.v1:rs_1:gAAAA"),
+            Some((Some("rs_1".into()), "gAAAA".into()))
+        );
         assert_eq!(parse_reasoning_signature("EqQBCkYsig"), None, "Anthropic's own signatures are not carriers");
         assert_eq!(r.model, "gpt-5-2025-08-07");
         assert_eq!(r.created, Some(1741476777));

@@ -853,7 +853,10 @@ pub fn responses_reasoning_stream_events(summary: &str, encrypted: Option<&str>,
     let in_progress = responses_object(&resp_id, created_at, "in_progress", json!([]), Value::Null);
     push("response.created", json!({"response": in_progress}));
     push("response.in_progress", json!({"response": in_progress}));
-    push("response.output_item.added", json!({"output_index": 0, "item": {"id": rs_id, "type": "reasoning", "summary": []}}));
+    push(
+        "response.output_item.added",
+        json!({"output_index": 0, "item": {"id": rs_id, "type": "reasoning", "summary": []}}),
+    );
     let part = json!({"type": "summary_text", "text": summary});
     push(
         "response.reasoning_summary_part.added",
@@ -867,13 +870,19 @@ pub fn responses_reasoning_stream_events(summary: &str, encrypted: Option<&str>,
         "response.reasoning_summary_text.done",
         json!({"item_id": rs_id, "output_index": 0, "summary_index": 0, "text": summary}),
     );
-    push("response.reasoning_summary_part.done", json!({"item_id": rs_id, "output_index": 0, "summary_index": 0, "part": part}));
+    push(
+        "response.reasoning_summary_part.done",
+        json!({"item_id": rs_id, "output_index": 0, "summary_index": 0, "part": part}),
+    );
     let mut reasoning = json!({"id": rs_id, "type": "reasoning", "summary": [part]});
     if let Some(enc) = encrypted {
         reasoning["encrypted_content"] = json!(enc);
     }
     push("response.output_item.done", json!({"output_index": 0, "item": reasoning}));
-    push("response.output_item.added", json!({"output_index": 1, "item": output_message(&msg_id, "in_progress", json!([]))}));
+    push(
+        "response.output_item.added",
+        json!({"output_index": 1, "item": output_message(&msg_id, "in_progress", json!([]))}),
+    );
     push(
         "response.content_part.added",
         json!({"item_id": msg_id, "output_index": 1, "content_index": 0, "part": output_text_part("")}),
@@ -892,7 +901,8 @@ pub fn responses_reasoning_stream_events(summary: &str, encrypted: Option<&str>,
     );
     let done_item = output_message(&msg_id, "completed", json!([output_text_part(text)]));
     push("response.output_item.done", json!({"output_index": 1, "item": done_item}));
-    let completed = responses_object(&resp_id, created_at, "completed", json!([reasoning, done_item]), responses_usage());
+    let completed =
+        responses_object(&resp_id, created_at, "completed", json!([reasoning, done_item]), responses_usage());
     push("response.completed", json!({"response": completed}));
     events
 }

@@ -784,7 +784,11 @@ mod tests {
         assert_eq!(
             r.messages[1].content[..3],
             [
-                Part::ReasoningItem { id: Some("rs_7".into()), summary: vec!["Plan the answer.".into()], encrypted_content: Some("gAAAAenc".into()) },
+                Part::ReasoningItem {
+                    id: Some("rs_7".into()),
+                    summary: vec!["Plan the answer.".into()],
+                    encrypted_content: Some("gAAAAenc".into())
+                },
                 Part::ReasoningItem { id: None, summary: Vec::new(), encrypted_content: Some("gAAAAtwo".into()) },
                 Part::Thinking { text: "Anthropic's own.".into(), signature: Some("EqQBCkYsig".into()) },
             ]

@@ -339,7 +339,10 @@ mod tests {
         assert!(enc(&req).0.get("include").is_none(), "thinking turned off");
         req.reasoning = Some(Reasoning { budget_tokens: Some(4096), ..Reasoning::default() });
         let (body, _) = enc(&req);
-        assert_eq!((body["include"].clone(), body["store"].clone()), (json!(["reasoning.encrypted_content"]), json!(false)));
+        assert_eq!(
+            (body["include"].clone(), body["store"].clone()),
+            (json!(["reasoning.encrypted_content"]), json!(false))
+        );
     }
 
     #[test]
@@ -348,11 +351,18 @@ mod tests {
         // Responses reasoning item (next turn of an Anthropic client).
         let mut req = claude_code_like();
         req.messages = vec![
-            Message { role: Role::User, content: vec![Part::Text(TextPart { text: "hi".into(), cache_control: None })] },
+            Message {
+                role: Role::User,
+                content: vec![Part::Text(TextPart { text: "hi".into(), cache_control: None })],
+            },
             Message {
                 role: Role::Assistant,
                 content: vec![
-                    Part::ReasoningItem { id: Some("rs_1".into()), summary: vec!["Plan.".into()], encrypted_content: Some("gAAAA".into()) },
+                    Part::ReasoningItem {
+                        id: Some("rs_1".into()),
+                        summary: vec!["Plan.".into()],
+                        encrypted_content: Some("gAAAA".into()),
+                    },
                     Part::Text(TextPart { text: "Hello.".into(), cache_control: None }),
                 ],
             },

@@ -536,7 +536,10 @@ mod tests {
         ]);
         let t = sse(&ev);
         let events = decode_stream(&t);
-        let at = events.iter().position(|e| matches!(e, StreamEvent::BlockStart { block: BlockStart::Thinking, .. })).unwrap();
+        let at = events
+            .iter()
+            .position(|e| matches!(e, StreamEvent::BlockStart { block: BlockStart::Thinking, .. }))
+            .unwrap();
         assert_eq!(
             events[at..at + 3],
             [
