@@ -21,6 +21,7 @@ use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde_json::{Value, json};
 
+use crate::config::authoritative::Section;
 use crate::endpoint::{Endpoint, EndpointDraft, FieldError};
 use crate::gateway::Gateway;
 use crate::protocol::Protocol;
@@ -75,6 +76,18 @@ impl ApiError {
     pub fn internal(message: impl Into<String>) -> Self {
         Self { status: StatusCode::INTERNAL_SERVER_ERROR, message: message.into(), field: None }
     }
+    /// 409: the authoritative config file owns what this write would change.
+    pub fn file_rules(message: String) -> Self {
+        Self { status: StatusCode::CONFLICT, message, field: None }
+    }
+}
+
+/// Refuse a write to `section` when an authoritative config file declares it.
+pub fn check_file_rules(gw: &Gateway, section: Section) -> ApiResult<()> {
+    match gw.config_source.get().and_then(|s| s.refusal(section)) {
+        Some(message) => Err(ApiError::file_rules(message)),
+        None => Ok(()),
+    }
 }
 
 impl From<FieldError> for ApiError {
@@ -109,6 +122,7 @@ impl IntoResponse for ApiError {
             StatusCode::NOT_FOUND => "not_found",
             StatusCode::UNAUTHORIZED => "unauthorized",
             StatusCode::FORBIDDEN => "forbidden",
+            StatusCode::CONFLICT => "conflict",
             _ => "internal_error",
         };
         (self.status, Json(json!({"error": {"type": kind, "message": self.message, "field": self.field}})))
@@ -161,6 +175,7 @@ pub fn endpoint_json(e: &Endpoint) -> Value {
         "test_latency_ms": e.test.latency_ms,
         "test_error": e.test.error.as_deref().map(crate::redact::scrub),
         "price_multiplier": e.price_multiplier,
+        "serves_every_model": e.serves_every_model(),
     })
 }
 
@@ -220,6 +235,7 @@ fn refuse_self(gw: &Gateway, base_url: &str) -> ApiResult<()> {
 }
 
 async fn create_endpoint(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes) -> ApiResult<Response> {
+    check_file_rules(&gw, Section::Endpoints)?;
     let draft = EndpointDraft::create(&parse_body(&body)?)?;
     refuse_self(&gw, &draft.base_url)?;
     let created = write(&gw, "endpoint_created", move |g| Ok(g.store.insert_endpoint(&draft)?)).await?;
@@ -232,6 +248,9 @@ async fn patch_endpoint(
     body: axum::body::Bytes,
 ) -> ApiResult<Json<Value>> {
     let patch = parse_body(&body)?;
+    if let Some(message) = gw.config_source.get().and_then(|s| s.endpoint_patch_refusal(&name, &patch)) {
+        return Err(ApiError::file_rules(message));
+    }
     let current = {
         let n = name.clone();
         read(&gw, move |s| s.get_endpoint(&n)).await?
@@ -249,6 +268,7 @@ async fn patch_endpoint(
 }
 
 async fn delete_endpoint(State(gw): State<Arc<Gateway>>, Path(name): Path<String>) -> ApiResult<StatusCode> {
+    check_file_rules(&gw, Section::Endpoints)?;
     write(&gw, "endpoint_deleted", move |g| Ok(g.store.delete_endpoint(&name)?)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -295,6 +315,7 @@ fn unknown_names_are_bad_requests(e: ApiError) -> ApiError {
 }
 
 async fn put_fast_queue(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes) -> ApiResult<Json<Value>> {
+    check_file_rules(&gw, Section::Endpoints)?;
     let names = name_list(&body)?;
     write(&gw, "fast_queue", move |g| Ok(g.store.set_fast_queue(&names)?))
         .await
@@ -303,13 +324,22 @@ async fn put_fast_queue(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes)
 }
 
 async fn put_order(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes) -> ApiResult<Json<Value>> {
+    check_file_rules(&gw, Section::Endpoints)?;
     let names = name_list(&body)?;
     write(&gw, "order", move |g| Ok(g.store.set_order(&names)?)).await.map_err(unknown_names_are_bad_requests)?;
     list_endpoints(State(gw)).await
 }
 
+/// `GET /api/current`: SPEC §10's remembered current endpoint per protocol, and, under `next`,
+/// where the next request of each protocol will start (what the dashboard shows as "current"
+/// before any failover has happened).
 fn current_json(gw: &Gateway) -> Value {
     let snapshot = gw.snapshot();
+    let mut next = serde_json::Map::new();
+    for p in Protocol::ALL {
+        let name = next_endpoint(gw, &snapshot, p).map(|e| Value::from(e.config.name.as_str())).unwrap_or(Value::Null);
+        next.insert(p.as_str().into(), name);
+    }
     let mut out = serde_json::Map::new();
     for p in Protocol::ALL {
         let name = gw
@@ -320,7 +350,37 @@ fn current_json(gw: &Gateway) -> Value {
             .unwrap_or(Value::Null);
         out.insert(p.as_str().into(), name);
     }
+    out.insert("next".into(), Value::Object(next));
     Value::Object(out)
+}
+
+/// The endpoint a request of protocol `p` would start at now, for a model every candidate
+/// serves (the model filter is the request's; this is the rest of SPEC §2–3): the routable
+/// list, without the endpoints whose breaker is open and cooling down (unless failover is off,
+/// which skips that filter), then the strategy's start — the one-shot manual start, the
+/// remembered current endpoint (`sticky`), the first (`priority`), or the round-robin ticket.
+/// Read-only: no ticket or manual start is used up.
+pub fn next_endpoint<'a>(
+    gw: &Gateway,
+    snapshot: &'a crate::snapshot::Snapshot,
+    p: Protocol,
+) -> Option<&'a Arc<crate::snapshot::LiveEndpoint>> {
+    let routable = crate::routing::list_routable(&snapshot.endpoints, crate::protocol::Route::Protocol(p));
+    let settings = &snapshot.settings;
+    let live: Vec<_> = if settings.failover_enabled(p) {
+        routable.into_iter().filter(|e| e.breaker.routable().is_ok()).collect()
+    } else {
+        routable
+    };
+    let ids: Vec<crate::endpoint::EndpointId> = live.iter().map(|e| e.config.id).collect();
+    let start = crate::routing::start_index(
+        settings.routing_strategy,
+        &ids,
+        gw.rotation.current(p),
+        gw.rotation.peek_manual(p),
+        gw.rotation.peek_round_robin(p),
+    );
+    live.get(start).copied()
 }
 
 async fn get_current(State(gw): State<Arc<Gateway>>) -> Json<Value> {
@@ -358,6 +418,7 @@ async fn get_settings(State(gw): State<Arc<Gateway>>) -> Json<Value> {
 }
 
 async fn patch_settings(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes) -> ApiResult<Json<Value>> {
+    check_file_rules(&gw, Section::Settings)?;
     let patch = parse_body(&body)?;
     // Read-modify-write under the admin lock, so concurrent PATCHes cannot lose each other.
     let doc = write(&gw, "settings", move |g| {

@@ -1,10 +1,12 @@
 //! The command line. `ccmesh serve` runs the gateway; every other command is a small client of
 //! a running gateway's admin API (`--server`, default http://127.0.0.1:3999).
 
+pub mod api;
 pub mod clients;
 pub mod import;
 pub mod manage;
 pub mod presets;
+pub mod records;
 pub mod serve;
 
 use std::process::ExitCode;
@@ -48,10 +50,11 @@ pub enum Command {
         #[command(flatten)]
         common: manage::Common,
     },
-    /// Recent request records (newest first); `-f` follows new requests live.
-    Logs(manage::LogsArgs),
-    /// A summary of requests, errors, latency, tokens and cost for a period.
-    Stats(manage::StatsArgs),
+    /// Recent request records, oldest first (the newest last, nearest the prompt); `-f` keeps
+    /// printing new ones as they complete.
+    Logs(records::LogsArgs),
+    /// A summary of requests, errors, latency, tokens and cost for a period, with a total row.
+    Stats(records::StatsArgs),
     /// Point a coding agent (claude-code, codex, gemini-cli) at the gateway: only the keys that
     /// do that change in its settings; a backup and a record go to the data directory.
     Connect(clients::ConnectArgs),
@@ -76,5 +79,61 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => serve::run(args),
         other => manage::run(other),
+    }
+}
+
+/// An error and its causes, each said once: `cannot read x: No such file or directory (os error
+/// 2)`, not the cause twice when a message already quotes its source (as thiserror messages
+/// with `{source}` do, and anyhow's `{:#}` then repeats it).
+pub fn error_text(e: &anyhow::Error) -> String {
+    join_causes(e.chain().map(|c| c.to_string()))
+}
+
+/// The same for any error with a source chain.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut texts = Vec::new();
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        texts.push(c.to_string());
+        cur = c.source();
+    }
+    join_causes(texts.into_iter())
+}
+
+fn join_causes(texts: impl Iterator<Item = String>) -> String {
+    let mut out = String::new();
+    for text in texts {
+        let text = text.trim();
+        // A cause the message so far already says (or that says nothing) adds nothing.
+        if text.is_empty() || out.contains(text) {
+            continue;
+        }
+        // A cause that repeats the whole message so far with more detail replaces it.
+        if !out.is_empty() && text.contains(out.as_str()) {
+            out = text.to_string();
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(text);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_cause_is_said_once() {
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let said = io.to_string();
+        let e = anyhow::Error::new(crate::config::file::ConfigFileError::Read { path: "x.toml".into(), source: io });
+        assert_eq!(error_text(&e), format!("cannot read x.toml: {said}"));
+        let e = anyhow::anyhow!("outer").context("top");
+        assert_eq!(error_text(&e), "top: outer");
+        let e = anyhow::anyhow!("could not connect").context("could not connect to the upstream");
+        assert_eq!(error_text(&e), "could not connect to the upstream");
     }
 }

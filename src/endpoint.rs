@@ -78,6 +78,16 @@ impl Endpoint {
             || self.model_map.iter().any(|(k, _)| k.matches(model))
     }
 
+    /// Whether any model a client names can be routed here: the endpoint lists no model and no
+    /// `*` map key catches every request. (A `*` key serves every model too, but by sending all
+    /// of them to the model it names, which is what it is for; other map keys still leave every
+    /// other model going through unchanged.) The README's surprise: such an endpoint receives a
+    /// `gpt-4o` request when the OpenAI endpoint fails. `endpoint add`, `endpoint list` and the
+    /// dashboard warn about it.
+    pub fn serves_every_model(&self) -> bool {
+        self.models.is_empty() && !self.model_map.iter().any(|(k, _)| k.is_glob() && k.literal_len() == 0)
+    }
+
     /// The model to send upstream: the matching `model_map` entry, else the model unchanged. An
     /// exact key wins over globs; among globs the most specific (most characters besides `*`)
     /// wins, so `{"*": "a", "claude-*haiku*": "b"}` sends haiku to `b` and the rest to `a`
@@ -259,6 +269,16 @@ mod tests {
         assert!(!ep(&["glm-*"], &[]).serves("claude-sonnet-4-5"));
         assert!(ep(&["glm-*"], &[("claude-sonnet-4-5", "glm-4.6")]).serves("claude-sonnet-4-5"));
         assert!(ep(&["glm-*"], &[("claude-*", "glm-4.6")]).serves("claude-haiku"));
+    }
+
+    #[test]
+    fn serving_every_model_means_no_list_and_no_catch_all_map() {
+        assert!(ep(&[], &[]).serves_every_model());
+        assert!(ep(&[], &[("claude-sonnet-4-5", "glm-4.6")]).serves_every_model(), "other models pass unchanged");
+        assert!(ep(&[], &[("claude-*", "glm-4.6")]).serves_every_model());
+        assert!(!ep(&[], &[("*", "deepseek-chat")]).serves_every_model(), "everything is mapped on purpose");
+        assert!(!ep(&["glm-*"], &[]).serves_every_model());
+        assert!(!ep(&["*"], &[]).serves_every_model(), "a `*` list says so explicitly");
     }
 
     #[test]

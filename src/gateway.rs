@@ -45,6 +45,11 @@ pub struct Gateway {
     pub open_connections: Arc<std::sync::atomic::AtomicUsize>,
     /// The address this gateway listens on, once bound (for refusing endpoints that point at it).
     pub listen_addr: std::sync::OnceLock<std::net::SocketAddr>,
+    /// The upstreams' model lists (`GET /v1/models`), refreshed by the server's background work.
+    pub catalogue: crate::catalogue::Catalogue,
+    /// The config file, when it is authoritative (`config::authoritative`): what it declares is
+    /// read-only in the admin API, and the server's background work reloads it.
+    pub config_source: std::sync::OnceLock<crate::config::authoritative::SharedSource>,
     /// This gateway's entry in the process-wide set of secrets to redact.
     redact_owner: u64,
 }
@@ -93,6 +98,8 @@ impl Gateway {
             instance_id,
             hop_header,
             listen_addr: std::sync::OnceLock::new(),
+            catalogue: Default::default(),
+            config_source: std::sync::OnceLock::new(),
             open_connections: Arc::default(),
             allowed_hosts: std::sync::OnceLock::new(),
             login_limit: Default::default(),
@@ -151,6 +158,7 @@ impl Gateway {
         self.snapshot.store(Arc::new(Snapshot { endpoints: live, settings: Arc::new(settings), prices }));
         // Metric labels are bounded by the configuration: tell the registry what is configured.
         self.events.metrics().configure(&self.snapshot.load());
+        self.catalogue.endpoints_changed();
         Ok(())
     }
 }

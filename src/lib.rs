@@ -6,6 +6,8 @@
 pub mod admin;
 /// The circuit breaker: pure state machine and its thin shell.
 pub mod breaker;
+/// The upstreams' model lists, fetched in the background for `GET /v1/models`.
+pub mod catalogue;
 /// Command line: `serve` and the management commands that talk to the admin API.
 pub mod cli;
 /// Pointing coding agents (Claude Code, Codex CLI, Gemini CLI) at the gateway, and back.

@@ -68,6 +68,15 @@ impl Format {
         Format::ALL.into_iter().find(|f| f.as_str() == s)
     }
 
+    /// The name with its article, for messages: "an anthropic", "an openai", "a responses".
+    pub fn with_article(self) -> &'static str {
+        match self {
+            Format::Anthropic => "an anthropic",
+            Format::Openai => "an openai",
+            Format::Responses => "a responses",
+        }
+    }
+
     /// The format an inbound protocol is forwarded to without conversion.
     pub fn native_to(protocol: Protocol) -> Format {
         match protocol {
@@ -120,5 +129,16 @@ impl Route {
                 matches!(format, Format::Openai | Format::Responses)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_take_their_article() {
+        let said: Vec<String> = Format::ALL.iter().map(|f| format!("{}-format endpoint", f.with_article())).collect();
+        assert_eq!(said, ["an anthropic-format endpoint", "an openai-format endpoint", "a responses-format endpoint"]);
     }
 }

@@ -4,7 +4,9 @@
 pub mod attempt;
 pub mod backoff;
 pub mod conversion;
+pub mod dns;
 mod exchange;
+pub mod models;
 pub mod outcome;
 pub mod relay;
 pub mod request;
@@ -17,7 +19,7 @@ use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use bytes::Bytes;
 
 use crate::gateway::Gateway;
@@ -349,49 +351,6 @@ fn endpoint_selector(query: Option<&str>) -> Result<Option<String>, GatewayError
         }
     }
     Ok(found)
-}
-
-/// `GET /v1/models`, answered from the endpoints' model lists (SPEC §8): Anthropic's shape when
-/// the client looks like an Anthropic SDK, else OpenAI's.
-pub async fn list_models(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
-    let anthropic = is_anthropic_client(&headers);
-    let snapshot = gw.snapshot_full();
-    let mut models: Vec<(String, String)> = Vec::new();
-    for e in snapshot.endpoints.iter().filter(|e| e.config.enabled) {
-        let concrete = e
-            .config
-            .models
-            .iter()
-            .filter(|m| !m.is_glob())
-            .map(|m| m.as_str())
-            .chain(e.config.model_map.iter().filter(|(k, _)| !k.is_glob()).map(|(k, _)| k.as_str()));
-        for m in concrete {
-            if !models.iter().any(|(id, _)| id.eq_ignore_ascii_case(m)) {
-                models.push((m.to_string(), e.config.name.clone()));
-            }
-        }
-    }
-    let body = if anthropic {
-        let data: Vec<_> = models
-            .iter()
-            .map(|(id, _)| {
-                serde_json::json!({"type": "model", "id": id, "display_name": id, "created_at": "1970-01-01T00:00:00Z"})
-            })
-            .collect();
-        serde_json::json!({
-            "data": data,
-            "has_more": false,
-            "first_id": models.first().map(|m| &m.0),
-            "last_id": models.last().map(|m| &m.0),
-        })
-    } else {
-        let data: Vec<_> = models
-            .iter()
-            .map(|(id, owner)| serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": owner}))
-            .collect();
-        serde_json::json!({"object": "list", "data": data})
-    };
-    axum::Json(body).into_response()
 }
 
 /// Paths the gateway does not serve.

@@ -112,8 +112,8 @@ pub fn resolve_explicit<'a, T: AsRef<Endpoint>>(
             ErrorKind::InvalidRequest,
             "endpoint_disabled",
             format!(
-                "endpoint '{}' is disabled; enable it (PATCH /api/endpoints/{} {{\"enabled\": true}}) or name another",
-                endpoint.name, endpoint.name
+                "endpoint '{}' is disabled; enable it (`ccmesh endpoint enable {}`, or PATCH /api/endpoints/{} {{\"enabled\": true}}) or name another",
+                endpoint.name, endpoint.name, endpoint.name
             ),
         ));
     }

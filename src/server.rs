@@ -21,6 +21,7 @@ use crate::config::Limits;
 use crate::gateway::Gateway;
 use crate::{admin, dashboard, proxy};
 
+pub mod background;
 pub mod conn;
 mod stop;
 use conn::{Activity, ConnTimers, Counted, TimedIo};
@@ -63,7 +64,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
             "/metrics",
             get(metrics).route_layer(axum::middleware::from_fn_with_state(gw.clone(), admin::auth::require_admin)),
         )
-        .route("/v1/models", get(proxy::list_models))
+        .route("/v1/models", get(proxy::models::list_models))
         .route("/v1/{*rest}", any(proxy::handle))
         .merge(admin::router(gw.clone()))
         .merge(dashboard::router(gw.clone()))
@@ -168,8 +169,10 @@ pub async fn serve_with(
         )?);
     }
     drop(listener);
+    let background = background::Background::start(&gw);
 
     shutdown.await;
+    background.stop().await;
     stop.set(Stop::Draining);
     // Each thread closes its handle on the listening socket as it sees the stop: once all have,
     // new connections are refused.

@@ -1,5 +1,11 @@
 //! `GET /api/health` (SPEC §7): live breaker state per endpoint, or — for an endpoint with no
 //! traffic since the gateway started — the last connectivity test, marked `"source": "test"`.
+//!
+//! `badge` is the one reading the CLI and the dashboard both show (seed 002's tiers): `healthy`
+//! (closed, no failure in a row), `degraded` (closed, failing but not tripped), `open`,
+//! `recovering` (half-open), `unknown` (no live data; the last test is in `test_status`).
+//! `probe_due` says an open endpoint's cooldown has passed: it is no longer skipped, and the
+//! next request that reaches it is its probe.
 
 use std::sync::Arc;
 
@@ -38,6 +44,8 @@ pub fn endpoint_health(e: &LiveEndpoint) -> Value {
             "last_failure_at": null,
             "last_success_at": null,
             "cooldown_remaining_ms": 0,
+            "badge": "unknown",
+            "probe_due": false,
             "source": "test",
             "test_status": e.config.test.status.as_str(),
             "test_at": e.config.test.at,
@@ -62,6 +70,32 @@ pub fn endpoint_health(e: &LiveEndpoint) -> Value {
         "last_failure_at": v.last_failure_at.map(rfc3339),
         "last_success_at": v.last_success_at.map(rfc3339),
         "cooldown_remaining_ms": v.cooldown_remaining.as_millis() as u64,
+        "badge": badge(v.circuit, v.consecutive_failures),
+        "probe_due": v.circuit == Circuit::Open && v.cooldown_remaining.is_zero(),
         "source": "live",
     })
+}
+
+/// SPEC §7's badge of live breaker state.
+pub fn badge(circuit: Circuit, consecutive_failures: u32) -> &'static str {
+    match circuit {
+        Circuit::Closed if consecutive_failures > 0 => "degraded",
+        Circuit::Closed => "healthy",
+        Circuit::Open => "open",
+        Circuit::HalfOpen => "recovering",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_badge_has_seed_002s_tiers() {
+        assert_eq!(badge(Circuit::Closed, 0), "healthy");
+        assert_eq!(badge(Circuit::Closed, 2), "degraded");
+        assert_eq!(badge(Circuit::Open, 0), "open");
+        assert_eq!(badge(Circuit::Open, 9), "open");
+        assert_eq!(badge(Circuit::HalfOpen, 1), "recovering");
+    }
 }

@@ -25,6 +25,7 @@ pub async fn put_price(
     Path(model): Path<String>,
     body: axum::body::Bytes,
 ) -> ApiResult<Json<Value>> {
+    super::check_file_rules(&gw, crate::config::authoritative::Section::Prices)?;
     let model = validate_model(&model)?;
     let price = Price::from_json(&parse_body(&body)?, &[])?;
     let stored = model.clone();
@@ -40,6 +41,7 @@ pub async fn put_price(
 /// `DELETE /api/prices/{model}`: back to the built-in price (or none); 404 when there is no
 /// override of that name.
 pub async fn delete_price(State(gw): State<Arc<Gateway>>, Path(model): Path<String>) -> ApiResult<StatusCode> {
+    super::check_file_rules(&gw, crate::config::authoritative::Section::Prices)?;
     let model = validate_model(&model)?;
     let no_override = || ApiError {
         status: StatusCode::NOT_FOUND,

@@ -133,7 +133,7 @@ async fn check_reachable(api: &Client) -> anyhow::Result<()> {
             "{} answered {s} to GET /health, not ccmesh's {{\"status\":\"ok\"}}: is that a ccmesh gateway? Name the right one with --server. {UNCHANGED}",
             api.server
         ),
-        Err(e) => bail!("{e:#}. {UNCHANGED}"),
+        Err(e) => bail!("{}. {UNCHANGED}", super::error_text(&e)),
     }
 }
 
@@ -208,7 +208,7 @@ pub async fn disconnect(args: DisconnectArgs) -> anyhow::Result<String> {
     let data = data_dir(args.data_dir)?;
     let report = match clients::disconnect(client, &env, &data) {
         Err(clients::ClientError::NotConnected(..)) => {
-            let state = clients::state(client, &env, Some(&data), &args.common.server);
+            let state = clients::state(client, &env, Some(&data), &super::api::server_url(&args.common.server));
             let hint = match state.status {
                 clients::Status::Connected => format!(
                     "; its files point at the gateway without a record of ccmesh doing it: remove the keys listed in docs/clients.md from {}",
@@ -238,7 +238,7 @@ pub async fn disconnect(args: DisconnectArgs) -> anyhow::Result<String> {
 pub async fn list(args: ClientsArgs) -> anyhow::Result<String> {
     let env = environment()?;
     let data = data_dir(args.data_dir).ok();
-    let server = args.common.server.trim_end_matches('/').to_string();
+    let server = super::api::server_url(&args.common.server);
     let states: Vec<clients::ClientState> =
         ClientKind::ALL.iter().map(|c| clients::state(*c, &env, data.as_deref(), &server)).collect();
     if args.common.json {

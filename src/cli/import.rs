@@ -50,13 +50,13 @@ pub async fn run(cmd: ImportCommand) -> anyhow::Result<String> {
             if !db.is_file() {
                 bail!("{} does not exist; pass cc-switch's database with --db PATH", db.display());
             }
-            (import::cc_switch::read(&db, Some(&common.server))?, dry_run, common)
+            (import::cc_switch::read(&db, Some(&super::api::server_url(&common.server)))?, dry_run, common)
         }
         ImportCommand::Ccmesh { db, dry_run, common } => {
             if !db.is_file() {
                 bail!("{} does not exist; pass the ccMesh app's database with --db PATH", db.display());
             }
-            (import::ccmesh_desktop::read(&db, Some(&common.server))?, dry_run, common)
+            (import::ccmesh_desktop::read(&db, Some(&super::api::server_url(&common.server)))?, dry_run, common)
         }
     };
     let secrets: Vec<String> =
@@ -71,7 +71,7 @@ pub async fn run(cmd: ImportCommand) -> anyhow::Result<String> {
     };
     match out {
         Ok(text) => Ok(scrub(text)),
-        Err(e) => Err(anyhow::anyhow!(scrub(format!("{e:#}")))),
+        Err(e) => Err(anyhow::anyhow!(scrub(super::error_text(&e)))),
     }
 }
 
@@ -80,7 +80,7 @@ async fn apply(plan: &Plan, dry_run: bool, common: &Common) -> anyhow::Result<St
     let existing = match api.call(Method::GET, "/api/endpoints", None).await {
         Ok(v) => Some(v),
         Err(e) if dry_run => {
-            eprintln!("ccmesh: {e:#}; showing the plan without knowing which endpoints exist");
+            eprintln!("ccmesh: {}; showing the plan without knowing which endpoints exist", super::error_text(&e));
             None
         }
         Err(e) => return Err(e),
@@ -151,7 +151,7 @@ async fn apply(plan: &Plan, dry_run: bool, common: &Common) -> anyhow::Result<St
                 Ok(_) => out.push(format!("fast queue: {}", queue.join(" → "))),
                 Err(e) => {
                     failed += 1;
-                    out.push(format!("fast queue not set: {e:#}"));
+                    out.push(format!("fast queue not set: {}", super::error_text(&e)));
                 }
             }
         }
@@ -183,7 +183,7 @@ async fn apply(plan: &Plan, dry_run: bool, common: &Common) -> anyhow::Result<St
                 }
                 Err(e) => {
                     failed += 1;
-                    out.push(format!("settings not changed: {e:#}"));
+                    out.push(format!("settings not changed: {}", super::error_text(&e)));
                 }
             }
         }

@@ -3,11 +3,12 @@
 
 use std::process::ExitCode;
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{anyhow, bail};
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 
 use super::Command;
+pub(crate) use super::api::Client;
 
 #[derive(Args, Debug, Clone)]
 pub struct Common {
@@ -22,6 +23,12 @@ pub struct Common {
     pub json: bool,
 }
 
+/// Where `endpoint add` (and `endpoint edit --api-key-from-env`) read a key that should stay out
+/// of shell history.
+pub const API_KEY_ENV: &str = "CCMESH_ENDPOINT_API_KEY";
+
+/// The fields `endpoint add` and `endpoint edit` share. The API key is not among them: `add`
+/// takes it from the environment when no flag gives it, `edit` only when asked to.
 #[derive(Args, Debug)]
 pub struct EndpointFields {
     /// Upstream base URL, e.g. https://api.anthropic.com
@@ -30,9 +37,6 @@ pub struct EndpointFields {
     /// anthropic | openai | responses
     #[arg(long)]
     pub format: Option<String>,
-    /// API key (or set CCMESH_ENDPOINT_API_KEY to keep it out of shell history).
-    #[arg(long, env = "CCMESH_ENDPOINT_API_KEY", hide_env_values = true)]
-    pub api_key: Option<String>,
     /// A model served (repeatable; `*` globs allowed). Replaces the list on edit.
     #[arg(long = "model")]
     pub models: Vec<String>,
@@ -64,6 +68,9 @@ pub enum EndpointCommand {
         /// Start from a vendor preset; explicit flags override its fields.
         #[arg(long)]
         preset: Option<String>,
+        /// API key (or set CCMESH_ENDPOINT_API_KEY to keep it out of shell history).
+        #[arg(long, env = API_KEY_ENV, hide_env_values = true)]
+        api_key: Option<String>,
         #[command(flatten)]
         fields: EndpointFields,
         /// Create it disabled.
@@ -86,6 +93,13 @@ pub enum EndpointCommand {
         /// Rename the endpoint.
         #[arg(long)]
         rename: Option<String>,
+        /// A new API key. The endpoint keeps its key unless this or --api-key-from-env is given
+        /// (CCMESH_ENDPOINT_API_KEY alone never changes it: it is meant for `add`).
+        #[arg(long, conflicts_with = "api_key_from_env")]
+        api_key: Option<String>,
+        /// Take the new API key from CCMESH_ENDPOINT_API_KEY (keeps it out of shell history).
+        #[arg(long)]
+        api_key_from_env: bool,
         #[command(flatten)]
         fields: EndpointFields,
         #[command(flatten)]
@@ -117,52 +131,6 @@ pub enum EndpointCommand {
     },
 }
 
-#[derive(Args, Debug)]
-pub struct LogsArgs {
-    /// Show one request's full record and decision trail.
-    #[arg(long)]
-    pub id: Option<String>,
-    /// How many recent requests to show.
-    #[arg(short = 'n', long, default_value_t = 20)]
-    pub limit: u32,
-    /// Keep running and print requests as they complete.
-    #[arg(short, long)]
-    pub follow: bool,
-    #[arg(long)]
-    pub endpoint: Option<String>,
-    #[arg(long)]
-    pub model: Option<String>,
-    /// claude | openai | responses
-    #[arg(long)]
-    pub protocol: Option<String>,
-    /// A status class (2xx, 4xx, 5xx) or an exact status (429).
-    #[arg(long)]
-    pub status: Option<String>,
-    /// Only requests that failed over.
-    #[arg(long)]
-    pub failed_over: bool,
-    /// Start of the period: unix ms, RFC 3339, a date, or an age like 15m, 24h, 7d.
-    #[arg(long)]
-    pub since: Option<String>,
-    /// Text to find in errors.
-    #[arg(long = "search")]
-    pub q: Option<String>,
-    #[command(flatten)]
-    pub common: Common,
-}
-
-#[derive(Args, Debug)]
-pub struct StatsArgs {
-    /// Start of the period (unix ms, RFC 3339, a date, or an age like 24h, 7d).
-    #[arg(long, default_value = "24h")]
-    pub since: String,
-    /// Group by endpoint, model or protocol.
-    #[arg(long = "by", default_value = "endpoint")]
-    pub group_by: String,
-    #[command(flatten)]
-    pub common: Common,
-}
-
 #[derive(Subcommand, Debug)]
 pub enum FastCommand {
     /// Make exactly these endpoints the fast queue, in this order (none = empty the queue).
@@ -191,69 +159,9 @@ pub fn run(command: Command) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("ccmesh: {e:#}");
+            eprintln!("ccmesh: {}", super::error_text(&e));
             ExitCode::FAILURE
         }
-    }
-}
-
-pub(crate) struct Client {
-    http: reqwest::Client,
-    pub(crate) server: String,
-    token: Option<String>,
-}
-
-impl Client {
-    pub(crate) fn new(common: &Common) -> anyhow::Result<Client> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .timeout(std::time::Duration::from_secs(60))
-            .no_proxy()
-            .build()
-            .context("cannot build the HTTP client")?;
-        Ok(Client { http, server: common.server.trim_end_matches('/').to_string(), token: common.admin_token.clone() })
-    }
-
-    pub(crate) async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
-        let (status, value) = self.call_status(method, path, body).await?;
-        if !status.is_success() {
-            let message = value
-                .pointer("/error/message")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .unwrap_or_else(|| value.to_string());
-            bail!("the gateway answered {status}: {message}");
-        }
-        Ok(value)
-    }
-
-    /// The status and JSON of any answer, for callers that treat some errors as information.
-    pub(crate) async fn call_status(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> anyhow::Result<(reqwest::StatusCode, Value)> {
-        let url = format!("{}{path}", self.server);
-        let mut req = self.http.request(method, &url);
-        if let Some(t) = self.token.as_deref().filter(|t| !t.is_empty()) {
-            req = req.bearer_auth(t);
-        }
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.map_err(|e| {
-            anyhow!(
-                "cannot reach the gateway at {} ({}); is `ccmesh serve` running? Use --server or CCMESH_SERVER to point elsewhere",
-                self.server,
-                crate::proxy::outcome::classify_network_error(&e).describe()
-            )
-        })?;
-        let status = resp.status();
-        let text = resp.text().await.context("the gateway's answer was cut off")?;
-        let value: Value =
-            if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
-        Ok((status, value))
     }
 }
 
@@ -266,7 +174,7 @@ fn key_value_map(items: &[String], flag: &str) -> anyhow::Result<Map<String, Val
     Ok(map)
 }
 
-fn fields_json(fields: &EndpointFields, creating: bool) -> anyhow::Result<Map<String, Value>> {
+fn fields_json(fields: &EndpointFields, api_key: Option<&str>, creating: bool) -> anyhow::Result<Map<String, Value>> {
     let mut obj = Map::new();
     if let Some(v) = &fields.base_url {
         obj.insert("base_url".into(), json!(v));
@@ -274,7 +182,7 @@ fn fields_json(fields: &EndpointFields, creating: bool) -> anyhow::Result<Map<St
     if let Some(v) = &fields.format {
         obj.insert("format".into(), json!(v));
     }
-    if let Some(v) = &fields.api_key {
+    if let Some(v) = api_key {
         obj.insert("api_key".into(), json!(v));
     }
     if !fields.models.is_empty() {
@@ -300,6 +208,16 @@ fn fields_json(fields: &EndpointFields, creating: bool) -> anyhow::Result<Map<St
     Ok(obj)
 }
 
+/// `endpoint edit --api-key-from-env`: the variable must hold a key, or the flag is a mistake.
+fn key_from_env(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<String> {
+    match env(API_KEY_ENV).map(|k| k.trim().to_string()) {
+        Some(key) if !key.is_empty() => Ok(key),
+        _ => {
+            bail!("--api-key-from-env reads {API_KEY_ENV}, which is not set; export it, or give the key with --api-key")
+        }
+    }
+}
+
 async fn dispatch(command: Command) -> anyhow::Result<String> {
     use reqwest::Method;
     match command {
@@ -311,7 +229,7 @@ async fn dispatch(command: Command) -> anyhow::Result<String> {
         Command::Import(cmd) => super::import::run(cmd).await,
         Command::Presets(common) => Ok(super::presets::list(&common)),
         Command::Endpoint(cmd) => match cmd {
-            EndpointCommand::Add { name, preset, fields, disabled, common } => {
+            EndpointCommand::Add { name, preset, api_key, fields, disabled, common } => {
                 let mut obj = match preset {
                     Some(id) => super::presets::preset_fields(&id)?,
                     None => Map::new(),
@@ -321,23 +239,41 @@ async fn dispatch(command: Command) -> anyhow::Result<String> {
                         "give --base-url and --format, or start from a vendor with --preset (list them with `ccmesh presets`)"
                     );
                 }
-                obj.extend(fields_json(&fields, true)?);
+                obj.extend(fields_json(&fields, api_key.as_deref(), true)?);
                 obj.insert("name".into(), json!(name));
                 obj.insert("enabled".into(), json!(!disabled));
                 let v = Client::new(&common)?.call(Method::POST, "/api/endpoints", Some(Value::Object(obj))).await?;
+                if let Some(warning) = every_model_warning(&v) {
+                    eprintln!("{warning}");
+                }
                 Ok(if common.json { pretty(&v) } else { format!("added endpoint '{name}'\n{}", endpoint_detail(&v)) })
             }
             EndpointCommand::List(common) => {
                 let v = Client::new(&common)?.call(Method::GET, "/api/endpoints", None).await?;
-                Ok(if common.json { pretty(&v) } else { endpoint_table(&v) })
+                if common.json {
+                    return Ok(pretty(&v));
+                }
+                let warnings: Vec<String> = v
+                    .as_array()
+                    .map(|a| a.as_slice())
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(every_model_warning)
+                    .collect();
+                Ok(std::iter::once(endpoint_table(&v)).chain(warnings).collect::<Vec<_>>().join("\n"))
             }
             EndpointCommand::Show { name, common } => {
                 let v =
                     Client::new(&common)?.call(Method::GET, &format!("/api/endpoints/{}", path(&name)), None).await?;
                 Ok(if common.json { pretty(&v) } else { endpoint_detail(&v) })
             }
-            EndpointCommand::Edit { name, rename, fields, common } => {
-                let mut obj = fields_json(&fields, false)?;
+            EndpointCommand::Edit { name, rename, api_key, api_key_from_env, fields, common } => {
+                let api_key = match (api_key, api_key_from_env) {
+                    (Some(key), _) => Some(key),
+                    (None, true) => Some(key_from_env(&|k| std::env::var(k).ok())?),
+                    (None, false) => None,
+                };
+                let mut obj = fields_json(&fields, api_key.as_deref(), false)?;
                 if let Some(n) = rename {
                     obj.insert("name".into(), json!(n));
                 }
@@ -368,7 +304,8 @@ async fn dispatch(command: Command) -> anyhow::Result<String> {
                 }
                 let status = v["test_status"].as_str().unwrap_or("?");
                 let latency = v["test_latency_ms"].as_u64().map(|l| format!(" in {l} ms")).unwrap_or_default();
-                let error = v["test_error"].as_str().map(|e| format!(": {e}")).unwrap_or_default();
+                let error =
+                    v["test_error"].as_str().map(|e| format!(": {}", super::api::cli_hint(e))).unwrap_or_default();
                 if status == "available" {
                     Ok(format!("{name}: available{latency}"))
                 } else {
@@ -392,12 +329,8 @@ async fn dispatch(command: Command) -> anyhow::Result<String> {
             let v = Client::new(&common)?.call(Method::GET, "/api/health", None).await?;
             Ok(if common.json { pretty(&v) } else { health_table(&v) })
         }
-        Command::Logs(args) => logs(args).await,
-        Command::Stats(args) => {
-            let q = query_string(&[("since", Some(args.since.as_str())), ("group_by", Some(args.group_by.as_str()))]);
-            let v = Client::new(&args.common)?.call(Method::GET, &format!("/api/stats?{q}"), None).await?;
-            Ok(if args.common.json { pretty(&v) } else { stats_table(&v) })
-        }
+        Command::Logs(args) => super::records::logs(args).await,
+        Command::Stats(args) => super::records::stats(args).await,
         Command::Failover { state, protocol, common } => {
             let on = state == "on";
             let patch = json!({"failover_enabled": {protocol.as_str(): on}});
@@ -423,285 +356,6 @@ async fn dispatch(command: Command) -> anyhow::Result<String> {
             })
         }
     }
-}
-
-fn query_string(pairs: &[(&str, Option<&str>)]) -> String {
-    pairs.iter().filter_map(|(k, v)| v.map(|v| format!("{k}={}", url_escape(v)))).collect::<Vec<_>>().join("&")
-}
-
-fn url_escape(v: &str) -> String {
-    v.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b':') {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
-
-async fn logs(args: LogsArgs) -> anyhow::Result<String> {
-    use reqwest::Method;
-    let client = Client::new(&args.common)?;
-    if let Some(id) = &args.id {
-        let v = client.call(Method::GET, &format!("/api/requests/{}", path(id)), None).await?;
-        return Ok(if args.common.json { pretty(&v) } else { record_detail(&v) });
-    }
-    let (status_class, status) = match args.status.as_deref() {
-        Some(s) if s.ends_with("xx") => (Some(s), None),
-        Some(s) => (None, Some(s)),
-        None => (None, None),
-    };
-    let limit = args.limit.clamp(1, 500).to_string();
-    let q = query_string(&[
-        ("limit", Some(limit.as_str())),
-        ("endpoint", args.endpoint.as_deref()),
-        ("model", args.model.as_deref()),
-        ("protocol", args.protocol.as_deref()),
-        ("status_class", status_class),
-        ("status", status),
-        ("failed_over", args.failed_over.then_some("true")),
-        ("since", args.since.as_deref()),
-        ("q", args.q.as_deref()),
-    ]);
-    let v = client.call(Method::GET, &format!("/api/requests?{q}"), None).await?;
-    let mut rows: Vec<Value> = v["requests"].as_array().cloned().unwrap_or_default();
-    rows.reverse(); // oldest first, so the newest line is nearest the prompt
-    let out = if args.common.json {
-        rows.iter().map(|r| r.to_string()).collect::<Vec<_>>().join("\n")
-    } else {
-        log_table(&rows)
-    };
-    if !args.follow {
-        return Ok(out);
-    }
-    {
-        use std::io::Write;
-        let mut stdout = std::io::stdout().lock();
-        if !out.is_empty() {
-            let _ = writeln!(stdout, "{out}");
-        }
-    }
-    follow(&client, &args).await
-}
-
-/// Print `request` live events as they arrive (filters applied here), until the server goes away.
-async fn follow(client: &Client, args: &LogsArgs) -> anyhow::Result<String> {
-    use std::io::Write;
-    let url = format!("{}/api/events", client.server);
-    let mut req = client.http.get(&url).timeout(std::time::Duration::from_secs(365 * 24 * 3600));
-    if let Some(t) = client.token.as_deref().filter(|t| !t.is_empty()) {
-        req = req.bearer_auth(t);
-    }
-    let mut resp =
-        req.send().await.map_err(|_| anyhow!("cannot reach the gateway at {} to follow its events", client.server))?;
-    if !resp.status().is_success() {
-        bail!("the gateway answered {} to GET /api/events", resp.status());
-    }
-    let mut scanner = crate::protocol::sse::SseScanner::new();
-    loop {
-        let chunk = match resp.chunk().await {
-            Ok(Some(c)) => c,
-            Ok(None) => return Ok("the gateway closed the event stream".into()),
-            Err(e) => {
-                bail!("the event stream broke: {}", crate::proxy::outcome::classify_network_error(&e).describe())
-            }
-        };
-        let mut lines = Vec::new();
-        scanner.feed(&chunk, |event| {
-            if event.event != Some("request") {
-                return;
-            }
-            let Ok(v) = serde_json::from_str::<Value>(event.data) else { return };
-            if !follow_matches(&v, args) {
-                return;
-            }
-            lines.push(if args.common.json { v.to_string() } else { log_line(&v) });
-        });
-        let mut stdout = std::io::stdout().lock();
-        for line in lines {
-            let _ = writeln!(stdout, "{line}");
-        }
-        let _ = stdout.flush();
-    }
-}
-
-fn follow_matches(v: &Value, args: &LogsArgs) -> bool {
-    let eq = |field: &str, want: &Option<String>| want.as_deref().is_none_or(|w| v[field].as_str() == Some(w));
-    let status_ok = match args.status.as_deref() {
-        None => true,
-        Some(s) if s.ends_with("xx") => {
-            v["status"].as_u64().is_some_and(|st| st / 100 == u64::from(s.as_bytes()[0] - b'0'))
-        }
-        Some(s) => v["status"].as_u64().map(|st| st.to_string()).as_deref() == Some(s),
-    };
-    eq("endpoint", &args.endpoint)
-        && eq("model", &args.model)
-        && eq("protocol", &args.protocol)
-        && status_ok
-        && (!args.failed_over || v["failed_over"] == json!(true))
-        && args
-            .q
-            .as_deref()
-            .is_none_or(|q| v["error"].as_str().is_some_and(|e| e.to_lowercase().contains(&q.to_lowercase())))
-}
-
-fn ms_cell(v: &Value) -> String {
-    v.as_f64()
-        .map(|ms| if ms >= 1000.0 { format!("{:.1}s", ms / 1000.0) } else { format!("{ms:.0}ms") })
-        .unwrap_or_else(|| "-".into())
-}
-
-fn tokens_cell(t: &Value) -> String {
-    match (t["input"].as_u64(), t["output"].as_u64()) {
-        (None, None) => "-".into(),
-        (i, o) => format!(
-            "{}/{}",
-            i.map(|n| n.to_string()).unwrap_or("?".into()),
-            o.map(|n| n.to_string()).unwrap_or("?".into())
-        ),
-    }
-}
-
-fn cost_cell(v: &Value) -> String {
-    v.as_f64().map(|c| format!("${c:.4}")).unwrap_or_else(|| "-".into())
-}
-
-fn time_cell(ms: &Value) -> String {
-    ms.as_u64()
-        .map(|ms| crate::timefmt::rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)))
-        .map(|t| t.replace('T', " ").trim_end_matches('Z').to_string())
-        .unwrap_or_else(|| "-".into())
-}
-
-fn log_row(r: &Value) -> Vec<String> {
-    let attempts = match &r["attempts"] {
-        Value::Array(a) => a.len().to_string(),
-        other => cell(other),
-    };
-    let mut error = r["error"].as_str().map(str::to_string).unwrap_or_else(|| cell(&r["error"]["message"]));
-    if error.chars().count() > 60 {
-        error = error.chars().take(57).collect::<String>() + "...";
-    }
-    vec![
-        time_cell(&r["started_at_ms"]),
-        cell(&r["protocol"]),
-        r["model_requested"].as_str().or(r["model"].as_str()).unwrap_or("-").to_string(),
-        cell(&r["endpoint"]),
-        cell(&r["status"]),
-        format!("{attempts}{}", if r["failed_over"] == json!(true) { "↻" } else { "" }),
-        ms_cell(&r["total_ms"]),
-        tokens_cell(&r["tokens"]),
-        cost_cell(&r["cost_usd"]),
-        if error == "-" { String::new() } else { error },
-    ]
-}
-
-const LOG_HEADERS: [&str; 10] =
-    ["TIME", "PROTO", "MODEL", "ENDPOINT", "STATUS", "TRIES", "TIME", "TOKENS IN/OUT", "COST", "ERROR"];
-
-fn log_table(rows: &[Value]) -> String {
-    if rows.is_empty() {
-        return "no requests recorded in this period".into();
-    }
-    table(&LOG_HEADERS, &rows.iter().map(log_row).collect::<Vec<_>>())
-}
-
-fn log_line(v: &Value) -> String {
-    log_row(v).into_iter().filter(|c| !c.is_empty()).collect::<Vec<_>>().join("  ")
-}
-
-fn record_detail(r: &Value) -> String {
-    let mut out = vec![
-        format!("request {}  {} {}  {}", cell(&r["id"]), cell(&r["method"]), cell(&r["path"]), cell(&r["started_at"])),
-        format!(
-            "protocol {}  model {} → sent {} → answered {}  stream {}",
-            cell(&r["protocol"]),
-            cell(&r["model_requested"]),
-            cell(&r["model_sent"]),
-            cell(&r["model_answered"]),
-            cell(&r["stream"])
-        ),
-        format!(
-            "status {}  total {}  first byte {}  gateway overhead {}  tokens {}  cost {}",
-            cell(&r["status"]),
-            ms_cell(&r["total_ms"]),
-            ms_cell(&r["first_byte_ms"]),
-            ms_cell(&r["overhead_ms"]),
-            tokens_cell(&r["tokens"]),
-            cost_cell(&r["cost_usd"])
-        ),
-    ];
-    if let Some(c) = r["conversion"].as_str() {
-        out.push(format!("converted {c}"));
-    }
-    if let Some(e) = r["error"].as_object() {
-        out.push(format!(
-            "error ({}): {}",
-            e.get("source").and_then(Value::as_str).unwrap_or("-"),
-            e.get("message").and_then(Value::as_str).unwrap_or("-")
-        ));
-    }
-    let attempts: Vec<Vec<String>> = r["attempts"]
-        .as_array()
-        .map(|a| a.as_slice())
-        .unwrap_or_default()
-        .iter()
-        .enumerate()
-        .map(|(i, a)| {
-            vec![
-                (i + 1).to_string(),
-                cell(&a["endpoint"]),
-                cell(&a["format"]),
-                ms_cell(&a["started_ms"]),
-                ms_cell(&a["duration_ms"]),
-                a["status"].as_u64().map(|s| s.to_string()).unwrap_or_else(|| cell(&a["error_kind"])),
-                cell(&a["classification"]),
-                a["breaker"].as_str().unwrap_or("").to_string(),
-            ]
-        })
-        .collect();
-    out.push(String::new());
-    out.push(table(&["#", "ENDPOINT", "FORMAT", "AT", "TOOK", "RESULT", "OUTCOME", "BREAKER"], &attempts));
-    out.join("\n")
-}
-
-fn stats_table(v: &Value) -> String {
-    let rows: Vec<Vec<String>> = v["groups"]
-        .as_array()
-        .map(|a| a.as_slice())
-        .unwrap_or_default()
-        .iter()
-        .map(|g| {
-            let t = &g["totals"];
-            vec![
-                g["key"].as_str().unwrap_or("(all)").to_string(),
-                cell(&t["requests"]),
-                cell(&t["errors"]),
-                cell(&t["failovers"]),
-                ms_cell(&t["latency_ms"]["p50"]),
-                ms_cell(&t["latency_ms"]["p95"]),
-                cell(&t["tokens"]["input"]),
-                cell(&t["tokens"]["output"]),
-                cell(&t["tokens"]["cache_read"]),
-                cost_cell(&t["cost_usd"]),
-                cell(&t["unpriced"]["requests"]),
-            ]
-        })
-        .collect();
-    if rows.is_empty() {
-        return format!("no requests between {} and {}", cell(&v["since"]), cell(&v["until"]));
-    }
-    format!(
-        "{} → {}\n{}",
-        cell(&v["since"]),
-        cell(&v["until"]),
-        table(
-            &["GROUP", "REQUESTS", "ERRORS", "FAILOVERS", "P50", "P95", "IN", "OUT", "CACHE READ", "COST", "UNPRICED"],
-            &rows
-        )
-    )
 }
 
 async fn set_enabled(name: String, common: Common, enabled: bool) -> anyhow::Result<String> {
@@ -732,7 +386,7 @@ pub(crate) fn pretty(v: &Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
 }
 
-fn cell(v: &Value) -> String {
+pub(crate) fn cell(v: &Value) -> String {
     match v {
         Value::Null => "-".into(),
         Value::String(s) => s.clone(),
@@ -776,7 +430,7 @@ fn endpoint_table(v: &Value) -> String {
                 cell(&e["name"]),
                 cell(&e["format"]),
                 cell(&e["base_url"]),
-                cell(&e["models"]),
+                if e["serves_every_model"] == json!(true) { "* (every model)".into() } else { cell(&e["models"]) },
                 if e["enabled"] == json!(true) { "yes".into() } else { "no".into() },
                 if e["fast"] == json!(true) { format!("#{}", e["fast_sort_order"]) } else { "-".into() },
                 cell(&e["test_status"]),
@@ -787,6 +441,23 @@ fn endpoint_table(v: &Value) -> String {
         return "no endpoints yet; add one with `ccmesh endpoint add NAME --preset deepseek --api-key KEY` (vendors: `ccmesh presets`), `ccmesh endpoint add NAME --base-url URL --format anthropic --api-key KEY`, or bring your cc-switch providers with `ccmesh import cc-switch`".into();
     }
     table(&["NAME", "FORMAT", "BASE URL", "MODELS", "ENABLED", "FAST", "TEST"], &rows)
+}
+
+/// The warning for an endpoint that any model can be routed to (`Endpoint::serves_every_model`),
+/// with the commands that restrict it.
+fn every_model_warning(e: &Value) -> Option<String> {
+    if e["serves_every_model"] != json!(true) {
+        return None;
+    }
+    let name = e["name"].as_str().unwrap_or("NAME");
+    let mapped = e["model_map"].as_object().filter(|m| !m.is_empty()).map(|m| {
+        let keys: Vec<&str> = m.keys().map(String::as_str).collect();
+        format!(" (only {} mapped, every other model sent as it is)", keys.join(", "))
+    });
+    Some(format!(
+        "warning: endpoint '{name}' serves every model: it lists none, so a request for any model (gpt-4o, claude-…) can be sent to it{}; name what it serves with `ccmesh endpoint edit {name} --model 'PATTERN'` (repeatable, `*` globs), or send every model to one with `--map '*=MODEL'`",
+        mapped.unwrap_or_default()
+    ))
 }
 
 fn endpoint_detail(e: &Value) -> String {
@@ -812,6 +483,23 @@ fn endpoint_detail(e: &Value) -> String {
     table(&["", ""], &rows).trim_start().to_string()
 }
 
+/// The badge (SPEC §7's one rule, as the dashboard shows it) with what it means in a few words.
+fn health_cell(h: &Value) -> String {
+    let n = h["consecutive_failures"].as_u64().unwrap_or(0);
+    let reason = h["open_reason"].as_str().map(|r| r.replace('_', "-")).unwrap_or_else(|| "broken".into());
+    match h["badge"].as_str().unwrap_or("unknown") {
+        "healthy" => "healthy".into(),
+        "degraded" => format!("degraded ({n} failure{} in a row)", if n == 1 { "" } else { "s" }),
+        "open" if h["probe_due"] == json!(true) => format!("open ({reason}), cooled down: the next request probes it"),
+        "open" => format!("open ({reason})"),
+        "recovering" => "recovering (half-open: a probe decides)".into(),
+        _ => match h["test_status"].as_str() {
+            Some("untested") | None => "unknown (untested)".into(),
+            Some(test) => format!("unknown (last test: {test})"),
+        },
+    }
+}
+
 fn health_table(v: &Value) -> String {
     let rows: Vec<Vec<String>> = v
         .as_array()
@@ -819,24 +507,20 @@ fn health_table(v: &Value) -> String {
         .unwrap_or_default()
         .iter()
         .map(|h| {
-            let circuit = match (h["circuit"].as_str(), h["open_reason"].as_str()) {
-                (Some(c), Some(r)) => format!("{c} ({r})"),
-                (Some(c), None) => c.to_string(),
+            let cooldown = match h["cooldown_remaining_ms"].as_u64() {
+                Some(ms) if ms > 0 => format!("{:.1}s", ms as f64 / 1000.0),
+                _ if h["probe_due"] == json!(true) => "over".into(),
                 _ => "-".into(),
             };
-            let cooldown = h["cooldown_remaining_ms"]
-                .as_u64()
-                .filter(|ms| *ms > 0)
-                .map(|ms| format!("{:.1}s", ms as f64 / 1000.0));
             let rate = h["success_rate"].as_f64().map(|r| format!("{:.0}%", r * 100.0));
             vec![
                 cell(&h["name"]),
-                cell(&h["status"]),
-                circuit,
+                health_cell(h),
+                cell(&h["circuit"]),
                 cell(&h["consecutive_failures"]),
                 rate.unwrap_or_else(|| "-".into()),
                 cell(&h["requests"]),
-                cooldown.unwrap_or_else(|| "-".into()),
+                cooldown,
                 cell(&h["last_error"]),
                 cell(&h["source"]),
             ]
@@ -845,7 +529,7 @@ fn health_table(v: &Value) -> String {
     if rows.is_empty() {
         return "no endpoints yet".into();
     }
-    table(&["NAME", "STATUS", "CIRCUIT", "FAILS", "SUCCESS", "REQUESTS", "COOLDOWN", "LAST ERROR", "SOURCE"], &rows)
+    table(&["NAME", "HEALTH", "CIRCUIT", "FAILS", "SUCCESS", "REQUESTS", "COOLDOWN", "LAST ERROR", "SOURCE"], &rows)
 }
 
 #[cfg(test)]
@@ -856,6 +540,23 @@ mod tests {
     fn tables_align_columns() {
         let t = table(&["A", "LONGER"], &[vec!["xxxx".into(), "y".into()], vec!["z".into(), "".into()]]);
         assert_eq!(t, "A     LONGER\nxxxx  y\nz");
+    }
+
+    #[test]
+    fn health_says_the_badge_and_a_cooled_down_open_endpoint_will_be_probed() {
+        let cases = [
+            (json!({"badge": "healthy"}), "healthy"),
+            (json!({"badge": "degraded", "consecutive_failures": 2}), "degraded (2 failures in a row)"),
+            (json!({"badge": "open", "open_reason": "rate_limited", "probe_due": false}), "open (rate-limited)"),
+            (
+                json!({"badge": "open", "open_reason": "broken", "probe_due": true}),
+                "open (broken), cooled down: the next request probes it",
+            ),
+            (json!({"badge": "unknown", "test_status": "available"}), "unknown (last test: available)"),
+        ];
+        for (h, want) in cases {
+            assert_eq!(health_cell(&h), want, "{h}");
+        }
     }
 
     #[test]

@@ -26,6 +26,11 @@ pub struct ServeArgs {
     /// TOML file whose endpoints and settings are upserted by name at start.
     #[arg(long, env = "CCMESH_CONFIG")]
     pub config: Option<String>,
+    /// Make the config file the source of truth (as `[config] authoritative = true` in it does):
+    /// its endpoints, settings and prices replace the database's at start and whenever it
+    /// changes or SIGHUP arrives, and the admin API refuses to change them.
+    #[arg(long, requires = "config")]
+    pub config_authoritative: bool,
     /// Token required by the admin API (Authorization: Bearer ...).
     #[arg(long = "admin-token", env = "CCMESH_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
@@ -59,7 +64,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
     match runtime.block_on(serve(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("ccmesh: {e:#}");
+            eprintln!("ccmesh: {}", super::error_text(&e));
             ExitCode::FAILURE
         }
     }
@@ -70,7 +75,10 @@ fn init_logging(format: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Every line passes through the redactor: no code path can log a key by accident.
     let writer = || crate::redact::RedactingWriter(std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
+    // Colours only for a person at a terminal: redirected to a file or a journal, escape codes
+    // are noise in every line.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_ansi(ansi);
     if format == "json" {
         builder.json().init();
     } else {
@@ -129,10 +137,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if !(0.0..=3600.0).contains(&args.shutdown_grace_secs) {
         bail!("--shutdown-grace-secs must be between 0 and 3600");
     }
+    let env = |name: &str| std::env::var(name).ok();
     let config = match &args.config {
-        Some(path) => Some((path.clone(), crate::config::file::load(path, &|name| std::env::var(name).ok())?)),
+        Some(path) => Some((path.clone(), crate::config::file::load(path, &env)?)),
         None => None,
     };
+    let authoritative = args.config_authoritative || config.as_ref().is_some_and(|(_, f)| f.authoritative);
     let data_dir = match args.data_dir {
         Some(d) => d,
         None => default_data_dir()?,
@@ -156,9 +166,26 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         data_dir.prepare_database(&db_path);
         store
     };
-    if let Some((path, file)) = &config {
-        file.apply(path, &store)?;
-        tracing::info!(event = "config_applied", path = %path, endpoints = file.endpoints.len(), "config file applied");
+    let mut config_source = None;
+    match &config {
+        Some((path, _)) if authoritative => {
+            // Read again: what is applied and watched is one reading of the file.
+            let (file, source) = crate::config::authoritative::load_and_apply(
+                std::path::Path::new(path),
+                &store,
+                &env,
+                crate::config::authoritative::POLL_EVERY,
+                true,
+            )?;
+            tracing::info!(event = "config_applied", path = %path, endpoints = file.endpoints.len(), authoritative = true, "config file applied; it is the source of truth for what it declares");
+            crate::config::watch::claim_sighup();
+            config_source = Some(Arc::new(source));
+        }
+        Some((path, file)) => {
+            file.apply(path, &store)?;
+            tracing::info!(event = "config_applied", path = %path, endpoints = file.endpoints.len(), authoritative = false, "config file applied");
+        }
+        None => {}
     }
     let client = crate::proxy::upstream::UpstreamClient::new().context("cannot build the HTTP client")?;
     let clock: Arc<dyn crate::clock::Clock> = Arc::new(SystemClock);
@@ -174,6 +201,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         records.report_problem(problem);
     }
     let gw = Gateway::new(store, clock, client, token, records)?;
+    if let Some(source) = config_source {
+        let _ = gw.config_source.set(source);
+    }
     let _ = gw.allowed_hosts.set(args.allowed_hosts.iter().map(|h| h.trim().to_ascii_lowercase()).collect());
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

@@ -25,10 +25,22 @@ pub enum ConfigFileError {
 /// What a config file declares, validated.
 #[derive(Debug)]
 pub struct ConfigFile {
+    /// `[config] authoritative = true`: the file's endpoints, settings and prices replace the
+    /// database's at start and on every reload (`config::authoritative`), instead of being
+    /// upserted once at start.
+    pub authoritative: bool,
+    /// `[[endpoints]]`, each with its name.
     pub endpoints: Vec<(Value, String)>,
+    /// Whether the file has an endpoints table at all (in the authoritative mode, endpoints the
+    /// file does not declare stay the database's).
+    pub declares_endpoints: bool,
     pub settings: Option<Value>,
     /// `[[prices]]`: price overrides by model name (or `*` glob).
     pub prices: Vec<(String, Price)>,
+    pub declares_prices: bool,
+    // Client keys (`[[keys]]`, SPEC §12) join here when they exist: parsed like the endpoints,
+    // applied by `config::authoritative` as one more declared section, refused in the admin API
+    // through `authoritative::Section::Keys`.
 }
 
 /// Parse and validate (without touching the database), so errors surface before binding a port.
@@ -42,15 +54,31 @@ pub fn parse(path: &str, text: &str, env: &dyn Fn(&str) -> Option<String>) -> Re
     let table: toml::Table =
         toml::from_str(text).map_err(|e| ConfigFileError::Toml { path: path.into(), message: e.to_string() })?;
     let mut doc = serde_json::to_value(&table).map_err(|e| invalid(e.to_string()))?;
-    interpolate(&mut doc, env, "").map_err(invalid)?;
+    interpolate(&mut doc, env).map_err(invalid)?;
     let Value::Object(mut top) = doc else { return Err(invalid("expected a table".into())) };
     for key in top.keys() {
-        if key != "endpoints" && key != "settings" && key != "prices" {
+        if !matches!(key.as_str(), "endpoints" | "settings" | "prices" | "config") {
             return Err(invalid(format!(
-                "unknown top-level key '{key}'; expected [[endpoints]], [settings] and [[prices]]"
+                "unknown top-level key '{key}'; expected [config], [[endpoints]], [settings] and [[prices]]"
             )));
         }
     }
+    let authoritative = match top.remove("config") {
+        None => false,
+        Some(Value::Object(config)) => {
+            if let Some(other) = config.keys().find(|k| k.as_str() != "authoritative") {
+                return Err(invalid(format!("config.{other}: unknown key; [config] has only `authoritative`")));
+            }
+            match config.get("authoritative") {
+                None => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => return Err(invalid("config.authoritative: must be true or false".into())),
+            }
+        }
+        Some(_) => return Err(invalid("config must be a table ([config])".into())),
+    };
+    let declares_endpoints = top.contains_key("endpoints");
+    let declares_prices = top.contains_key("prices");
     let mut endpoints = Vec::new();
     if let Some(list) = top.remove("endpoints") {
         let Value::Array(items) = list else {
@@ -89,7 +117,7 @@ pub fn parse(path: &str, text: &str, env: &dyn Fn(&str) -> Option<String>) -> Re
             prices.push((model, price));
         }
     }
-    Ok(ConfigFile { endpoints, settings, prices })
+    Ok(ConfigFile { authoritative, endpoints, declares_endpoints, settings, prices, declares_prices })
 }
 
 impl ConfigFile {
@@ -130,8 +158,58 @@ impl ConfigFile {
     }
 }
 
-/// Replace `${NAME}` in every string; a missing variable is an error naming it and where.
-fn interpolate(v: &mut Value, env: &dyn Fn(&str) -> Option<String>, at: &str) -> Result<(), String> {
+/// Replace `${NAME}` in every string. Every variable that is unset or empty is reported at
+/// once, with where it is used, so one start tells the user everything to export (an empty key
+/// would only fail later, at the upstream, as a 401).
+fn interpolate(v: &mut Value, env: &dyn Fn(&str) -> Option<String>) -> Result<(), String> {
+    let mut problems = Problems::default();
+    substitute(v, env, "", &mut problems);
+    problems.into_result()
+}
+
+/// What interpolation found wrong, by kind, in file order.
+#[derive(Default)]
+struct Problems {
+    /// (variable, where)
+    unset: Vec<(String, String)>,
+    empty: Vec<(String, String)>,
+    other: Vec<String>,
+}
+
+impl Problems {
+    fn into_result(self) -> Result<(), String> {
+        let list = |items: &[(String, String)]| {
+            items.iter().map(|(name, at)| format!("{name} (in {at})")).collect::<Vec<_>>().join(", ")
+        };
+        let mut parts = self.other;
+        match self.unset.len() {
+            0 => {}
+            1 => parts.push(format!("environment variable {} is not set", list(&self.unset))),
+            _ => parts.push(format!("environment variables not set: {}", list(&self.unset))),
+        }
+        match self.empty.len() {
+            0 => {}
+            1 => parts.push(format!("environment variable {} is empty", list(&self.empty))),
+            _ => parts.push(format!("environment variables empty: {}", list(&self.empty))),
+        }
+        if parts.is_empty() {
+            return Ok(());
+        }
+        let mut names: Vec<&str> = Vec::new();
+        for (name, _) in self.unset.iter().chain(&self.empty) {
+            if !names.contains(&name.as_str()) {
+                names.push(name);
+            }
+        }
+        let mut message = parts.join("; ");
+        if !names.is_empty() {
+            message.push_str(&format!("; export {} before `ccmesh serve`", names.join(", ")));
+        }
+        Err(message)
+    }
+}
+
+fn substitute(v: &mut Value, env: &dyn Fn(&str) -> Option<String>, at: &str, problems: &mut Problems) {
     match v {
         Value::String(s) if s.contains("${") => {
             let mut out = String::with_capacity(s.len());
@@ -139,10 +217,16 @@ fn interpolate(v: &mut Value, env: &dyn Fn(&str) -> Option<String>, at: &str) ->
             while let Some(start) = rest.find("${") {
                 out.push_str(&rest[..start]);
                 let after = &rest[start + 2..];
-                let end = after.find('}').ok_or_else(|| format!("{at}: unterminated ${{ in a string"))?;
+                let Some(end) = after.find('}') else {
+                    problems.other.push(format!("{at}: unterminated ${{ in a string"));
+                    return;
+                };
                 let name = &after[..end];
-                let value = env(name).ok_or_else(|| format!("{at}: environment variable {name} is not set"))?;
-                out.push_str(&value);
+                match env(name) {
+                    Some(value) if !value.trim().is_empty() => out.push_str(&value),
+                    Some(_) => problems.empty.push((name.to_string(), at.to_string())),
+                    None => problems.unset.push((name.to_string(), at.to_string())),
+                }
                 rest = &after[end + 1..];
             }
             out.push_str(rest);
@@ -150,18 +234,17 @@ fn interpolate(v: &mut Value, env: &dyn Fn(&str) -> Option<String>, at: &str) ->
         }
         Value::Array(items) => {
             for (i, item) in items.iter_mut().enumerate() {
-                interpolate(item, env, &format!("{at}[{i}]"))?;
+                substitute(item, env, &format!("{at}[{i}]"), problems);
             }
         }
         Value::Object(map) => {
             for (k, item) in map.iter_mut() {
                 let path = if at.is_empty() { k.clone() } else { format!("{at}.{k}") };
-                interpolate(item, env, &path)?;
+                substitute(item, env, &path, problems);
             }
         }
         _ => {}
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -280,9 +363,26 @@ output = 4
     }
 
     #[test]
+    fn every_missing_or_empty_variable_is_reported_at_once() {
+        let none = parse("t.toml", FILE, &|_| None).unwrap_err().to_string();
+        assert!(
+            none.contains("environment variables not set: TEST_ANTHROPIC_KEY (in endpoints[0].api_key), TEST_GLM_KEY (in endpoints[1].api_key)"),
+            "{none}"
+        );
+        assert!(none.contains("export TEST_ANTHROPIC_KEY, TEST_GLM_KEY"), "{none}");
+        let empty = |name: &str| match name {
+            "TEST_ANTHROPIC_KEY" => Some("  ".to_string()),
+            _ => None,
+        };
+        let got = parse("t.toml", FILE, &empty).unwrap_err().to_string();
+        assert!(got.contains("environment variable TEST_GLM_KEY (in endpoints[1].api_key) is not set"), "{got}");
+        assert!(got.contains("environment variable TEST_ANTHROPIC_KEY (in endpoints[0].api_key) is empty"), "{got}");
+    }
+
+    #[test]
     fn errors_name_what_is_wrong() {
         let missing = parse("t.toml", FILE, &|_| None).unwrap_err().to_string();
-        assert!(missing.contains("TEST_ANTHROPIC_KEY is not set"), "{missing}");
+        assert!(missing.contains("TEST_ANTHROPIC_KEY (in endpoints[0].api_key)"), "{missing}");
         let bad = parse("t.toml", "[[endpoints]]\nname = \"x\"\nbase_url = \"nope\"\nformat = \"openai\"\n", &env)
             .unwrap_err()
             .to_string();

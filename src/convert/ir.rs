@@ -9,6 +9,27 @@ use serde_json::Value;
 
 use crate::protocol::errors::ErrorKind;
 
+/// The `signature` of a thinking block that carries a Responses reasoning item (its id and
+/// `encrypted_content`) to an Anthropic client: the Anthropic SDKs keep a thinking block's
+/// signature and send it back next turn, so the encrypted reasoning survives the round trip
+/// (the mirror of the Responses codec's `ccmesh.anthropic-thinking.v1:` carrier, which takes
+/// Anthropic signatures to Codex). Only the Responses API can use what it carries: no other
+/// upstream ever receives it as a signature.
+pub const REASONING_SIGNATURE: &str = "ccmesh.openai-reasoning.v1:";
+
+/// `ccmesh.openai-reasoning.v1:{id}:{encrypted_content}` (the id may be empty; neither an
+/// OpenAI item id nor base64 holds a `:`).
+pub fn reasoning_signature(id: Option<&str>, encrypted_content: &str) -> String {
+    format!("{REASONING_SIGNATURE}{}:{encrypted_content}", id.unwrap_or_default())
+}
+
+/// The reasoning item a [`reasoning_signature`] carries: its id, if any, and its encrypted
+/// content. `None` for any other signature (Anthropic's own).
+pub fn parse_reasoning_signature(signature: &str) -> Option<(Option<String>, String)> {
+    let (id, encrypted) = signature.strip_prefix(REASONING_SIGNATURE)?.split_once(':')?;
+    (!encrypted.is_empty()).then(|| ((!id.is_empty()).then(|| id.to_owned()), encrypted.to_owned()))
+}
+
 /// A request to generate, decoded from any inbound protocol.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Request {
@@ -110,7 +131,9 @@ pub enum Part {
         content: Vec<ToolResultContent>,
         is_error: bool,
     },
-    /// Visible reasoning. `signature` is Anthropic's; only Anthropic accepts it back.
+    /// Visible reasoning. `signature` is Anthropic's (only Anthropic accepts it back), or, for
+    /// reasoning a Responses upstream produced, a [`reasoning_signature`] carrying that
+    /// reasoning item (which the Anthropic request decoder turns back into a `ReasoningItem`).
     Thinking {
         text: String,
         signature: Option<String>,
@@ -181,7 +204,7 @@ pub enum ToolChoice {
 }
 
 /// Extended thinking / reasoning effort.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Reasoning {
     /// Anthropic `thinking.budget_tokens`.
     pub budget_tokens: Option<u64>,

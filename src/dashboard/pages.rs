@@ -109,12 +109,12 @@ pub fn overview() -> Page {
   <p class="muted" id="health-empty" hidden>No endpoints yet. <a href="/endpoints">Add one</a>.</p>
 </section>
 </div>
-<section class="panel"><h2>Live requests <label class="inline"><input type="checkbox" id="feed-pause"> pause</label></h2>
+<section class="panel"><h2>Recent requests <label class="inline"><input type="checkbox" id="feed-pause"> pause</label></h2>
   <div class="table-wrap"><table class="feed">
     <thead><tr><th scope="col">time</th><th scope="col" class="hide-narrow">protocol</th><th scope="col">model</th><th scope="col">endpoint</th><th scope="col">status</th><th scope="col" class="num">ms</th><th scope="col" class="num hide-narrow">attempts</th><th scope="col" class="num hide-narrow">tokens</th><th scope="col" class="num hide-narrow">cost</th></tr></thead>
     <tbody id="feed"></tbody>
   </table></div>
-  <p class="muted" id="feed-empty">Waiting for requests… each one appears here as it completes; click a row for its decision trail.</p>
+  <p class="muted" id="feed-empty">No requests recorded yet… each one appears here as it completes; click a row for its decision trail.</p>
 </section>"#
             .into(),
     }

@@ -59,12 +59,15 @@ const FIELDS: &[&str] = &[
 ];
 /// A relay billing more than 100× the list price is surely a typo.
 const MAX_PRICE_MULTIPLIER: f64 = 100.0;
-const READ_ONLY: &[&str] = &["test_status", "test_at", "test_latency_ms", "test_error", "id"];
+const READ_ONLY: &[&str] = &["test_status", "test_at", "test_latency_ms", "test_error", "id", "serves_every_model"];
 
 impl EndpointDraft {
     /// Validate a create request: `name`, `base_url`, `api_key` and `format` are required.
     pub fn create(obj: &Value) -> Result<EndpointDraft, FieldError> {
         let map = as_object(obj)?;
+        // A misspelt field is named as such before "required" is reported for the field it was
+        // meant to be (`baseurl` → unknown field, not "base_url: is required").
+        check_keys(map)?;
         for required in ["name", "base_url", "format"] {
             if !map.contains_key(required) {
                 return Err(err(required, "is required"));
@@ -93,14 +96,7 @@ impl EndpointDraft {
     /// the current key's mask means "unchanged", so a form or script can send back what it read.
     pub fn apply(&mut self, obj: &Value) -> Result<(), FieldError> {
         let map = as_object(obj)?;
-        for key in map.keys() {
-            if READ_ONLY.contains(&key.as_str()) {
-                return Err(err(key, "is read-only"));
-            }
-            if !FIELDS.contains(&key.as_str()) {
-                return Err(err(key, format!("unknown field; valid fields are: {}", FIELDS.join(", "))));
-            }
-        }
+        check_keys(map)?;
         if let Some(v) = map.get("name") {
             let name = string(v, "name")?;
             if !valid_name(name) {
@@ -194,6 +190,54 @@ impl EndpointDraft {
         }
         Ok(())
     }
+}
+
+/// Every key must be a writable field; a near miss is named.
+fn check_keys(map: &Map<String, Value>) -> Result<(), FieldError> {
+    for key in map.keys() {
+        if READ_ONLY.contains(&key.as_str()) {
+            return Err(err(key, "is read-only"));
+        }
+        if !FIELDS.contains(&key.as_str()) {
+            let hint = match closest_field(key) {
+                Some(f) => format!("did you mean '{f}'? "),
+                None => String::new(),
+            };
+            return Err(err(key, format!("unknown field; {hint}valid fields are: {}", FIELDS.join(", "))));
+        }
+    }
+    Ok(())
+}
+
+/// The field a misspelt key most likely meant: the same letters without `_`/`-` or case
+/// (`baseurl`, `API-Key`), or at most two edits away.
+fn closest_field(key: &str) -> Option<&'static str> {
+    let squash = |s: &str| s.chars().filter(|c| c.is_ascii_alphanumeric()).collect::<String>().to_ascii_lowercase();
+    let wanted = squash(key);
+    if let Some(f) = FIELDS.iter().find(|f| squash(f) == wanted) {
+        return Some(f);
+    }
+    FIELDS
+        .iter()
+        .map(|f| (edit_distance(&squash(f), &wanted), *f))
+        .filter(|(d, _)| *d <= 2)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, f)| f)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
 }
 
 fn as_object(v: &Value) -> Result<&Map<String, Value>, FieldError> {
@@ -296,6 +340,22 @@ mod tests {
         }
         assert_eq!(EndpointDraft::create(&json!({"name": "x"})).unwrap_err().field, "base_url");
         assert_eq!(EndpointDraft::create(&json!([])).unwrap_err().field, "body");
+    }
+
+    #[test]
+    fn a_misspelt_field_is_unknown_even_when_it_hides_a_required_one() {
+        for (key, meant) in
+            [("baseurl", "base_url"), ("apikey", "api_key"), ("Base-URL", "base_url"), ("modles", "models")]
+        {
+            let mut obj = base();
+            let value = obj.as_object_mut().unwrap().remove(meant).unwrap_or(json!(["m"]));
+            obj[key] = value;
+            let e = EndpointDraft::create(&obj).unwrap_err();
+            assert_eq!(e.field, key, "{e}");
+            assert!(e.message.starts_with(&format!("unknown field; did you mean '{meant}'?")), "{e}");
+        }
+        let e = EndpointDraft::create(&json!({"name": "x", "zzz": 1})).unwrap_err();
+        assert_eq!((e.field.as_str(), e.message.starts_with("unknown field; valid fields are")), ("zzz", true), "{e}");
     }
 
     #[test]

@@ -156,8 +156,11 @@ pub async fn run(
             && let Some((format, e)) = refused
         {
             let message = format!(
-                "this request cannot be sent to a {format}-format endpoint: {} (field {}); name a {}-format endpoint or remove the feature",
-                e.message, e.field, run.conversion.client
+                "this request cannot be sent to {}-format endpoint: {} (field {}); name {}-format endpoint or remove the feature",
+                format.with_article(),
+                e.message,
+                e.field,
+                run.conversion.client.with_article()
             );
             return run.error(GatewayError::new(ErrorKind::InvalidRequest, "conversion_unsupported", message), 0, None);
         }
@@ -378,7 +381,7 @@ pub async fn run(
                     let best = p.best_answer();
                     return run.last_answer(best, p.attempts, p.last_endpoint.as_deref());
                 }
-                let mut message = "all candidate endpoints are circuit-open; retry later, or reset a breaker with POST /api/endpoints/{name}/reset".to_string();
+                let mut message = "all candidate endpoints are circuit-open; retry later, or reset a breaker (`ccmesh reset NAME`, or POST /api/endpoints/{name}/reset)".to_string();
                 if let Some((kind, detail)) = &p.last_network {
                     message = format!("{message} (last error: {} — {detail})", kind.describe());
                 }

@@ -288,6 +288,8 @@ pub fn stream_end(upstream_error: Option<bool>, end: StreamEnd) -> AttemptOutcom
 pub enum NetworkErrorKind {
     /// Connection refused or the host is unreachable.
     Connect,
+    /// The upstream's host name does not resolve.
+    Dns,
     /// Connection reset or aborted by the peer.
     Reset,
     /// The upstream closed the connection before a complete response.
@@ -306,6 +308,7 @@ impl NetworkErrorKind {
     pub fn as_str(self) -> &'static str {
         match self {
             NetworkErrorKind::Connect => "connect",
+            NetworkErrorKind::Dns => "dns",
             NetworkErrorKind::Reset => "reset",
             NetworkErrorKind::UnexpectedEof => "unexpected_eof",
             NetworkErrorKind::Timeout => "timeout",
@@ -318,6 +321,7 @@ impl NetworkErrorKind {
     pub fn describe(self) -> &'static str {
         match self {
             NetworkErrorKind::Connect => "could not connect to the upstream",
+            NetworkErrorKind::Dns => "could not resolve the upstream's host",
             NetworkErrorKind::Reset => "the upstream reset the connection",
             NetworkErrorKind::UnexpectedEof => "the upstream closed the connection before answering completely",
             NetworkErrorKind::Timeout => "the upstream did not answer in time",
@@ -330,6 +334,10 @@ impl NetworkErrorKind {
 
 /// Walk the error's source chain and name the first cause we recognise.
 pub fn classify_network_error(err: &(dyn StdError + 'static)) -> NetworkErrorKind {
+    // A failed lookup looks like a connect error to the layers above it; say what it is.
+    if super::dns::is_dns_failure(err) {
+        return NetworkErrorKind::Dns;
+    }
     let mut connect_hint = false;
     let mut cur: Option<&(dyn StdError + 'static)> = Some(err);
     while let Some(e) = cur {

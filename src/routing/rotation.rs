@@ -76,6 +76,16 @@ impl Rotation {
         id(slot.swap(0, Ordering::AcqRel))
     }
 
+    /// The manual start a `PUT /api/current` set, without using it up.
+    pub fn peek_manual(&self, p: Protocol) -> Option<EndpointId> {
+        id(self.manual_next[p.index()].load(Ordering::Acquire))
+    }
+
+    /// The round-robin ticket the next request will take, without taking it.
+    pub fn peek_round_robin(&self, p: Protocol) -> u64 {
+        self.round_robin[p.index()].load(Ordering::Relaxed)
+    }
+
     pub fn next_round_robin(&self, p: Protocol) -> u64 {
         self.round_robin[p.index()].fetch_add(1, Ordering::Relaxed)
     }

@@ -188,10 +188,15 @@ async fn current_endpoint_get_and_manual_switch() {
     g.add("o", "openai", "http://127.0.0.1:9", json!({})).await;
     g.add("off", "anthropic", "http://127.0.0.1:9", json!({"enabled": false})).await;
     let (_, cur) = g.api(Method::GET, "/api/current", None).await;
-    assert_eq!(cur, json!({"claude": null, "openai": null, "responses": null}));
+    // No request yet: nothing remembered, but the next request of each protocol starts at the
+    // first enabled endpoint in order.
+    let next = json!({"claude": "a", "openai": "a", "responses": "a"});
+    assert_eq!(cur, json!({"claude": null, "openai": null, "responses": null, "next": next}));
     let (status, cur) = g.api(Method::PUT, "/api/current", Some(json!({"protocol": "claude", "endpoint": "a"}))).await;
     assert_eq!(status, 200);
     assert_eq!(cur["claude"], "a");
+    let (status, cur) = g.api(Method::PUT, "/api/current", Some(json!({"protocol": "openai", "endpoint": "o"}))).await;
+    assert_eq!((status, cur["next"]["openai"].clone(), cur["next"]["claude"].clone()), (200, json!("o"), json!("a")));
     // With conversion every format can serve every protocol.
     let (status, cur) = g.api(Method::PUT, "/api/current", Some(json!({"protocol": "claude", "endpoint": "o"}))).await;
     assert_eq!((status, cur["claude"].clone()), (200, json!("o")));

@@ -23,7 +23,7 @@ fn browser_client() -> reqwest::Client {
 }
 
 async fn start_with_token(manual_clock: bool) -> TestGateway {
-    TestGateway::start_with(Options { manual_clock, admin_token: Some(TOKEN.into()) }).await
+    TestGateway::start_with(Options { manual_clock, admin_token: Some(TOKEN.into()), ..Options::default() }).await
 }
 
 /// Log in; returns the session cookie's `name=value` and the whole `Set-Cookie` header.
@@ -285,7 +285,7 @@ async fn tampered_foreign_and_expired_cookies_are_refused() {
     }
     // A cookie from a gateway with another token is worthless here.
     let other =
-        TestGateway::start_with(Options { manual_clock: false, admin_token: Some("another-token".into()) }).await;
+        TestGateway::start_with(Options { admin_token: Some("another-token".into()), ..Options::default() }).await;
     let r = c
         .post(format!("{}/login", other.url))
         .header(CONTENT_TYPE, "application/x-www-form-urlencoded")

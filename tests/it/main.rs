@@ -6,9 +6,12 @@
 mod support;
 
 mod admin_api;
+mod authoritative;
 mod binary;
 mod breaker_flow;
+mod cli;
 mod clients;
+mod connectivity;
 mod conversion;
 mod dashboard;
 mod explicit_and_routing;
@@ -17,6 +20,7 @@ mod hardening;
 mod hardening_binary;
 mod import;
 mod metrics_events;
+mod models;
 mod passthrough;
 mod prices;
 mod real_clients;

@@ -141,8 +141,20 @@ async fn sdk_anthropic_messages() {
     let main = MockUpstream::start().await;
     let limited = MockUpstream::start().await;
     let g = TestGateway::start().await;
+    // GET /v1/models lists what the upstream lists, filtered by the endpoint's glob.
+    main.set_models(&["claude-sonnet-4-5-20250929", "claude-opus-4-1", "gpt-4o"]);
     g.add("claude-main", "anthropic", &main.url(), json!({"models": ["claude-*"]})).await;
     g.add("claude-limited", "anthropic", &limited.url(), json!({"models": ["limited-*"]})).await;
+    // A Responses endpoint for thinking models: the SDK's thinking must survive conversion.
+    let thinker = MockUpstream::start().await;
+    g.add("thinker", "responses", &thinker.url(), json!({"models": ["thinker-*"]})).await;
+    g.model_lists_stored(3).await;
+    thinker.push(Reply::sse(mock::responses_reasoning_stream_events(
+        "Plan a short greeting.",
+        Some(ENCRYPTED_REASONING),
+        "Hello there.",
+    )));
+    thinker.push(Reply::responses_message("Hello again."));
     g.settings(json!({"breaker": {"claude": {"failure_threshold": 1}}})).await;
 
     main.push(Reply::anthropic_message("Hello from ccmesh"));
@@ -168,7 +180,17 @@ async fn sdk_anthropic_messages() {
     let run = run_script(
         "anthropic_messages.py",
         &g.url,
-        &["message", "stream", "tool_use", "bad_request", "unknown_model", "rate_limited", "cut_stream"],
+        &[
+            "thinking_via_responses",
+            "models_list",
+            "message",
+            "stream",
+            "tool_use",
+            "bad_request",
+            "unknown_model",
+            "rate_limited",
+            "cut_stream",
+        ],
     )
     .await;
     eprintln!("{}", run.stdout);
@@ -203,6 +225,22 @@ async fn sdk_anthropic_messages() {
     assert_eq!((h["circuit"].as_str(), h["open_reason"].as_str()), (Some("open"), Some("rate_limited")), "{h}");
     let h = g.health("claude-main").await;
     assert!(h["last_error"].as_str().unwrap_or_default().contains("mid-stream"), "{h}");
+
+    // Thinking through a Responses endpoint: the encrypted reasoning was asked for, carried in
+    // the thinking block's signature, and sent back as the reasoning item next turn.
+    let turns = thinker.requests();
+    assert_eq!(turns.len(), 2, "{turns:?}");
+    let first = turns[0].json();
+    assert_eq!(first["include"], json!(["reasoning.encrypted_content"]), "{first}");
+    assert_eq!(first["store"], false);
+    assert_eq!(first["reasoning"]["summary"], "auto");
+    let second = turns[1].json();
+    let reasoning: Vec<&Value> =
+        second["input"].as_array().unwrap().iter().filter(|i| i["type"] == "reasoning").collect();
+    assert_eq!(reasoning.len(), 1, "{second}");
+    assert_eq!(reasoning[0]["encrypted_content"], ENCRYPTED_REASONING);
+    assert_eq!(reasoning[0]["id"], "rs_mock_reasoning");
+    assert_eq!(reasoning[0]["summary"], json!([{"type": "summary_text", "text": "Plan a short greeting."}]));
 }
 
 const ANTHROPIC_SDK_MODEL: &str = "claude-sonnet-4-5";
@@ -227,6 +265,8 @@ async fn assert_streams_complete(g: &TestGateway, models: &[&str]) {
         assert!(done["cost_usd"].is_number() || done["cost_usd"].is_null(), "{done}");
     }
 }
+/// What the Responses mock returns as a reasoning item's `encrypted_content`.
+const ENCRYPTED_REASONING: &str = "gAAAAABmock-encrypted-reasoning-0123456789";
 
 // ======================================================================= OpenAI Chat Completions
 
@@ -255,6 +295,7 @@ async fn sdk_openai_chat_completions() {
     let main = MockUpstream::start().await;
     let limited = MockUpstream::start().await;
     let g = TestGateway::start().await;
+    main.set_models(&["gpt-4o-mini-2024-07-18", "o3", "gpt-4o"]);
     g.add("chat-main", "openai", &main.url(), json!({"models": ["gpt-*"]})).await;
     g.add("chat-limited", "openai", &limited.url(), json!({"models": ["limited-*"]})).await;
     let anthropic = MockUpstream::start().await;
@@ -262,6 +303,7 @@ async fn sdk_openai_chat_completions() {
     // Upstreams that keep the connection open after their terminal event: only the client's
     // close ends these streams.
     anthropic.push(Reply::anthropic_stream(&["Converted ", "hello"]).with_end(mock::StreamEnd::stall()));
+    g.model_lists_stored(2).await;
     g.settings(json!({"breaker": {"openai": {"failure_threshold": 1}}})).await;
 
     main.push(Reply::openai_chat("Hello from ccmesh"));
@@ -280,6 +322,7 @@ async fn sdk_openai_chat_completions() {
         "openai_chat.py",
         &g.url,
         &[
+            "models_list",
             "completion",
             "stream",
             "tool_calls",

@@ -156,7 +156,38 @@ def cut_stream() -> None:
     check("mid-stream" in str(e), f"exception message: {e}")
 
 
+def models_list() -> None:
+    page = client.models.list()
+    ids = [m.id for m in page.data]
+    eq(ids, ["claude-sonnet-4-5-20250929", "claude-opus-4-1"], "model ids (the upstream's, filtered by claude-*)")
+    check(all(isinstance(m, anthropic.types.ModelInfo) for m in page.data), f"not ModelInfo: {page.data!r}")
+    eq(page.data[0].model_extra.get("ccmesh_endpoints"), ["claude-main"], "the endpoints serving it")
+    eq(page.has_more, False, "has_more")
+
+
+def thinking_via_responses() -> None:
+    """Thinking streamed from a Responses endpoint keeps its (encrypted) reasoning for the next turn."""
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    with client.messages.stream(model="thinker-1", max_tokens=2048, thinking=thinking, messages=USER) as s:
+        final = s.get_final_message()
+    eq([b.type for b in final.content], ["thinking", "text"], "content block types")
+    block = final.content[0]
+    eq(block.thinking, "Plan a short greeting.", "thinking text (the reasoning summary)")
+    check(isinstance(block.signature, str) and len(block.signature) > 0, f"a signature to send back: {block!r}")
+    eq(final.content[1].text, "Hello there.", "text")
+    # The next turn sends the assistant content back as the SDK returned it.
+    again = client.messages.create(
+        model="thinker-1",
+        max_tokens=2048,
+        thinking=thinking,
+        messages=USER + [{"role": "assistant", "content": final.content}, {"role": "user", "content": "Once more"}],
+    )
+    eq(again.content[-1].text, "Hello again.", "second turn text")
+
+
 run({
+    "thinking_via_responses": thinking_via_responses,
+    "models_list": models_list,
     "message": message,
     "stream": stream,
     "tool_use": tool_use,

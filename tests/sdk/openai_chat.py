@@ -162,7 +162,17 @@ def cut_stream() -> None:
     eq((e.type, e.code), ("server_error", "upstream_stream_error"), "error type and code")
 
 
+def models_list() -> None:
+    models = list(client.models.list())
+    eq([m.id for m in models], ["gpt-4o-mini-2024-07-18", "gpt-4o", "claude-via-chat"],
+       "model ids (the upstream's, filtered by gpt-*; then the Anthropic endpoint's concrete one)")
+    check(all(isinstance(m, openai.types.Model) for m in models), f"not Model: {models!r}")
+    eq(models[0].owned_by, "chat-main", "owned_by")
+    eq(models[0].model_extra.get("ccmesh_endpoints"), ["chat-main"], "the endpoints serving it")
+
+
 run({
+    "models_list": models_list,
     "completion": completion,
     "stream": stream,
     "tool_calls": tool_calls,

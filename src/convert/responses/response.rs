@@ -85,9 +85,11 @@ fn decode_output_item(item: &Value, content: &mut Vec<Part>) -> (bool, bool) {
             content.push(Part::ToolUse { id, name, input: parse_arguments(&raw), arguments: Some(raw) });
         }
         Some("reasoning") => match reasoning_part(item) {
-            Part::ReasoningItem { summary, .. } => {
-                // Another client can only show the summary, as thinking; the encrypted content
-                // is useless outside OpenAI.
+            Part::ReasoningItem { id, summary, encrypted_content } => {
+                // Another client shows the summary, as thinking. The encrypted content is useless
+                // outside OpenAI, but an Anthropic client keeps a thinking block's signature and
+                // sends it back: carried there, the reasoning reaches this API again next turn.
+                let signature = encrypted_content.as_deref().map(|enc| reasoning_signature(id.as_deref(), enc));
                 let mut texts: Vec<String> = summary;
                 if texts.is_empty() {
                     texts = item
@@ -97,8 +99,8 @@ fn decode_output_item(item: &Value, content: &mut Vec<Part>) -> (bool, bool) {
                         .unwrap_or_default();
                 }
                 let text = texts.join(SUMMARY_SEPARATOR);
-                if !text.is_empty() {
-                    content.push(Part::Thinking { text, signature: None });
+                if !text.is_empty() || signature.is_some() {
+                    content.push(Part::Thinking { text, signature });
                 }
             }
             other => content.push(other),
@@ -382,7 +384,19 @@ mod tests {
                 reasoning: Some(200)
             }
         );
-        assert_eq!(r.content[0], Part::Thinking { text: "**Plan**\n\nThen act.".into(), signature: None });
+        // The encrypted reasoning rides in the signature, for an Anthropic client to send back.
+        assert_eq!(
+            r.content[0],
+            Part::Thinking {
+                text: "**Plan**\n\nThen act.".into(),
+                signature: Some(reasoning_signature(Some("rs_1"), "gAAAA"))
+            }
+        );
+        assert_eq!(
+            parse_reasoning_signature("ccmesh.openai-reasoning.v1:rs_1:gAAAA"),
+            Some((Some("rs_1".into()), "gAAAA".into()))
+        );
+        assert_eq!(parse_reasoning_signature("EqQBCkYsig"), None, "Anthropic's own signatures are not carriers");
         assert_eq!(r.model, "gpt-5-2025-08-07");
         assert_eq!(r.created, Some(1741476777));
 

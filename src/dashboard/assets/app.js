@@ -1,5 +1,5 @@
 // Shared by every page: the admin API client (CSRF header, login redirect), a small DOM
-// builder, formatting, the four-state health badge, the live event stream and toasts.
+// builder, formatting, the health badge (the server's `badge`), the live event stream and toasts.
 // Plain ES modules, no build step: what is here is what the browser runs.
 
 const csrf = document.querySelector('meta[name="ccmesh-csrf"]')?.content || '';
@@ -122,44 +122,49 @@ export function statusClass(status) {
 export const PROTOCOLS = ['claude', 'openai', 'responses'];
 
 /**
- * The four-state badge (plus grey unknown) of one `/api/health` entry:
- * green healthy (closed, no failure in a row), yellow degraded (closed but failing: consecutive
- * failures > 0, below the threshold), orange recovering (half-open), red unhealthy (open:
- * broken or rate-limited, with the cooldown left); grey unknown when there is no live data.
- * `settings` (optional) names the thresholds that apply.
+ * The badge of one `/api/health` entry, from the server's own `badge` field (SPEC §7: the one
+ * rule `ccmesh health` shows too): green healthy (closed, no failure in a row), yellow degraded
+ * (closed but failing: consecutive failures > 0, below the threshold), orange recovering
+ * (half-open), red open (broken or rate-limited, with the cooldown left, then "probe due": the
+ * next request probes it); grey unknown when there is no live data. This only adds the words
+ * and the countdown. `settings` (optional) names the thresholds that apply.
  */
 export function badgeInfo(hl, settings, now = performance.now()) {
   if (!hl) return { state: 'unknown', label: 'unknown', detail: 'no health data' };
-  if (hl.source === 'test') {
-    const test = hl.test_status === 'available' ? 'last test: available'
-      : hl.test_status === 'unavailable' ? 'last test: unavailable' + (hl.last_error ? ` — ${hl.last_error}` : '')
-      : 'never tested';
-    const when = hl.test_at ? ` (${fmtDateTime(Date.parse(hl.test_at))})` : '';
-    return { state: 'unknown', label: 'unknown', sub: hl.test_status === 'untested' ? 'untested' : `test: ${hl.test_status}`, detail: `no traffic since the gateway started; ${test}${when}` };
+  const withError = (text) => text + (hl.last_error ? `; last error: ${hl.last_error}` : '');
+  switch (hl.badge) {
+    case 'open': {
+      const left = Math.max(0, (hl.cooldown_remaining_ms || 0) - (now - (hl._at || now)));
+      const why = hl.open_reason === 'rate_limited' ? 'rate-limited' : 'broken';
+      return {
+        state: 'open', label: 'open', sub: `${why} · ${left > 0 ? fmtSecs(left) + ' left' : 'probe due'}`,
+        detail: withError(`open (${why}); ${left > 0 ? 'cooldown ' + fmtSecs(left) + ' left' : 'cooled down: the next request probes it'}`),
+        cooling: left > 0,
+      };
+    }
+    case 'recovering':
+      return { state: 'recovering', label: 'recovering', sub: 'half-open', detail: withError('half-open: a probe request decides') };
+    case 'degraded': {
+      const n = hl.consecutive_failures;
+      const thresholds = settings
+        ? PROTOCOLS.map((p) => `${p} ${settings.breaker[p].failure_threshold}`).join(' · ')
+        : null;
+      return {
+        state: 'degraded', label: 'degraded', sub: `${n} failure${n === 1 ? '' : 's'} in a row`,
+        detail: withError(`closed but failing: ${n} failure${n === 1 ? '' : 's'} in a row, not yet tripped` + (thresholds ? ` (opens at ${thresholds})` : '')),
+      };
+    }
+    case 'healthy':
+      return { state: 'healthy', label: 'healthy', detail: `closed; success rate ${fmtPct(hl.success_rate)} over ${hl.requests} requests` };
+    default: {
+      const test = hl.test_status === 'available' ? 'last test: available'
+        : hl.test_status === 'unavailable' ? 'last test: unavailable' + (hl.last_error ? ` — ${hl.last_error}` : '')
+        : 'never tested';
+      const when = hl.test_at ? ` (${fmtDateTime(Date.parse(hl.test_at))})` : '';
+      const sub = !hl.test_status || hl.test_status === 'untested' ? 'untested' : `test: ${hl.test_status}`;
+      return { state: 'unknown', label: 'unknown', sub, detail: `no traffic since the gateway started; ${test}${when}` };
+    }
   }
-  const thresholds = settings
-    ? PROTOCOLS.map((p) => `${p} ${settings.breaker[p].failure_threshold}`).join(' · ')
-    : null;
-  if (hl.circuit === 'open') {
-    const left = Math.max(0, (hl.cooldown_remaining_ms || 0) - (now - (hl._at || now)));
-    const why = hl.open_reason === 'rate_limited' ? 'rate-limited' : 'broken';
-    return {
-      state: 'unhealthy', label: 'unhealthy', sub: `${why} · ${left > 0 ? fmtSecs(left) + ' left' : 'probe due'}`,
-      detail: `open (${why}); ${left > 0 ? 'cooldown ' + fmtSecs(left) + ' left' : 'the next request probes it'}` + (hl.last_error ? `; last error: ${hl.last_error}` : ''),
-      cooling: left > 0,
-    };
-  }
-  if (hl.circuit === 'half_open') {
-    return { state: 'recovering', label: 'recovering', sub: 'half-open', detail: 'half-open: a probe request decides' + (hl.last_error ? `; last error: ${hl.last_error}` : '') };
-  }
-  if (hl.consecutive_failures > 0) {
-    const n = hl.consecutive_failures;
-    return {
-      state: 'degraded', label: 'degraded', sub: `${n} failure${n === 1 ? '' : 's'} in a row`,
-      detail: `closed but failing: ${n} failure${n === 1 ? '' : 's'} in a row, not yet tripped` + (thresholds ? ` (opens at ${thresholds})` : '') + (hl.last_error ? `; last error: ${hl.last_error}` : ''),
-    };
-  }
-  return { state: 'healthy', label: 'healthy', detail: `closed; success rate ${fmtPct(hl.success_rate)} over ${hl.requests} requests` };
 }
 
 /** A badge element. */

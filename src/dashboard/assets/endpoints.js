@@ -64,8 +64,9 @@ function fastOrder() {
     .sort((a, b) => (a.fast_sort_order ?? 1e9) - (b.fast_sort_order ?? 1e9) || a.sort_order - b.sort_order || a.name.localeCompare(b.name));
 }
 
+/** The protocols whose next request starts at `name` (`next` of GET /api/current). */
 function currentFor(name) {
-  return PROTOCOLS.filter((p) => state.current[p] === name);
+  return PROTOCOLS.filter((p) => (state.current.next ? state.current.next[p] : state.current[p]) === name);
 }
 
 function focusKey() {
@@ -103,7 +104,10 @@ function renderTable() {
   const fast = fastOrder().map((e) => e.name);
   state.endpoints.forEach((e, i) => {
     const hl = state.health.get(e.name);
-    const models = e.models.length ? e.models.map((m) => h('span', { class: 'tag' }, m)) : h('span', { class: 'muted' }, 'all');
+    const models = e.models.length ? e.models.map((m) => h('span', { class: 'tag' }, m))
+      : e.serves_every_model
+        ? h('span', { class: 'tag warn', dataset: { warn: 'every-model' }, title: 'This endpoint lists no model, so a request for any model can be sent to it (models its map does not name go unchanged). List what it serves in Models, or map "*" to one model.' }, '⚠ every model')
+        : h('span', { class: 'muted', title: 'every model, sent to the model the "*" map key names' }, 'all (mapped)');
     const cur = currentFor(e.name);
     const tr = h('tr', { draggable: 'true', dataset: { name: e.name }, class: e.enabled ? '' : 'disabled' },
       h('td', { class: 'handle-cell' },

@@ -1,5 +1,7 @@
-// Overview: is the gateway up, where each protocol starts, today's numbers, endpoint health,
-// and the live feed of finished requests from /api/events.
+// Overview: is the gateway up, where each protocol's next request starts, today's numbers,
+// endpoint health, and the feed of finished requests: the last FEED_MAX from /api/requests when
+// the page opens, then each new one from /api/events (a request already shown is not added
+// twice: the live stream is connected before the history is read, so one may come both ways).
 //
 // Kept light for 50 endpoints and 10+ requests/s: events only queue data; one
 // requestAnimationFrame callback per frame applies them (a fragment of new rows, the counters);
@@ -87,9 +89,18 @@ async function checkUp() {
 async function loadCurrent() {
   const cur = await api('GET', '/api/current');
   const dl = document.getElementById('current');
-  dl.replaceChildren(...['claude', 'openai', 'responses'].flatMap((p) => [
-    h('dt', null, p), h('dd', { id: `current-${p}` }, cur[p] || h('span', { class: 'muted' }, 'none yet')),
-  ]));
+  // `next` is where the next request starts (the routing order, or the remembered current
+  // endpoint); the remembered one is named too when a cooling-down breaker has it skipped.
+  dl.replaceChildren(...['claude', 'openai', 'responses'].flatMap((p) => {
+    const next = cur.next ? cur.next[p] : cur[p];
+    const remembered = cur[p] && cur[p] !== next
+      ? h('small', { class: 'muted', title: 'the remembered current endpoint, skipped while its breaker cools down' }, ` · remembered: ${cur[p]}`)
+      : null;
+    return [
+      h('dt', null, p),
+      h('dd', { id: `current-${p}` }, next || h('span', { class: 'muted' }, 'no enabled endpoint'), remembered),
+    ];
+  }));
 }
 
 // ------------------------------------------------------------------------------ health
@@ -173,20 +184,49 @@ feed.addEventListener('keydown', (ev) => {
   if (tr && (ev.key === 'Enter' || ev.key === ' ')) { ev.preventDefault(); location.assign(`/requests/${encodeURIComponent(tr.dataset.id)}`); }
 });
 
+const shownIds = new Set(); // ids of the rows in the feed
+
+function dropOverflow() {
+  while (feed.rows.length > FEED_MAX) {
+    shownIds.delete(feed.lastElementChild.dataset.id);
+    feed.lastElementChild.remove();
+  }
+}
+
 function drawFeed() {
   if (pause.checked || !state.pending.length) return;
   const batch = state.pending.splice(0).slice(-FEED_MAX);
   const frag = document.createDocumentFragment();
-  for (let i = batch.length - 1; i >= 0; i--) frag.append(feedRow(batch[i]));
+  for (let i = batch.length - 1; i >= 0; i--) {
+    if (shownIds.has(batch[i].id)) continue;
+    shownIds.add(batch[i].id);
+    frag.append(feedRow(batch[i]));
+  }
   feed.prepend(frag);
-  while (feed.rows.length > FEED_MAX) feed.lastElementChild.remove();
-  document.getElementById('feed-empty').hidden = true;
+  dropOverflow();
+  document.getElementById('feed-empty').hidden = feed.rows.length > 0;
+}
+
+/** The last requests, below whatever arrived live meanwhile (they are older than all of it). */
+async function loadHistory() {
+  const page = await api('GET', `/api/requests?limit=${FEED_MAX}`);
+  const frag = document.createDocumentFragment();
+  for (const r of page.requests) {
+    if (shownIds.has(r.id) || state.pending.some((p) => p.id === r.id)) continue;
+    shownIds.add(r.id);
+    frag.append(feedRow({ ...r, model: r.model_requested }));
+  }
+  feed.append(frag);
+  dropOverflow();
+  document.getElementById('feed-empty').hidden = feed.rows.length > 0;
 }
 
 const scheduleDraw = perFrame(() => { drawFeed(); drawCards(); });
 pause.addEventListener('change', scheduleDraw);
 
 function onRequest(r) {
+  // Already in the feed from the history (it completed while the page was opening).
+  if (shownIds.has(r.id)) return;
   state.pending.push(r);
   if (state.pending.length > FEED_MAX) state.pending.splice(0, state.pending.length - FEED_MAX);
   state.rpm.push(Date.now());
@@ -208,7 +248,12 @@ function onRequest(r) {
 
 // ------------------------------------------------------------------------------ start
 
-live('open', () => { document.getElementById('c-up-sub').textContent = 'live events connected'; });
+let historyLoaded = false;
+live('open', () => {
+  document.getElementById('c-up-sub').textContent = 'live events connected';
+  // Read the history once the live stream is open, so nothing falls between the two.
+  if (!historyLoaded) { historyLoaded = true; loadHistory().catch(() => { historyLoaded = false; }); }
+});
 live('hello', (d) => setHealth(d.endpoints));
 live('request', onRequest);
 live('breaker', refreshNow);

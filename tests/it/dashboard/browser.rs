@@ -11,6 +11,9 @@
 //! - `clients.mjs`: the Clients page connects and disconnects Claude Code in a temporary home
 //!   (the file is byte for byte the original afterwards), and the add form fills an endpoint
 //!   from a preset.
+//! - `overview.mjs`: the overview's feed opens with the last recorded requests and appends live
+//!   ones without duplicates; "current endpoint" names where each protocol's next request starts
+//!   before any failover (`next` of `GET /api/current`).
 //! - `perf.mjs`: page load and live-update cost of the overview with 50 endpoints and ~10
 //!   requests/s (numbers reported, not asserted).
 //!
@@ -184,10 +187,29 @@ async fn dashboard_flow_in_chromium() {
     eprintln!("dashboard flow in Chromium: {:.1} s", started.elapsed().as_secs_f64());
 }
 
+/// `overview.mjs`: the overview opens with the recorded requests and names each protocol's next
+/// endpoint before any failover has happened.
+#[tokio::test]
+async fn dashboard_overview_history_in_chromium() {
+    let g = TestGateway::start().await;
+    let anthropic = MockUpstream::start().await;
+    anthropic.set_default(Reply::anthropic_message("Hello from the mock."));
+    g.add("alpha", "anthropic", &anthropic.url(), json!({"models": ["claude-*"]})).await;
+    g.add("beta", "anthropic", &anthropic.url(), json!({"models": ["claude-*"]})).await;
+    g.add("wide", "anthropic", &anthropic.url(), json!({"model_map": {"claude-sonnet-4-5": "glm-4.6"}})).await;
+    for _ in 0..3 {
+        assert_eq!(g.post("/v1/messages", &claude_body("claude-sonnet-4-5", false)).await.status(), 200);
+    }
+    let out = run("overview.mjs", &g.url, Vec::new()).await;
+    let result = check("overview.mjs", &out);
+    assert_eq!(result["rows"], 4);
+    assert_eq!(g.api(Method::GET, "/api/current", None).await.1["responses"], "beta");
+}
+
 #[tokio::test]
 async fn dashboard_login_in_chromium() {
     let token = "browser-test-admin-token-4242";
-    let g = TestGateway::start_with(Options { manual_clock: false, admin_token: Some(token.into()) }).await;
+    let g = TestGateway::start_with(Options { admin_token: Some(token.into()), ..Options::default() }).await;
     let anthropic = MockUpstream::start().await;
     anthropic.set_default(Reply::anthropic_message("hi"));
     g.add("alpha", "anthropic", &anthropic.url(), json!({})).await;
@@ -322,7 +344,7 @@ async fn screenshots() {
         .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/screenshots").display().to_string());
     // The login page needs a gateway with a token (its requests are to that gateway only).
     let with_token =
-        TestGateway::start_with(Options { manual_clock: false, admin_token: Some("demo-token".into()) }).await;
+        TestGateway::start_with(Options { admin_token: Some("demo-token".into()), ..Options::default() }).await;
     let out = run(
         "screenshots.mjs",
         &g.url,

@@ -15,6 +15,8 @@ pub struct Server {
     pub child: Child,
     pub url: String,
     pub logs: Arc<Mutex<Vec<String>>>,
+    /// Notified for every new log line.
+    log_signal: Arc<std::sync::Condvar>,
     /// Reads stderr until the process closes it.
     reader: Option<std::thread::JoinHandle<()>>,
     pub dir: PathBuf,
@@ -87,8 +89,10 @@ impl Server {
         let mut child = cmd.spawn().unwrap();
         let stderr = child.stderr.take().unwrap();
         let logs = Arc::new(Mutex::new(Vec::new()));
+        let log_signal = Arc::new(std::sync::Condvar::new());
         let (tx, rx) = std::sync::mpsc::channel();
         let sink = logs.clone();
+        let signal = log_signal.clone();
         let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Ok(v) = serde_json::from_str::<Value>(&line)
@@ -97,6 +101,7 @@ impl Server {
                     let _ = tx.send(v["fields"]["addr"].as_str().unwrap_or_default().to_string());
                 }
                 sink.lock().unwrap().push(line);
+                signal.notify_all();
             }
         });
         let addr = match rx.recv_timeout(Duration::from_secs(20)) {
@@ -108,7 +113,21 @@ impl Server {
                 return Err(logs.lock().unwrap().join("\n"));
             }
         };
-        Ok(Server { child, url: format!("http://{addr}"), logs, reader: Some(reader), dir, _tmp: tmp })
+        Ok(Server { child, url: format!("http://{addr}"), logs, log_signal, reader: Some(reader), dir, _tmp: tmp })
+    }
+
+    /// Wait (up to 20 s) for a log line, from the start, that `matches`; the line.
+    pub fn wait_for_log(&self, matches: impl Fn(&Value) -> bool) -> Value {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let mut lines = self.logs.lock().unwrap();
+        loop {
+            if let Some(v) = lines.iter().filter_map(|l| serde_json::from_str::<Value>(l).ok()).find(|v| matches(v)) {
+                return v;
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            assert!(!left.is_zero(), "no such log line in:\n{}", lines.join("\n"));
+            lines = self.log_signal.wait_timeout(lines, left).unwrap().0;
+        }
     }
 
     /// Every log line so far.
@@ -117,18 +136,13 @@ impl Server {
     }
 
     pub fn cli(&self, args: &[&str]) -> (i32, String, String) {
-        let out = Command::new(BIN)
-            .args(args)
-            .arg("--server")
-            .arg(&self.url)
-            .env_remove("CCMESH_ADMIN_TOKEN")
-            .output()
-            .unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        self.cli_env(args, &[])
+    }
+
+    /// The CLI pointed at this gateway, with `env` set (and nothing of the test's own
+    /// environment that the CLI reads besides it).
+    pub fn cli_env(&self, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+        run_cli(args.iter().copied().chain(["--server", self.url.as_str()]), env)
     }
 
     /// Wait for the process to exit and for every line it logged.
@@ -145,6 +159,25 @@ impl Server {
         let status = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status().unwrap();
         assert!(status.success());
     }
+}
+
+/// Run the CLI with exactly `args`; `env` on top of an environment without the CLI's own
+/// variables (so a developer's shell cannot change what a test sees).
+pub fn run_cli<'a>(args: impl IntoIterator<Item = &'a str>, env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args);
+    for var in ["CCMESH_ADMIN_TOKEN", "CCMESH_ENDPOINT_API_KEY", "CCMESH_SERVER"] {
+        cmd.env_remove(var);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 impl Drop for Server {

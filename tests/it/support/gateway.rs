@@ -18,6 +18,8 @@ pub struct TestGateway {
     task: Option<tokio::task::JoinHandle<()>>,
     /// The request-record writer; shut down (queued records written) when the gateway drops.
     pub writer: Option<ccmesh::observe::writer::WriterHandle>,
+    /// The authoritative config file, when started with one.
+    pub config_path: Option<std::path::PathBuf>,
     pub _dir: tempfile::TempDir,
 }
 
@@ -25,6 +27,9 @@ pub struct TestGateway {
 pub struct Options {
     pub manual_clock: bool,
     pub admin_token: Option<String>,
+    /// An authoritative config file's text (`config::authoritative`), written to the data dir
+    /// and applied before the gateway starts, watched every 50 ms.
+    pub authoritative_config: Option<String>,
 }
 
 impl TestGateway {
@@ -51,7 +56,20 @@ impl TestGateway {
         let client = ccmesh::proxy::upstream::UpstreamClient::new().unwrap();
         let writer_config = ccmesh::observe::writer::WriterConfig::new(clock.clone());
         let (records, writer) = ccmesh::observe::writer::start(&dir.path().join("ccmesh.db"), writer_config).unwrap();
+        let mut source = None;
+        let config_path = options.authoritative_config.as_ref().map(|text| {
+            let path = dir.path().join("ccmesh.toml");
+            std::fs::write(&path, text).unwrap();
+            let env = |name: &str| std::env::var(name).ok();
+            let poll = Duration::from_millis(50);
+            let (_, loaded) = ccmesh::config::authoritative::load_and_apply(&path, &store, &env, poll, false).unwrap();
+            source = Some(Arc::new(loaded));
+            path
+        });
         let gw = Gateway::new(store, clock, client, options.admin_token.clone(), records).unwrap();
+        if let Some(source) = source {
+            let _ = gw.config_source.set(source);
+        }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
@@ -69,8 +87,31 @@ impl TestGateway {
             stop: Some(stop),
             task: Some(task),
             writer: Some(writer),
+            config_path,
             _dir: dir,
         }
+    }
+
+    /// Wait until the model-list refresher has stored `n` fetch results in all (successes and
+    /// failures), counted since the gateway started.
+    pub async fn model_lists_stored(&self, n: u64) {
+        let mut rx = self.gw.catalogue.subscribe();
+        let done = tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|stored| *stored >= n)).await.is_ok();
+        assert!(done, "the model-list refresher stored {} results, not {n}", *rx.borrow());
+    }
+
+    /// Replace the authoritative config file (atomically, as editors do) and wait until the
+    /// watcher has read it — applied, or refused as invalid.
+    pub async fn rewrite_config(&self, text: &str) {
+        let path = self.config_path.as_ref().expect("started with an authoritative config");
+        let source = self.gw.config_source.get().unwrap();
+        let mut reloads = source.subscribe_reloads();
+        let before = *reloads.borrow_and_update();
+        let tmp = path.with_extension("toml.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, path).unwrap();
+        let done = tokio::time::timeout(Duration::from_secs(10), reloads.wait_for(|n| *n > before)).await.is_ok();
+        assert!(done, "the config watcher did not read the new file");
     }
 
     pub fn clock(&self) -> &Arc<ManualClock> {

@@ -20,6 +20,13 @@
 //! arriving (one reply per request, any method and path); when the queue is
 //! empty the default reply (initially `200 {"ok":true}`) is used.
 //!
+//! One exception: a model list (`GET …/models`, what the gateway asks an
+//! endpoint in the background to learn what it serves, and for the
+//! connectivity test of an endpoint without a concrete model) is answered by
+//! [`MockUpstream::set_models`]' reply (initially a 404) and recorded apart
+//! ([`MockUpstream::model_list_requests`]), so the gateway's background
+//! refreshes never take a scripted reply or show in [`MockUpstream::requests`].
+//!
 //! Failure modes are real connection-level behaviour:
 //! * [`Reply::Reset`]: the TCP connection is dropped with `SO_LINGER=0`, so the
 //!   client gets a RST (`connection reset by peer`) instead of a response;
@@ -152,6 +159,35 @@ impl MockUpstream {
     /// The reply used when the queue is empty (initially `200 {"ok":true}`).
     pub fn set_default(&self, reply: Reply) {
         self.shared.lock().default = reply;
+    }
+
+    /// Answer model lists (`GET …/models`) with these ids, OpenAI's shape (which Anthropic's
+    /// `data[].id` shares).
+    pub fn set_models(&self, ids: &[&str]) {
+        let data: Vec<Value> =
+            ids.iter().map(|id| json!({"id": id, "object": "model", "type": "model", "created": 0})).collect();
+        self.set_models_reply(Reply::json(200, json!({"object": "list", "data": data, "has_more": false})));
+    }
+
+    /// Answer model lists with `reply`.
+    pub fn set_models_reply(&self, reply: Reply) {
+        self.shared.lock().models = reply;
+    }
+
+    /// Every model-list request so far.
+    pub fn model_list_requests(&self) -> Vec<RecordedRequest> {
+        self.shared.lock().model_lists.clone()
+    }
+
+    /// Resolves once at least `n` model-list requests arrived. Fails the test after
+    /// [`WAIT_TIMEOUT`].
+    #[allow(clippy::panic)]
+    pub async fn wait_for_model_lists(&self, n: usize) {
+        let mut rx = self.shared.model_list_count.subscribe();
+        let reached = tokio::time::timeout(WAIT_TIMEOUT, async { rx.wait_for(|c| *c >= n).await.is_ok() }).await;
+        if reached != Ok(true) {
+            panic!("mock upstream {}: waited {:?} for {n} model-list request(s)", self.addr, WAIT_TIMEOUT);
+        }
     }
 
     /// How many queued replies have not been used yet.
@@ -797,6 +833,80 @@ fn output_message(id: &str, status: &str, content: Value) -> Value {
 }
 
 /// The body of a non-streaming OpenAI Responses answer.
+/// A Responses stream that reasons first: a `reasoning` item with one summary part and, when the
+/// request asked for it with `include`, its `encrypted_content`; then a message with `text`.
+pub fn responses_reasoning_stream_events(summary: &str, encrypted: Option<&str>, text: &str) -> Vec<String> {
+    let resp_id = mock_id("resp_");
+    let rs_id = "rs_mock_reasoning";
+    let msg_id = mock_id("msg_");
+    let created_at = unix_now();
+    let mut events = Vec::new();
+    let mut seq = 0u64;
+    let mut push = |name: &str, mut data: Value| {
+        if let Some(obj) = data.as_object_mut() {
+            obj.insert("type".to_owned(), json!(name));
+            obj.insert("sequence_number".to_owned(), json!(seq));
+        }
+        seq += 1;
+        events.push(sse_event(name, &data));
+    };
+    let in_progress = responses_object(&resp_id, created_at, "in_progress", json!([]), Value::Null);
+    push("response.created", json!({"response": in_progress}));
+    push("response.in_progress", json!({"response": in_progress}));
+    push(
+        "response.output_item.added",
+        json!({"output_index": 0, "item": {"id": rs_id, "type": "reasoning", "summary": []}}),
+    );
+    let part = json!({"type": "summary_text", "text": summary});
+    push(
+        "response.reasoning_summary_part.added",
+        json!({"item_id": rs_id, "output_index": 0, "summary_index": 0, "part": {"type": "summary_text", "text": ""}}),
+    );
+    push(
+        "response.reasoning_summary_text.delta",
+        json!({"item_id": rs_id, "output_index": 0, "summary_index": 0, "delta": summary}),
+    );
+    push(
+        "response.reasoning_summary_text.done",
+        json!({"item_id": rs_id, "output_index": 0, "summary_index": 0, "text": summary}),
+    );
+    push(
+        "response.reasoning_summary_part.done",
+        json!({"item_id": rs_id, "output_index": 0, "summary_index": 0, "part": part}),
+    );
+    let mut reasoning = json!({"id": rs_id, "type": "reasoning", "summary": [part]});
+    if let Some(enc) = encrypted {
+        reasoning["encrypted_content"] = json!(enc);
+    }
+    push("response.output_item.done", json!({"output_index": 0, "item": reasoning}));
+    push(
+        "response.output_item.added",
+        json!({"output_index": 1, "item": output_message(&msg_id, "in_progress", json!([]))}),
+    );
+    push(
+        "response.content_part.added",
+        json!({"item_id": msg_id, "output_index": 1, "content_index": 0, "part": output_text_part("")}),
+    );
+    push(
+        "response.output_text.delta",
+        json!({"item_id": msg_id, "output_index": 1, "content_index": 0, "delta": text, "logprobs": []}),
+    );
+    push(
+        "response.output_text.done",
+        json!({"item_id": msg_id, "output_index": 1, "content_index": 0, "text": text, "logprobs": []}),
+    );
+    push(
+        "response.content_part.done",
+        json!({"item_id": msg_id, "output_index": 1, "content_index": 0, "part": output_text_part(text)}),
+    );
+    let done_item = output_message(&msg_id, "completed", json!([output_text_part(text)]));
+    push("response.output_item.done", json!({"output_index": 1, "item": done_item}));
+    let completed =
+        responses_object(&resp_id, created_at, "completed", json!([reasoning, done_item]), responses_usage());
+    push("response.completed", json!({"response": completed}));
+    events
+}
+
 pub fn responses_body(text: &str) -> Value {
     let msg_id = mock_id("msg_");
     responses_object(
@@ -866,6 +976,8 @@ struct Shared {
     state: Mutex<State>,
     /// Number of recorded requests.
     requests: watch::Sender<usize>,
+    /// Number of model-list requests.
+    model_list_count: watch::Sender<usize>,
     /// Number of replies abandoned by the peer.
     cancellations: watch::Sender<usize>,
     /// Becomes true once the accept loop (listener, connections) is gone.
@@ -880,6 +992,9 @@ struct State {
     queue: VecDeque<Reply>,
     default: Reply,
     log: Vec<RecordedRequest>,
+    /// The reply to model lists, and those requests.
+    models: Reply,
+    model_lists: Vec<RecordedRequest>,
 }
 
 impl Shared {
@@ -889,7 +1004,13 @@ impl Shared {
                 queue: VecDeque::new(),
                 default: Reply::json(200, json!({"ok": true})),
                 log: Vec::new(),
+                models: Reply::json(
+                    404,
+                    json!({"error": {"type": "not_found_error", "message": "this mock lists no models"}}),
+                ),
+                model_lists: Vec::new(),
             }),
+            model_list_count: watch::Sender::new(0),
             requests: watch::Sender::new(0),
             cancellations: watch::Sender::new(0),
             stopped: watch::Sender::new(false),
@@ -907,6 +1028,11 @@ impl Shared {
     /// Records a request and picks its reply, atomically.
     fn record(&self, request: RecordedRequest) -> Reply {
         let mut state = self.lock();
+        if request.method == "GET" && request.path.ends_with("/models") {
+            state.model_lists.push(request);
+            self.model_list_count.send_replace(state.model_lists.len());
+            return state.models.clone();
+        }
         state.log.push(request);
         let reply = match state.queue.pop_front() {
             Some(reply) => reply,

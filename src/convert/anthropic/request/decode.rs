@@ -265,10 +265,20 @@ fn decode_block(b: &Value, field: &str, losses: &mut Vec<Loss>) -> Result<Option
             let is_error = opt_bool(bo, "is_error", field)?.unwrap_or(false);
             Part::ToolResult { tool_use_id, content, is_error }
         }
-        "thinking" => Part::Thinking {
-            text: get_str(bo, "thinking").unwrap_or_default().to_string(),
-            signature: get_str(bo, "signature").filter(|s| !s.is_empty()).map(str::to_string),
-        },
+        "thinking" => {
+            let text = get_str(bo, "thinking").unwrap_or_default().to_string();
+            let signature = get_str(bo, "signature").filter(|s| !s.is_empty());
+            match signature.and_then(parse_reasoning_signature) {
+                // Reasoning a Responses endpoint produced (its signature is ccmesh's carrier):
+                // a reasoning item again, which only the Responses API receives.
+                Some((id, encrypted)) => Part::ReasoningItem {
+                    id,
+                    summary: if text.is_empty() { Vec::new() } else { vec![text] },
+                    encrypted_content: Some(encrypted),
+                },
+                None => Part::Thinking { text, signature: signature.map(str::to_string) },
+            }
+        }
         "redacted_thinking" => Part::RedactedThinking { data: req_str(bo, "data", field)?.to_string() },
         "compaction" => {
             // Anthropic's compaction summary of the earlier conversation: keep its text.
@@ -758,6 +768,31 @@ mod tests {
         insta::assert_json_snapshot!(shown);
         assert!(decode_request(b"{not json").is_err());
         assert!(decode_request(b"[1,2]").is_err());
+    }
+
+    #[test]
+    fn a_thinking_block_carrying_responses_reasoning_becomes_that_reasoning_item() {
+        let carried = reasoning_signature(Some("rs_7"), "gAAAAenc");
+        let r = dec(json!({"model": "m", "max_tokens": 5, "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "Plan the answer.", "signature": carried},
+                {"type": "thinking", "thinking": "", "signature": reasoning_signature(None, "gAAAAtwo")},
+                {"type": "thinking", "thinking": "Anthropic's own.", "signature": "EqQBCkYsig"},
+                {"type": "text", "text": "Hello."}]},
+            {"role": "user", "content": "again"}]}));
+        assert_eq!(
+            r.messages[1].content[..3],
+            [
+                Part::ReasoningItem {
+                    id: Some("rs_7".into()),
+                    summary: vec!["Plan the answer.".into()],
+                    encrypted_content: Some("gAAAAenc".into())
+                },
+                Part::ReasoningItem { id: None, summary: Vec::new(), encrypted_content: Some("gAAAAtwo".into()) },
+                Part::Thinking { text: "Anthropic's own.".into(), signature: Some("EqQBCkYsig".into()) },
+            ]
+        );
     }
 
     #[test]

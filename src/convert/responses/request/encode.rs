@@ -253,6 +253,7 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
     if !req.stop.is_empty() {
         e.loss("stop", "dropped: the Responses API has no stop sequences");
     }
+    let mut reasoning_on = false;
     if let Some(r) = &req.reasoning {
         let mut reasoning = Map::new();
         let effort = match r.effort.as_deref() {
@@ -268,6 +269,7 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
             None => r.budget_tokens.map(|b| effort_for_budget(b).to_owned()),
         };
         let disabled = effort.as_deref() == Some("none");
+        reasoning_on = !disabled;
         if let Some(effort) = effort {
             reasoning.insert("effort".to_owned(), Value::String(effort));
         }
@@ -309,7 +311,10 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
     body.insert("stream".to_owned(), Value::Bool(req.stream));
     // A gateway must not make the upstream store conversations the client never asked it to.
     body.insert("store".to_owned(), Value::Bool(false));
-    if req.include_encrypted_reasoning || e.kept_encrypted_reasoning {
+    // The reasoning itself, encrypted, so it can be sent back next turn: with store=false the
+    // endpoint keeps nothing, and a client that asked for thinking (an Anthropic client gets it
+    // as its thinking blocks' signature) expects its reasoning to carry over, as Codex's does.
+    if req.include_encrypted_reasoning || e.kept_encrypted_reasoning || reasoning_on {
         body.insert("include".to_owned(), json!(["reasoning.encrypted_content"]));
     }
 
@@ -326,6 +331,51 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn encrypted_reasoning_is_asked_for_only_with_reasoning() {
+        let mut req = claude_code_like();
+        req.reasoning = None;
+        assert!(enc(&req).0.get("include").is_none(), "no thinking, no encrypted reasoning");
+        req.reasoning = Some(Reasoning { effort: Some("none".into()), ..Reasoning::default() });
+        assert!(enc(&req).0.get("include").is_none(), "thinking turned off");
+        req.reasoning = Some(Reasoning { budget_tokens: Some(4096), ..Reasoning::default() });
+        let (body, _) = enc(&req);
+        assert_eq!(
+            (body["include"].clone(), body["store"].clone()),
+            (json!(["reasoning.encrypted_content"]), json!(false))
+        );
+    }
+
+    #[test]
+    fn a_carried_reasoning_item_goes_back_as_itself() {
+        // What the Anthropic decoder makes of a thinking block whose signature carries a
+        // Responses reasoning item (next turn of an Anthropic client).
+        let mut req = claude_code_like();
+        req.messages = vec![
+            Message {
+                role: Role::User,
+                content: vec![Part::Text(TextPart { text: "hi".into(), cache_control: None })],
+            },
+            Message {
+                role: Role::Assistant,
+                content: vec![
+                    Part::ReasoningItem {
+                        id: Some("rs_1".into()),
+                        summary: vec!["Plan.".into()],
+                        encrypted_content: Some("gAAAA".into()),
+                    },
+                    Part::Text(TextPart { text: "Hello.".into(), cache_control: None }),
+                ],
+            },
+        ];
+        let (body, losses) = enc(&req);
+        assert_eq!(
+            body["input"][1],
+            json!({"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Plan."}], "encrypted_content": "gAAAA"})
+        );
+        assert!(losses.iter().all(|l| !l.field.contains("thinking")), "{losses:?}");
+    }
+
+    #[test]
     fn encode_request_claude_code_like() {
         let (body, losses) = enc(&claude_code_like());
         assert_eq!(body["temperature"], json!(0.0));
@@ -334,7 +384,8 @@ mod tests {
         assert_eq!(body["tools"][1]["strict"], true);
         assert_eq!(body["reasoning"], json!({"effort": "high", "summary": "auto"}));
         assert_eq!(body["tool_choice"], "required");
-        assert!(body.get("include").is_none());
+        // Thinking was asked for: its encrypted reasoning comes back to be sent next turn.
+        assert_eq!(body["include"], json!(["reasoning.encrypted_content"]));
         assert!(body["user"].as_str().unwrap().len() <= MAX_USER_LEN);
         let fields: Vec<&str> = losses.iter().map(|l| l.field.as_str()).collect();
         assert_eq!(fields, ["messages[*].content (thinking)", "top_k", "stop", "user"]);

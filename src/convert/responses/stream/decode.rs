@@ -247,18 +247,38 @@ impl StreamDecoder {
                 }
             }
             DecItem::Reasoning { text_seen, .. } => {
-                if !*text_seen
-                    && let Some(item) = item
-                    && let Part::ReasoningItem { summary, .. } = reasoning_part(item)
-                {
+                let text_seen = *text_seen;
+                let (summary, signature) = match item.map(reasoning_part) {
+                    Some(Part::ReasoningItem { id, summary, encrypted_content }) => {
+                        (summary, encrypted_content.map(|enc| reasoning_signature(id.as_deref(), &enc)))
+                    }
+                    _ => (Vec::new(), None),
+                };
+                if !text_seen {
                     for (si, s) in summary.iter().enumerate() {
                         self.thinking(pos, si as u64, s, out);
                     }
                 }
-                if let Some((_, _, DecItem::Reasoning { block, .. })) = self.items.get_mut(pos)
-                    && let Some(b) = block.take()
-                {
-                    out.push(StreamEvent::BlockStop { index: b });
+                // The encrypted reasoning (asked for with `include`) arrives with the finished
+                // item: it ends the thinking block as its signature, opening one if the item
+                // showed no summary text.
+                let next = self.next_block;
+                if let Some((_, _, DecItem::Reasoning { block, .. })) = self.items.get_mut(pos) {
+                    if let Some(signature) = signature {
+                        let index = match *block {
+                            Some(b) => b,
+                            None => {
+                                self.next_block += 1;
+                                out.push(StreamEvent::BlockStart { index: next, block: BlockStart::Thinking });
+                                next
+                            }
+                        };
+                        *block = Some(index);
+                        out.push(StreamEvent::SignatureDelta { index, signature });
+                    }
+                    if let Some(b) = block.take() {
+                        out.push(StreamEvent::BlockStop { index: b });
+                    }
                 }
             }
             DecItem::Other => {}
@@ -504,6 +524,34 @@ mod tests {
     }
 
     #[test]
+    fn encrypted_reasoning_without_a_summary_still_makes_a_signed_block() {
+        let mut ev = created("resp_3");
+        ev.extend([
+            json!({"type": "response.output_item.added", "output_index": 0, "item": {"id": "rs_2", "type": "reasoning", "summary": []}}),
+            json!({"type": "response.output_item.done", "output_index": 0, "item": {"id": "rs_2", "type": "reasoning", "summary": [], "encrypted_content": "gAAAAquiet"}}),
+            json!({"type": "response.output_item.added", "output_index": 1, "item": {"id": "msg_1", "type": "message", "role": "assistant", "content": []}}),
+            json!({"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 1, "content_index": 0, "delta": "Hi"}),
+            json!({"type": "response.output_item.done", "output_index": 1, "item": {"id": "msg_1", "type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hi"}]}}),
+            completed("completed", Value::Null),
+        ]);
+        let t = sse(&ev);
+        let events = decode_stream(&t);
+        let at = events
+            .iter()
+            .position(|e| matches!(e, StreamEvent::BlockStart { block: BlockStart::Thinking, .. }))
+            .unwrap();
+        assert_eq!(
+            events[at..at + 3],
+            [
+                StreamEvent::BlockStart { index: 0, block: BlockStart::Thinking },
+                StreamEvent::SignatureDelta { index: 0, signature: reasoning_signature(Some("rs_2"), "gAAAAquiet") },
+                StreamEvent::BlockStop { index: 0 },
+            ]
+        );
+        assert!(events.contains(&StreamEvent::TextDelta { index: 1, text: "Hi".into() }), "{events:#?}");
+    }
+
+    #[test]
     fn stream_decode_tools_reasoning_errors() {
         let tools = decode_stream(&tools_transcript());
         assert!(tools.contains(&StreamEvent::BlockStart {
@@ -524,6 +572,12 @@ mod tests {
             }
         ));
         insta::assert_snapshot!("stream_decode_reasoning", format!("{reasoning:#?}"));
+        // The encrypted reasoning ends the thinking block as its signature, for the client to
+        // send back next turn.
+        assert!(reasoning.contains(&StreamEvent::SignatureDelta {
+            index: 0,
+            signature: reasoning_signature(Some("rs_1"), "gAAAA")
+        }));
 
         let (a, b) = error_transcripts();
         let a = decode_stream(&a);

@@ -1,0 +1,34 @@
+//! The gateway's background work, on the runtime that runs `serve_with` (never a serving
+//! thread, never the request path): the model-list refresher and, in the authoritative-config
+//! mode, the config file's watcher. Owned by the server: `stop` (or dropping it) ends every
+//! task, so nothing outlives the gateway that started it.
+
+use std::sync::Arc;
+
+use tokio::task::JoinSet;
+
+use crate::gateway::Gateway;
+
+pub struct Background {
+    tasks: JoinSet<()>,
+}
+
+impl Background {
+    pub fn start(gw: &Arc<Gateway>) -> Background {
+        let mut tasks = JoinSet::new();
+        tasks.spawn(crate::catalogue::refresh_loop(gw.clone()));
+        if let Some(source) = gw.config_source.get() {
+            for task in crate::config::watch::tasks(gw.clone(), source.clone()) {
+                tasks.spawn(task);
+            }
+        }
+        Background { tasks }
+    }
+
+    /// End every task and wait until they are gone. Their work is safe to cut at any point: a
+    /// model list is re-read next start, and a config file is applied in one admin write.
+    pub async fn stop(mut self) {
+        self.tasks.abort_all();
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
