@@ -2,8 +2,8 @@
 //! each request to the endpoint's format, and its answer back.
 //!
 //! Conversion goes through one intermediate representation (`ir`), rich enough to carry what
-//! the three APIs have in common and to remember what one of them cannot express (`Loss`):
-//! each protocol has one codec (`anthropic`, `openai_chat`, `responses`) that decodes its
+//! the four APIs have in common and to remember what one of them cannot express (`Loss`):
+//! each protocol has one codec (`anthropic`, `openai_chat`, `responses`, `gemini`) that decodes its
 //! requests/responses/stream events into the IR and encodes the IR back into its wire format.
 //! Pass-through pairs never come here: their bytes are forwarded unchanged.
 //!
@@ -12,9 +12,12 @@
 
 pub mod anthropic;
 pub mod count_tokens;
+pub mod gemini;
 pub mod ir;
 pub mod openai_chat;
 pub mod responses;
+
+use std::borrow::Cow;
 
 use crate::protocol::Format;
 use crate::protocol::errors::ErrorKind;
@@ -26,6 +29,7 @@ pub fn decode_request(format: Format, body: &[u8]) -> Result<Request, ConvertErr
         Format::Anthropic => anthropic::decode_request(body),
         Format::Openai => openai_chat::decode_request(body),
         Format::Responses => responses::decode_request(body),
+        Format::Gemini => gemini::decode_request(body),
     }
 }
 
@@ -34,6 +38,7 @@ pub fn encode_request(format: Format, request: &Request) -> Result<Encoded, Conv
         Format::Anthropic => anthropic::encode_request(request),
         Format::Openai => openai_chat::encode_request(request),
         Format::Responses => responses::encode_request(request),
+        Format::Gemini => gemini::encode_request(request),
     }
 }
 
@@ -42,6 +47,7 @@ pub fn decode_response(format: Format, body: &[u8]) -> Result<Response, ConvertE
         Format::Anthropic => anthropic::decode_response(body),
         Format::Openai => openai_chat::decode_response(body),
         Format::Responses => responses::decode_response(body),
+        Format::Gemini => gemini::decode_response(body),
     }
 }
 
@@ -50,6 +56,7 @@ pub fn encode_response(format: Format, response: &Response, ctx: &EncodeContext)
         Format::Anthropic => anthropic::encode_response(response, ctx),
         Format::Openai => openai_chat::encode_response(response, ctx),
         Format::Responses => responses::encode_response(response, ctx),
+        Format::Gemini => gemini::encode_response(response, ctx),
     }
 }
 
@@ -58,6 +65,7 @@ pub fn decode_error(format: Format, status: u16, body: &[u8]) -> ErrorBody {
         Format::Anthropic => anthropic::decode_error(status, body),
         Format::Openai => openai_chat::decode_error(status, body),
         Format::Responses => responses::decode_error(status, body),
+        Format::Gemini => gemini::decode_error(status, body),
     }
 }
 
@@ -66,6 +74,7 @@ pub fn encode_error(format: Format, error: &ErrorBody) -> Vec<u8> {
         Format::Anthropic => anthropic::encode_error(error),
         Format::Openai => openai_chat::encode_error(error),
         Format::Responses => responses::encode_error(error),
+        Format::Gemini => gemini::encode_error(error),
     }
 }
 
@@ -74,6 +83,7 @@ pub enum StreamDecoder {
     Anthropic(anthropic::StreamDecoder),
     Openai(openai_chat::StreamDecoder),
     Responses(responses::StreamDecoder),
+    Gemini(gemini::StreamDecoder),
 }
 
 impl StreamDecoder {
@@ -82,6 +92,7 @@ impl StreamDecoder {
             Format::Anthropic => StreamDecoder::Anthropic(anthropic::StreamDecoder::new()),
             Format::Openai => StreamDecoder::Openai(openai_chat::StreamDecoder::new()),
             Format::Responses => StreamDecoder::Responses(responses::StreamDecoder::new()),
+            Format::Gemini => StreamDecoder::Gemini(gemini::StreamDecoder::new()),
         }
     }
 
@@ -90,6 +101,7 @@ impl StreamDecoder {
             StreamDecoder::Anthropic(d) => d.decode(event, out),
             StreamDecoder::Openai(d) => d.decode(event, out),
             StreamDecoder::Responses(d) => d.decode(event, out),
+            StreamDecoder::Gemini(d) => d.decode(event, out),
         }
     }
 
@@ -98,6 +110,7 @@ impl StreamDecoder {
             StreamDecoder::Anthropic(d) => d.finish(out),
             StreamDecoder::Openai(d) => d.finish(out),
             StreamDecoder::Responses(d) => d.finish(out),
+            StreamDecoder::Gemini(d) => d.finish(out),
         }
     }
 }
@@ -107,6 +120,8 @@ pub enum StreamEncoder {
     Anthropic(anthropic::StreamEncoder),
     Openai(openai_chat::StreamEncoder),
     Responses(responses::StreamEncoder),
+    /// SSE by default; `gemini::StreamEncoder::json_array` for the JSON-array stream.
+    Gemini(gemini::StreamEncoder),
 }
 
 impl StreamEncoder {
@@ -115,6 +130,7 @@ impl StreamEncoder {
             Format::Anthropic => StreamEncoder::Anthropic(anthropic::StreamEncoder::new(ctx)),
             Format::Openai => StreamEncoder::Openai(openai_chat::StreamEncoder::new(ctx)),
             Format::Responses => StreamEncoder::Responses(responses::StreamEncoder::new(ctx)),
+            Format::Gemini => StreamEncoder::Gemini(gemini::StreamEncoder::new(ctx)),
         }
     }
 
@@ -123,6 +139,7 @@ impl StreamEncoder {
             StreamEncoder::Anthropic(e) => e.encode(event, out),
             StreamEncoder::Openai(e) => e.encode(event, out),
             StreamEncoder::Responses(e) => e.encode(event, out),
+            StreamEncoder::Gemini(e) => e.encode(event, out),
         }
     }
 }
@@ -136,7 +153,12 @@ pub struct StreamConversion {
 
 impl StreamConversion {
     pub fn new(upstream: Format, client: Format, ctx: EncodeContext) -> Self {
-        Self { decoder: StreamDecoder::new(upstream), encoder: StreamEncoder::new(client, ctx), scratch: Vec::new() }
+        Self::with_encoder(upstream, StreamEncoder::new(client, ctx))
+    }
+
+    /// With an encoder chosen by the caller (a Gemini client's JSON-array stream).
+    pub fn with_encoder(upstream: Format, encoder: StreamEncoder) -> Self {
+        Self { decoder: StreamDecoder::new(upstream), encoder, scratch: Vec::new() }
     }
 
     /// Convert one upstream event, appending the client's bytes to `out`.
@@ -163,12 +185,78 @@ impl StreamConversion {
     }
 }
 
-/// The upstream path (after `/v1`) for a request of this format.
-pub fn upstream_path(format: Format) -> &'static str {
+/// What the gateway asks an upstream for: an answer (streamed or not), or a token count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Call {
+    Generate { stream: bool },
+    CountTokens,
+}
+
+/// The upstream path (after the API version: `/v1`, Gemini's `/v1beta`) for a converted
+/// request of this format. Gemini names the model and the method in the path, and streams
+/// only when asked (`:streamGenerateContent?alt=sse`); the others name the model in the body.
+pub fn upstream_path(format: Format, model: &str, call: Call) -> Cow<'static, str> {
+    match (format, call) {
+        (Format::Anthropic, Call::CountTokens) => Cow::Borrowed("/messages/count_tokens"),
+        (Format::Anthropic, Call::Generate { .. }) => Cow::Borrowed("/messages"),
+        (Format::Openai, _) => Cow::Borrowed("/chat/completions"),
+        (Format::Responses, _) => Cow::Borrowed("/responses"),
+        (Format::Gemini, call) => {
+            let method = match call {
+                Call::Generate { stream: false } => gemini::Method::Generate,
+                Call::Generate { stream: true } => gemini::Method::Stream,
+                Call::CountTokens => gemini::Method::CountTokens,
+            };
+            Cow::Owned(gemini::upstream_path(model, method))
+        }
+    }
+}
+
+/// Whether an endpoint of this format counts tokens itself (Anthropic `count_tokens`, Gemini
+/// `countTokens`); for the others the gateway estimates (`count_tokens::estimate`).
+pub fn counts_tokens(format: Format) -> bool {
+    matches!(format, Format::Anthropic | Format::Gemini)
+}
+
+/// Fields Anthropic's `count_tokens` takes (it refuses `max_tokens`, `stream` and the other
+/// generation settings).
+const ANTHROPIC_COUNT_FIELDS: [&str; 6] = ["model", "messages", "system", "tools", "tool_choice", "thinking"];
+
+/// IR → a token-count request for an endpoint of `format` ([`counts_tokens`]).
+pub fn encode_count_tokens_request(format: Format, request: &Request) -> Result<Encoded, ConvertError> {
     match format {
-        Format::Anthropic => "/messages",
-        Format::Openai => "/chat/completions",
-        Format::Responses => "/responses",
+        Format::Gemini => gemini::encode_count_tokens_request(request),
+        Format::Anthropic => {
+            let mut encoded = anthropic::encode_request(request)?;
+            let mut body = ir::parse_object(&encoded.body)?;
+            body.retain(|k, _| ANTHROPIC_COUNT_FIELDS.contains(&k.as_str()));
+            encoded.body = serde_json::to_vec(&body).unwrap_or_default();
+            Ok(encoded)
+        }
+        Format::Openai | Format::Responses => {
+            Err(ConvertError::new("body", format!("a {format}-format endpoint has no token-count method")))
+        }
+    }
+}
+
+/// The count in a token-count answer (`input_tokens`, Gemini `totalTokens`).
+pub fn decode_count_tokens_response(format: Format, body: &[u8]) -> Option<u64> {
+    match format {
+        Format::Gemini => gemini::decode_count_tokens_response(body),
+        Format::Anthropic | Format::Openai | Format::Responses => {
+            let body = ir::parse_object(body).ok()?;
+            body.get("input_tokens").and_then(crate::protocol::lenient::count)
+        }
+    }
+}
+
+/// A token-count answer in the client's format.
+pub fn encode_count_tokens_response(format: Format, count: u64) -> Vec<u8> {
+    match format {
+        Format::Gemini => gemini::encode_count_tokens_response(count),
+        Format::Anthropic | Format::Openai | Format::Responses => {
+            serde_json::to_vec(&serde_json::json!({"input_tokens": count})).unwrap_or_default()
+        }
     }
 }
 
@@ -183,7 +271,7 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::{Value, json};
 
-    const FORMATS: [Format; 3] = [Format::Anthropic, Format::Openai, Format::Responses];
+    const FORMATS: [Format; 4] = Format::ALL;
 
     fn text(t: &str) -> Part {
         Part::Text(TextPart { text: t.to_string(), cache_control: None })

@@ -51,16 +51,19 @@ pub enum Format {
     Anthropic,
     Openai,
     Responses,
+    /// Google Gemini `generateContent` (SPEC §11): the model and streaming are in the URL path.
+    Gemini,
 }
 
 impl Format {
-    pub const ALL: [Format; 3] = [Format::Anthropic, Format::Openai, Format::Responses];
+    pub const ALL: [Format; 4] = [Format::Anthropic, Format::Openai, Format::Responses, Format::Gemini];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Format::Anthropic => "anthropic",
             Format::Openai => "openai",
             Format::Responses => "responses",
+            Format::Gemini => "gemini",
         }
     }
 

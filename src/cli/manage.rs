@@ -27,7 +27,7 @@ pub struct EndpointFields {
     /// Upstream base URL, e.g. https://api.anthropic.com
     #[arg(long)]
     pub base_url: Option<String>,
-    /// anthropic | openai | responses
+    /// anthropic | openai | responses | gemini
     #[arg(long)]
     pub format: Option<String>,
     /// API key (or set CCMESH_ENDPOINT_API_KEY to keep it out of shell history).

@@ -31,36 +31,6 @@ fn shown(v: Option<&str>) -> String {
     v.map_or_else(|| "(missing)".to_string(), |s| format!("'{s}'"))
 }
 
-fn parse_body(body: &[u8]) -> Result<Map<String, Value>, ConvertError> {
-    match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(m)) => Ok(m),
-        Ok(_) => Err(ConvertError::new("body", "the body must be a JSON object")),
-        Err(e) => Err(ConvertError::new("body", format!("the body is not valid JSON: {e}"))),
-    }
-}
-
-/// A tool call's input as a JSON object. `input` when it is a non-empty object (the decoder
-/// parsed the arguments); otherwise the raw `arguments` decide (a Chat decoder gives
-/// unparseable arguments as `input: {}` with the raw string kept); `{}` for no arguments at
-/// all. `None` when the arguments are not a JSON object.
-fn tool_input_object(input: &Value, arguments: Option<&str>) -> Option<Value> {
-    if let Value::Object(o) = input
-        && (!o.is_empty() || arguments.is_none())
-    {
-        return Some(input.clone());
-    }
-    let parse_object = |s: &str| match serde_json::from_str::<Value>(s) {
-        Ok(v @ Value::Object(_)) => Some(v),
-        _ => None,
-    };
-    match (arguments, input) {
-        (Some(a), _) if a.trim().is_empty() => Some(Value::Object(Map::new())),
-        (Some(a), _) => parse_object(a),
-        (None, Value::String(s)) => parse_object(s),
-        (None, Value::Null) => Some(Value::Object(Map::new())),
-        (None, _) => None,
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -23,7 +23,7 @@ use super::upstream::{UpstreamBodyError, UpstreamResponse, join_url, read_body, 
 use crate::breaker::retry_after::parse_retry_after;
 use crate::breaker::{Denied, Outcome, Permit};
 use crate::convert::ir::{ConvertError, EncodeContext};
-use crate::convert::{StreamConversion, count_tokens, upstream_path};
+use crate::convert::{self, StreamConversion, count_tokens, upstream_path};
 use crate::endpoint::EndpointId;
 use crate::gateway::{Gateway, LiveEndpoint, Snapshot};
 use crate::observe::record::{Classification, Tokens};
@@ -112,7 +112,7 @@ pub async fn run(
     // One budget per request for every wait (SPEC §15.1), and never past the total deadline.
     let budget_deadline = (clock.now() + settings.rate_limit_backoff_budget).min(deadline_clock);
     let seen_current = gw.rotation.current(protocol);
-    let conversion = RequestConversion::new(Format::native_to(protocol));
+    let conversion = RequestConversion::new(Format::native_to(protocol), inbound.route == Route::CountTokens);
     let mut run = Run {
         gw: gw.clone(),
         snapshot,
@@ -133,7 +133,7 @@ pub async fn run(
     // model now: one the request cannot be converted for is not a candidate, and if none is
     // left the client learns exactly which feature could not be converted (SPEC §1), rather than
     // a generic failure from an upstream that was sent something it cannot read.
-    if matches!(run.inbound.route, Route::Protocol(_)) {
+    if matches!(run.inbound.route, Route::Protocol(_) | Route::CountTokens) {
         let mut refused: Option<(Format, ConvertError)> = None;
         let mut kept = Vec::with_capacity(candidates.len());
         for endpoint in candidates {
@@ -160,11 +160,11 @@ pub async fn run(
             );
         }
     }
-    if run.inbound.route == Route::CountTokens && !candidates.iter().any(|e| e.config.format == Format::Anthropic) {
+    if run.inbound.route == Route::CountTokens && !candidates.iter().any(|e| convert::counts_tokens(e.config.format)) {
         return run.local_token_count(None, 0).await;
     }
     if run.inbound.route == Route::CountTokens {
-        candidates.retain(|e| e.config.format == Format::Anthropic);
+        candidates.retain(|e| convert::counts_tokens(e.config.format));
     }
 
     // Seed 001's failover switch (SPEC §2 step 1): off, a request goes only to the endpoint the
@@ -443,7 +443,8 @@ impl Run {
         let breaker_settings = settings.breaker(protocol);
         let timeouts = settings.timeouts(protocol);
         let format = endpoint.config.format;
-        let converting = matches!(self.inbound.route, Route::Protocol(_)) && self.conversion.needed(format);
+        let converting =
+            matches!(self.inbound.route, Route::Protocol(_) | Route::CountTokens) && self.conversion.needed(format);
         let (url, body) = if converting {
             let body = match self.converted_body(endpoint) {
                 Ok(b) => b,
@@ -458,7 +459,10 @@ impl Run {
                     };
                 }
             };
-            (join_url(&endpoint.config.base_url, format, upstream_path(format), None), body)
+            // Gemini names the (mapped) model and the method in the path.
+            let model = endpoint.config.map_model(self.inbound.model.as_deref().unwrap_or_default());
+            let path = upstream_path(format, model, self.conversion.call(self.inbound.stream));
+            (join_url(&endpoint.config.base_url, format, &path, None), body)
         } else {
             let url = join_url(&endpoint.config.base_url, format, &self.inbound.rest, self.inbound.query.as_deref());
             (url, self.native_body(endpoint))
@@ -602,7 +606,7 @@ impl Run {
             let client = self.conversion.client;
             if class == Class::Success {
                 let ctx = self.encode_context();
-                match conversion::success_body(format, client, &body, &ctx) {
+                match self.conversion.success_body(format, &body, &ctx) {
                     Ok(converted) => body = converted,
                     Err(e) => {
                         // A 2xx we cannot read is no answer at all: this endpoint's failure.
