@@ -433,4 +433,152 @@ mod tests {
             }
         }
     }
+
+    // --- Gemini against every other format, through the hub
+
+    const OTHERS: [Format; 3] = [Format::Anthropic, Format::Openai, Format::Responses];
+
+    fn gemini_fixture(name: &str) -> Vec<u8> {
+        let path = format!("{}/tests/fixtures/clients/gemini/{name}", env!("CARGO_MANIFEST_DIR"));
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        serde_json::to_vec(&v["body"]).unwrap()
+    }
+
+    #[test]
+    fn gemini_client_requests_convert_to_every_format() {
+        for name in [
+            "cli_tool_03_v1beta_streamGenerateContent_gemini-3.8-flash.json",
+            "cli_plain_01_v1beta_generateContent_gemini-3.5-flash-lite.json",
+            "pysdk_function_manual_06_v1_generateContent_gemini-2.5-flash.json",
+            "nodesdk_chat_stream_tool_06_v1_streamGenerateContent_gemini-2.5-flash.json",
+        ] {
+            let mut req = decode_request(Format::Gemini, &gemini_fixture(name)).unwrap();
+            req.model = "target".into();
+            for target in OTHERS {
+                let sent = encode_request(target, &req).unwrap_or_else(|e| panic!("{name} → {target}: {e}"));
+                let seen = decode_request(target, &sent.body).unwrap();
+                // Chat joins a user turn's text parts into one text; the words are the same.
+                let (texts, calls, results) = essence(&seen);
+                let (want_texts, want_calls, want_results) = essence(&req);
+                assert_eq!(texts.join("\n\n"), want_texts.join("\n\n"), "{name} → {target}");
+                assert_eq!((calls, results), (want_calls, want_results), "{name} → {target}");
+                let names: Vec<_> = seen.tools.iter().map(|t| t.name.clone()).collect();
+                assert_eq!(names, req.tools.iter().map(|t| t.name.clone()).collect::<Vec<_>>(), "{name} → {target}");
+                // Calls and their results still pair up, with the ids the target can hold.
+                let ids = |r: &ir::Request| -> Vec<String> {
+                    r.messages.iter().flat_map(|m| &m.content).filter_map(|p| match p {
+                        Part::ToolUse { id, .. } => Some(id.clone()),
+                        Part::ToolResult { tool_use_id, .. } => Some(tool_use_id.clone()),
+                        _ => None,
+                    }).collect()
+                };
+                let seen_ids = ids(&seen);
+                assert!(seen_ids.chunks(2).all(|p| p.len() < 2 || p[0] == p[1]), "{name} → {target}: {seen_ids:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_format_converts_images_thinking_and_tools_to_gemini_and_back() {
+        let req = ir::Request {
+            model: "m".into(),
+            system: vec![TextPart { text: "sys".into(), cache_control: None }],
+            messages: vec![
+                Message { role: Role::User, content: vec![text("look"), Part::Image(ir::Image::Base64 { media_type: "image/png".into(), data: "iVBORw0KGgo=".into() })] },
+                Message { role: Role::Assistant, content: vec![text("calling"), Part::ToolUse { id: "call_1".into(), name: "f".into(), input: json!({"a": 1}), arguments: None }] },
+                Message { role: Role::User, content: vec![Part::ToolResult { tool_use_id: "call_1".into(), content: vec![ir::ToolResultContent::Text("done".into())], is_error: false }] },
+            ],
+            tools: vec![Tool { name: "f".into(), description: Some("d".into()), input_schema: json!({"type": "object", "properties": {"a": {"type": "integer"}}}), strict: None, namespace: None }],
+            max_tokens: Some(4000),
+            reasoning: Some(ir::Reasoning { budget_tokens: Some(2048), effort: None, adaptive: false, summary: None }),
+            ..ir::Request::default()
+        };
+        for client in OTHERS {
+            let sent = encode_request(client, &req).unwrap();
+            let decoded = decode_request(client, &sent.body).unwrap();
+            let upstream = encode_request(Format::Gemini, &decoded).unwrap();
+            let body: Value = serde_json::from_slice(&upstream.body).unwrap();
+            assert_eq!(body["contents"][0]["parts"][1]["inlineData"]["mimeType"], "image/png", "{client}");
+            assert_eq!(body["contents"][1]["parts"][1]["functionCall"]["name"], "f", "{client}");
+            assert_eq!(body["contents"][2]["parts"][0]["functionResponse"]["response"]["output"], "done", "{client}");
+            assert_eq!(body["tools"][0]["functionDeclarations"][0]["parametersJsonSchema"]["properties"]["a"]["type"], "integer");
+            if decoded.reasoning.is_some() {
+                assert!(body["generationConfig"]["thinkingConfig"]["thinkingBudget"].as_i64().unwrap() > 0, "{client}: {body}");
+            }
+            let back = decode_request(Format::Gemini, &upstream.body).unwrap();
+            assert_eq!(essence(&back), essence(&req), "{client} → gemini");
+        }
+    }
+
+    #[test]
+    fn answers_streams_and_errors_between_gemini_and_every_format() {
+        let ctx = ir::EncodeContext { id_seed: "t".into(), request_model: "asked".into(), ..ir::EncodeContext::default() };
+        let resp = ir::Response {
+            id: "r".into(),
+            model: "gemini-2.5-pro".into(),
+            content: vec![
+                Part::Thinking { text: "hmm".into(), signature: None },
+                text("Hello"),
+                Part::ToolUse { id: "call_9".into(), name: "f".into(), input: json!({"a": 1}), arguments: None },
+            ],
+            stop_reason: Some(StopReason::ToolUse),
+            usage: Usage { input: Some(10), output: Some(7), cache_read: Some(3), reasoning: Some(2), ..Usage::default() },
+            ..ir::Response::default()
+        };
+        for other in OTHERS {
+            // Gemini upstream → other client, and other upstream → Gemini client.
+            for (from, to) in [(Format::Gemini, other), (other, Format::Gemini)] {
+                let upstream = decode_response(from, &encode_response(from, &resp, &ctx)).unwrap();
+                let got = decode_response(to, &encode_response(to, &upstream, &ctx)).unwrap();
+                let texts: Vec<_> = got.content.iter().filter_map(|p| match p { Part::Text(t) => Some(t.text.clone()), _ => None }).collect();
+                assert_eq!(texts, ["Hello"], "{from} → {to}");
+                assert!(got.content.iter().any(|p| matches!(p, Part::ToolUse { name, input, .. } if name == "f" && input["a"] == 1)), "{from} → {to}");
+                assert_eq!(got.stop_reason, Some(StopReason::ToolUse), "{from} → {to}");
+                assert_eq!((got.usage.input, got.usage.output), (Some(10), Some(7)), "{from} → {to}");
+            }
+            // Errors keep their kind both ways.
+            let e = decode_error(Format::Gemini, 429, br#"{"error":{"code":429,"message":"quota","status":"RESOURCE_EXHAUSTED"}}"#);
+            assert_eq!(decode_error(other, 429, &encode_error(other, &e)).kind, ErrorKind::RateLimited);
+            let e = decode_error(other, 503, &encode_error(other, &ir::ErrorBody { kind: ErrorKind::Overloaded, message: "busy".into(), code: None, param: None }));
+            let back: Value = serde_json::from_slice(&encode_error(Format::Gemini, &e)).unwrap();
+            assert_eq!(back["error"]["status"], "UNAVAILABLE", "{other}");
+
+            // Streams: the IR events of an answer, written by one codec, converted to the other.
+            let events = vec![
+                StreamEvent::Start { id: "r".into(), model: "m".into(), usage: Usage::default(), created: None },
+                StreamEvent::BlockStart { index: 0, block: ir::BlockStart::Text },
+                StreamEvent::TextDelta { index: 0, text: "Hel".into() },
+                StreamEvent::TextDelta { index: 0, text: "lo".into() },
+                StreamEvent::BlockStop { index: 0 },
+                StreamEvent::BlockStart { index: 1, block: ir::BlockStart::ToolUse { id: "call_1".into(), name: "f".into() } },
+                StreamEvent::ToolArgsDelta { index: 1, partial_json: "{\"a\":1}".into() },
+                StreamEvent::BlockStop { index: 1 },
+                StreamEvent::Finish { stop_reason: Some(StopReason::ToolUse), stop_sequence: None, usage: Usage { input: Some(5), output: Some(3), ..Usage::default() } },
+                StreamEvent::End,
+            ];
+            for (from, to) in [(Format::Gemini, other), (other, Format::Gemini)] {
+                let mut encoder = StreamEncoder::new(from, ctx.clone());
+                let mut upstream = Vec::new();
+                for e in &events {
+                    encoder.encode(e, &mut upstream);
+                }
+                let mut conversion = StreamConversion::new(from, to, ctx.clone());
+                let mut client = Vec::new();
+                let mut scanner = crate::protocol::sse::SseScanner::new();
+                scanner.feed(&upstream, |e| conversion.event(&e, &mut client));
+                conversion.finish(&mut client);
+                let mut decoder = StreamDecoder::new(to);
+                let mut seen = Vec::new();
+                let mut scanner = crate::protocol::sse::SseScanner::new();
+                scanner.feed(&client, |e| decoder.decode(&e, &mut seen));
+                decoder.finish(&mut seen);
+                let text: String = seen.iter().filter_map(|e| match e { StreamEvent::TextDelta { text, .. } => Some(text.as_str()), _ => None }).collect();
+                assert_eq!(text, "Hello", "{from} → {to}");
+                let args: String = seen.iter().filter_map(|e| match e { StreamEvent::ToolArgsDelta { partial_json, .. } => Some(partial_json.as_str()), _ => None }).collect();
+                assert_eq!(serde_json::from_str::<Value>(&args).unwrap(), json!({"a": 1}), "{from} → {to}");
+                assert!(seen.iter().any(|e| matches!(e, StreamEvent::Finish { stop_reason: Some(StopReason::ToolUse), .. })), "{from} → {to}: {seen:?}");
+                assert_eq!(seen.last(), Some(&StreamEvent::End), "{from} → {to}");
+            }
+        }
+    }
 }

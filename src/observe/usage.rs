@@ -413,6 +413,30 @@ mod tests {
         &transcript[..transcript.find(marker).unwrap()]
     }
 
+    // -- Gemini ---------------------------------------------------------------------------
+
+    const GEMINI_STREAM: &str = "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"The \\\"usageMetadata\\\": {\\\"candidatesTokenCount\\\": 999}\"}],\"role\": \"model\"},\"index\": 0}],\"usageMetadata\": {\"promptTokenCount\": 1200,\"totalTokenCount\": 1200},\"modelVersion\": \"gemini-2.5-pro\"}\r\n\r\n\
+data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \" done\"}],\"role\": \"model\"},\"finishReason\": \"STOP\",\"index\": 0}],\"usageMetadata\": {\"promptTokenCount\": 1200,\"cachedContentTokenCount\": 1000,\"candidatesTokenCount\": 40,\"thoughtsTokenCount\": 25,\"totalTokenCount\": 1265},\"modelVersion\": \"gemini-2.5-pro\"}\r\n\r\n";
+
+    #[test]
+    fn gemini_body_counts_thoughts_as_output_and_subtracts_the_cache() {
+        let body = br#"{"candidates":[{"content":{"parts":[{"text":"Hi"}],"role":"model"},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":1200,"cachedContentTokenCount":1000,"toolUsePromptTokenCount":5,"candidatesTokenCount":40,"thoughtsTokenCount":25,"totalTokenCount":1270},"modelVersion":"gemini-2.5-pro","responseId":"x"}"#;
+        let (tokens, model) = from_body(Format::Gemini, body);
+        assert_eq!(tokens, t(Some(205), Some(65), Some(1000), None));
+        assert_eq!(model.as_deref(), Some("gemini-2.5-pro"));
+        assert_eq!(from_body(Format::Gemini, br#"{"error":{"code":429}}"#), (Tokens::default(), None));
+    }
+
+    #[test]
+    fn gemini_stream_takes_the_last_usage() {
+        let (tokens, model) = stream_all(Format::Gemini, GEMINI_STREAM);
+        assert_eq!(tokens, t(Some(200), Some(65), Some(1000), None));
+        assert_eq!(model.as_deref(), Some("gemini-2.5-pro"));
+        // Cut before the last chunk: the prompt side is known, the output is not.
+        let cut = cut_before(GEMINI_STREAM, "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \" done");
+        assert_eq!(stream_all(Format::Gemini, cut).0, t(Some(1200), None, None, None));
+    }
+
     // -- Anthropic ------------------------------------------------------------------------
 
     /// A Claude Code turn against api.anthropic.com: cache write and read, and the newer API's

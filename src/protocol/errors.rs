@@ -542,6 +542,31 @@ mod tests {
     }
 
     #[test]
+    fn gemini_error_chunk_is_bare_json() {
+        let bytes = stream_error_event(crate::protocol::Format::Gemini, NASTY, &StreamContext::default());
+        // Not an SSE event: the line is the error object itself.
+        assert!(bytes.starts_with(b"{\"error\":{\"code\":502,"), "{}", String::from_utf8_lossy(&bytes));
+        assert!(bytes.ends_with(b"}\n"));
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["error"]["status"], "UNAVAILABLE");
+        assert_eq!(v["error"]["message"], NASTY);
+        for (k, status) in [
+            (ErrorKind::InvalidRequest, "INVALID_ARGUMENT"),
+            (ErrorKind::Authentication, "UNAUTHENTICATED"),
+            (ErrorKind::Permission, "PERMISSION_DENIED"),
+            (ErrorKind::NotFound, "NOT_FOUND"),
+            (ErrorKind::RequestTooLarge, "INVALID_ARGUMENT"),
+            (ErrorKind::RateLimited, "RESOURCE_EXHAUSTED"),
+            (ErrorKind::BadGateway, "UNAVAILABLE"),
+            (ErrorKind::Overloaded, "UNAVAILABLE"),
+            (ErrorKind::GatewayTimeout, "DEADLINE_EXCEEDED"),
+            (ErrorKind::LoopDetected, "INTERNAL"),
+        ] {
+            assert_eq!(k.gemini_status(), status, "{k:?} (SPEC §9)");
+        }
+    }
+
+    #[test]
     fn responses_error_event() {
         let ctx = StreamContext {
             response_id: Some("resp_abc".to_owned()),

@@ -514,6 +514,30 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn gemini_events() {
+        let g = |data: &str| kind(Format::Gemini, None, data);
+        let text = r#"{"candidates": [{"content": {"parts": [{"text": "Hi"}],"role": "model"},"index": 0}],"modelVersion": "gemini-2.5-flash"}"#;
+        assert_eq!(g(text), Content, "no preamble in a Gemini stream");
+        let last = r#"{"candidates": [{"content": {"parts": [{"text": "!"}],"role": "model"},"finishReason": "STOP","index": 0}],"usageMetadata": {"promptTokenCount": 3}}"#;
+        assert_eq!(g(last), Terminal);
+        assert_eq!(g(r#"{"candidates":[{"finish_reason":"MAX_TOKENS"}]}"#), Terminal);
+        assert_eq!(g(r#"{"promptFeedback": {"blockReason": "SAFETY"}}"#), Terminal, "a blocked prompt ends the stream");
+        assert_eq!(g(r#"{"candidates":[{"finishReason":""}]}"#), Content);
+        assert_eq!(
+            g(r#"{"error": {"code": 429, "message": "Resource exhausted", "status": "RESOURCE_EXHAUSTED"}}"#),
+            err(true, false, "Resource exhausted")
+        );
+        assert_eq!(g(r#"{"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}}"#), err(false, true, "overloaded"));
+        // A text that only talks about finishReason is content (the key check is structural).
+        let mut ctx = StreamContext::default();
+        assert_eq!(inspect_and_observe(Format::Gemini, &ev(None, text), &mut ctx), Content);
+        assert_eq!(ctx.model.as_deref(), Some("gemini-2.5-flash"));
+        let tricky = r#"{"candidates": [{"content": {"parts": [{"text": "say \"finishReason\": \"STOP\""}]}}]}"#;
+        assert_eq!(inspect_and_observe(Format::Gemini, &ev(None, tricky), &mut ctx), Content);
+        assert_eq!(g("not json"), Content);
+    }
+
+    #[test]
     fn anthropic_transcript() {
         let (kinds, ctx) = classify_stream(Anthropic, ANTHROPIC);
         let want = [
