@@ -296,3 +296,16 @@ async fn count_tokens_is_answered_by_a_gemini_endpoints_count_tokens() {
     assert_eq!(r.headers()["x-ccmesh-token-count"], "estimated");
     assert_eq!(g.health("gem").await["consecutive_failures"], 0, "a missing count_tokens is neutral");
 }
+
+#[tokio::test]
+async fn the_connectivity_test_calls_generate_content_with_the_test_model() {
+    let (up, g) = gemini_gateway(json!({"test_model": "gemini-2.5-flash"})).await;
+    up.push(Reply::gemini_message("pong"));
+    let (status, v) = g.api(reqwest::Method::POST, "/api/endpoints/gem/test", None).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["test_status"], "available", "{v}");
+    let seen = up.last_request().unwrap();
+    assert_eq!(seen.path, "/v1beta/models/gemini-2.5-flash:generateContent");
+    assert_eq!(seen.header("x-goog-api-key"), Some(KEY));
+    assert_eq!(seen.json()["contents"][0]["parts"][0]["text"], "ping");
+}
