@@ -261,6 +261,65 @@ pub fn encode_count_tokens_response(format: Format, count: u64) -> Vec<u8> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+pub(crate) mod testkit {
+    //! Test helpers that work for every codec through the hub, so a codec's tests need not carry
+    //! their own copy.
+
+    use super::*;
+    use crate::protocol::sse::SseScanner;
+    use serde_json::Value;
+
+    /// Feed `chunks` (any byte boundaries) through the SSE scanner and `format`'s decoder, then
+    /// signal EOF.
+    pub(crate) fn decode_stream(format: Format, chunks: &[&[u8]]) -> Vec<StreamEvent> {
+        let mut scanner = SseScanner::new();
+        let mut decoder = StreamDecoder::new(format);
+        let mut out = Vec::new();
+        for c in chunks {
+            scanner.feed(c, |e| decoder.decode(&e, &mut out));
+        }
+        decoder.finish(&mut out);
+        out
+    }
+
+    /// `events` written by `format`'s stream encoder.
+    pub(crate) fn encode_stream(format: Format, ctx: EncodeContext, events: &[StreamEvent]) -> String {
+        let mut encoder = StreamEncoder::new(format, ctx);
+        let mut out = Vec::new();
+        for e in events {
+            encoder.encode(e, &mut out);
+        }
+        String::from_utf8(out).unwrap()
+    }
+
+    /// A request body given as JSON, decoded.
+    pub(crate) fn decode_json(format: Format, body: &Value) -> Result<Request, ConvertError> {
+        decode_request(format, &serde_json::to_vec(body).unwrap())
+    }
+
+    /// A request encoded, as JSON, with its losses as `field: note`.
+    pub(crate) fn encode_json(format: Format, request: &Request) -> (Value, Vec<String>) {
+        let e = encode_request(format, request).unwrap();
+        (serde_json::from_slice(&e.body).unwrap(), e.losses.iter().map(|l| format!("{}: {}", l.field, l.note)).collect())
+    }
+
+    /// `bytes` split at `cuts` (positions taken modulo the length, in any order).
+    pub(crate) fn split_at_cuts(bytes: &[u8], cuts: &[usize]) -> Vec<Vec<u8>> {
+        let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+        cuts.sort_unstable();
+        let mut chunks = Vec::new();
+        let mut at = 0;
+        for c in cuts {
+            chunks.push(bytes[at..c].to_vec());
+            at = c;
+        }
+        chunks.push(bytes[at..].to_vec());
+        chunks
+    }
+}
+
+#[cfg(test)]
 mod tests {
     //! Cross-codec properties: for every pair of formats, a request converted on its way to an
     //! upstream, and an answer converted on its way back, keep their text, tool names and tool
@@ -557,21 +616,13 @@ mod tests {
                 StreamEvent::End,
             ];
             for (from, to) in [(Format::Gemini, other), (other, Format::Gemini)] {
-                let mut encoder = StreamEncoder::new(from, ctx.clone());
-                let mut upstream = Vec::new();
-                for e in &events {
-                    encoder.encode(e, &mut upstream);
-                }
+                let upstream = testkit::encode_stream(from, ctx.clone(), &events);
                 let mut conversion = StreamConversion::new(from, to, ctx.clone());
                 let mut client = Vec::new();
                 let mut scanner = crate::protocol::sse::SseScanner::new();
-                scanner.feed(&upstream, |e| conversion.event(&e, &mut client));
+                scanner.feed(upstream.as_bytes(), |e| conversion.event(&e, &mut client));
                 conversion.finish(&mut client);
-                let mut decoder = StreamDecoder::new(to);
-                let mut seen = Vec::new();
-                let mut scanner = crate::protocol::sse::SseScanner::new();
-                scanner.feed(&client, |e| decoder.decode(&e, &mut seen));
-                decoder.finish(&mut seen);
+                let seen = testkit::decode_stream(to, &[&client]);
                 let text: String = seen.iter().filter_map(|e| match e { StreamEvent::TextDelta { text, .. } => Some(text.as_str()), _ => None }).collect();
                 assert_eq!(text, "Hello", "{from} → {to}");
                 let args: String = seen.iter().filter_map(|e| match e { StreamEvent::ToolArgsDelta { partial_json, .. } => Some(partial_json.as_str()), _ => None }).collect();

@@ -33,7 +33,7 @@ fn shown(v: Option<&str>) -> String {
 
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     //! Helpers every test of this codec uses, and the properties that span its files: round
     //! trips and no panic on any well-typed input.
 
@@ -45,7 +45,7 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::json;
 
-    pub(super) fn short(s: &str) -> String {
+    pub(crate) fn short(s: &str) -> String {
         if s.chars().count() > 80 {
             format!("{}… ({} chars)", s.chars().take(60).collect::<String>(), s.len())
         } else {
@@ -53,14 +53,14 @@ mod tests {
         }
     }
 
-    pub(super) fn image_json(i: &Image) -> Value {
+    pub(crate) fn image_json(i: &Image) -> Value {
         match i {
             Image::Base64 { media_type, data } => json!({"base64": media_type, "data": short(data)}),
             Image::Url { url } => json!({"url": url}),
         }
     }
 
-    pub(super) fn part_json(p: &Part) -> Value {
+    pub(crate) fn part_json(p: &Part) -> Value {
         match p {
             Part::Text(t) => json!({"text": short(&t.text), "cache_control": t.cache_control}),
             Part::Image(i) => json!({"image": image_json(i)}),
@@ -91,7 +91,7 @@ mod tests {
         }
     }
 
-    pub(super) fn request_json(r: &Request, full_schemas: bool) -> Value {
+    pub(crate) fn request_json(r: &Request, full_schemas: bool) -> Value {
         json!({
             "model": r.model,
             "system": r.system.iter().map(|t| json!({"text": short(&t.text), "cache_control": t.cache_control})).collect::<Vec<_>>(),
@@ -122,7 +122,7 @@ mod tests {
         })
     }
 
-    pub(super) fn response_json(r: &Response) -> Value {
+    pub(crate) fn response_json(r: &Response) -> Value {
         json!({
             "id": r.id, "model": r.model,
             "content": r.content.iter().map(part_json).collect::<Vec<_>>(),

@@ -257,8 +257,10 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::convert::ir::*;
+    use crate::convert::testkit;
+    use crate::protocol::Format;
     use crate::protocol::errors::ErrorKind;
-    use crate::protocol::sse::{SseEvent, SseScanner};
+    use crate::protocol::sse::SseEvent;
     use proptest::prelude::*;
     use serde_json::json;
 
@@ -277,16 +279,15 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn dec(v: &Value) -> Request {
-        decode_request(&serde_json::to_vec(v).unwrap()).unwrap()
+        testkit::decode_json(Format::Gemini, v).unwrap()
     }
 
     pub(crate) fn dec_err(v: &Value) -> ConvertError {
-        decode_request(&serde_json::to_vec(v).unwrap()).unwrap_err()
+        testkit::decode_json(Format::Gemini, v).unwrap_err()
     }
 
     pub(crate) fn enc(req: &Request) -> (Value, Vec<String>) {
-        let e = encode_request(req).unwrap();
-        (serde_json::from_slice(&e.body).unwrap(), e.losses.iter().map(|l| format!("{}: {}", l.field, l.note)).collect())
+        testkit::encode_json(Format::Gemini, req)
     }
 
     pub(crate) fn text(t: &str) -> Part {
@@ -316,90 +317,15 @@ pub(crate) mod tests {
         }
     }
 
-    /// A readable view of IR values for snapshots (long texts shortened).
-    pub(crate) fn short(s: &str) -> String {
-        if s.chars().count() > 80 { format!("{}… ({} chars)", s.chars().take(60).collect::<String>(), s.len()) } else { s.to_owned() }
-    }
+    /// Readable views of IR values for snapshots: the Anthropic codec's, shared.
+    pub(crate) use crate::convert::anthropic::tests::{part_json, request_json, response_json};
 
-    pub(crate) fn part_json(p: &Part) -> Value {
-        match p {
-            Part::Text(t) => json!({"text": short(&t.text)}),
-            Part::Image(Image::Base64 { media_type, data }) => json!({"image": {"base64": media_type, "data": short(data)}}),
-            Part::Image(Image::Url { url }) => json!({"image": {"url": url}}),
-            Part::ToolUse { id, name, input, arguments } => {
-                json!({"tool_use": {"id": id, "name": name, "input": input, "arguments": arguments}})
-            }
-            Part::ToolResult { tool_use_id, content, is_error } => json!({"tool_result": {
-                "tool_use_id": tool_use_id,
-                "is_error": is_error,
-                "content": content.iter().map(|c| match c {
-                    ToolResultContent::Text(t) => json!({"text": short(t)}),
-                    ToolResultContent::Image(_) => json!("image"),
-                }).collect::<Vec<_>>(),
-            }}),
-            Part::Thinking { text, signature } => json!({"thinking": short(text), "signature": signature}),
-            Part::RedactedThinking { data } => json!({"redacted_thinking": short(data)}),
-            Part::ReasoningItem { id, summary, encrypted_content } => {
-                json!({"reasoning_item": {"id": id, "summary": summary, "encrypted_content": encrypted_content}})
-            }
-            Part::Document { source, title } => json!({"document": {"title": title, "source": format!("{source:?}").chars().take(80).collect::<String>()}}),
-        }
-    }
-
-    pub(crate) fn request_json(r: &Request) -> Value {
-        json!({
-            "model": r.model,
-            "system": r.system.iter().map(|t| short(&t.text)).collect::<Vec<_>>(),
-            "messages": r.messages.iter().map(|m| json!({
-                "role": format!("{:?}", m.role),
-                "content": m.content.iter().map(part_json).collect::<Vec<_>>(),
-            })).collect::<Vec<_>>(),
-            "tools": r.tools.iter().map(|t| json!({
-                "name": t.name,
-                "description": t.description.as_deref().map(short),
-                "properties": t.input_schema.get("properties").and_then(Value::as_object).map_or(0, Map::len),
-            })).collect::<Vec<_>>(),
-            "tool_choice": r.tool_choice.as_ref().map(|c| format!("{c:?}")),
-            "max_tokens": r.max_tokens,
-            "temperature": r.temperature,
-            "top_p": r.top_p,
-            "top_k": r.top_k,
-            "stop": r.stop,
-            "stream": r.stream,
-            "reasoning": r.reasoning.as_ref().map(|x| format!("{x:?}")),
-            "output_format": r.output_format.as_ref().map(|x| format!("{x:?}")),
-            "losses": r.losses.iter().map(|l| format!("{}: {}", l.field, l.note)).collect::<Vec<_>>(),
-        })
-    }
-
-    pub(crate) fn response_json(r: &Response) -> Value {
-        json!({
-            "id": r.id, "model": r.model,
-            "content": r.content.iter().map(part_json).collect::<Vec<_>>(),
-            "stop_reason": r.stop_reason.map(|s| format!("{s:?}")),
-            "usage": format!("{:?}", r.usage),
-        })
-    }
-
-    /// Feed `chunks` through the SSE scanner and the decoder, then signal EOF.
     pub(crate) fn decode_chunks(chunks: &[&[u8]]) -> Vec<StreamEvent> {
-        let mut scanner = SseScanner::new();
-        let mut d = StreamDecoder::new();
-        let mut out = Vec::new();
-        for c in chunks {
-            scanner.feed(c, |e| d.decode(&e, &mut out));
-        }
-        d.finish(&mut out);
-        out
+        testkit::decode_stream(Format::Gemini, chunks)
     }
 
     pub(crate) fn encode_events(evs: &[StreamEvent]) -> String {
-        let mut e = StreamEncoder::new(ctx());
-        let mut out = Vec::new();
-        for ev in evs {
-            e.encode(ev, &mut out);
-        }
-        String::from_utf8(out).unwrap()
+        testkit::encode_stream(Format::Gemini, ctx(), evs)
     }
 
     /// A Gemini 2.5 stream: thoughts, text in pieces, a call without id but with a signature,
@@ -603,15 +529,8 @@ data: {\"candidates\": [{\"content\": {\"parts\": [{\"functionCall\": {\"name\":
         #[test]
         fn streams_split_anywhere_decode_the_same(cuts in prop::collection::vec(0usize..2000, 0..8)) {
             let bytes = STREAM_TOOLS.as_bytes();
-            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
-            cuts.sort_unstable();
-            let mut chunks = Vec::new();
-            let mut at = 0;
-            for c in cuts {
-                chunks.push(&bytes[at..c]);
-                at = c;
-            }
-            chunks.push(&bytes[at..]);
+            let chunks = testkit::split_at_cuts(bytes, &cuts);
+            let chunks: Vec<&[u8]> = chunks.iter().map(Vec::as_slice).collect();
             prop_assert_eq!(decode_chunks(&chunks), decode_chunks(&[bytes]));
         }
 

@@ -277,24 +277,28 @@ fn media_out(media_type: &str, data: &str) -> Value {
     json!({"inlineData": {"mimeType": media_type, "data": data}})
 }
 
+/// A file by URL; the media type from its extension (Gemini wants one), `fallback` when that
+/// says nothing useful.
+fn file_part(url: &str, fallback: Option<&'static str>) -> Value {
+    let by_name = crate::protocol::lenient::media_type_for_filename(url.split('?').next().unwrap_or(url));
+    let media_type = match fallback {
+        Some(f) if !by_name.starts_with("image/") => f,
+        _ => by_name,
+    };
+    json!({"fileData": {"mimeType": media_type, "fileUri": url}})
+}
+
 pub(super) fn image_part(i: &Image) -> Value {
     match i {
         Image::Base64 { media_type, data } => media_out(media_type, data),
-        Image::Url { url } => {
-            let media_type = crate::protocol::lenient::media_type_for_filename(url.split('?').next().unwrap_or(url));
-            let media_type = if media_type.starts_with("image/") { media_type } else { "image/jpeg" };
-            json!({"fileData": {"mimeType": media_type, "fileUri": url}})
-        }
+        Image::Url { url } => file_part(url, Some("image/jpeg")),
     }
 }
 
 pub(super) fn document_part(source: &DocumentSource) -> Value {
     match source {
         DocumentSource::Base64 { media_type, data } => media_out(media_type, data),
-        DocumentSource::Url { url } => {
-            let media_type = crate::protocol::lenient::media_type_for_filename(url.split('?').next().unwrap_or(url));
-            json!({"fileData": {"mimeType": media_type, "fileUri": url}})
-        }
+        DocumentSource::Url { url } => file_part(url, None),
         DocumentSource::Text { text } => json!({"text": text}),
     }
 }
@@ -420,43 +424,7 @@ mod tests {
             "modelVersion": "gemini-2.5-pro", "responseId": "abc"
         });
         let r = decode_response(&serde_json::to_vec(&body).unwrap()).unwrap();
-        assert_json_snapshot!(response_json(&r), @r#"
-        {
-          "content": [
-            {
-              "signature": null,
-              "thinking": "Thinking about it"
-            },
-            {
-              "text": "Checking."
-            },
-            {
-              "tool_use": {
-                "arguments": null,
-                "id": "call_b7f07150b5890f5a__thought__CiQB0e2Kb-_x9A",
-                "input": {
-                  "city": "Paris"
-                },
-                "name": "get_weather"
-              }
-            },
-            {
-              "tool_use": {
-                "arguments": null,
-                "id": "fc_2",
-                "input": {
-                  "city": "Oslo"
-                },
-                "name": "get_weather"
-              }
-            }
-          ],
-          "id": "abc",
-          "model": "gemini-2.5-pro",
-          "stop_reason": "ToolUse",
-          "usage": "Usage { input: Some(200), output: Some(65), cache_read: Some(1000), cache_write: None, reasoning: Some(25) }"
-        }
-        "#);
+        assert_json_snapshot!(response_json(&r));
         // The signature comes back out of the id, padded again.
         let (part, valid) = match &r.content[2] {
             Part::ToolUse { id, name, input, arguments } => call_part(id, name, input, arguments.as_deref()),

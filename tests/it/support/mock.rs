@@ -1247,6 +1247,54 @@ fn stream_body(chunks: Vec<(Duration, Bytes)>, end: StreamEnd, guard: CancelGuar
 
 // ====================================================================== tests
 
+fn gemini_usage() -> Value {
+    json!({
+        "promptTokenCount": INPUT_TOKENS,
+        "candidatesTokenCount": OUTPUT_TOKENS,
+        "totalTokenCount": INPUT_TOKENS + OUTPUT_TOKENS,
+        "promptTokensDetails": [{"modality": "TEXT", "tokenCount": INPUT_TOKENS}],
+    })
+}
+
+/// One Gemini stream chunk, framed as the API frames it.
+pub fn gemini_chunk(chunk: &Value) -> String {
+    format!("data: {chunk}\r\n\r\n")
+}
+
+/// A `GenerateContentResponse` whose candidate has `parts` (and `finishReason`, when given).
+pub fn gemini_response(parts: Value, finish: Option<&str>, usage: Option<Value>, response_id: &str) -> Value {
+    let mut candidate = json!({"content": {"parts": parts, "role": "model"}, "index": 0});
+    if let Some(f) = finish {
+        candidate["finishReason"] = json!(f);
+    }
+    let mut body = json!({"candidates": [candidate], "modelVersion": GEMINI_MODEL, "responseId": response_id});
+    if let Some(u) = usage {
+        body["usageMetadata"] = u;
+    }
+    body
+}
+
+/// The body of a non-streaming Gemini answer.
+pub fn gemini_body(text: &str) -> Value {
+    gemini_response(json!([{"text": text}]), Some("STOP"), Some(gemini_usage()), &mock_id("gr"))
+}
+
+/// The chunks of a streamed Gemini answer: one text part each, the last with the finish reason
+/// and the usage (Gemini ends a stream with no event of its own).
+pub fn gemini_stream_events(parts: &[&str]) -> Vec<String> {
+    let id = mock_id("gr");
+    let n = parts.len();
+    parts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let last = i + 1 == n;
+            let usage = if last { gemini_usage() } else { json!({"promptTokenCount": INPUT_TOKENS, "totalTokenCount": INPUT_TOKENS}) };
+            gemini_chunk(&gemini_response(json!([{"text": p}]), last.then_some("STOP"), Some(usage), &id))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
@@ -1935,52 +1983,3 @@ mod tests {
         assert_eq!(client().get(mock.url()).send().await.unwrap().status(), 204);
     }
 }
-
-fn gemini_usage() -> Value {
-    json!({
-        "promptTokenCount": INPUT_TOKENS,
-        "candidatesTokenCount": OUTPUT_TOKENS,
-        "totalTokenCount": INPUT_TOKENS + OUTPUT_TOKENS,
-        "promptTokensDetails": [{"modality": "TEXT", "tokenCount": INPUT_TOKENS}],
-    })
-}
-
-/// One Gemini stream chunk, framed as the API frames it.
-pub fn gemini_chunk(chunk: &Value) -> String {
-    format!("data: {chunk}\r\n\r\n")
-}
-
-/// A `GenerateContentResponse` whose candidate has `parts` (and `finishReason`, when given).
-pub fn gemini_response(parts: Value, finish: Option<&str>, usage: Option<Value>, response_id: &str) -> Value {
-    let mut candidate = json!({"content": {"parts": parts, "role": "model"}, "index": 0});
-    if let Some(f) = finish {
-        candidate["finishReason"] = json!(f);
-    }
-    let mut body = json!({"candidates": [candidate], "modelVersion": GEMINI_MODEL, "responseId": response_id});
-    if let Some(u) = usage {
-        body["usageMetadata"] = u;
-    }
-    body
-}
-
-/// The body of a non-streaming Gemini answer.
-pub fn gemini_body(text: &str) -> Value {
-    gemini_response(json!([{"text": text}]), Some("STOP"), Some(gemini_usage()), &mock_id("gr"))
-}
-
-/// The chunks of a streamed Gemini answer: one text part each, the last with the finish reason
-/// and the usage (Gemini ends a stream with no event of its own).
-pub fn gemini_stream_events(parts: &[&str]) -> Vec<String> {
-    let id = mock_id("gr");
-    let n = parts.len();
-    parts
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let last = i + 1 == n;
-            let usage = if last { gemini_usage() } else { json!({"promptTokenCount": INPUT_TOKENS, "totalTokenCount": INPUT_TOKENS}) };
-            gemini_chunk(&gemini_response(json!([{"text": p}]), last.then_some("STOP"), Some(usage), &id))
-        })
-        .collect()
-}
-

@@ -418,20 +418,20 @@ mod tests {
     #[test]
     fn decode_cli_routing_call() {
         let r = decode_request(&fixture_body(fixture!("cli_plain_01_v1beta_generateContent_gemini-3.5-flash-lite.json"))).unwrap();
-        assert_json_snapshot!(request_json(&r));
+        assert_json_snapshot!(request_json(&r, false));
     }
 
     #[test]
     fn decode_cli_stream_turn() {
         let r = decode_request(&fixture_body(fixture!("cli_plain_02_v1beta_streamGenerateContent_gemini-3.8-flash.json"))).unwrap();
-        assert_json_snapshot!(request_json(&r));
+        assert_json_snapshot!(request_json(&r, false));
     }
 
     #[test]
     fn decode_cli_tool_round_trip() {
         // The CLI made the call id up; the response finds its call by it.
         let r = decode_request(&fixture_body(fixture!("cli_tool_03_v1beta_streamGenerateContent_gemini-3.8-flash.json"))).unwrap();
-        let view = request_json(&r);
+        let view = request_json(&r, false);
         assert_json_snapshot!(view["messages"]);
         let Part::ToolUse { id, .. } = &r.messages[1].content[0] else { panic!("a call") };
         let Part::ToolResult { tool_use_id, .. } = &r.messages[2].content[0] else { panic!("a result") };
@@ -442,19 +442,19 @@ mod tests {
     #[test]
     fn decode_python_sdk_function_turn() {
         let r = decode_request(&fixture_body(fixture!("pysdk_function_manual_06_v1_generateContent_gemini-2.5-flash.json"))).unwrap();
-        assert_json_snapshot!(request_json(&r));
+        assert_json_snapshot!(request_json(&r, false));
     }
 
     #[test]
     fn decode_node_sdk_function_turn() {
         let r = decode_request(&fixture_body(fixture!("nodesdk_function_manual_04_v1_generateContent_gemini-2.5-flash.json"))).unwrap();
-        assert_json_snapshot!(request_json(&r));
+        assert_json_snapshot!(request_json(&r, false));
     }
 
     #[test]
     fn decode_count_tokens_bodies() {
         let r = decode_count_tokens_request(&fixture_body(fixture!("pysdk_count_tokens_11_v1_countTokens_gemini-2.5-flash.json"))).unwrap();
-        assert_json_snapshot!(request_json(&r)["messages"]);
+        assert_json_snapshot!(request_json(&r, false)["messages"]);
         let wrapped = json!({"generateContentRequest": {"model": "models/gemini-2.5-pro", "contents": [{"parts": [{"text": "hi"}]}], "systemInstruction": {"parts": [{"text": "be brief"}]}}});
         let r = decode_count_tokens_request(&serde_json::to_vec(&wrapped).unwrap()).unwrap();
         assert_eq!(r.model, "gemini-2.5-pro");
@@ -496,7 +496,7 @@ mod tests {
             },
             "safetySettings": [{"category": "HARM_CATEGORY_HATE_SPEECH", "threshold": "BLOCK_NONE"}]
         }));
-        let mut view = request_json(&r);
+        let mut view = request_json(&r, false);
         view["schemas"] = json!(r.tools.iter().map(|t| t.input_schema.clone()).collect::<Vec<_>>());
         assert_json_snapshot!(view);
     }
