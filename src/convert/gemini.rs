@@ -318,7 +318,7 @@ pub(crate) mod tests {
     }
 
     /// Readable views of IR values for snapshots: the Anthropic codec's, shared.
-    pub(crate) use crate::convert::anthropic::tests::{part_json, request_json, response_json};
+    pub(crate) use crate::convert::anthropic::tests::{request_json, response_json};
 
     pub(crate) fn decode_chunks(chunks: &[&[u8]]) -> Vec<StreamEvent> {
         testkit::decode_stream(Format::Gemini, chunks)
