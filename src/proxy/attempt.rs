@@ -133,7 +133,7 @@ pub async fn run(
     // model now: one the request cannot be converted for is not a candidate, and if none is
     // left the client learns exactly which feature could not be converted (SPEC §1), rather than
     // a generic failure from an upstream that was sent something it cannot read.
-    if matches!(run.inbound.route, Route::Protocol(_) | Route::CountTokens) {
+    if matches!(run.inbound.route, Route::Protocol(_)) {
         let mut refused: Option<(Format, ConvertError)> = None;
         let mut kept = Vec::with_capacity(candidates.len());
         for endpoint in candidates {
