@@ -132,9 +132,7 @@ fn long_stream(format: Format, n: usize) -> String {
             ev(&mut s, json!({"type": "response.completed", "response": done}));
         }
         Format::Gemini => {
-            let chunk = |part: Value| {
-                json!({"candidates": [{"content": {"parts": [part], "role": "model"}, "index": 0}], "modelVersion": "m", "responseId": "r"})
-            };
+            let chunk = |part: Value| json!({"candidates": [{"content": {"parts": [part], "role": "model"}, "index": 0}], "modelVersion": "m", "responseId": "r"});
             for _ in 0..n {
                 s.push_str(&format!("data: {}\r\n\r\n", chunk(json!({"text": word}))));
             }
@@ -183,7 +181,8 @@ fn main() {
     request_case(&mut rows, "Codex CLI turn (Responses)", Format::Responses, &codex, Format::Openai);
     request_case(&mut rows, "Codex 0.80 turn (Chat)", Format::Openai, &chat, Format::Anthropic);
     request_case(&mut rows, "Claude Code turn (24 tools)", Format::Anthropic, &turn, Format::Gemini);
-    let cli = serde_json::to_vec(&fixture("gemini/cli_tool_03_v1beta_streamGenerateContent_gemini-3.8-flash.json")).expect("json");
+    let cli = serde_json::to_vec(&fixture("gemini/cli_tool_03_v1beta_streamGenerateContent_gemini-3.8-flash.json"))
+        .expect("json");
     request_case(&mut rows, "Gemini CLI turn", Format::Gemini, &cli, Format::Anthropic);
     for (from, to) in [
         (Format::Openai, Format::Anthropic),

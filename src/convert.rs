@@ -301,7 +301,10 @@ pub(crate) mod testkit {
     /// A request encoded, as JSON, with its losses as `field: note`.
     pub(crate) fn encode_json(format: Format, request: &Request) -> (Value, Vec<String>) {
         let e = encode_request(format, request).unwrap();
-        (serde_json::from_slice(&e.body).unwrap(), e.losses.iter().map(|l| format!("{}: {}", l.field, l.note)).collect())
+        (
+            serde_json::from_slice(&e.body).unwrap(),
+            e.losses.iter().map(|l| format!("{}: {}", l.field, l.note)).collect(),
+        )
     }
 
     /// `bytes` split at `cuts` (positions taken modulo the length, in any order).
@@ -525,11 +528,15 @@ mod tests {
                 assert_eq!(names, req.tools.iter().map(|t| t.name.clone()).collect::<Vec<_>>(), "{name} → {target}");
                 // Calls and their results still pair up, with the ids the target can hold.
                 let ids = |r: &ir::Request| -> Vec<String> {
-                    r.messages.iter().flat_map(|m| &m.content).filter_map(|p| match p {
-                        Part::ToolUse { id, .. } => Some(id.clone()),
-                        Part::ToolResult { tool_use_id, .. } => Some(tool_use_id.clone()),
-                        _ => None,
-                    }).collect()
+                    r.messages
+                        .iter()
+                        .flat_map(|m| &m.content)
+                        .filter_map(|p| match p {
+                            Part::ToolUse { id, .. } => Some(id.clone()),
+                            Part::ToolResult { tool_use_id, .. } => Some(tool_use_id.clone()),
+                            _ => None,
+                        })
+                        .collect()
                 };
                 let seen_ids = ids(&seen);
                 assert!(seen_ids.chunks(2).all(|p| p.len() < 2 || p[0] == p[1]), "{name} → {target}: {seen_ids:?}");
@@ -543,11 +550,41 @@ mod tests {
             model: "m".into(),
             system: vec![TextPart { text: "sys".into(), cache_control: None }],
             messages: vec![
-                Message { role: Role::User, content: vec![text("look"), Part::Image(ir::Image::Base64 { media_type: "image/png".into(), data: "iVBORw0KGgo=".into() })] },
-                Message { role: Role::Assistant, content: vec![text("calling"), Part::ToolUse { id: "call_1".into(), name: "f".into(), input: json!({"a": 1}), arguments: None }] },
-                Message { role: Role::User, content: vec![Part::ToolResult { tool_use_id: "call_1".into(), content: vec![ir::ToolResultContent::Text("done".into())], is_error: false }] },
+                Message {
+                    role: Role::User,
+                    content: vec![
+                        text("look"),
+                        Part::Image(ir::Image::Base64 { media_type: "image/png".into(), data: "iVBORw0KGgo=".into() }),
+                    ],
+                },
+                Message {
+                    role: Role::Assistant,
+                    content: vec![
+                        text("calling"),
+                        Part::ToolUse {
+                            id: "call_1".into(),
+                            name: "f".into(),
+                            input: json!({"a": 1}),
+                            arguments: None,
+                        },
+                    ],
+                },
+                Message {
+                    role: Role::User,
+                    content: vec![Part::ToolResult {
+                        tool_use_id: "call_1".into(),
+                        content: vec![ir::ToolResultContent::Text("done".into())],
+                        is_error: false,
+                    }],
+                },
             ],
-            tools: vec![Tool { name: "f".into(), description: Some("d".into()), input_schema: json!({"type": "object", "properties": {"a": {"type": "integer"}}}), strict: None, namespace: None }],
+            tools: vec![Tool {
+                name: "f".into(),
+                description: Some("d".into()),
+                input_schema: json!({"type": "object", "properties": {"a": {"type": "integer"}}}),
+                strict: None,
+                namespace: None,
+            }],
             max_tokens: Some(4000),
             reasoning: Some(ir::Reasoning { budget_tokens: Some(2048), effort: None, adaptive: false, summary: None }),
             ..ir::Request::default()
@@ -560,9 +597,15 @@ mod tests {
             assert_eq!(body["contents"][0]["parts"][1]["inlineData"]["mimeType"], "image/png", "{client}");
             assert_eq!(body["contents"][1]["parts"][1]["functionCall"]["name"], "f", "{client}");
             assert_eq!(body["contents"][2]["parts"][0]["functionResponse"]["response"]["output"], "done", "{client}");
-            assert_eq!(body["tools"][0]["functionDeclarations"][0]["parametersJsonSchema"]["properties"]["a"]["type"], "integer");
+            assert_eq!(
+                body["tools"][0]["functionDeclarations"][0]["parametersJsonSchema"]["properties"]["a"]["type"],
+                "integer"
+            );
             if decoded.reasoning.is_some() {
-                assert!(body["generationConfig"]["thinkingConfig"]["thinkingBudget"].as_i64().unwrap() > 0, "{client}: {body}");
+                assert!(
+                    body["generationConfig"]["thinkingConfig"]["thinkingBudget"].as_i64().unwrap() > 0,
+                    "{client}: {body}"
+                );
             }
             let back = decode_request(Format::Gemini, &upstream.body).unwrap();
             assert_eq!(essence(&back), essence(&req), "{client} → gemini");
@@ -571,7 +614,8 @@ mod tests {
 
     #[test]
     fn answers_streams_and_errors_between_gemini_and_every_format() {
-        let ctx = ir::EncodeContext { id_seed: "t".into(), request_model: "asked".into(), ..ir::EncodeContext::default() };
+        let ctx =
+            ir::EncodeContext { id_seed: "t".into(), request_model: "asked".into(), ..ir::EncodeContext::default() };
         let resp = ir::Response {
             id: "r".into(),
             model: "gemini-2.5-pro".into(),
@@ -581,7 +625,13 @@ mod tests {
                 Part::ToolUse { id: "call_9".into(), name: "f".into(), input: json!({"a": 1}), arguments: None },
             ],
             stop_reason: Some(StopReason::ToolUse),
-            usage: Usage { input: Some(10), output: Some(7), cache_read: Some(3), reasoning: Some(2), ..Usage::default() },
+            usage: Usage {
+                input: Some(10),
+                output: Some(7),
+                cache_read: Some(3),
+                reasoning: Some(2),
+                ..Usage::default()
+            },
             ..ir::Response::default()
         };
         for other in OTHERS {
@@ -589,16 +639,39 @@ mod tests {
             for (from, to) in [(Format::Gemini, other), (other, Format::Gemini)] {
                 let upstream = decode_response(from, &encode_response(from, &resp, &ctx)).unwrap();
                 let got = decode_response(to, &encode_response(to, &upstream, &ctx)).unwrap();
-                let texts: Vec<_> = got.content.iter().filter_map(|p| match p { Part::Text(t) => Some(t.text.clone()), _ => None }).collect();
+                let texts: Vec<_> = got
+                    .content
+                    .iter()
+                    .filter_map(|p| match p {
+                        Part::Text(t) => Some(t.text.clone()),
+                        _ => None,
+                    })
+                    .collect();
                 assert_eq!(texts, ["Hello"], "{from} → {to}");
-                assert!(got.content.iter().any(|p| matches!(p, Part::ToolUse { name, input, .. } if name == "f" && input["a"] == 1)), "{from} → {to}");
+                assert!(
+                    got.content
+                        .iter()
+                        .any(|p| matches!(p, Part::ToolUse { name, input, .. } if name == "f" && input["a"] == 1)),
+                    "{from} → {to}"
+                );
                 assert_eq!(got.stop_reason, Some(StopReason::ToolUse), "{from} → {to}");
                 assert_eq!((got.usage.input, got.usage.output), (Some(10), Some(7)), "{from} → {to}");
             }
             // Errors keep their kind both ways.
-            let e = decode_error(Format::Gemini, 429, br#"{"error":{"code":429,"message":"quota","status":"RESOURCE_EXHAUSTED"}}"#);
+            let e = decode_error(
+                Format::Gemini,
+                429,
+                br#"{"error":{"code":429,"message":"quota","status":"RESOURCE_EXHAUSTED"}}"#,
+            );
             assert_eq!(decode_error(other, 429, &encode_error(other, &e)).kind, ErrorKind::RateLimited);
-            let e = decode_error(other, 503, &encode_error(other, &ir::ErrorBody { kind: ErrorKind::Overloaded, message: "busy".into(), code: None, param: None }));
+            let e = decode_error(
+                other,
+                503,
+                &encode_error(
+                    other,
+                    &ir::ErrorBody { kind: ErrorKind::Overloaded, message: "busy".into(), code: None, param: None },
+                ),
+            );
             let back: Value = serde_json::from_slice(&encode_error(Format::Gemini, &e)).unwrap();
             assert_eq!(back["error"]["status"], "UNAVAILABLE", "{other}");
 
@@ -609,10 +682,17 @@ mod tests {
                 StreamEvent::TextDelta { index: 0, text: "Hel".into() },
                 StreamEvent::TextDelta { index: 0, text: "lo".into() },
                 StreamEvent::BlockStop { index: 0 },
-                StreamEvent::BlockStart { index: 1, block: ir::BlockStart::ToolUse { id: "call_1".into(), name: "f".into() } },
+                StreamEvent::BlockStart {
+                    index: 1,
+                    block: ir::BlockStart::ToolUse { id: "call_1".into(), name: "f".into() },
+                },
                 StreamEvent::ToolArgsDelta { index: 1, partial_json: "{\"a\":1}".into() },
                 StreamEvent::BlockStop { index: 1 },
-                StreamEvent::Finish { stop_reason: Some(StopReason::ToolUse), stop_sequence: None, usage: Usage { input: Some(5), output: Some(3), ..Usage::default() } },
+                StreamEvent::Finish {
+                    stop_reason: Some(StopReason::ToolUse),
+                    stop_sequence: None,
+                    usage: Usage { input: Some(5), output: Some(3), ..Usage::default() },
+                },
                 StreamEvent::End,
             ];
             for (from, to) in [(Format::Gemini, other), (other, Format::Gemini)] {
@@ -623,11 +703,27 @@ mod tests {
                 scanner.feed(upstream.as_bytes(), |e| conversion.event(&e, &mut client));
                 conversion.finish(&mut client);
                 let seen = testkit::decode_stream(to, &[&client]);
-                let text: String = seen.iter().filter_map(|e| match e { StreamEvent::TextDelta { text, .. } => Some(text.as_str()), _ => None }).collect();
+                let text: String = seen
+                    .iter()
+                    .filter_map(|e| match e {
+                        StreamEvent::TextDelta { text, .. } => Some(text.as_str()),
+                        _ => None,
+                    })
+                    .collect();
                 assert_eq!(text, "Hello", "{from} → {to}");
-                let args: String = seen.iter().filter_map(|e| match e { StreamEvent::ToolArgsDelta { partial_json, .. } => Some(partial_json.as_str()), _ => None }).collect();
+                let args: String = seen
+                    .iter()
+                    .filter_map(|e| match e {
+                        StreamEvent::ToolArgsDelta { partial_json, .. } => Some(partial_json.as_str()),
+                        _ => None,
+                    })
+                    .collect();
                 assert_eq!(serde_json::from_str::<Value>(&args).unwrap(), json!({"a": 1}), "{from} → {to}");
-                assert!(seen.iter().any(|e| matches!(e, StreamEvent::Finish { stop_reason: Some(StopReason::ToolUse), .. })), "{from} → {to}: {seen:?}");
+                assert!(
+                    seen.iter()
+                        .any(|e| matches!(e, StreamEvent::Finish { stop_reason: Some(StopReason::ToolUse), .. })),
+                    "{from} → {to}: {seen:?}"
+                );
                 assert_eq!(seen.last(), Some(&StreamEvent::End), "{from} → {to}");
             }
         }

@@ -41,7 +41,8 @@ pub async fn test_endpoint(State(gw): State<Arc<Gateway>>, Path(name): Path<Stri
         Format::Responses => ("/responses", json!({"model": model, "max_output_tokens": 16, "input": "ping"})),
         // The model is in the path; thinking models spend a small output budget on thoughts.
         Format::Gemini => {
-            gemini_path = crate::convert::upstream_path(Format::Gemini, &model, crate::convert::Call::Generate { stream: false });
+            gemini_path =
+                crate::convert::upstream_path(Format::Gemini, &model, crate::convert::Call::Generate { stream: false });
             (
                 gemini_path.as_ref(),
                 json!({"contents": [{"role": "user", "parts": [{"text": "ping"}]}], "generationConfig": {"maxOutputTokens": 16}}),

@@ -31,7 +31,6 @@ fn shown(v: Option<&str>) -> String {
     v.map_or_else(|| "(missing)".to_string(), |s| format!("'{s}'"))
 }
 
-
 #[cfg(test)]
 pub(crate) mod tests {
     //! Helpers every test of this codec uses, and the properties that span its files: round

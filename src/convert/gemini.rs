@@ -75,7 +75,6 @@ fn field_str<'a>(o: &'a Obj, camel: &str, snake: &str) -> Option<&'a str> {
     field(o, camel, snake).and_then(Value::as_str)
 }
 
-
 /// The path after the API version for a request to a Gemini upstream: the model as a resource
 /// name (`models/{model}`, or the name itself when it already is one, such as
 /// `tunedModels/x`), percent-encoded, and the method. `stream` asks for SSE (`alt=sse`), the
@@ -338,7 +337,9 @@ data: {\"candidates\": [{\"content\": {\"parts\": [{\"functionCall\": {\"name\":
     // --- properties across the files
 
     fn word() -> impl Strategy<Value = String> {
-        "[a-zA-Z][a-zA-Z0-9 ,.!?\u{e9}]{0,20}".prop_map(|s| s.trim_end().to_owned()).prop_filter("non-empty", |s| !s.is_empty())
+        "[a-zA-Z][a-zA-Z0-9 ,.!?\u{e9}]{0,20}"
+            .prop_map(|s| s.trim_end().to_owned())
+            .prop_filter("non-empty", |s| !s.is_empty())
     }
 
     fn ident() -> impl Strategy<Value = String> {
@@ -353,22 +354,84 @@ data: {\"candidates\": [{\"content\": {\"parts\": [{\"functionCall\": {\"name\":
             any::<f64>().prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
             "[a-z_]{0,8}".prop_map(Value::from),
             prop::sample::select(vec![
-                "user", "model", "function", "STOP", "MAX_TOKENS", "SAFETY", "AUTO", "ANY", "NONE", "OBJECT", "STRING",
-                "image/png", "application/pdf", "audio/wav", "application/json", "LOW", "HIGH", "INVALID_ARGUMENT",
-                "RESOURCE_EXHAUSTED", "files/abc", "x__thought__AbC-_",
+                "user",
+                "model",
+                "function",
+                "STOP",
+                "MAX_TOKENS",
+                "SAFETY",
+                "AUTO",
+                "ANY",
+                "NONE",
+                "OBJECT",
+                "STRING",
+                "image/png",
+                "application/pdf",
+                "audio/wav",
+                "application/json",
+                "LOW",
+                "HIGH",
+                "INVALID_ARGUMENT",
+                "RESOURCE_EXHAUSTED",
+                "files/abc",
+                "x__thought__AbC-_",
             ])
             .prop_map(Value::from),
         ];
         leaf.prop_recursive(4, 48, 6, |inner| {
             let keys = prop::sample::select(vec![
-                "contents", "parts", "role", "text", "thought", "thoughtSignature", "inlineData", "fileData", "mimeType",
-                "data", "fileUri", "functionCall", "functionResponse", "id", "name", "args", "response", "tools",
-                "functionDeclarations", "parameters", "parametersJsonSchema", "type", "properties", "items", "nullable",
-                "toolConfig", "functionCallingConfig", "mode", "allowedFunctionNames", "generationConfig",
-                "thinkingConfig", "thinkingBudget", "thinkingLevel", "includeThoughts", "candidateCount",
-                "responseSchema", "responseMimeType", "systemInstruction", "candidates", "content", "finishReason",
-                "usageMetadata", "promptTokenCount", "promptFeedback", "blockReason", "error", "code", "message",
-                "status", "generateContentRequest", "totalTokens", "anyOf",
+                "contents",
+                "parts",
+                "role",
+                "text",
+                "thought",
+                "thoughtSignature",
+                "inlineData",
+                "fileData",
+                "mimeType",
+                "data",
+                "fileUri",
+                "functionCall",
+                "functionResponse",
+                "id",
+                "name",
+                "args",
+                "response",
+                "tools",
+                "functionDeclarations",
+                "parameters",
+                "parametersJsonSchema",
+                "type",
+                "properties",
+                "items",
+                "nullable",
+                "toolConfig",
+                "functionCallingConfig",
+                "mode",
+                "allowedFunctionNames",
+                "generationConfig",
+                "thinkingConfig",
+                "thinkingBudget",
+                "thinkingLevel",
+                "includeThoughts",
+                "candidateCount",
+                "responseSchema",
+                "responseMimeType",
+                "systemInstruction",
+                "candidates",
+                "content",
+                "finishReason",
+                "usageMetadata",
+                "promptTokenCount",
+                "promptFeedback",
+                "blockReason",
+                "error",
+                "code",
+                "message",
+                "status",
+                "generateContentRequest",
+                "totalTokens",
+                "anyOf",
             ])
             .prop_map(str::to_owned);
             prop_oneof![
@@ -381,7 +444,8 @@ data: {\"candidates\": [{\"content\": {\"parts\": [{\"functionCall\": {\"name\":
     fn arb_part() -> impl Strategy<Value = Part> {
         prop_oneof![
             word().prop_map(|t| text(&t)),
-            ("[a-z]{1,6}", "[A-Za-z0-9+/]{0,8}").prop_map(|(m, data)| Part::Image(Image::Base64 { media_type: format!("image/{m}"), data })),
+            ("[a-z]{1,6}", "[A-Za-z0-9+/]{0,8}")
+                .prop_map(|(m, data)| Part::Image(Image::Base64 { media_type: format!("image/{m}"), data })),
             word().prop_map(|url| Part::Image(Image::Url { url })),
             (word(), ident(), arb_json(), prop::option::of(word()))
                 .prop_map(|(id, name, input, arguments)| Part::ToolUse { id, name, input, arguments }),
@@ -398,14 +462,30 @@ data: {\"candidates\": [{\"content\": {\"parts\": [{\"functionCall\": {\"name\":
 
     fn arb_request() -> impl Strategy<Value = Request> {
         let role = prop_oneof![Just(Role::User), Just(Role::Assistant), Just(Role::System)];
-        let message = (role, prop::collection::vec(arb_part(), 0..4)).prop_map(|(role, content)| Message { role, content });
-        let tool = (ident(), prop::option::of(word()), arb_json())
-            .prop_map(|(name, description, input_schema)| Tool { name, description, input_schema, strict: None, namespace: None });
-        let choice = prop_oneof![Just(ToolChoice::Auto), Just(ToolChoice::Any), Just(ToolChoice::None), ident().prop_map(ToolChoice::Tool)];
-        let effort = prop::sample::select(vec!["none", "minimal", "low", "medium", "high", "xhigh", "??"]);
-        let reasoning = (prop::option::of(0u64..50_000), prop::option::of(effort), any::<bool>()).prop_map(|(budget_tokens, effort, adaptive)| {
-            Reasoning { budget_tokens, effort: effort.map(Into::into), adaptive, summary: None }
+        let message =
+            (role, prop::collection::vec(arb_part(), 0..4)).prop_map(|(role, content)| Message { role, content });
+        let tool = (ident(), prop::option::of(word()), arb_json()).prop_map(|(name, description, input_schema)| Tool {
+            name,
+            description,
+            input_schema,
+            strict: None,
+            namespace: None,
         });
+        let choice = prop_oneof![
+            Just(ToolChoice::Auto),
+            Just(ToolChoice::Any),
+            Just(ToolChoice::None),
+            ident().prop_map(ToolChoice::Tool)
+        ];
+        let effort = prop::sample::select(vec!["none", "minimal", "low", "medium", "high", "xhigh", "??"]);
+        let reasoning = (prop::option::of(0u64..50_000), prop::option::of(effort), any::<bool>()).prop_map(
+            |(budget_tokens, effort, adaptive)| Reasoning {
+                budget_tokens,
+                effort: effort.map(Into::into),
+                adaptive,
+                summary: None,
+            },
+        );
         (
             prop::collection::vec(message, 0..6),
             prop::collection::vec(tool, 0..3),
@@ -436,12 +516,19 @@ data: {\"candidates\": [{\"content\": {\"parts\": [{\"functionCall\": {\"name\":
             (word(), ident()).prop_map(|(id, name)| BlockStart::ToolUse { id, name }),
         ];
         prop_oneof![
-            (word(), word()).prop_map(|(id, model)| StreamEvent::Start { id, model, usage: Usage::default(), created: None }),
+            (word(), word()).prop_map(|(id, model)| StreamEvent::Start {
+                id,
+                model,
+                usage: Usage::default(),
+                created: None
+            }),
             (index.clone(), block).prop_map(|(index, block)| StreamEvent::BlockStart { index, block }),
             (index.clone(), word()).prop_map(|(index, text)| StreamEvent::TextDelta { index, text }),
             (index.clone(), word()).prop_map(|(index, text)| StreamEvent::ThinkingDelta { index, text }),
-            (index.clone(), "[A-Za-z0-9]{4}").prop_map(|(index, signature)| StreamEvent::SignatureDelta { index, signature }),
-            (index.clone(), "[{}a-z\":]{0,6}").prop_map(|(index, partial_json)| StreamEvent::ToolArgsDelta { index, partial_json }),
+            (index.clone(), "[A-Za-z0-9]{4}")
+                .prop_map(|(index, signature)| StreamEvent::SignatureDelta { index, signature }),
+            (index.clone(), "[{}a-z\":]{0,6}")
+                .prop_map(|(index, partial_json)| StreamEvent::ToolArgsDelta { index, partial_json }),
             index.prop_map(|index| StreamEvent::BlockStop { index }),
             prop::option::of(0u64..100).prop_map(|o| StreamEvent::Finish {
                 stop_reason: Some(StopReason::EndTurn),

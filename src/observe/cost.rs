@@ -469,7 +469,17 @@ mod tests {
             assert!((p.cache_write - p.input * 1.25).abs() < 1e-9, "{model} write");
             assert!((p.cache_read - p.input * 0.1).abs() < 1e-9, "{model} read");
         }
-        for model in ["gpt-5", "gpt-4.1", "gpt-4o", "gpt-4o-mini", "o3", "o4-mini", "glm-4.6", "gemini-2.5-pro", "gemini-2.5-flash"] {
+        for model in [
+            "gpt-5",
+            "gpt-4.1",
+            "gpt-4o",
+            "gpt-4o-mini",
+            "o3",
+            "o4-mini",
+            "glm-4.6",
+            "gemini-2.5-pro",
+            "gemini-2.5-flash",
+        ] {
             let p = table.price(model).unwrap();
             assert_eq!(p.cache_write, p.input, "{model}");
             assert!(p.cache_read < p.input, "{model}");
@@ -493,7 +503,13 @@ mod tests {
         let t = tokens(Some(200), Some(65), Some(1000), None);
         // 200 × 1.25 + 65 × 10 + 1000 × 0.125 = 1025 µUSD.
         assert!(close(table.cost("gemini-2.5-pro", &t, 1.0), 0.001025), "{:?}", table.cost("gemini-2.5-pro", &t, 1.0));
-        for model in ["gemini-2.5-flash", "gemini-2.5-flash-lite", "gemini-3-pro-preview", "gemini-3.1-pro-preview", "gemini-3-flash-preview"] {
+        for model in [
+            "gemini-2.5-flash",
+            "gemini-2.5-flash-lite",
+            "gemini-3-pro-preview",
+            "gemini-3.1-pro-preview",
+            "gemini-3-flash-preview",
+        ] {
             let p = table.price(model).unwrap();
             assert!((p.cache_read - p.input * 0.1).abs() < 1e-9, "{model}: implicit caching is a tenth of input");
         }

@@ -358,7 +358,8 @@ impl GeminiUsage {
             (None, None) => None,
             (c, t) => Some(c.unwrap_or(0).saturating_add(t.unwrap_or(0))),
         };
-        let input = uncached(self.prompt.0, self.cached.0, None).map(|i| i.saturating_add(self.tool_prompt.0.unwrap_or(0)));
+        let input =
+            uncached(self.prompt.0, self.cached.0, None).map(|i| i.saturating_add(self.tool_prompt.0.unwrap_or(0)));
         Tokens { input, output, cache_read: self.cached.0, cache_write: None }
     }
 }

@@ -254,7 +254,8 @@ struct GeminiCandidate {
 /// Keys whose presence can make a Gemini chunk more than content. Quoted, a key can only occur
 /// structurally (inside a JSON string its quotes are escaped), so a chunk with none of them
 /// (most text chunks, once the model is known) needs no parse.
-const GEMINI_KEYS: [&str; 5] = ["\"finishReason\"", "\"finish_reason\"", "\"error\"", "\"blockReason\"", "\"block_reason\""];
+const GEMINI_KEYS: [&str; 5] =
+    ["\"finishReason\"", "\"finish_reason\"", "\"error\"", "\"blockReason\"", "\"block_reason\""];
 
 /// A Gemini stream (SPEC §11): no preamble; content until a candidate carries a `finishReason`;
 /// an error object is the upstream's error (a 429 / `RESOURCE_EXHAUSTED` is rate-limited).
@@ -527,7 +528,10 @@ pub(crate) mod tests {
             g(r#"{"error": {"code": 429, "message": "Resource exhausted", "status": "RESOURCE_EXHAUSTED"}}"#),
             err(true, false, "Resource exhausted")
         );
-        assert_eq!(g(r#"{"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}}"#), err(false, true, "overloaded"));
+        assert_eq!(
+            g(r#"{"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}}"#),
+            err(false, true, "overloaded")
+        );
         // A text that only talks about finishReason is content (the key check is structural).
         let mut ctx = StreamContext::default();
         assert_eq!(inspect_and_observe(Format::Gemini, &ev(None, text), &mut ctx), Content);

@@ -126,7 +126,12 @@ impl RequestConversion {
     /// Convert a successful non-streaming answer (a token count for `count_tokens`). `Err`
     /// means the upstream's 2xx body could not be read as its format — a failure of that
     /// endpoint.
-    pub fn success_body(&self, upstream: Format, body: &[u8], ctx: &ir::EncodeContext) -> Result<Bytes, ir::ConvertError> {
+    pub fn success_body(
+        &self,
+        upstream: Format,
+        body: &[u8],
+        ctx: &ir::EncodeContext,
+    ) -> Result<Bytes, ir::ConvertError> {
         if self.count_tokens {
             let count = convert::decode_count_tokens_response(upstream, body)
                 .ok_or_else(|| ir::ConvertError::new("body", "the answer carries no token count"))?;

@@ -461,6 +461,9 @@ mod tests {
         assert_eq!(forwarded_query(None), None);
         // A Gemini client's credential never goes upstream; its `alt=sse` does.
         assert_eq!(forwarded_query(Some("alt=sse&key=AIzaSyXXXX")), Some("alt=sse".into()));
-        assert_eq!(join_url("http://h", Format::Gemini, "/models/m:streamGenerateContent?alt=sse", Some("x=1")), "http://h/v1beta/models/m:streamGenerateContent?alt=sse&x=1");
+        assert_eq!(
+            join_url("http://h", Format::Gemini, "/models/m:streamGenerateContent?alt=sse", Some("x=1")),
+            "http://h/v1beta/models/m:streamGenerateContent?alt=sse&x=1"
+        );
     }
 }

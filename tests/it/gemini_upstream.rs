@@ -60,7 +60,12 @@ impl Client {
                     .filter(|i| i["type"] == "message")
                     .flat_map(|i| i["content"].as_array().unwrap().iter().filter_map(|c| c["text"].as_str()))
                     .collect();
-                (text, v["model"].as_str().unwrap().into(), n(&v["usage"]["input_tokens"]), n(&v["usage"]["output_tokens"]))
+                (
+                    text,
+                    v["model"].as_str().unwrap().into(),
+                    n(&v["usage"]["input_tokens"]),
+                    n(&v["usage"]["output_tokens"]),
+                )
             }
         }
     }
@@ -132,7 +137,8 @@ async fn every_client_gets_plain_and_streamed_answers_from_a_gemini_endpoint() {
     for client in CLIENTS {
         let (up, g) = gemini_gateway(json!({})).await;
         up.push(Reply::gemini_message("hello from gemini"));
-        let r = g.post_with(client.path(), &client.body(false), &[("x-goog-api-key", "client-key-must-not-leak")]).await;
+        let r =
+            g.post_with(client.path(), &client.body(false), &[("x-goog-api-key", "client-key-must-not-leak")]).await;
         assert_eq!(r.status(), 200, "{client:?}");
         let v: Value = r.json().await.unwrap();
         let (text, model, input, output) = client.read_plain(&v);
@@ -161,7 +167,8 @@ async fn every_client_gets_plain_and_streamed_answers_from_a_gemini_endpoint() {
 async fn the_mapped_model_goes_into_the_path_and_a_versioned_base_url_keeps_its_version() {
     let up = MockUpstream::start().await;
     let g = TestGateway::start().await;
-    g.add("gem", "gemini", &format!("{}/v1", up.url()), json!({"api_key": KEY, "model_map": {"*": "gemini-2.5-pro"}})).await;
+    g.add("gem", "gemini", &format!("{}/v1", up.url()), json!({"api_key": KEY, "model_map": {"*": "gemini-2.5-pro"}}))
+        .await;
     up.push(Reply::gemini_message("ok"));
     assert_eq!(g.post("/v1/messages", &claude_body("claude-sonnet-4-5", false)).await.status(), 200);
     assert_eq!(up.last_request().unwrap().path, "/v1/models/gemini-2.5-pro:generateContent");
@@ -198,9 +205,12 @@ async fn a_gemini_error_chunk_mid_stream_becomes_the_clients_error_event() {
         let id = "resp-mid";
         up.push(Reply::sse([
             gemini_chunk(&gemini_response(json!([{"text": "partial "}]), None, None, id)),
-            gemini_chunk(&json!({"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}})),
+            gemini_chunk(
+                &json!({"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}}),
+            ),
         ]));
-        let text = String::from_utf8(g.post(client.path(), &client.body(true)).await.bytes().await.unwrap().to_vec()).unwrap();
+        let text =
+            String::from_utf8(g.post(client.path(), &client.body(true)).await.bytes().await.unwrap().to_vec()).unwrap();
         let (out, terminal, error) = client.read_stream(&text);
         assert_eq!(out, "partial ", "{client:?}: {text}");
         assert!(!terminal, "{client:?}: {text}");
@@ -214,7 +224,8 @@ async fn a_gemini_error_chunk_mid_stream_becomes_the_clients_error_event() {
 async fn a_gemini_stream_cut_before_its_finish_reason_is_a_failure() {
     let (up, g) = gemini_gateway(json!({})).await;
     up.push(Reply::gemini_stream(&["a", "b", "c"]).truncated(2));
-    let text = String::from_utf8(g.post("/v1/messages", &claude_body("m", true)).await.bytes().await.unwrap().to_vec()).unwrap();
+    let text = String::from_utf8(g.post("/v1/messages", &claude_body("m", true)).await.bytes().await.unwrap().to_vec())
+        .unwrap();
     let (out, terminal, error) = Client::Claude.read_stream(&text);
     assert_eq!(out, "ab");
     assert!(!terminal && error.is_some(), "{text}");
@@ -278,7 +289,10 @@ async fn a_tool_round_trip_keeps_ids_and_thought_signatures() {
 #[tokio::test]
 async fn count_tokens_is_answered_by_a_gemini_endpoints_count_tokens() {
     let (up, g) = gemini_gateway(json!({})).await;
-    up.push(Reply::json(200, json!({"totalTokens": 31, "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 31}]})));
+    up.push(Reply::json(
+        200,
+        json!({"totalTokens": 31, "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 31}]}),
+    ));
     let body = json!({"model": "m", "messages": [{"role": "user", "content": "count me"}]});
     let r = g.post("/v1/messages/count_tokens", &body).await;
     assert_eq!(r.status(), 200);

@@ -303,7 +303,8 @@ fn gemini_calls(turn: &Turn) -> Vec<Value> {
         .iter()
         .enumerate()
         .map(|(n, city)| {
-            let mut part = json!({"functionCall": {"id": Fmt::Gemini.call_id(n), "name": TOOL_NAME, "args": arguments(city)}});
+            let mut part =
+                json!({"functionCall": {"id": Fmt::Gemini.call_id(n), "name": TOOL_NAME, "args": arguments(city)}});
             if n == 0 {
                 part["thoughtSignature"] = json!(GEMINI_SIGNATURE);
             }
@@ -339,7 +340,8 @@ fn gemini_events(turn: &Turn) -> Vec<String> {
         .enumerate()
         .map(|(i, parts)| {
             let last = i + 1 == n;
-            let usage = if last { gemini_usage(turn.usage) } else { json!({"promptTokenCount": turn.usage.total_input()}) };
+            let usage =
+                if last { gemini_usage(turn.usage) } else { json!({"promptTokenCount": turn.usage.total_input()}) };
             mock::gemini_chunk(&mock::gemini_response(parts, last.then_some("STOP"), Some(usage), &id))
         })
         .collect()
@@ -966,8 +968,7 @@ fn check_tool_result_placement(upstream: Fmt, body: &Value, what: &str) {
         let contents = body["contents"].as_array().unwrap();
         for (i, c) in contents.iter().enumerate() {
             let parts = c["parts"].as_array().unwrap();
-            let called: Vec<&str> =
-                parts.iter().filter_map(|p| p["functionCall"]["id"].as_str()).collect();
+            let called: Vec<&str> = parts.iter().filter_map(|p| p["functionCall"]["id"].as_str()).collect();
             if called.is_empty() {
                 continue;
             }

@@ -6,8 +6,8 @@ use std::borrow::Cow;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::protocol::lenient::arguments_object;
 use crate::convert::ir::*;
+use crate::protocol::lenient::arguments_object;
 use crate::protocol::lenient::{count, get, get_str};
 
 pub fn stop_reason_from_wire(s: &str) -> Option<StopReason> {

@@ -15,7 +15,12 @@ const MAX_ERROR_MESSAGE: usize = 2000;
 /// An error kind from a Google RPC status name (or, for relays, an Anthropic / OpenAI type).
 pub(super) fn kind_from_status_name(status: &str) -> Option<ErrorKind> {
     Some(match status {
-        "INVALID_ARGUMENT" | "FAILED_PRECONDITION" | "OUT_OF_RANGE" | "ABORTED" | "ALREADY_EXISTS" | "CANCELLED"
+        "INVALID_ARGUMENT"
+        | "FAILED_PRECONDITION"
+        | "OUT_OF_RANGE"
+        | "ABORTED"
+        | "ALREADY_EXISTS"
+        | "CANCELLED"
         | "invalid_request_error" => ErrorKind::InvalidRequest,
         "UNAUTHENTICATED" | "authentication_error" | "invalid_api_key" => ErrorKind::Authentication,
         "PERMISSION_DENIED" | "permission_error" => ErrorKind::Permission,
@@ -38,7 +43,12 @@ pub(super) fn error_fields(e: &Obj, by_status: ErrorKind) -> (ErrorKind, Option<
     let kind = status
         .and_then(kind_from_status_name)
         .or_else(|| code.and_then(Value::as_str).and_then(kind_from_status_name))
-        .or_else(|| code.and_then(count).and_then(|c| u16::try_from(c).ok()).filter(|c| (400..600).contains(c)).map(ErrorKind::from_status))
+        .or_else(|| {
+            code.and_then(count)
+                .and_then(|c| u16::try_from(c).ok())
+                .filter(|c| (400..600).contains(c))
+                .map(ErrorKind::from_status)
+        })
         .unwrap_or(by_status);
     let message = get_str(e, "message").map(|m| truncate_marked(m, MAX_ERROR_MESSAGE));
     (kind, message, status.map(str::to_owned))
@@ -63,7 +73,12 @@ pub fn decode_error(status: u16, body: &[u8]) -> ErrorBody {
             }
         }
         if let Some(message) = error.and_then(Value::as_str).or_else(|| get_str(o, "message")) {
-            return ErrorBody { kind: by_status, message: truncate_marked(message, MAX_ERROR_MESSAGE), code: None, param: None };
+            return ErrorBody {
+                kind: by_status,
+                message: truncate_marked(message, MAX_ERROR_MESSAGE),
+                code: None,
+                param: None,
+            };
         }
     }
     let message = body_text(body, MAX_ERROR_MESSAGE).unwrap_or_else(|| format!("upstream answered HTTP {status}"));
@@ -74,7 +89,11 @@ pub fn decode_error(status: u16, body: &[u8]) -> ErrorBody {
 /// (`FAILED_PRECONDITION` survives), else the kind's (SPEC §9).
 fn status_name(e: &ErrorBody) -> &str {
     match e.code.as_deref() {
-        Some(s) if s.bytes().all(|b| b.is_ascii_uppercase() || b == b'_') && kind_from_status_name(s) == Some(e.kind) => s,
+        Some(s)
+            if s.bytes().all(|b| b.is_ascii_uppercase() || b == b'_') && kind_from_status_name(s) == Some(e.kind) =>
+        {
+            s
+        }
         _ => e.kind.gemini_status(),
     }
 }
@@ -99,21 +118,51 @@ mod tests {
 
     fn fixture_answer(status: u16, body: &str) -> String {
         let e = decode_error(status, body.as_bytes());
-        format!("{status} {body} → {:?} {:?} {:?} → {}", e.kind, e.message, e.code, String::from_utf8(encode_error(&e)).unwrap())
+        format!(
+            "{status} {body} → {:?} {:?} {:?} → {}",
+            e.kind,
+            e.message,
+            e.code,
+            String::from_utf8(encode_error(&e)).unwrap()
+        )
     }
 
     #[test]
     fn decode_and_encode_errors() {
         let table = [
-            (400, r#"{"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID"}]}}"#),
-            (400, r#"{"error":{"code":400,"message":"User location is not supported for the API use.","status":"FAILED_PRECONDITION"}}"#),
-            (403, r#"{"error":{"code":403,"message":"Method doesn't allow unregistered callers.","status":"PERMISSION_DENIED"}}"#),
-            (404, r#"{"error":{"code":404,"message":"models/gemini-9 is not found for API version v1beta","status":"NOT_FOUND"}}"#),
-            (429, r#"{"error":{"code":429,"message":"You exceeded your current quota, please check your plan and billing details.","status":"RESOURCE_EXHAUSTED"}}"#),
+            (
+                400,
+                r#"{"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID"}]}}"#,
+            ),
+            (
+                400,
+                r#"{"error":{"code":400,"message":"User location is not supported for the API use.","status":"FAILED_PRECONDITION"}}"#,
+            ),
+            (
+                403,
+                r#"{"error":{"code":403,"message":"Method doesn't allow unregistered callers.","status":"PERMISSION_DENIED"}}"#,
+            ),
+            (
+                404,
+                r#"{"error":{"code":404,"message":"models/gemini-9 is not found for API version v1beta","status":"NOT_FOUND"}}"#,
+            ),
+            (
+                429,
+                r#"{"error":{"code":429,"message":"You exceeded your current quota, please check your plan and billing details.","status":"RESOURCE_EXHAUSTED"}}"#,
+            ),
             (500, r#"{"error":{"code":500,"message":"An internal error has occurred.","status":"INTERNAL"}}"#),
-            (503, r#"{"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}"#),
-            (504, r#"{"error":{"code":504,"message":"Deadline expired before operation could complete.","status":"DEADLINE_EXCEEDED"}}"#),
-            (401, r#"{"error":{"code":401,"message":"Request had invalid authentication credentials.","status":"UNAUTHENTICATED"}}"#),
+            (
+                503,
+                r#"{"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}"#,
+            ),
+            (
+                504,
+                r#"{"error":{"code":504,"message":"Deadline expired before operation could complete.","status":"DEADLINE_EXCEEDED"}}"#,
+            ),
+            (
+                401,
+                r#"{"error":{"code":401,"message":"Request had invalid authentication credentials.","status":"UNAUTHENTICATED"}}"#,
+            ),
             (429, r#"[{"error":{"code":429,"message":"Resource has been exhausted","status":"RESOURCE_EXHAUSTED"}}]"#),
             (429, r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#),
             (502, "<html><body>Bad Gateway</body></html>"),
@@ -151,7 +200,13 @@ mod tests {
     #[test]
     fn the_stream_error_is_a_bare_json_chunk() {
         let mut out = Vec::new();
-        error_chunk(&ErrorBody { kind: ErrorKind::RateLimited, message: "slow down".into(), code: None, param: None }, &mut out);
-        assert_eq!(String::from_utf8(out).unwrap(), "{\"error\":{\"code\":429,\"message\":\"slow down\",\"status\":\"RESOURCE_EXHAUSTED\"}}\n");
+        error_chunk(
+            &ErrorBody { kind: ErrorKind::RateLimited, message: "slow down".into(), code: None, param: None },
+            &mut out,
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "{\"error\":{\"code\":429,\"message\":\"slow down\",\"status\":\"RESOURCE_EXHAUSTED\"}}\n"
+        );
     }
 }

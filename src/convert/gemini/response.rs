@@ -20,10 +20,21 @@ pub(super) fn stop_reason(reason: &str) -> Option<StopReason> {
     Some(match reason {
         "STOP" => StopReason::EndTurn,
         "MAX_TOKENS" => StopReason::MaxTokens,
-        "SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII" | "IMAGE_SAFETY"
-        | "IMAGE_PROHIBITED_CONTENT" | "IMAGE_RECITATION" => StopReason::Refusal,
-        "MALFORMED_FUNCTION_CALL" | "UNEXPECTED_TOOL_CALL" | "TOO_MANY_TOOL_CALLS" | "LANGUAGE" | "OTHER"
-        | "IMAGE_OTHER" | "NO_IMAGE" => StopReason::EndTurn,
+        "SAFETY"
+        | "RECITATION"
+        | "BLOCKLIST"
+        | "PROHIBITED_CONTENT"
+        | "SPII"
+        | "IMAGE_SAFETY"
+        | "IMAGE_PROHIBITED_CONTENT"
+        | "IMAGE_RECITATION" => StopReason::Refusal,
+        "MALFORMED_FUNCTION_CALL"
+        | "UNEXPECTED_TOOL_CALL"
+        | "TOO_MANY_TOOL_CALLS"
+        | "LANGUAGE"
+        | "OTHER"
+        | "IMAGE_OTHER"
+        | "NO_IMAGE" => StopReason::EndTurn,
         _ => return None,
     })
 }
@@ -332,10 +343,14 @@ pub fn decode_response(body: &[u8]) -> Result<Response, ConvertError> {
     if let Some(u) = field(&obj, "usageMetadata", "usage_metadata").and_then(Value::as_object) {
         response.usage = decode_usage(u);
     }
-    let candidate = get(&obj, "candidates").and_then(Value::as_array).and_then(|c| c.first()).and_then(Value::as_object);
+    let candidate =
+        get(&obj, "candidates").and_then(Value::as_array).and_then(|c| c.first()).and_then(Value::as_object);
     let Some(candidate) = candidate else {
         // No candidate: the prompt itself was blocked (a content-filter answer, SPEC §15.4).
-        if field(&obj, "promptFeedback", "prompt_feedback").and_then(|f| field_str(f.as_object()?, "blockReason", "block_reason")).is_some() {
+        if field(&obj, "promptFeedback", "prompt_feedback")
+            .and_then(|f| field_str(f.as_object()?, "blockReason", "block_reason"))
+            .is_some()
+        {
             response.stop_reason = Some(StopReason::Refusal);
         }
         return Ok(response);
@@ -363,7 +378,9 @@ pub(super) fn answer_parts(content: &[Part]) -> Vec<Value> {
             Part::ReasoningItem { summary, .. } if !summary.is_empty() => {
                 parts.push(thought_part(&summary.join("\n\n"), None));
             }
-            Part::ToolUse { id, name, input, arguments } => parts.push(call_part(id, name, input, arguments.as_deref()).0),
+            Part::ToolUse { id, name, input, arguments } => {
+                parts.push(call_part(id, name, input, arguments.as_deref()).0)
+            }
             Part::Image(i) => parts.push(image_part(i)),
             _ => {}
         }
@@ -438,8 +455,19 @@ mod tests {
     #[test]
     fn finish_reasons_both_ways() {
         let table: Vec<(&str, Option<StopReason>, &str)> = [
-            "STOP", "MAX_TOKENS", "SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY",
-            "MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS", "LANGUAGE", "OTHER",
+            "STOP",
+            "MAX_TOKENS",
+            "SAFETY",
+            "RECITATION",
+            "BLOCKLIST",
+            "PROHIBITED_CONTENT",
+            "SPII",
+            "IMAGE_SAFETY",
+            "MALFORMED_FUNCTION_CALL",
+            "UNEXPECTED_TOOL_CALL",
+            "TOO_MANY_TOOL_CALLS",
+            "LANGUAGE",
+            "OTHER",
             "FINISH_REASON_UNSPECIFIED",
         ]
         .into_iter()
@@ -484,10 +512,21 @@ mod tests {
             content: vec![
                 Part::Thinking { text: "Plan.".into(), signature: Some("EqQBCgIYAhIM".into()) },
                 text("Checking."),
-                Part::ToolUse { id: "toolu_01".into(), name: "get_weather".into(), input: json!({}), arguments: Some("{\"city\":\"Paris\"}".into()) },
+                Part::ToolUse {
+                    id: "toolu_01".into(),
+                    name: "get_weather".into(),
+                    input: json!({}),
+                    arguments: Some("{\"city\":\"Paris\"}".into()),
+                },
             ],
             stop_reason: Some(StopReason::ToolUse),
-            usage: Usage { input: Some(10), output: Some(20), cache_read: Some(5), cache_write: Some(2), reasoning: Some(4) },
+            usage: Usage {
+                input: Some(10),
+                output: Some(20),
+                cache_read: Some(5),
+                cache_write: Some(2),
+                reasoning: Some(4),
+            },
             ..Response::default()
         };
         let body = encode_response(&r, &ctx());

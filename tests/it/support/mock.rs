@@ -1289,7 +1289,11 @@ pub fn gemini_stream_events(parts: &[&str]) -> Vec<String> {
         .enumerate()
         .map(|(i, p)| {
             let last = i + 1 == n;
-            let usage = if last { gemini_usage() } else { json!({"promptTokenCount": INPUT_TOKENS, "totalTokenCount": INPUT_TOKENS}) };
+            let usage = if last {
+                gemini_usage()
+            } else {
+                json!({"promptTokenCount": INPUT_TOKENS, "totalTokenCount": INPUT_TOKENS})
+            };
             gemini_chunk(&gemini_response(json!([{"text": p}]), last.then_some("STOP"), Some(usage), &id))
         })
         .collect()

@@ -150,7 +150,8 @@ fn content(i: usize, c: &Value, calls: &mut Calls, losses: &mut Vec<Loss>) -> Re
         let Some(p) = p.as_object() else {
             return Err(ConvertError::new(at(), "each part must be an object"));
         };
-        if let Some(uri) = field(p, "fileData", "file_data").and_then(|d| field_str(d.as_object()?, "fileUri", "file_uri"))
+        if let Some(uri) =
+            field(p, "fileData", "file_data").and_then(|d| field_str(d.as_object()?, "fileUri", "file_uri"))
             && is_gemini_file(uri)
         {
             return Err(ConvertError::new(
@@ -161,7 +162,9 @@ fn content(i: usize, c: &Value, calls: &mut Calls, losses: &mut Vec<Loss>) -> Re
         match decode_part(p, calls) {
             Decoded::Part(part) => out.push(part),
             Decoded::Skip => {}
-            Decoded::ServerTool => losses.push(Loss::new(at(), "dropped: code execution history exists only at Gemini")),
+            Decoded::ServerTool => {
+                losses.push(Loss::new(at(), "dropped: code execution history exists only at Gemini"))
+            }
             Decoded::Media(mime) => {
                 return Err(ConvertError::new(
                     at(),
@@ -194,7 +197,10 @@ fn tools(k: usize, tool: &Value, out: &mut Vec<Tool>, losses: &mut Vec<Loss>) ->
     }
     let Some(decls) = field(t, "functionDeclarations", "function_declarations") else { return Ok(()) };
     let Some(decls) = decls.as_array() else {
-        return Err(ConvertError::new(format!("tools[{k}].functionDeclarations"), "`functionDeclarations` must be an array"));
+        return Err(ConvertError::new(
+            format!("tools[{k}].functionDeclarations"),
+            "`functionDeclarations` must be an array",
+        ));
     };
     for (d, decl) in decls.iter().enumerate() {
         let at = format!("tools[{k}].functionDeclarations[{d}]");
@@ -211,8 +217,11 @@ fn tools(k: usize, tool: &Value, out: &mut Vec<Tool>, losses: &mut Vec<Loss>) ->
         } else {
             serde_json::json!({"type": "object", "properties": {}})
         };
-        if field(decl, "response", "response").is_some() || field(decl, "responseJsonSchema", "response_json_schema").is_some() {
-            losses.push(Loss::new(format!("{at}.response"), "dropped: the other formats do not declare a result schema"));
+        if field(decl, "response", "response").is_some()
+            || field(decl, "responseJsonSchema", "response_json_schema").is_some()
+        {
+            losses
+                .push(Loss::new(format!("{at}.response"), "dropped: the other formats do not declare a result schema"));
         }
         out.push(Tool {
             name: name.to_owned(),
@@ -300,10 +309,9 @@ fn refuse_generation(g: &Obj) -> Result<(), ConvertError> {
 fn number(g: &Obj, camel: &str, snake: &str) -> Result<Option<f64>, ConvertError> {
     match field(g, camel, snake) {
         None => Ok(None),
-        Some(v) => v
-            .as_f64()
-            .map(Some)
-            .ok_or_else(|| ConvertError::new(format!("generationConfig.{camel}"), format!("`{camel}` must be a number"))),
+        Some(v) => v.as_f64().map(Some).ok_or_else(|| {
+            ConvertError::new(format!("generationConfig.{camel}"), format!("`{camel}` must be a number"))
+        }),
     }
 }
 
@@ -342,7 +350,8 @@ fn generation_config(g: &Obj, req: &mut Request, losses: &mut Vec<Loss>) -> Resu
         (Some("application/json"), None) => Some(OutputFormat::JsonObject),
         (Some("text/plain") | None, None) => None,
         (Some(other), None) => {
-            losses.push(Loss::new("generationConfig.responseMimeType", format!("dropped: '{other}' has no equivalent")));
+            losses
+                .push(Loss::new("generationConfig.responseMimeType", format!("dropped: '{other}' has no equivalent")));
             None
         }
     };
@@ -371,19 +380,18 @@ fn generation_config(g: &Obj, req: &mut Request, losses: &mut Vec<Loss>) -> Resu
 /// `includeThoughts` asks for the thoughts to be shown (a reasoning summary, for Responses).
 fn thinking(t: &Obj) -> Result<Option<Reasoning>, ConvertError> {
     let include = field(t, "includeThoughts", "include_thoughts").and_then(Value::as_bool) == Some(true);
-    let mut r = Reasoning {
-        budget_tokens: None,
-        effort: None,
-        adaptive: false,
-        summary: include.then(|| "auto".to_owned()),
-    };
+    let mut r =
+        Reasoning { budget_tokens: None, effort: None, adaptive: false, summary: include.then(|| "auto".to_owned()) };
     match field(t, "thinkingBudget", "thinking_budget") {
         None => {}
         Some(b) if b.as_i64() == Some(-1) => r.adaptive = true,
         Some(b) if b.as_i64() == Some(0) => r.effort = Some("none".into()),
         Some(b) => {
             r.budget_tokens = Some(count(b).ok_or_else(|| {
-                ConvertError::new("generationConfig.thinkingConfig.thinkingBudget", "`thinkingBudget` must be an integer")
+                ConvertError::new(
+                    "generationConfig.thinkingConfig.thinkingBudget",
+                    "`thinkingBudget` must be an integer",
+                )
             })?);
         }
     }
@@ -417,20 +425,26 @@ mod tests {
 
     #[test]
     fn decode_cli_routing_call() {
-        let r = decode_request(&fixture_body(fixture!("cli_plain_01_v1beta_generateContent_gemini-3.5-flash-lite.json"))).unwrap();
+        let r =
+            decode_request(&fixture_body(fixture!("cli_plain_01_v1beta_generateContent_gemini-3.5-flash-lite.json")))
+                .unwrap();
         assert_json_snapshot!(request_json(&r, false));
     }
 
     #[test]
     fn decode_cli_stream_turn() {
-        let r = decode_request(&fixture_body(fixture!("cli_plain_02_v1beta_streamGenerateContent_gemini-3.8-flash.json"))).unwrap();
+        let r =
+            decode_request(&fixture_body(fixture!("cli_plain_02_v1beta_streamGenerateContent_gemini-3.8-flash.json")))
+                .unwrap();
         assert_json_snapshot!(request_json(&r, false));
     }
 
     #[test]
     fn decode_cli_tool_round_trip() {
         // The CLI made the call id up; the response finds its call by it.
-        let r = decode_request(&fixture_body(fixture!("cli_tool_03_v1beta_streamGenerateContent_gemini-3.8-flash.json"))).unwrap();
+        let r =
+            decode_request(&fixture_body(fixture!("cli_tool_03_v1beta_streamGenerateContent_gemini-3.8-flash.json")))
+                .unwrap();
         let view = request_json(&r, false);
         assert_json_snapshot!(view["messages"]);
         let Part::ToolUse { id, .. } = &r.messages[1].content[0] else { panic!("a call") };
@@ -441,19 +455,28 @@ mod tests {
 
     #[test]
     fn decode_python_sdk_function_turn() {
-        let r = decode_request(&fixture_body(fixture!("pysdk_function_manual_06_v1_generateContent_gemini-2.5-flash.json"))).unwrap();
+        let r = decode_request(&fixture_body(fixture!(
+            "pysdk_function_manual_06_v1_generateContent_gemini-2.5-flash.json"
+        )))
+        .unwrap();
         assert_json_snapshot!(request_json(&r, false));
     }
 
     #[test]
     fn decode_node_sdk_function_turn() {
-        let r = decode_request(&fixture_body(fixture!("nodesdk_function_manual_04_v1_generateContent_gemini-2.5-flash.json"))).unwrap();
+        let r = decode_request(&fixture_body(fixture!(
+            "nodesdk_function_manual_04_v1_generateContent_gemini-2.5-flash.json"
+        )))
+        .unwrap();
         assert_json_snapshot!(request_json(&r, false));
     }
 
     #[test]
     fn decode_count_tokens_bodies() {
-        let r = decode_count_tokens_request(&fixture_body(fixture!("pysdk_count_tokens_11_v1_countTokens_gemini-2.5-flash.json"))).unwrap();
+        let r = decode_count_tokens_request(&fixture_body(fixture!(
+            "pysdk_count_tokens_11_v1_countTokens_gemini-2.5-flash.json"
+        )))
+        .unwrap();
         assert_json_snapshot!(request_json(&r, false)["messages"]);
         let wrapped = json!({"generateContentRequest": {"model": "models/gemini-2.5-pro", "contents": [{"parts": [{"text": "hi"}]}], "systemInstruction": {"parts": [{"text": "be brief"}]}}});
         let r = decode_count_tokens_request(&serde_json::to_vec(&wrapped).unwrap()).unwrap();
@@ -514,7 +537,12 @@ mod tests {
         ];
         let got: Vec<String> = cases
             .iter()
-            .map(|t| format!("{t} → {:?}", dec(&json!({"contents": [], "generationConfig": {"thinkingConfig": t}})).reasoning))
+            .map(|t| {
+                format!(
+                    "{t} → {:?}",
+                    dec(&json!({"contents": [], "generationConfig": {"thinkingConfig": t}})).reasoning
+                )
+            })
             .collect();
         assert_json_snapshot!(got);
     }
@@ -534,10 +562,13 @@ mod tests {
             json!({"contents": [], "generationConfig": {"thinkingConfig": {"thinkingLevel": "EXTREME"}}}),
             json!({"contents": [], "tools": [{"functionDeclarations": [{"description": "no name"}]}]}),
         ];
-        let got: Vec<String> = cases.iter().map(|c| {
-            let e = dec_err(c);
-            format!("{}: {}", e.field, e.message)
-        }).collect();
+        let got: Vec<String> = cases
+            .iter()
+            .map(|c| {
+                let e = dec_err(c);
+                format!("{}: {}", e.field, e.message)
+            })
+            .collect();
         assert_json_snapshot!(got);
     }
 }

@@ -35,7 +35,8 @@ fn encode_object(req: &Request) -> Result<(Map<String, Value>, Vec<Loss>), Conve
     let mut losses = Vec::new();
     let mut body = Map::new();
 
-    let mut system: Vec<Value> = req.system.iter().filter(|t| !t.text.is_empty()).map(|t| json!({"text": t.text})).collect();
+    let mut system: Vec<Value> =
+        req.system.iter().filter(|t| !t.text.is_empty()).map(|t| json!({"text": t.text})).collect();
     let contents = contents(req, &mut system, &mut losses);
     if contents.is_empty() {
         return Err(ConvertError::new("messages", "the gemini format needs at least one user or model content"));
@@ -177,7 +178,8 @@ fn contents(req: &Request, system: &mut Vec<Value>, losses: &mut Vec<Loss>) -> V
 /// from another vendor has none, so the first call gets Google's placeholder.
 fn sign_calls(parts: &mut [Value]) {
     let mut calls = parts.iter_mut().filter(|p| p.get("functionCall").is_some()).peekable();
-    let signed = calls.peek().is_none() || parts.iter().any(|p| p.get("functionCall").is_some() && p.get("thoughtSignature").is_some());
+    let signed = calls.peek().is_none()
+        || parts.iter().any(|p| p.get("functionCall").is_some() && p.get("thoughtSignature").is_some());
     if signed {
         return;
     }
@@ -262,7 +264,10 @@ fn generation_config(req: &Request, losses: &mut Vec<Loss>) -> Map<String, Value
             g.insert("responseMimeType".into(), json!("application/json"));
             g.insert("responseJsonSchema".into(), schema.clone());
             if description.is_some() {
-                losses.push(Loss::new("output_format.description", "dropped: Gemini's response schema has no description"));
+                losses.push(Loss::new(
+                    "output_format.description",
+                    "dropped: Gemini's response schema has no description",
+                ));
             }
         }
     }
@@ -285,7 +290,10 @@ fn thinking_config(r: &Reasoning, losses: &mut Vec<Loss>) -> Option<Value> {
         Some(-1)
     } else if let Some(b) = r.budget_tokens {
         if b > MAX_THINKING_BUDGET {
-            losses.push(Loss::new("reasoning.budget_tokens", format!("lowered to {MAX_THINKING_BUDGET}, the most every Gemini model takes")));
+            losses.push(Loss::new(
+                "reasoning.budget_tokens",
+                format!("lowered to {MAX_THINKING_BUDGET}, the most every Gemini model takes"),
+            ));
         }
         Some(i64::try_from(b.min(MAX_THINKING_BUDGET)).unwrap_or(0))
     } else if let Some(e) = r.effort.as_deref() {
@@ -320,17 +328,50 @@ mod tests {
             model: "gemini-2.5-flash".into(),
             system: vec![TextPart { text: "Be brief.".into(), cache_control: None }],
             messages: vec![
-                msg(Role::User, vec![text("Weather in Paris?"), Part::Image(Image::Base64 { media_type: "image/png".into(), data: "iVBOR".into() })]),
-                msg(Role::Assistant, vec![
-                    Part::Thinking { text: "Need the tool.".into(), signature: Some("EqQB".into()) },
-                    text("Checking."),
-                    Part::ToolUse { id: "toolu_01".into(), name: "get_weather".into(), input: json!({"city": "Paris"}), arguments: None },
-                ]),
-                msg(Role::Assistant, vec![Part::ToolUse { id: "call_2".into(), name: "get_weather".into(), input: json!({}), arguments: Some("{\"city\":\"Oslo\"}".into()) }]),
-                msg(Role::User, vec![
-                    Part::ToolResult { tool_use_id: "toolu_01".into(), content: vec![ToolResultContent::Text("18°C".into())], is_error: false },
-                    Part::ToolResult { tool_use_id: "call_2".into(), content: vec![ToolResultContent::Text("unknown city".into())], is_error: true },
-                ]),
+                msg(
+                    Role::User,
+                    vec![
+                        text("Weather in Paris?"),
+                        Part::Image(Image::Base64 { media_type: "image/png".into(), data: "iVBOR".into() }),
+                    ],
+                ),
+                msg(
+                    Role::Assistant,
+                    vec![
+                        Part::Thinking { text: "Need the tool.".into(), signature: Some("EqQB".into()) },
+                        text("Checking."),
+                        Part::ToolUse {
+                            id: "toolu_01".into(),
+                            name: "get_weather".into(),
+                            input: json!({"city": "Paris"}),
+                            arguments: None,
+                        },
+                    ],
+                ),
+                msg(
+                    Role::Assistant,
+                    vec![Part::ToolUse {
+                        id: "call_2".into(),
+                        name: "get_weather".into(),
+                        input: json!({}),
+                        arguments: Some("{\"city\":\"Oslo\"}".into()),
+                    }],
+                ),
+                msg(
+                    Role::User,
+                    vec![
+                        Part::ToolResult {
+                            tool_use_id: "toolu_01".into(),
+                            content: vec![ToolResultContent::Text("18°C".into())],
+                            is_error: false,
+                        },
+                        Part::ToolResult {
+                            tool_use_id: "call_2".into(),
+                            content: vec![ToolResultContent::Text("unknown city".into())],
+                            is_error: true,
+                        },
+                    ],
+                ),
                 msg(Role::User, vec![text("Thanks.")]),
                 msg(Role::System, vec![text("Answer in French.")]),
             ],
@@ -339,8 +380,18 @@ mod tests {
             max_tokens: Some(1000),
             temperature: Some(0.0),
             stop: vec!["END".into()],
-            reasoning: Some(Reasoning { budget_tokens: None, effort: Some("high".into()), adaptive: false, summary: None }),
-            output_format: Some(OutputFormat::JsonSchema { name: "w".into(), schema: json!({"type": "object"}), strict: Some(true), description: None }),
+            reasoning: Some(Reasoning {
+                budget_tokens: None,
+                effort: Some("high".into()),
+                adaptive: false,
+                summary: None,
+            }),
+            output_format: Some(OutputFormat::JsonSchema {
+                name: "w".into(),
+                schema: json!({"type": "object"}),
+                strict: Some(true),
+                description: None,
+            }),
             user: Some("u1".into()),
             ..Request::default()
         };
@@ -355,8 +406,23 @@ mod tests {
             model: "gemini-3-pro-preview".into(),
             messages: vec![
                 msg(Role::User, vec![text("hi")]),
-                msg(Role::Assistant, vec![Part::ToolUse { id: "call_b7f07150b5890f5a__thought__CiQB0e2Kb-_x9A".into(), name: "f".into(), input: json!({}), arguments: None }]),
-                msg(Role::User, vec![Part::ToolResult { tool_use_id: "call_b7f07150b5890f5a__thought__CiQB0e2Kb-_x9A".into(), content: vec![ToolResultContent::Text("ok".into())], is_error: false }]),
+                msg(
+                    Role::Assistant,
+                    vec![Part::ToolUse {
+                        id: "call_b7f07150b5890f5a__thought__CiQB0e2Kb-_x9A".into(),
+                        name: "f".into(),
+                        input: json!({}),
+                        arguments: None,
+                    }],
+                ),
+                msg(
+                    Role::User,
+                    vec![Part::ToolResult {
+                        tool_use_id: "call_b7f07150b5890f5a__thought__CiQB0e2Kb-_x9A".into(),
+                        content: vec![ToolResultContent::Text("ok".into())],
+                        is_error: false,
+                    }],
+                ),
             ],
             ..Request::default()
         };
@@ -386,7 +452,11 @@ mod tests {
             .map(|x| {
                 let mut losses = Vec::new();
                 let t = thinking_config(x, &mut losses);
-                format!("{x:?} → {} {:?}", t.map_or("-".into(), |t| t.to_string()), losses.iter().map(|l| &l.note).collect::<Vec<_>>())
+                format!(
+                    "{x:?} → {} {:?}",
+                    t.map_or("-".into(), |t| t.to_string()),
+                    losses.iter().map(|l| &l.note).collect::<Vec<_>>()
+                )
             })
             .collect();
         assert_json_snapshot!(got);
@@ -394,14 +464,19 @@ mod tests {
 
     #[test]
     fn encode_count_tokens_wraps_the_request() {
-        let req = Request { model: "gemini-2.5-pro".into(), messages: vec![msg(Role::User, vec![text("count me")])], ..Request::default() };
+        let req = Request {
+            model: "gemini-2.5-pro".into(),
+            messages: vec![msg(Role::User, vec![text("count me")])],
+            ..Request::default()
+        };
         let e = encode_count_tokens_request(&req).unwrap();
         assert_snapshot!(String::from_utf8(e.body).unwrap(), @r#"{"generateContentRequest":{"contents":[{"parts":[{"text":"count me"}],"role":"user"}],"model":"models/gemini-2.5-pro"}}"#);
     }
 
     #[test]
     fn encode_refuses_an_empty_conversation() {
-        let e = encode_request(&Request { messages: vec![msg(Role::User, vec![text("")])], ..Request::default() }).unwrap_err();
+        let e = encode_request(&Request { messages: vec![msg(Role::User, vec![text("")])], ..Request::default() })
+            .unwrap_err();
         assert_eq!(e.field, "messages");
     }
 

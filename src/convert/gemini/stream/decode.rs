@@ -54,7 +54,8 @@ impl StreamDecoder {
                 return;
             }
             _ => {
-                let message = format!("the upstream sent a malformed stream chunk: {}", truncate_marked(data, MAX_CHUNK_TEXT));
+                let message =
+                    format!("the upstream sent a malformed stream chunk: {}", truncate_marked(data, MAX_CHUNK_TEXT));
                 self.fail(out, ErrorKind::Api, message);
                 return;
             }
@@ -79,7 +80,8 @@ impl StreamDecoder {
             // Only usage can follow the finish.
             return;
         }
-        let candidate = get(&chunk, "candidates").and_then(Value::as_array).and_then(|c| c.first()).and_then(Value::as_object);
+        let candidate =
+            get(&chunk, "candidates").and_then(Value::as_array).and_then(|c| c.first()).and_then(Value::as_object);
         let Some(candidate) = candidate else {
             let blocked = field(&chunk, "promptFeedback", "prompt_feedback")
                 .and_then(Value::as_object)

@@ -13,7 +13,9 @@ use crate::protocol::sse::write_event;
 enum Framing {
     Sse,
     /// `[` before the first chunk, `,` between chunks, `]` at the end.
-    JsonArray { opened: bool },
+    JsonArray {
+        opened: bool,
+    },
 }
 
 #[derive(Debug)]
@@ -21,9 +23,15 @@ enum Open {
     /// Text is sent as it comes; nothing to keep.
     Text,
     /// Thought text is sent as it comes; a signature is sent with the block's end.
-    Thought { signature: String },
+    Thought {
+        signature: String,
+    },
     /// A call is sent whole at its end (Gemini never splits a call).
-    Call { id: String, name: String, args: String },
+    Call {
+        id: String,
+        name: String,
+        args: String,
+    },
     Ignored,
 }
 
@@ -75,8 +83,12 @@ impl StreamEncoder {
             StreamEvent::BlockStart { index, block } => {
                 let open = match block {
                     BlockStart::Text => Open::Text,
-                    BlockStart::Thinking | BlockStart::ReasoningItem { .. } => Open::Thought { signature: String::new() },
-                    BlockStart::ToolUse { id, name } => Open::Call { id: id.clone(), name: name.clone(), args: String::new() },
+                    BlockStart::Thinking | BlockStart::ReasoningItem { .. } => {
+                        Open::Thought { signature: String::new() }
+                    }
+                    BlockStart::ToolUse { id, name } => {
+                        Open::Call { id: id.clone(), name: name.clone(), args: String::new() }
+                    }
                     BlockStart::RedactedThinking { .. } => Open::Ignored,
                 };
                 self.open.push((*index, open));
@@ -165,7 +177,8 @@ impl StreamEncoder {
         for (_, open) in std::mem::take(&mut self.open) {
             self.close(out, open);
         }
-        let candidate = json!({"content": {"parts": [], "role": "model"}, "finishReason": finish_reason(stop), "index": 0});
+        let candidate =
+            json!({"content": {"parts": [], "role": "model"}, "finishReason": finish_reason(stop), "index": 0});
         let mut chunk = self.envelope(candidate);
         chunk.insert("usageMetadata".into(), encode_usage(&self.usage));
         self.write(out, &Value::Object(chunk));
@@ -210,7 +223,12 @@ mod tests {
 
     fn sample() -> Vec<StreamEvent> {
         vec![
-            StreamEvent::Start { id: "msg_01".into(), model: "claude-sonnet-4-5".into(), usage: Usage { input: Some(25), ..Usage::default() }, created: None },
+            StreamEvent::Start {
+                id: "msg_01".into(),
+                model: "claude-sonnet-4-5".into(),
+                usage: Usage { input: Some(25), ..Usage::default() },
+                created: None,
+            },
             StreamEvent::BlockStart { index: 0, block: BlockStart::Thinking },
             StreamEvent::ThinkingDelta { index: 0, text: "Two cities.".into() },
             StreamEvent::SignatureDelta { index: 0, signature: "EqQB".into() },
@@ -219,11 +237,18 @@ mod tests {
             StreamEvent::TextDelta { index: 1, text: "Checking ".into() },
             StreamEvent::TextDelta { index: 1, text: "both.".into() },
             StreamEvent::BlockStop { index: 1 },
-            StreamEvent::BlockStart { index: 2, block: BlockStart::ToolUse { id: "toolu_01".into(), name: "get_weather".into() } },
+            StreamEvent::BlockStart {
+                index: 2,
+                block: BlockStart::ToolUse { id: "toolu_01".into(), name: "get_weather".into() },
+            },
             StreamEvent::ToolArgsDelta { index: 2, partial_json: "{\"city\": \"Pa".into() },
             StreamEvent::ToolArgsDelta { index: 2, partial_json: "ris\"}".into() },
             StreamEvent::BlockStop { index: 2 },
-            StreamEvent::Finish { stop_reason: Some(StopReason::ToolUse), stop_sequence: None, usage: Usage { output: Some(40), cache_read: Some(100), ..Usage::default() } },
+            StreamEvent::Finish {
+                stop_reason: Some(StopReason::ToolUse),
+                stop_sequence: None,
+                usage: Usage { output: Some(40), cache_read: Some(100), ..Usage::default() },
+            },
             StreamEvent::End,
         ]
     }
@@ -262,6 +287,9 @@ mod tests {
         let mut e = StreamEncoder::json_array(ctx());
         let mut out = Vec::new();
         e.encode(&StreamEvent::Error { kind: ErrorKind::RateLimited, message: "slow".into() }, &mut out);
-        assert_eq!(String::from_utf8(out).unwrap(), r#"[{"error":{"code":429,"message":"slow","status":"RESOURCE_EXHAUSTED"}}]"#);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"[{"error":{"code":429,"message":"slow","status":"RESOURCE_EXHAUSTED"}}]"#
+        );
     }
 }
