@@ -131,6 +131,13 @@ fn long_stream(format: Format, n: usize) -> String {
             done["usage"] = json!({"input_tokens": 10, "output_tokens": 5, "total_tokens": 15});
             ev(&mut s, json!({"type": "response.completed", "response": done}));
         }
+        Format::Gemini => {
+            let chunk = |part: Value| json!({"candidates": [{"content": {"parts": [part], "role": "model"}, "index": 0}], "modelVersion": "m", "responseId": "r"});
+            for _ in 0..n {
+                s.push_str(&format!("data: {}\r\n\r\n", chunk(json!({"text": word}))));
+            }
+            s.push_str("data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"\"}],\"role\":\"model\"},\"finishReason\":\"STOP\",\"index\":0}],\"usageMetadata\":{\"promptTokenCount\":10,\"candidatesTokenCount\":5,\"totalTokenCount\":15},\"modelVersion\":\"m\",\"responseId\":\"r\"}\r\n\r\n");
+        }
     }
     s
 }
@@ -173,6 +180,10 @@ fn main() {
     request_case(&mut rows, "Codex CLI turn (Responses)", Format::Responses, &codex, Format::Anthropic);
     request_case(&mut rows, "Codex CLI turn (Responses)", Format::Responses, &codex, Format::Openai);
     request_case(&mut rows, "Codex 0.80 turn (Chat)", Format::Openai, &chat, Format::Anthropic);
+    request_case(&mut rows, "Claude Code turn (24 tools)", Format::Anthropic, &turn, Format::Gemini);
+    let cli = serde_json::to_vec(&fixture("gemini/cli_tool_03_v1beta_streamGenerateContent_gemini-3.8-flash.json"))
+        .expect("json");
+    request_case(&mut rows, "Gemini CLI turn", Format::Gemini, &cli, Format::Anthropic);
     for (from, to) in [
         (Format::Openai, Format::Anthropic),
         (Format::Responses, Format::Anthropic),
@@ -180,6 +191,8 @@ fn main() {
         (Format::Anthropic, Format::Responses),
         (Format::Openai, Format::Responses),
         (Format::Responses, Format::Openai),
+        (Format::Gemini, Format::Anthropic),
+        (Format::Anthropic, Format::Gemini),
     ] {
         stream_case(&mut rows, from, to, 2000);
     }

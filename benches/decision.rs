@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
+use axum::http::HeaderMap;
 use bytes::Bytes;
 use serde_json::json;
 
@@ -138,14 +138,7 @@ fn snapshot(endpoints: Vec<Endpoint>, breakers: &Breakers, strategy: RoutingStra
     let endpoints = endpoints
         .into_iter()
         .map(|config| {
-            let auth = match config.format {
-                Format::Anthropic => {
-                    (HeaderName::from_static("x-api-key"), HeaderValue::from_str(&config.api_key).expect("key"))
-                }
-                Format::Openai | Format::Responses => {
-                    (header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {}", config.api_key)).expect("key"))
-                }
-            };
+            let auth = ccmesh::snapshot::auth_header(&config);
             Arc::new(LiveEndpoint {
                 breaker: breakers.cell(config.id),
                 auth,

@@ -191,6 +191,17 @@ pub fn list_url(e: &Endpoint, after_id: Option<&str>) -> String {
             join_url(&e.base_url, e.format, "/models", Some(&query))
         }
         Format::Openai | Format::Responses => join_url(&e.base_url, e.format, "/models", None),
+        // `{base}/v1beta/models?pageSize=1000`, the next page by `pageToken`.
+        Format::Gemini => {
+            let query = match after_id {
+                Some(token) => format!(
+                    "pageSize=1000&pageToken={}",
+                    url::form_urlencoded::byte_serialize(token.as_bytes()).collect::<String>()
+                ),
+                None => "pageSize=1000".to_string(),
+            };
+            join_url(&e.base_url, e.format, "/models", Some(&query))
+        }
     }
 }
 
@@ -263,7 +274,7 @@ async fn fetch_list(gw: &Gateway, e: &LiveEndpoint) -> Result<Vec<String>, Strin
             let page = parse_page(&body).map_err(ListError::Malformed)?;
             ids.extend(page.ids);
             match page.next_after {
-                Some(last) if e.config.format == Format::Anthropic => after = Some(last),
+                Some(last) if matches!(e.config.format, Format::Anthropic | Format::Gemini) => after = Some(last),
                 _ => break,
             }
         }
@@ -284,9 +295,22 @@ pub struct Page {
 }
 
 /// OpenAI (`{"object": "list", "data": [{"id"}]}`) and Anthropic (`{"data": [{"id"}],
-/// "has_more", "last_id"}`) lists share `data[].id`.
+/// "has_more", "last_id"}`) lists share `data[].id`; Gemini's is `{"models": [{"name":
+/// "models/ID"}], "nextPageToken"}`.
 pub fn parse_page(body: &[u8]) -> Result<Page, String> {
     let v: Value = serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
+    if let Some(models) = v.get("models").and_then(Value::as_array) {
+        let mut ids: Vec<String> = Vec::with_capacity(models.len());
+        for item in models {
+            let name = item.get("name").and_then(Value::as_str).map(str::trim).unwrap_or_default();
+            let id = name.strip_prefix("models/").unwrap_or(name);
+            if !id.is_empty() && !ids.iter().any(|seen| seen == id) {
+                ids.push(id.to_string());
+            }
+        }
+        let next_after = v.get("nextPageToken").and_then(Value::as_str).filter(|t| !t.is_empty()).map(str::to_string);
+        return Ok(Page { ids, next_after });
+    }
     let data = v.get("data").and_then(Value::as_array).ok_or("no \"data\" array")?;
     let mut ids = Vec::with_capacity(data.len());
     for item in data {
@@ -352,6 +376,25 @@ mod tests {
     }
 
     #[test]
+    fn gemini_pages_parse_and_continue_by_token() {
+        let page = parse_page(
+            br#"{"models":[{"name":"models/gemini-2.5-flash"},{"name":"models/gemini-2.5-pro"},{"name":""}],"nextPageToken":"abc"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            page,
+            Page { ids: vec!["gemini-2.5-flash".into(), "gemini-2.5-pro".into()], next_after: Some("abc".into()) }
+        );
+        assert_eq!(parse_page(br#"{"models":[]}"#).unwrap().next_after, None);
+        let e = endpoint(Format::Gemini, "https://generativelanguage.googleapis.com", &[]);
+        assert_eq!(list_url(&e, None), "https://generativelanguage.googleapis.com/v1beta/models?pageSize=1000");
+        assert_eq!(
+            list_url(&e, Some("t/1")),
+            "https://generativelanguage.googleapis.com/v1beta/models?pageSize=1000&pageToken=t%2F1"
+        );
+    }
+
+    #[test]
     fn pages_of_either_shape_parse() {
         let openai =
             br#"{"object":"list","data":[{"id":"gpt-4o","object":"model"},{"id":"o3"},{"id":"gpt-4o"},{"x":1}]}"#;
@@ -359,7 +402,7 @@ mod tests {
         let anthropic = br#"{"data":[{"type":"model","id":"claude-sonnet-4-5"}],"has_more":true,"first_id":"claude-sonnet-4-5","last_id":"claude-sonnet-4-5"}"#;
         assert_eq!(parse_page(anthropic).unwrap().next_after.as_deref(), Some("claude-sonnet-4-5"));
         assert!(parse_page(b"<html>").unwrap_err().starts_with("not JSON"));
-        assert_eq!(parse_page(br#"{"models":[]}"#).unwrap_err(), "no \"data\" array");
+        assert_eq!(parse_page(br#"{"items":[]}"#).unwrap_err(), "no \"data\" array");
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! each request to the endpoint's format, and its answer back.
 //!
 //! Conversion goes through one intermediate representation (`ir`), rich enough to carry what
-//! the three APIs have in common and to remember what one of them cannot express (`Loss`):
-//! each protocol has one codec (`anthropic`, `openai_chat`, `responses`) that decodes its
+//! the four APIs have in common and to remember what one of them cannot express (`Loss`):
+//! each protocol has one codec (`anthropic`, `openai_chat`, `responses`, `gemini`) that decodes its
 //! requests/responses/stream events into the IR and encodes the IR back into its wire format.
 //! Pass-through pairs never come here: their bytes are forwarded unchanged.
 //!
@@ -12,9 +12,12 @@
 
 pub mod anthropic;
 pub mod count_tokens;
+pub mod gemini;
 pub mod ir;
 pub mod openai_chat;
 pub mod responses;
+
+use std::borrow::Cow;
 
 use crate::protocol::Format;
 use crate::protocol::errors::ErrorKind;
@@ -26,6 +29,7 @@ pub fn decode_request(format: Format, body: &[u8]) -> Result<Request, ConvertErr
         Format::Anthropic => anthropic::decode_request(body),
         Format::Openai => openai_chat::decode_request(body),
         Format::Responses => responses::decode_request(body),
+        Format::Gemini => gemini::decode_request(body),
     }
 }
 
@@ -34,6 +38,7 @@ pub fn encode_request(format: Format, request: &Request) -> Result<Encoded, Conv
         Format::Anthropic => anthropic::encode_request(request),
         Format::Openai => openai_chat::encode_request(request),
         Format::Responses => responses::encode_request(request),
+        Format::Gemini => gemini::encode_request(request),
     }
 }
 
@@ -42,6 +47,7 @@ pub fn decode_response(format: Format, body: &[u8]) -> Result<Response, ConvertE
         Format::Anthropic => anthropic::decode_response(body),
         Format::Openai => openai_chat::decode_response(body),
         Format::Responses => responses::decode_response(body),
+        Format::Gemini => gemini::decode_response(body),
     }
 }
 
@@ -50,6 +56,7 @@ pub fn encode_response(format: Format, response: &Response, ctx: &EncodeContext)
         Format::Anthropic => anthropic::encode_response(response, ctx),
         Format::Openai => openai_chat::encode_response(response, ctx),
         Format::Responses => responses::encode_response(response, ctx),
+        Format::Gemini => gemini::encode_response(response, ctx),
     }
 }
 
@@ -58,6 +65,7 @@ pub fn decode_error(format: Format, status: u16, body: &[u8]) -> ErrorBody {
         Format::Anthropic => anthropic::decode_error(status, body),
         Format::Openai => openai_chat::decode_error(status, body),
         Format::Responses => responses::decode_error(status, body),
+        Format::Gemini => gemini::decode_error(status, body),
     }
 }
 
@@ -66,6 +74,7 @@ pub fn encode_error(format: Format, error: &ErrorBody) -> Vec<u8> {
         Format::Anthropic => anthropic::encode_error(error),
         Format::Openai => openai_chat::encode_error(error),
         Format::Responses => responses::encode_error(error),
+        Format::Gemini => gemini::encode_error(error),
     }
 }
 
@@ -74,6 +83,7 @@ pub enum StreamDecoder {
     Anthropic(anthropic::StreamDecoder),
     Openai(openai_chat::StreamDecoder),
     Responses(responses::StreamDecoder),
+    Gemini(gemini::StreamDecoder),
 }
 
 impl StreamDecoder {
@@ -82,6 +92,7 @@ impl StreamDecoder {
             Format::Anthropic => StreamDecoder::Anthropic(anthropic::StreamDecoder::new()),
             Format::Openai => StreamDecoder::Openai(openai_chat::StreamDecoder::new()),
             Format::Responses => StreamDecoder::Responses(responses::StreamDecoder::new()),
+            Format::Gemini => StreamDecoder::Gemini(gemini::StreamDecoder::new()),
         }
     }
 
@@ -90,6 +101,7 @@ impl StreamDecoder {
             StreamDecoder::Anthropic(d) => d.decode(event, out),
             StreamDecoder::Openai(d) => d.decode(event, out),
             StreamDecoder::Responses(d) => d.decode(event, out),
+            StreamDecoder::Gemini(d) => d.decode(event, out),
         }
     }
 
@@ -98,6 +110,7 @@ impl StreamDecoder {
             StreamDecoder::Anthropic(d) => d.finish(out),
             StreamDecoder::Openai(d) => d.finish(out),
             StreamDecoder::Responses(d) => d.finish(out),
+            StreamDecoder::Gemini(d) => d.finish(out),
         }
     }
 }
@@ -107,6 +120,8 @@ pub enum StreamEncoder {
     Anthropic(anthropic::StreamEncoder),
     Openai(openai_chat::StreamEncoder),
     Responses(responses::StreamEncoder),
+    /// SSE by default; `gemini::StreamEncoder::json_array` for the JSON-array stream.
+    Gemini(gemini::StreamEncoder),
 }
 
 impl StreamEncoder {
@@ -115,6 +130,7 @@ impl StreamEncoder {
             Format::Anthropic => StreamEncoder::Anthropic(anthropic::StreamEncoder::new(ctx)),
             Format::Openai => StreamEncoder::Openai(openai_chat::StreamEncoder::new(ctx)),
             Format::Responses => StreamEncoder::Responses(responses::StreamEncoder::new(ctx)),
+            Format::Gemini => StreamEncoder::Gemini(gemini::StreamEncoder::new(ctx)),
         }
     }
 
@@ -123,6 +139,7 @@ impl StreamEncoder {
             StreamEncoder::Anthropic(e) => e.encode(event, out),
             StreamEncoder::Openai(e) => e.encode(event, out),
             StreamEncoder::Responses(e) => e.encode(event, out),
+            StreamEncoder::Gemini(e) => e.encode(event, out),
         }
     }
 }
@@ -136,7 +153,12 @@ pub struct StreamConversion {
 
 impl StreamConversion {
     pub fn new(upstream: Format, client: Format, ctx: EncodeContext) -> Self {
-        Self { decoder: StreamDecoder::new(upstream), encoder: StreamEncoder::new(client, ctx), scratch: Vec::new() }
+        Self::with_encoder(upstream, StreamEncoder::new(client, ctx))
+    }
+
+    /// With an encoder chosen by the caller (a Gemini client's JSON-array stream).
+    pub fn with_encoder(upstream: Format, encoder: StreamEncoder) -> Self {
+        Self { decoder: StreamDecoder::new(upstream), encoder, scratch: Vec::new() }
     }
 
     /// Convert one upstream event, appending the client's bytes to `out`.
@@ -163,12 +185,140 @@ impl StreamConversion {
     }
 }
 
-/// The upstream path (after `/v1`) for a request of this format.
-pub fn upstream_path(format: Format) -> &'static str {
+/// What the gateway asks an upstream for: an answer (streamed or not), or a token count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Call {
+    Generate { stream: bool },
+    CountTokens,
+}
+
+/// The upstream path (after the API version: `/v1`, Gemini's `/v1beta`) for a converted
+/// request of this format. Gemini names the model and the method in the path, and streams
+/// only when asked (`:streamGenerateContent?alt=sse`); the others name the model in the body.
+pub fn upstream_path(format: Format, model: &str, call: Call) -> Cow<'static, str> {
+    match (format, call) {
+        (Format::Anthropic, Call::CountTokens) => Cow::Borrowed("/messages/count_tokens"),
+        (Format::Anthropic, Call::Generate { .. }) => Cow::Borrowed("/messages"),
+        (Format::Openai, _) => Cow::Borrowed("/chat/completions"),
+        (Format::Responses, _) => Cow::Borrowed("/responses"),
+        (Format::Gemini, call) => {
+            let method = match call {
+                Call::Generate { stream: false } => gemini::Method::Generate,
+                Call::Generate { stream: true } => gemini::Method::Stream,
+                Call::CountTokens => gemini::Method::CountTokens,
+            };
+            Cow::Owned(gemini::upstream_path(model, method))
+        }
+    }
+}
+
+/// Whether an endpoint of this format counts tokens itself (Anthropic `count_tokens`, Gemini
+/// `countTokens`); for the others the gateway estimates (`count_tokens::estimate`).
+pub fn counts_tokens(format: Format) -> bool {
+    matches!(format, Format::Anthropic | Format::Gemini)
+}
+
+/// Fields Anthropic's `count_tokens` takes (it refuses `max_tokens`, `stream` and the other
+/// generation settings).
+const ANTHROPIC_COUNT_FIELDS: [&str; 6] = ["model", "messages", "system", "tools", "tool_choice", "thinking"];
+
+/// IR → a token-count request for an endpoint of `format` ([`counts_tokens`]).
+pub fn encode_count_tokens_request(format: Format, request: &Request) -> Result<Encoded, ConvertError> {
     match format {
-        Format::Anthropic => "/messages",
-        Format::Openai => "/chat/completions",
-        Format::Responses => "/responses",
+        Format::Gemini => gemini::encode_count_tokens_request(request),
+        Format::Anthropic => {
+            let mut encoded = anthropic::encode_request(request)?;
+            let mut body = ir::parse_object(&encoded.body)?;
+            body.retain(|k, _| ANTHROPIC_COUNT_FIELDS.contains(&k.as_str()));
+            encoded.body = serde_json::to_vec(&body).unwrap_or_default();
+            Ok(encoded)
+        }
+        Format::Openai | Format::Responses => {
+            Err(ConvertError::new("body", format!("a {format}-format endpoint has no token-count method")))
+        }
+    }
+}
+
+/// The count in a token-count answer (`input_tokens`, Gemini `totalTokens`).
+pub fn decode_count_tokens_response(format: Format, body: &[u8]) -> Option<u64> {
+    match format {
+        Format::Gemini => gemini::decode_count_tokens_response(body),
+        Format::Anthropic | Format::Openai | Format::Responses => {
+            let body = ir::parse_object(body).ok()?;
+            body.get("input_tokens").and_then(crate::protocol::lenient::count)
+        }
+    }
+}
+
+/// A token-count answer in the client's format.
+pub fn encode_count_tokens_response(format: Format, count: u64) -> Vec<u8> {
+    match format {
+        Format::Gemini => gemini::encode_count_tokens_response(count),
+        Format::Anthropic | Format::Openai | Format::Responses => {
+            serde_json::to_vec(&serde_json::json!({"input_tokens": count})).unwrap_or_default()
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+pub(crate) mod testkit {
+    //! Test helpers that work for every codec through the hub, so a codec's tests need not carry
+    //! their own copy.
+
+    use super::*;
+    use crate::protocol::sse::SseScanner;
+    use serde_json::Value;
+
+    /// Feed `chunks` (any byte boundaries) through the SSE scanner and `format`'s decoder, then
+    /// signal EOF.
+    pub(crate) fn decode_stream(format: Format, chunks: &[&[u8]]) -> Vec<StreamEvent> {
+        let mut scanner = SseScanner::new();
+        let mut decoder = StreamDecoder::new(format);
+        let mut out = Vec::new();
+        for c in chunks {
+            scanner.feed(c, |e| decoder.decode(&e, &mut out));
+        }
+        decoder.finish(&mut out);
+        out
+    }
+
+    /// `events` written by `format`'s stream encoder.
+    pub(crate) fn encode_stream(format: Format, ctx: EncodeContext, events: &[StreamEvent]) -> String {
+        let mut encoder = StreamEncoder::new(format, ctx);
+        let mut out = Vec::new();
+        for e in events {
+            encoder.encode(e, &mut out);
+        }
+        String::from_utf8(out).unwrap()
+    }
+
+    /// A request body given as JSON, decoded.
+    pub(crate) fn decode_json(format: Format, body: &Value) -> Result<Request, ConvertError> {
+        decode_request(format, &serde_json::to_vec(body).unwrap())
+    }
+
+    /// A request encoded, as JSON, with its losses as `field: note`.
+    pub(crate) fn encode_json(format: Format, request: &Request) -> (Value, Vec<String>) {
+        let e = encode_request(format, request).unwrap();
+        (
+            serde_json::from_slice(&e.body).unwrap(),
+            e.losses.iter().map(|l| format!("{}: {}", l.field, l.note)).collect(),
+        )
+    }
+
+    /// `bytes` split at `cuts` (positions taken modulo the length, in any order).
+    pub(crate) fn split_at_cuts(bytes: &[u8], cuts: &[usize]) -> Vec<Vec<u8>> {
+        let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+        cuts.sort_unstable();
+        let mut chunks = Vec::new();
+        let mut at = 0;
+        for c in cuts {
+            chunks.push(bytes[at..c].to_vec());
+            at = c;
+        }
+        chunks.push(bytes[at..].to_vec());
+        chunks
     }
 }
 
@@ -183,7 +333,7 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::{Value, json};
 
-    const FORMATS: [Format; 3] = [Format::Anthropic, Format::Openai, Format::Responses];
+    const FORMATS: [Format; 4] = Format::ALL;
 
     fn text(t: &str) -> Part {
         Part::Text(TextPart { text: t.to_string(), cache_control: None })
@@ -342,6 +492,239 @@ mod tests {
                     prop_assert_eq!(got.model.as_str(), "upstream-model");
                     prop_assert_eq!((got.usage.input, got.usage.output, got.usage.cache_read.unwrap_or(0)), (Some(input), Some(output), cached), "{}→{}", upstream, client);
                 }
+            }
+        }
+    }
+
+    // --- Gemini against every other format, through the hub
+
+    const OTHERS: [Format; 3] = [Format::Anthropic, Format::Openai, Format::Responses];
+
+    fn gemini_fixture(name: &str) -> Vec<u8> {
+        let path = format!("{}/tests/fixtures/clients/gemini/{name}", env!("CARGO_MANIFEST_DIR"));
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        serde_json::to_vec(&v["body"]).unwrap()
+    }
+
+    #[test]
+    fn gemini_client_requests_convert_to_every_format() {
+        for name in [
+            "cli_tool_03_v1beta_streamGenerateContent_gemini-3.8-flash.json",
+            "cli_plain_01_v1beta_generateContent_gemini-3.5-flash-lite.json",
+            "pysdk_function_manual_06_v1_generateContent_gemini-2.5-flash.json",
+            "nodesdk_chat_stream_tool_06_v1_streamGenerateContent_gemini-2.5-flash.json",
+        ] {
+            let mut req = decode_request(Format::Gemini, &gemini_fixture(name)).unwrap();
+            req.model = "target".into();
+            for target in OTHERS {
+                let sent = encode_request(target, &req).unwrap_or_else(|e| panic!("{name} → {target}: {e}"));
+                let seen = decode_request(target, &sent.body).unwrap();
+                // Chat joins a user turn's text parts into one text; the words are the same.
+                let (texts, calls, results) = essence(&seen);
+                let (want_texts, want_calls, want_results) = essence(&req);
+                assert_eq!(texts.join("\n\n"), want_texts.join("\n\n"), "{name} → {target}");
+                assert_eq!((calls, results), (want_calls, want_results), "{name} → {target}");
+                let names: Vec<_> = seen.tools.iter().map(|t| t.name.clone()).collect();
+                assert_eq!(names, req.tools.iter().map(|t| t.name.clone()).collect::<Vec<_>>(), "{name} → {target}");
+                // Calls and their results still pair up, with the ids the target can hold.
+                let ids = |r: &ir::Request| -> Vec<String> {
+                    r.messages
+                        .iter()
+                        .flat_map(|m| &m.content)
+                        .filter_map(|p| match p {
+                            Part::ToolUse { id, .. } => Some(id.clone()),
+                            Part::ToolResult { tool_use_id, .. } => Some(tool_use_id.clone()),
+                            _ => None,
+                        })
+                        .collect()
+                };
+                let seen_ids = ids(&seen);
+                assert!(seen_ids.chunks(2).all(|p| p.len() < 2 || p[0] == p[1]), "{name} → {target}: {seen_ids:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_format_converts_images_thinking_and_tools_to_gemini_and_back() {
+        let req = ir::Request {
+            model: "m".into(),
+            system: vec![TextPart { text: "sys".into(), cache_control: None }],
+            messages: vec![
+                Message {
+                    role: Role::User,
+                    content: vec![
+                        text("look"),
+                        Part::Image(ir::Image::Base64 { media_type: "image/png".into(), data: "iVBORw0KGgo=".into() }),
+                    ],
+                },
+                Message {
+                    role: Role::Assistant,
+                    content: vec![
+                        text("calling"),
+                        Part::ToolUse {
+                            id: "call_1".into(),
+                            name: "f".into(),
+                            input: json!({"a": 1}),
+                            arguments: None,
+                        },
+                    ],
+                },
+                Message {
+                    role: Role::User,
+                    content: vec![Part::ToolResult {
+                        tool_use_id: "call_1".into(),
+                        content: vec![ir::ToolResultContent::Text("done".into())],
+                        is_error: false,
+                    }],
+                },
+            ],
+            tools: vec![Tool {
+                name: "f".into(),
+                description: Some("d".into()),
+                input_schema: json!({"type": "object", "properties": {"a": {"type": "integer"}}}),
+                strict: None,
+                namespace: None,
+            }],
+            max_tokens: Some(4000),
+            reasoning: Some(ir::Reasoning { budget_tokens: Some(2048), effort: None, adaptive: false, summary: None }),
+            ..ir::Request::default()
+        };
+        for client in OTHERS {
+            let sent = encode_request(client, &req).unwrap();
+            let decoded = decode_request(client, &sent.body).unwrap();
+            let upstream = encode_request(Format::Gemini, &decoded).unwrap();
+            let body: Value = serde_json::from_slice(&upstream.body).unwrap();
+            assert_eq!(body["contents"][0]["parts"][1]["inlineData"]["mimeType"], "image/png", "{client}");
+            assert_eq!(body["contents"][1]["parts"][1]["functionCall"]["name"], "f", "{client}");
+            assert_eq!(body["contents"][2]["parts"][0]["functionResponse"]["response"]["output"], "done", "{client}");
+            assert_eq!(
+                body["tools"][0]["functionDeclarations"][0]["parametersJsonSchema"]["properties"]["a"]["type"],
+                "integer"
+            );
+            if decoded.reasoning.is_some() {
+                assert!(
+                    body["generationConfig"]["thinkingConfig"]["thinkingBudget"].as_i64().unwrap() > 0,
+                    "{client}: {body}"
+                );
+            }
+            let back = decode_request(Format::Gemini, &upstream.body).unwrap();
+            assert_eq!(essence(&back), essence(&req), "{client} → gemini");
+        }
+    }
+
+    #[test]
+    fn answers_streams_and_errors_between_gemini_and_every_format() {
+        let ctx =
+            ir::EncodeContext { id_seed: "t".into(), request_model: "asked".into(), ..ir::EncodeContext::default() };
+        let resp = ir::Response {
+            id: "r".into(),
+            model: "gemini-2.5-pro".into(),
+            content: vec![
+                Part::Thinking { text: "hmm".into(), signature: None },
+                text("Hello"),
+                Part::ToolUse { id: "call_9".into(), name: "f".into(), input: json!({"a": 1}), arguments: None },
+            ],
+            stop_reason: Some(StopReason::ToolUse),
+            usage: Usage {
+                input: Some(10),
+                output: Some(7),
+                cache_read: Some(3),
+                reasoning: Some(2),
+                ..Usage::default()
+            },
+            ..ir::Response::default()
+        };
+        for other in OTHERS {
+            // Gemini upstream → other client, and other upstream → Gemini client.
+            for (from, to) in [(Format::Gemini, other), (other, Format::Gemini)] {
+                let upstream = decode_response(from, &encode_response(from, &resp, &ctx)).unwrap();
+                let got = decode_response(to, &encode_response(to, &upstream, &ctx)).unwrap();
+                let texts: Vec<_> = got
+                    .content
+                    .iter()
+                    .filter_map(|p| match p {
+                        Part::Text(t) => Some(t.text.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                assert_eq!(texts, ["Hello"], "{from} → {to}");
+                assert!(
+                    got.content
+                        .iter()
+                        .any(|p| matches!(p, Part::ToolUse { name, input, .. } if name == "f" && input["a"] == 1)),
+                    "{from} → {to}"
+                );
+                assert_eq!(got.stop_reason, Some(StopReason::ToolUse), "{from} → {to}");
+                assert_eq!((got.usage.input, got.usage.output), (Some(10), Some(7)), "{from} → {to}");
+            }
+            // Errors keep their kind both ways.
+            let e = decode_error(
+                Format::Gemini,
+                429,
+                br#"{"error":{"code":429,"message":"quota","status":"RESOURCE_EXHAUSTED"}}"#,
+            );
+            assert_eq!(decode_error(other, 429, &encode_error(other, &e)).kind, ErrorKind::RateLimited);
+            let e = decode_error(
+                other,
+                503,
+                &encode_error(
+                    other,
+                    &ir::ErrorBody { kind: ErrorKind::Overloaded, message: "busy".into(), code: None, param: None },
+                ),
+            );
+            let back: Value = serde_json::from_slice(&encode_error(Format::Gemini, &e)).unwrap();
+            assert_eq!(back["error"]["status"], "UNAVAILABLE", "{other}");
+
+            // Streams: the IR events of an answer, written by one codec, converted to the other.
+            let events = vec![
+                StreamEvent::Start { id: "r".into(), model: "m".into(), usage: Usage::default(), created: None },
+                StreamEvent::BlockStart { index: 0, block: ir::BlockStart::Text },
+                StreamEvent::TextDelta { index: 0, text: "Hel".into() },
+                StreamEvent::TextDelta { index: 0, text: "lo".into() },
+                StreamEvent::BlockStop { index: 0 },
+                StreamEvent::BlockStart {
+                    index: 1,
+                    block: ir::BlockStart::ToolUse { id: "call_1".into(), name: "f".into() },
+                },
+                StreamEvent::ToolArgsDelta { index: 1, partial_json: "{\"a\":1}".into() },
+                StreamEvent::BlockStop { index: 1 },
+                StreamEvent::Finish {
+                    stop_reason: Some(StopReason::ToolUse),
+                    stop_sequence: None,
+                    usage: Usage { input: Some(5), output: Some(3), ..Usage::default() },
+                },
+                StreamEvent::End,
+            ];
+            for (from, to) in [(Format::Gemini, other), (other, Format::Gemini)] {
+                let upstream = testkit::encode_stream(from, ctx.clone(), &events);
+                let mut conversion = StreamConversion::new(from, to, ctx.clone());
+                let mut client = Vec::new();
+                let mut scanner = crate::protocol::sse::SseScanner::new();
+                scanner.feed(upstream.as_bytes(), |e| conversion.event(&e, &mut client));
+                conversion.finish(&mut client);
+                let seen = testkit::decode_stream(to, &[&client]);
+                let text: String = seen
+                    .iter()
+                    .filter_map(|e| match e {
+                        StreamEvent::TextDelta { text, .. } => Some(text.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                assert_eq!(text, "Hello", "{from} → {to}");
+                let args: String = seen
+                    .iter()
+                    .filter_map(|e| match e {
+                        StreamEvent::ToolArgsDelta { partial_json, .. } => Some(partial_json.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                assert_eq!(serde_json::from_str::<Value>(&args).unwrap(), json!({"a": 1}), "{from} → {to}");
+                assert!(
+                    seen.iter()
+                        .any(|e| matches!(e, StreamEvent::Finish { stop_reason: Some(StopReason::ToolUse), .. })),
+                    "{from} → {to}: {seen:?}"
+                );
+                assert_eq!(seen.last(), Some(&StreamEvent::End), "{from} → {to}");
             }
         }
     }

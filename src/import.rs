@@ -209,7 +209,7 @@ pub fn merge(into: &mut Value, patch: Value) {
     }
 }
 
-/// Whether the gateway accepts endpoints of `format` (Gemini is being added).
+/// Whether the gateway accepts endpoints of `format` (an importer may name one it does not know).
 pub fn format_supported(format: &str) -> bool {
     crate::protocol::Format::parse(format).is_some()
 }

@@ -150,12 +150,13 @@ mod tests {
     }
 
     #[test]
-    fn an_unsupported_format_is_refused_with_an_alternative() {
-        let gemini = find("gemini").unwrap();
-        if !gemini.supported() {
-            let why = refusal(gemini).unwrap();
-            assert!(why.contains("--preset gemini-openai"), "{why}");
+    fn every_preset_is_accepted_and_an_unsupported_format_is_refused_with_an_alternative() {
+        for p in all() {
+            assert_eq!(refusal(p), None, "{}", p.id);
         }
-        assert_eq!(refusal(find("deepseek").unwrap()), None);
+        assert_eq!(find("gemini").unwrap().fields()["format"], "gemini");
+        let future = Preset { id: "gemini-vertex".into(), format: "vertex".into(), ..find("gemini").unwrap().clone() };
+        let why = refusal(&future).unwrap();
+        assert!(why.contains("--preset gemini-openai"), "{why}");
     }
 }

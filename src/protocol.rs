@@ -51,16 +51,19 @@ pub enum Format {
     Anthropic,
     Openai,
     Responses,
+    /// Google Gemini `generateContent` (SPEC §11): the model and streaming are in the URL path.
+    Gemini,
 }
 
 impl Format {
-    pub const ALL: [Format; 3] = [Format::Anthropic, Format::Openai, Format::Responses];
+    pub const ALL: [Format; 4] = [Format::Anthropic, Format::Openai, Format::Responses, Format::Gemini];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Format::Anthropic => "anthropic",
             Format::Openai => "openai",
             Format::Responses => "responses",
+            Format::Gemini => "gemini",
         }
     }
 
@@ -74,6 +77,7 @@ impl Format {
             Format::Anthropic => "an anthropic",
             Format::Openai => "an openai",
             Format::Responses => "a responses",
+            Format::Gemini => "a gemini",
         }
     }
 
@@ -139,6 +143,14 @@ mod tests {
     #[test]
     fn formats_take_their_article() {
         let said: Vec<String> = Format::ALL.iter().map(|f| format!("{}-format endpoint", f.with_article())).collect();
-        assert_eq!(said, ["an anthropic-format endpoint", "an openai-format endpoint", "a responses-format endpoint"]);
+        assert_eq!(
+            said,
+            [
+                "an anthropic-format endpoint",
+                "an openai-format endpoint",
+                "a responses-format endpoint",
+                "a gemini-format endpoint"
+            ]
+        );
     }
 }

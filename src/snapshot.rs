@@ -66,12 +66,15 @@ impl LiveEndpoint {
     }
 }
 
-fn auth_header(e: &Endpoint) -> (HeaderName, HeaderValue) {
+/// The credential header an endpoint gets: `x-api-key` (Anthropic), `authorization: Bearer`
+/// (OpenAI, Responses), `x-goog-api-key` (Gemini); marked sensitive.
+pub fn auth_header(e: &Endpoint) -> (HeaderName, HeaderValue) {
     let (name, value) = match e.format {
         Format::Anthropic => (HeaderName::from_static("x-api-key"), HeaderValue::from_str(&e.api_key)),
         Format::Openai | Format::Responses => {
             (axum::http::header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {}", e.api_key)))
         }
+        Format::Gemini => (HeaderName::from_static("x-goog-api-key"), HeaderValue::from_str(&e.api_key)),
     };
     // Keys are validated to hold no control characters; an unusable one sends no credential
     // rather than failing every request.

@@ -57,6 +57,7 @@ pub async fn test_endpoint(State(gw): State<Arc<Gateway>>, Path(name): Path<Stri
 
 /// A one-token request for `model`.
 async fn real_request(gw: &Gateway, endpoint: &LiveEndpoint, model: &str) -> Result<(), String> {
+    let gemini_path;
     let (rest, body) = match endpoint.config.format {
         Format::Anthropic => {
             ("/messages", json!({"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": "ping"}]}))
@@ -67,6 +68,15 @@ async fn real_request(gw: &Gateway, endpoint: &LiveEndpoint, model: &str) -> Res
         ),
         // The Responses API rejects max_output_tokens below 16.
         Format::Responses => ("/responses", json!({"model": model, "max_output_tokens": 16, "input": "ping"})),
+        // The model is in the path; thinking models spend a small output budget on thoughts.
+        Format::Gemini => {
+            gemini_path =
+                crate::convert::upstream_path(Format::Gemini, model, crate::convert::Call::Generate { stream: false });
+            (
+                gemini_path.as_ref(),
+                json!({"contents": [{"role": "user", "parts": [{"text": "ping"}]}], "generationConfig": {"maxOutputTokens": 16}}),
+            )
+        }
     };
     let url = join_url(&endpoint.config.base_url, endpoint.config.format, rest, None);
     let mut headers = request_headers(&axum::http::HeaderMap::new(), endpoint, &gw.hop_header);

@@ -34,7 +34,7 @@ pub struct EndpointFields {
     /// Upstream base URL, e.g. https://api.anthropic.com
     #[arg(long)]
     pub base_url: Option<String>,
-    /// anthropic | openai | responses
+    /// anthropic | openai | responses | gemini
     #[arg(long)]
     pub format: Option<String>,
     /// A model served (repeatable; `*` globs allowed). Replaces the list on edit.

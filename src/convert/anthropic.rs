@@ -31,39 +31,8 @@ fn shown(v: Option<&str>) -> String {
     v.map_or_else(|| "(missing)".to_string(), |s| format!("'{s}'"))
 }
 
-fn parse_body(body: &[u8]) -> Result<Map<String, Value>, ConvertError> {
-    match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(m)) => Ok(m),
-        Ok(_) => Err(ConvertError::new("body", "the body must be a JSON object")),
-        Err(e) => Err(ConvertError::new("body", format!("the body is not valid JSON: {e}"))),
-    }
-}
-
-/// A tool call's input as a JSON object. `input` when it is a non-empty object (the decoder
-/// parsed the arguments); otherwise the raw `arguments` decide (a Chat decoder gives
-/// unparseable arguments as `input: {}` with the raw string kept); `{}` for no arguments at
-/// all. `None` when the arguments are not a JSON object.
-fn tool_input_object(input: &Value, arguments: Option<&str>) -> Option<Value> {
-    if let Value::Object(o) = input
-        && (!o.is_empty() || arguments.is_none())
-    {
-        return Some(input.clone());
-    }
-    let parse_object = |s: &str| match serde_json::from_str::<Value>(s) {
-        Ok(v @ Value::Object(_)) => Some(v),
-        _ => None,
-    };
-    match (arguments, input) {
-        (Some(a), _) if a.trim().is_empty() => Some(Value::Object(Map::new())),
-        (Some(a), _) => parse_object(a),
-        (None, Value::String(s)) => parse_object(s),
-        (None, Value::Null) => Some(Value::Object(Map::new())),
-        (None, _) => None,
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     //! Helpers every test of this codec uses, and the properties that span its files: round
     //! trips and no panic on any well-typed input.
 
@@ -75,7 +44,7 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::json;
 
-    pub(super) fn short(s: &str) -> String {
+    pub(crate) fn short(s: &str) -> String {
         if s.chars().count() > 80 {
             format!("{}… ({} chars)", s.chars().take(60).collect::<String>(), s.len())
         } else {
@@ -83,14 +52,14 @@ mod tests {
         }
     }
 
-    pub(super) fn image_json(i: &Image) -> Value {
+    pub(crate) fn image_json(i: &Image) -> Value {
         match i {
             Image::Base64 { media_type, data } => json!({"base64": media_type, "data": short(data)}),
             Image::Url { url } => json!({"url": url}),
         }
     }
 
-    pub(super) fn part_json(p: &Part) -> Value {
+    pub(crate) fn part_json(p: &Part) -> Value {
         match p {
             Part::Text(t) => json!({"text": short(&t.text), "cache_control": t.cache_control}),
             Part::Image(i) => json!({"image": image_json(i)}),
@@ -121,7 +90,7 @@ mod tests {
         }
     }
 
-    pub(super) fn request_json(r: &Request, full_schemas: bool) -> Value {
+    pub(crate) fn request_json(r: &Request, full_schemas: bool) -> Value {
         json!({
             "model": r.model,
             "system": r.system.iter().map(|t| json!({"text": short(&t.text), "cache_control": t.cache_control})).collect::<Vec<_>>(),
@@ -152,7 +121,7 @@ mod tests {
         })
     }
 
-    pub(super) fn response_json(r: &Response) -> Value {
+    pub(crate) fn response_json(r: &Response) -> Value {
         json!({
             "id": r.id, "model": r.model,
             "content": r.content.iter().map(part_json).collect::<Vec<_>>(),

@@ -163,7 +163,8 @@ pub fn endpoints() -> Page {
             "format",
             "Format",
             "<select id=\"ep-format\" name=\"format\"><option value=\"anthropic\">anthropic (Messages)</option>\
-             <option value=\"openai\">openai (Chat Completions)</option><option value=\"responses\">responses (Responses API)</option></select>",
+             <option value=\"openai\">openai (Chat Completions)</option><option value=\"responses\">responses (Responses API)</option>\
+             <option value=\"gemini\">gemini (generateContent)</option></select>",
             "the API the upstream speaks; clients of every protocol can use it",
         ),
         field(

@@ -119,7 +119,7 @@ impl EndpointDraft {
         if let Some(v) = map.get("format") {
             let s = string(v, "format")?;
             self.format = Format::parse(s).ok_or_else(|| {
-                err("format", format!("must be \"anthropic\", \"openai\" or \"responses\" (got \"{s}\")"))
+                err("format", format!("must be \"anthropic\", \"openai\", \"responses\" or \"gemini\" (got \"{s}\")"))
             })?;
         }
         if let Some(v) = map.get("models") {
@@ -308,7 +308,7 @@ mod tests {
     #[test]
     fn every_invalid_input_names_its_field() {
         let cases: Vec<(Value, &str)> = vec![
-            (json!({"format": "gemini"}), "format"),
+            (json!({"format": "vertex"}), "format"),
             (json!({"base_url": "not a url"}), "base_url"),
             (json!({"base_url": "ftp://x.y"}), "base_url"),
             (json!({"base_url": "https://x.y/v1?k=1"}), "base_url"),

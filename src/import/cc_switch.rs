@@ -16,7 +16,7 @@
 //!
 //! Apps: `claude` → `anthropic` endpoints and the claude protocol's settings; `codex` →
 //! `responses` endpoints (`openai` when the provider's wire API is chat) and the responses
-//! protocol's settings; `gemini` → `gemini` endpoints once the gateway accepts that format; every
+//! protocol's settings; `gemini` → `gemini` endpoints; every
 //! other app is skipped with a note. `max_retries` has no equivalent (ccmesh's attempt cap is
 //! candidates × 2) and is reported.
 

@@ -15,8 +15,8 @@
 //! A model with no price has no cost (`None`), never 0: statistics count such usage as unpriced.
 //!
 //! The table is flat: one price per kind of token. Where a vendor bills by prompt length
-//! (Claude Sonnet 4.x above 200K input, GPT-5.4/5.5 above 272K) the table holds the standard
-//! band, and Anthropic's 1-hour cache writes (2× input) are priced as 5-minute writes (1.25×):
+//! (Claude Sonnet 4.x above 200K input, GPT-5.4/5.5 above 272K, Gemini 2.5 / 3.x Pro above
+//! 200K) the table holds the standard band, and Anthropic's 1-hour cache writes (2× input) are priced as 5-minute writes (1.25×):
 //! the usage fields do not say which a write was.
 
 use std::collections::HashMap;
@@ -114,6 +114,21 @@ const BUILTIN: &[(&str, Price)] = &[
     ("kimi-k3", cached_input(3.0, 15.0, 0.30)),
     // Not built in: DeepSeek (peak/off-peak prices since 2026: one number would be wrong half
     // the day) and Qwen (billed by prompt-length band). Use overrides.
+    //
+    // Google — ai.google.dev/gemini-api/docs/pricing (paid tier, text input, prompts up to 200K
+    // tokens), as transcribed by pricing trackers and the Gemini forum, checked 2026-12-01.
+    // Output includes thinking tokens, as Gemini bills them (the usage reader counts
+    // `thoughtsTokenCount` as output). Cache read = the context-caching price (implicit caching
+    // is a tenth of the input price); a written token costs an input token (implicit caching
+    // bills no write; explicit caches' hourly storage is not a per-token price).
+    ("gemini-3.1-pro-preview", cached_input(2.0, 12.0, 0.20)),
+    ("gemini-3-pro-preview", cached_input(2.0, 12.0, 0.20)),
+    ("gemini-3-flash-preview", cached_input(0.50, 3.0, 0.05)),
+    ("gemini-2.5-pro", cached_input(1.25, 10.0, 0.125)),
+    ("gemini-2.5-flash", cached_input(0.30, 2.50, 0.03)),
+    ("gemini-2.5-flash-lite", cached_input(0.10, 0.40, 0.01)),
+    // Not built in: Gemini 3.8 Flash (an introductory price until 2026-12-31, doubled after),
+    // Gemini 3.5 Flash and Flash-Lite (no context-caching price confirmed). Use overrides.
 ];
 
 /// Where a price came from.
@@ -449,7 +464,17 @@ mod tests {
             assert!((p.cache_write - p.input * 1.25).abs() < 1e-9, "{model} write");
             assert!((p.cache_read - p.input * 0.1).abs() < 1e-9, "{model} read");
         }
-        for model in ["gpt-5", "gpt-4.1", "gpt-4o", "gpt-4o-mini", "o3", "o4-mini", "glm-4.6"] {
+        for model in [
+            "gpt-5",
+            "gpt-4.1",
+            "gpt-4o",
+            "gpt-4o-mini",
+            "o3",
+            "o4-mini",
+            "glm-4.6",
+            "gemini-2.5-pro",
+            "gemini-2.5-flash",
+        ] {
             let p = table.price(model).unwrap();
             assert_eq!(p.cache_write, p.input, "{model}");
             assert!(p.cache_read < p.input, "{model}");
@@ -462,6 +487,30 @@ mod tests {
             }
             assert!(p.output >= p.input, "{}", e.model);
             assert_eq!(e.source, PriceSource::Builtin);
+        }
+    }
+
+    #[test]
+    fn gemini_models_are_priced_with_thoughts_as_output() {
+        let table = PriceTable::builtin();
+        // A Gemini 2.5 Pro turn as `observe::usage` reads it: 1200 prompt tokens of which 1000
+        // cached, 40 candidate + 25 thought tokens.
+        let t = tokens(Some(200), Some(65), Some(1000), None);
+        // 200 × 1.25 + 65 × 10 + 1000 × 0.125 = 1025 µUSD.
+        assert!(close(table.cost("gemini-2.5-pro", &t, 1.0), 0.001025), "{:?}", table.cost("gemini-2.5-pro", &t, 1.0));
+        for model in [
+            "gemini-2.5-flash",
+            "gemini-2.5-flash-lite",
+            "gemini-3-pro-preview",
+            "gemini-3.1-pro-preview",
+            "gemini-3-flash-preview",
+        ] {
+            let p = table.price(model).unwrap();
+            assert!((p.cache_read - p.input * 0.1).abs() < 1e-9, "{model}: implicit caching is a tenth of input");
+        }
+        // Unknown Gemini names stay unpriced.
+        for model in ["gemini-3.8-flash", "gemini-9-ultra", "gemini"] {
+            assert_eq!(table.price(model), None, "{model}");
         }
     }
 

@@ -7,6 +7,7 @@
 //! | Anthropic | body `usage`; stream `message_start.message.usage` then `message_delta.usage` | `input_tokens` | `cache_read_input_tokens` | `cache_creation_input_tokens` | `output_tokens` |
 //! | Chat | body `usage`; stream: the usage chunk (`choices: []`) or usage on the finish chunk | `prompt_tokens` − read − write (DeepSeek: `prompt_cache_miss_tokens` when `prompt_tokens` is absent) | `prompt_tokens_details.cached_tokens`, else DeepSeek `prompt_cache_hit_tokens`, else Kimi top-level `cached_tokens` | `prompt_tokens_details.cache_write_tokens` | `completion_tokens` |
 //! | Responses | body `usage`; stream `response.completed` / `.incomplete` / `.failed` | `input_tokens` − read − write | `input_tokens_details.cached_tokens` (or `cache_read_tokens`) | `input_tokens_details.cache_write_tokens` | `output_tokens` |
+//! | Gemini | body and every stream chunk `usageMetadata` (the last one has the totals) | `promptTokenCount` − read + `toolUsePromptTokenCount` | `cachedContentTokenCount` | — | `candidatesTokenCount` + `thoughtsTokenCount` (Gemini bills thoughts as output) |
 //!
 //! The subtraction matches the converters (`convert::openai_chat`, `convert::responses`), which
 //! count cache writes inside OpenAI's prompt total, so converted and native traffic agree.
@@ -45,6 +46,10 @@ pub fn from_body(format: Format, body: &[u8]) -> (Tokens, Option<String>) {
             Ok(r) => (r.usage.0.map(|u| u.tokens()).unwrap_or_default(), model_name(r.model)),
             Err(_) => (Tokens::default(), None),
         },
+        Format::Gemini => match serde_json::from_slice::<GeminiBody>(body) {
+            Ok(b) => (b.usage.0.map(|u| u.tokens()).unwrap_or_default(), model_name(b.model)),
+            Err(_) => (Tokens::default(), None),
+        },
     }
 }
 
@@ -69,6 +74,7 @@ impl StreamUsage {
             Format::Anthropic => self.observe_anthropic(event),
             Format::Openai => self.observe_chat(event),
             Format::Responses => self.observe_responses(event),
+            Format::Gemini => self.observe_gemini(event),
         }
     }
 
@@ -157,6 +163,21 @@ impl StreamUsage {
             self.model = Some(model);
         }
         if let Some(u) = r.usage.0 {
+            merge(&mut self.tokens, u.tokens());
+        }
+    }
+
+    /// Every Gemini chunk may carry `usageMetadata` (the running totals; the last chunk has the
+    /// final ones) and names its model (`modelVersion`).
+    fn observe_gemini(&mut self, ev: &SseEvent<'_>) {
+        if !ev.data.contains("\"usageMetadata\"") && !self.worth_parsing(ev.data, "\"modelVersion\"") {
+            return;
+        }
+        let Ok(chunk) = serde_json::from_str::<GeminiBody>(ev.data) else { return };
+        if self.model.is_none() {
+            self.model = model_name(chunk.model);
+        }
+        if let Some(u) = chunk.usage.0 {
             merge(&mut self.tokens, u.tokens());
         }
     }
@@ -316,6 +337,43 @@ struct ResponsesEvent {
     response: Lenient<ResponseObject>,
 }
 
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct GeminiUsage {
+    #[serde(rename = "promptTokenCount")]
+    prompt: Count,
+    #[serde(rename = "cachedContentTokenCount")]
+    cached: Count,
+    #[serde(rename = "toolUsePromptTokenCount")]
+    tool_prompt: Count,
+    #[serde(rename = "candidatesTokenCount")]
+    candidates: Count,
+    #[serde(rename = "thoughtsTokenCount")]
+    thoughts: Count,
+}
+
+impl GeminiUsage {
+    fn tokens(&self) -> Tokens {
+        let output = match (self.candidates.0, self.thoughts.0) {
+            (None, None) => None,
+            (c, t) => Some(c.unwrap_or(0).saturating_add(t.unwrap_or(0))),
+        };
+        let input =
+            uncached(self.prompt.0, self.cached.0, None).map(|i| i.saturating_add(self.tool_prompt.0.unwrap_or(0)));
+        Tokens { input, output, cache_read: self.cached.0, cache_write: None }
+    }
+}
+
+/// A `GenerateContentResponse`: a body or a streamed chunk.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct GeminiBody {
+    #[serde(rename = "modelVersion")]
+    model: Text,
+    #[serde(rename = "usageMetadata")]
+    usage: Lenient<GeminiUsage>,
+}
+
 /// The model name, if the upstream gave a non-empty one.
 fn model_name(text: Text) -> Option<String> {
     text.0.map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
@@ -354,6 +412,30 @@ mod tests {
     /// Cut a transcript just before the first occurrence of `marker`.
     fn cut_before<'a>(transcript: &'a str, marker: &str) -> &'a str {
         &transcript[..transcript.find(marker).unwrap()]
+    }
+
+    // -- Gemini ---------------------------------------------------------------------------
+
+    const GEMINI_STREAM: &str = "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"The \\\"usageMetadata\\\": {\\\"candidatesTokenCount\\\": 999}\"}],\"role\": \"model\"},\"index\": 0}],\"usageMetadata\": {\"promptTokenCount\": 1200,\"totalTokenCount\": 1200},\"modelVersion\": \"gemini-2.5-pro\"}\r\n\r\n\
+data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \" done\"}],\"role\": \"model\"},\"finishReason\": \"STOP\",\"index\": 0}],\"usageMetadata\": {\"promptTokenCount\": 1200,\"cachedContentTokenCount\": 1000,\"candidatesTokenCount\": 40,\"thoughtsTokenCount\": 25,\"totalTokenCount\": 1265},\"modelVersion\": \"gemini-2.5-pro\"}\r\n\r\n";
+
+    #[test]
+    fn gemini_body_counts_thoughts_as_output_and_subtracts_the_cache() {
+        let body = br#"{"candidates":[{"content":{"parts":[{"text":"Hi"}],"role":"model"},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":1200,"cachedContentTokenCount":1000,"toolUsePromptTokenCount":5,"candidatesTokenCount":40,"thoughtsTokenCount":25,"totalTokenCount":1270},"modelVersion":"gemini-2.5-pro","responseId":"x"}"#;
+        let (tokens, model) = from_body(Format::Gemini, body);
+        assert_eq!(tokens, t(Some(205), Some(65), Some(1000), None));
+        assert_eq!(model.as_deref(), Some("gemini-2.5-pro"));
+        assert_eq!(from_body(Format::Gemini, br#"{"error":{"code":429}}"#), (Tokens::default(), None));
+    }
+
+    #[test]
+    fn gemini_stream_takes_the_last_usage() {
+        let (tokens, model) = stream_all(Format::Gemini, GEMINI_STREAM);
+        assert_eq!(tokens, t(Some(200), Some(65), Some(1000), None));
+        assert_eq!(model.as_deref(), Some("gemini-2.5-pro"));
+        // Cut before the last chunk: the prompt side is known, the output is not.
+        let cut = cut_before(GEMINI_STREAM, "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \" done");
+        assert_eq!(stream_all(Format::Gemini, cut).0, t(Some(1200), None, None, None));
     }
 
     // -- Anthropic ------------------------------------------------------------------------

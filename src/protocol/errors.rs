@@ -123,6 +123,20 @@ impl ErrorKind {
         }
     }
 
+    /// Gemini's `error.status` (a Google RPC status name, SPEC §9's Gemini column).
+    pub fn gemini_status(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidRequest | ErrorKind::RequestTooLarge => "INVALID_ARGUMENT",
+            ErrorKind::Authentication => "UNAUTHENTICATED",
+            ErrorKind::Permission => "PERMISSION_DENIED",
+            ErrorKind::NotFound => "NOT_FOUND",
+            ErrorKind::RateLimited => "RESOURCE_EXHAUSTED",
+            ErrorKind::Overloaded | ErrorKind::BadGateway => "UNAVAILABLE",
+            ErrorKind::RequestTimeout | ErrorKind::GatewayTimeout => "DEADLINE_EXCEEDED",
+            ErrorKind::Api | ErrorKind::LoopDetected => "INTERNAL",
+        }
+    }
+
     /// `response.error.code` of a failed Responses response: only the values the API (and the
     /// openai-python `ResponseError` model) define.
     pub fn failed_response_code(self) -> &'static str {
@@ -188,6 +202,27 @@ impl<'a> OpenAiError<'a> {
     }
 }
 
+/// Gemini's error body, `{"error":{"code","message","status"}}`; also the chunk that ends a
+/// Gemini stream with an error ([`gemini_error_chunk`]).
+#[derive(Serialize)]
+pub struct GeminiError<'a> {
+    error: GeminiErrorDetail<'a>,
+}
+
+#[derive(Serialize)]
+struct GeminiErrorDetail<'a> {
+    code: u16,
+    message: &'a str,
+    status: &'a str,
+}
+
+impl<'a> GeminiError<'a> {
+    /// `code` is the HTTP status, `status` the RPC status name (`ErrorKind::gemini_status`).
+    pub fn new(code: u16, message: &'a str, status: &'a str) -> Self {
+        Self { error: GeminiErrorDetail { code, message, status } }
+    }
+}
+
 /// The body as a `Value` (its keys sorted when written), for callers that build `Value`s.
 pub fn to_value(body: &impl Serialize) -> Value {
     serde_json::to_value(body).unwrap_or(Value::Null)
@@ -202,6 +237,19 @@ pub fn anthropic_error_event(out: &mut Vec<u8>, body: &impl Serialize) {
 /// events; the SDKs raise on a chunk with an `error` key).
 pub fn chat_error_chunk(out: &mut Vec<u8>, body: &impl Serialize) {
     write_event(out, None, body);
+}
+
+/// Append a Gemini stream's error: the bare error object on a line of its own, not an SSE
+/// `data:` event. The Google GenAI SDK the Gemini CLI bundles (npm `@google/genai`) raises an
+/// `ApiError` only for a network chunk that parses as JSON with an `error` key; a
+/// `data: {"error": …}` event reads as an empty `GenerateContentResponse`, so the CLI reports
+/// an empty answer and exits 0 (the fixtures' `cli_midstream*` captures show both forms). The
+/// Python SDK raises for this form too (a line that is not `data:` is read as JSON).
+pub fn gemini_error_chunk(out: &mut Vec<u8>, body: &impl Serialize) {
+    if serde_json::to_writer(&mut *out, body).is_err() {
+        out.extend_from_slice(b"{}");
+    }
+    out.push(b'\n');
 }
 
 /// Append a Responses stream's terminal failure: `response.failed` with its sequence number
@@ -251,6 +299,10 @@ pub fn stream_error_event(format: Format, message: &str, ctx: &StreamContext) ->
                 "user": null,
             });
             response_failed_event(&mut out, sequence_number, response);
+        }
+        Format::Gemini => {
+            let kind = ErrorKind::BadGateway;
+            gemini_error_chunk(&mut out, &GeminiError::new(kind.status().as_u16(), message, kind.gemini_status()));
         }
     }
     out
@@ -487,6 +539,31 @@ mod tests {
             json!({"error":{"message":NASTY,"type":"server_error","code":"upstream_stream_error","param":null}})
         );
         assert_eq!(kind(Openai, None, &v.to_string()), err(false, false, NASTY));
+    }
+
+    #[test]
+    fn gemini_error_chunk_is_bare_json() {
+        let bytes = stream_error_event(crate::protocol::Format::Gemini, NASTY, &StreamContext::default());
+        // Not an SSE event: the line is the error object itself.
+        assert!(bytes.starts_with(b"{\"error\":{\"code\":502,"), "{}", String::from_utf8_lossy(&bytes));
+        assert!(bytes.ends_with(b"}\n"));
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["error"]["status"], "UNAVAILABLE");
+        assert_eq!(v["error"]["message"], NASTY);
+        for (k, status) in [
+            (ErrorKind::InvalidRequest, "INVALID_ARGUMENT"),
+            (ErrorKind::Authentication, "UNAUTHENTICATED"),
+            (ErrorKind::Permission, "PERMISSION_DENIED"),
+            (ErrorKind::NotFound, "NOT_FOUND"),
+            (ErrorKind::RequestTooLarge, "INVALID_ARGUMENT"),
+            (ErrorKind::RateLimited, "RESOURCE_EXHAUSTED"),
+            (ErrorKind::BadGateway, "UNAVAILABLE"),
+            (ErrorKind::Overloaded, "UNAVAILABLE"),
+            (ErrorKind::GatewayTimeout, "DEADLINE_EXCEEDED"),
+            (ErrorKind::LoopDetected, "INTERNAL"),
+        ] {
+            assert_eq!(k.gemini_status(), status, "{k:?} (SPEC §9)");
+        }
     }
 
     #[test]

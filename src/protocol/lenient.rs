@@ -168,6 +168,30 @@ pub fn arguments_string(input: &Value, raw: Option<&str>) -> String {
     }
 }
 
+/// A tool call's input as a JSON object, for the formats that carry arguments as objects
+/// (Anthropic `input`, Gemini `args`). `input` when it is a non-empty object (the decoder
+/// parsed the arguments); otherwise the raw `arguments` decide (a Chat decoder gives
+/// unparseable arguments as `input: {}` with the raw string kept); `{}` for no arguments at
+/// all. `None` when the arguments are not a JSON object.
+pub fn arguments_object(input: &Value, arguments: Option<&str>) -> Option<Value> {
+    if let Value::Object(o) = input
+        && (!o.is_empty() || arguments.is_none())
+    {
+        return Some(input.clone());
+    }
+    let parse_object = |s: &str| match serde_json::from_str::<Value>(s) {
+        Ok(v @ Value::Object(_)) => Some(v),
+        _ => None,
+    };
+    match (arguments, input) {
+        (Some(a), _) if a.trim().is_empty() => Some(Value::Object(Map::new())),
+        (Some(a), _) => parse_object(a),
+        (None, Value::String(s)) => parse_object(s),
+        (None, Value::Null) => Some(Value::Object(Map::new())),
+        (None, _) => None,
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Lenient leaves for typed parsing
 

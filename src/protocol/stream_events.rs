@@ -33,7 +33,8 @@ pub enum EventKind {
     /// cleanly without `[DONE]` is still complete).
     ContentWithFinish,
     /// The protocol's terminal event: Anthropic `message_stop`; OpenAI `data: [DONE]`; Responses
-    /// `response.completed` / `response.incomplete`.
+    /// `response.completed` / `response.incomplete`; Gemini a chunk whose candidate carries a
+    /// `finishReason` (or whose prompt was blocked: `promptFeedback.blockReason`, no candidate).
     Terminal,
     /// The upstream reported an error inside the stream. `rate_limited` for Anthropic
     /// `rate_limit_error`, OpenAI/Responses `rate_limit_error` type or `rate_limit_exceeded` code
@@ -65,6 +66,7 @@ pub fn inspect_and_observe(format: Format, event: &SseEvent<'_>, ctx: &mut Strea
         Format::Anthropic => anthropic(event, ctx),
         Format::Openai => openai(event, ctx),
         Format::Responses => responses(event, ctx),
+        Format::Gemini => gemini(event, ctx),
     }
 }
 
@@ -223,6 +225,55 @@ fn responses(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
         Some("error") => error_from_data(ev.data, ErrorAt::ErrorKey),
         _ => EventKind::Content,
     }
+}
+
+#[derive(Deserialize)]
+struct GeminiChunk<'a> {
+    #[serde(default)]
+    error: NonEmpty,
+    #[serde(default)]
+    candidates: GeminiCandidates,
+    #[serde(rename = "promptFeedback", alias = "prompt_feedback", default)]
+    prompt_feedback: Lenient<GeminiFeedback>,
+    #[serde(rename = "modelVersion", alias = "model_version", borrow, default)]
+    model_version: Lax<'a>,
+}
+
+#[derive(Deserialize)]
+struct GeminiFeedback {
+    #[serde(rename = "blockReason", alias = "block_reason", default)]
+    block_reason: NonEmpty,
+}
+
+#[derive(Deserialize)]
+struct GeminiCandidate {
+    #[serde(rename = "finishReason", alias = "finish_reason", default)]
+    finish_reason: NonEmpty,
+}
+
+/// Keys whose presence can make a Gemini chunk more than content. Quoted, a key can only occur
+/// structurally (inside a JSON string its quotes are escaped), so a chunk with none of them
+/// (most text chunks, once the model is known) needs no parse.
+const GEMINI_KEYS: [&str; 5] =
+    ["\"finishReason\"", "\"finish_reason\"", "\"error\"", "\"blockReason\"", "\"block_reason\""];
+
+/// A Gemini stream (SPEC §11): no preamble; content until a candidate carries a `finishReason`;
+/// an error object is the upstream's error (a 429 / `RESOURCE_EXHAUSTED` is rate-limited).
+fn gemini(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
+    if ctx.model.is_some() && !GEMINI_KEYS.iter().any(|k| ev.data.contains(k)) {
+        return EventKind::Content;
+    }
+    let Ok(chunk) = serde_json::from_str::<GeminiChunk<'_>>(ev.data) else {
+        return EventKind::Content;
+    };
+    if let Some(model) = chunk.model_version.as_str().filter(|m| !m.is_empty()) {
+        set(&mut ctx.model, model);
+    }
+    if chunk.error.0 {
+        return error_from_data(ev.data, ErrorAt::ErrorKey);
+    }
+    let blocked = chunk.prompt_feedback.0.is_some_and(|f| f.block_reason.0) && !chunk.candidates.present;
+    if chunk.candidates.finish || blocked { EventKind::Terminal } else { EventKind::Content }
 }
 
 fn set(slot: &mut Option<String>, value: &str) {
@@ -395,6 +446,42 @@ impl<'de> Deserialize<'de> for Choices {
     }
 }
 
+/// Gemini `candidates` folded without allocating: was it a non-empty array, does any finish.
+#[derive(Debug, Default, Clone, Copy)]
+struct GeminiCandidates {
+    present: bool,
+    finish: bool,
+}
+
+impl<'de> Deserialize<'de> for GeminiCandidates {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = GeminiCandidates;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a candidates array")
+            }
+            scalars_read_as!(GeminiCandidates::default());
+            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<GeminiCandidates, D2::Error> {
+                GeminiCandidates::deserialize(d)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<GeminiCandidates, A::Error> {
+                drain_map(map)?;
+                Ok(GeminiCandidates::default())
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<GeminiCandidates, A::Error> {
+                let mut out = GeminiCandidates::default();
+                while let Some(Lenient(candidate)) = seq.next_element::<Lenient<GeminiCandidate>>()? {
+                    out.present = true;
+                    out.finish |= candidate.is_some_and(|c| c.finish_reason.0);
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 pub(crate) mod tests {
@@ -425,6 +512,33 @@ pub(crate) mod tests {
         let mut kinds = Vec::new();
         scanner.feed(input.as_bytes(), |e| kinds.push(inspect_and_observe(format, &e, &mut ctx)));
         (kinds, ctx)
+    }
+
+    #[test]
+    fn gemini_events() {
+        let g = |data: &str| kind(Format::Gemini, None, data);
+        let text = r#"{"candidates": [{"content": {"parts": [{"text": "Hi"}],"role": "model"},"index": 0}],"modelVersion": "gemini-2.5-flash"}"#;
+        assert_eq!(g(text), Content, "no preamble in a Gemini stream");
+        let last = r#"{"candidates": [{"content": {"parts": [{"text": "!"}],"role": "model"},"finishReason": "STOP","index": 0}],"usageMetadata": {"promptTokenCount": 3}}"#;
+        assert_eq!(g(last), Terminal);
+        assert_eq!(g(r#"{"candidates":[{"finish_reason":"MAX_TOKENS"}]}"#), Terminal);
+        assert_eq!(g(r#"{"promptFeedback": {"blockReason": "SAFETY"}}"#), Terminal, "a blocked prompt ends the stream");
+        assert_eq!(g(r#"{"candidates":[{"finishReason":""}]}"#), Content);
+        assert_eq!(
+            g(r#"{"error": {"code": 429, "message": "Resource exhausted", "status": "RESOURCE_EXHAUSTED"}}"#),
+            err(true, false, "Resource exhausted")
+        );
+        assert_eq!(
+            g(r#"{"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}}"#),
+            err(false, true, "overloaded")
+        );
+        // A text that only talks about finishReason is content (the key check is structural).
+        let mut ctx = StreamContext::default();
+        assert_eq!(inspect_and_observe(Format::Gemini, &ev(None, text), &mut ctx), Content);
+        assert_eq!(ctx.model.as_deref(), Some("gemini-2.5-flash"));
+        let tricky = r#"{"candidates": [{"content": {"parts": [{"text": "say \"finishReason\": \"STOP\""}]}}]}"#;
+        assert_eq!(inspect_and_observe(Format::Gemini, &ev(None, tricky), &mut ctx), Content);
+        assert_eq!(g("not json"), Content);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use super::exchange::Exchanged;
 use super::outcome::{AttemptOutcome, NetworkErrorKind, Next, Verdict};
 use super::trail::Trail;
 use crate::breaker::Denied;
-use crate::convert::ir::ConvertError;
+use crate::convert::{self, ir::ConvertError};
 use crate::endpoint::EndpointId;
 use crate::gateway::Gateway;
 use crate::protocol::errors::{ErrorKind, GatewayError};
@@ -120,7 +120,7 @@ pub async fn run(
     // One budget per request for every wait (SPEC §15.1), and never past the total deadline.
     let budget_deadline = (clock.now() + settings.rate_limit_backoff_budget).min(deadline_clock);
     let seen_current = gw.rotation.current(protocol);
-    let conversion = RequestConversion::new(Format::native_to(protocol));
+    let conversion = RequestConversion::new(Format::native_to(protocol), inbound.route == Route::CountTokens);
     let mut run = Run {
         gw: gw.clone(),
         snapshot,
@@ -165,11 +165,11 @@ pub async fn run(
             return run.error(GatewayError::new(ErrorKind::InvalidRequest, "conversion_unsupported", message), 0, None);
         }
     }
-    if run.inbound.route == Route::CountTokens && !candidates.iter().any(|e| e.config.format == Format::Anthropic) {
+    if run.inbound.route == Route::CountTokens && !candidates.iter().any(|e| convert::counts_tokens(e.config.format)) {
         return run.token_estimate(None, 0).await;
     }
     if run.inbound.route == Route::CountTokens {
-        candidates.retain(|e| e.config.format == Format::Anthropic);
+        candidates.retain(|e| convert::counts_tokens(e.config.format));
     }
 
     // Seed 001's failover switch (SPEC §2 step 1): off, a request goes only to the endpoint the

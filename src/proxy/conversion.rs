@@ -19,11 +19,18 @@ pub struct RequestConversion {
     /// What did not survive each conversion (`field: note`), by target format.
     losses: Vec<(Format, Vec<String>)>,
     ctx: Option<ir::EncodeContext>,
+    /// `count_tokens`: the request goes to the endpoint's token-count method.
+    count_tokens: bool,
 }
 
 impl RequestConversion {
-    pub fn new(client: Format) -> Self {
-        Self { client, decoded: None, bodies: Vec::new(), losses: Vec::new(), ctx: None }
+    pub fn new(client: Format, count_tokens: bool) -> Self {
+        Self { client, decoded: None, bodies: Vec::new(), losses: Vec::new(), ctx: None, count_tokens }
+    }
+
+    /// What the upstream is asked for.
+    pub fn call(&self, stream: bool) -> convert::Call {
+        if self.count_tokens { convert::Call::CountTokens } else { convert::Call::Generate { stream } }
     }
 
     pub fn needed(&self, endpoint: Format) -> bool {
@@ -40,11 +47,15 @@ impl RequestConversion {
         if let Some((_, _, b)) = self.bodies.iter().find(|(f, m, _)| *f == format && m == model) {
             return b.clone();
         }
-        let client = self.client;
+        let (client, count_tokens) = (self.client, self.count_tokens);
         let mut noted = Vec::new();
         let result = self.decoded(client_body).cloned().and_then(|mut request| {
             request.model = model.to_string();
-            let encoded = convert::encode_request(format, &request)?;
+            let encoded = if count_tokens {
+                convert::encode_count_tokens_request(format, &request)?
+            } else {
+                convert::encode_request(format, &request)?
+            };
             for loss in request.losses.iter().chain(&encoded.losses) {
                 noted.push(format!("{}: {}", loss.field, loss.note));
                 tracing::info!(
@@ -111,16 +122,24 @@ fn id_seed(now_unix: u64) -> String {
     format!("{now_unix:x}{n:08x}")
 }
 
-/// Convert a successful non-streaming answer. `Err` means the upstream's 2xx body could not be
-/// read as its format — a failure of that endpoint.
-pub fn success_body(
-    upstream: Format,
-    client: Format,
-    body: &[u8],
-    ctx: &ir::EncodeContext,
-) -> Result<Bytes, ir::ConvertError> {
-    let response = convert::decode_response(upstream, body)?;
-    Ok(Bytes::from(convert::encode_response(client, &response, ctx)))
+impl RequestConversion {
+    /// Convert a successful non-streaming answer (a token count for `count_tokens`). `Err`
+    /// means the upstream's 2xx body could not be read as its format — a failure of that
+    /// endpoint.
+    pub fn success_body(
+        &self,
+        upstream: Format,
+        body: &[u8],
+        ctx: &ir::EncodeContext,
+    ) -> Result<Bytes, ir::ConvertError> {
+        if self.count_tokens {
+            let count = convert::decode_count_tokens_response(upstream, body)
+                .ok_or_else(|| ir::ConvertError::new("body", "the answer carries no token count"))?;
+            return Ok(Bytes::from(convert::encode_count_tokens_response(self.client, count)));
+        }
+        let response = convert::decode_response(upstream, body)?;
+        Ok(Bytes::from(convert::encode_response(self.client, &response, ctx)))
+    }
 }
 
 /// Convert an upstream error body into the client's protocol; the status is kept by the caller.
@@ -139,10 +158,12 @@ pub fn converted_headers(upstream: &HeaderMap, content_type: &'static str) -> He
 }
 
 /// Request headers that only make sense to an upstream of the client's own format
-/// (`anthropic-beta` to an OpenAI endpoint, `openai-organization` to Anthropic).
+/// (`anthropic-beta` to an OpenAI endpoint, `openai-organization` to Anthropic, a Google
+/// SDK's `x-goog-api-client` to either).
 pub fn foreign_header(name: &str, target: Format) -> bool {
     match target {
-        Format::Anthropic => name.starts_with("openai-"),
-        Format::Openai | Format::Responses => name.starts_with("anthropic-"),
+        Format::Anthropic => name.starts_with("openai-") || name.starts_with("x-goog-"),
+        Format::Openai | Format::Responses => name.starts_with("anthropic-") || name.starts_with("x-goog-"),
+        Format::Gemini => name.starts_with("anthropic-") || name.starts_with("openai-"),
     }
 }

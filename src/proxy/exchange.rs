@@ -181,7 +181,8 @@ impl Run {
         let settings = self.snapshot.settings.clone();
         let timeouts = settings.timeouts(protocol);
         let format = endpoint.config.format;
-        let converting = matches!(self.inbound.route, Route::Protocol(_)) && self.conversion.needed(format);
+        let converting =
+            matches!(self.inbound.route, Route::Protocol(_) | Route::CountTokens) && self.conversion.needed(format);
         let (url, body) = if converting {
             let body = match self.converted_body(endpoint) {
                 Ok(b) => b,
@@ -196,7 +197,10 @@ impl Run {
                     };
                 }
             };
-            (join_url(&endpoint.config.base_url, format, upstream_path(format), None), body)
+            // Gemini names the (mapped) model and the method in the path.
+            let model = endpoint.config.map_model(self.inbound.model.as_deref().unwrap_or_default());
+            let path = upstream_path(format, model, self.conversion.call(self.inbound.stream));
+            (join_url(&endpoint.config.base_url, format, &path, None), body)
         } else {
             let url = join_url(&endpoint.config.base_url, format, &self.inbound.rest, self.inbound.query.as_deref());
             (url, self.native_body(endpoint))
@@ -334,7 +338,7 @@ impl Run {
             let client = self.conversion.client;
             if outcome.is_success() {
                 let ctx = self.encode_context();
-                match conversion::success_body(format, client, &body, &ctx) {
+                match self.conversion.success_body(format, &body, &ctx) {
                     Ok(converted) => body = converted,
                     Err(e) => {
                         // A 2xx we cannot read is no answer at all: this endpoint's failure.

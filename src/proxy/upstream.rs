@@ -188,20 +188,24 @@ pub async fn read_body(body: Incoming, limit: u64) -> Result<Bytes, UpstreamBody
 /// SPEC §8 URL joining. `rest` is the inbound path after `/v1` (`/messages`, `/chat/completions`,
 /// `/embeddings`, ...). Anthropic: `{base}/v1{rest}`, or `{base}{rest}` when the base already
 /// ends in `/v1`. OpenAI-family: `{base}{rest}`, with `/v1` added when the base has no path.
+/// Gemini (SPEC §11; `rest` after the version, `/models/{model}:generateContent`):
+/// `{base}/v1beta{rest}`, or `{base}{rest}` when the base already ends in `/v1beta` or `/v1`.
 pub fn join_url(base_url: &str, format: Format, rest: &str, query: Option<&str>) -> String {
     let base = base_url.trim_end_matches('/');
-    let mut url = String::with_capacity(base.len() + rest.len() + 4 + query.map_or(0, |q| q.len() + 1));
+    let mut url = String::with_capacity(base.len() + rest.len() + 8 + query.map_or(0, |q| q.len() + 1));
     url.push_str(base);
-    let needs_v1 = match format {
-        Format::Anthropic => !base.ends_with("/v1"),
-        Format::Openai | Format::Responses => !has_path(base),
+    let version = match format {
+        Format::Anthropic => (!base.ends_with("/v1")).then_some("/v1"),
+        Format::Openai | Format::Responses => (!has_path(base)).then_some("/v1"),
+        Format::Gemini => (!base.ends_with("/v1beta") && !base.ends_with("/v1")).then_some("/v1beta"),
     };
-    if needs_v1 {
-        url.push_str("/v1");
+    if let Some(version) = version {
+        url.push_str(version);
     }
     url.push_str(rest);
     if let Some(q) = query.filter(|q| !q.is_empty()) {
-        url.push('?');
+        // A Gemini path may carry its own query (`?alt=sse`).
+        url.push(if rest.contains('?') { '&' } else { '?' });
         url.push_str(q);
     }
     url
@@ -212,11 +216,14 @@ fn has_path(base: &str) -> bool {
     after_scheme.split_once('/').is_some_and(|(_, path)| !path.is_empty())
 }
 
-/// The client's query string without ccmesh's own `endpoint=` selector.
+/// The client's query string without ccmesh's own `endpoint=` selector and without a Google
+/// API key (`key=`, how Gemini clients may send their credential: the endpoint's key replaces it).
 pub fn forwarded_query(query: Option<&str>) -> Option<String> {
     let q = query?;
-    let kept: Vec<&str> =
-        q.split('&').filter(|pair| !pair.is_empty() && pair.split('=').next() != Some("endpoint")).collect();
+    let kept: Vec<&str> = q
+        .split('&')
+        .filter(|pair| !pair.is_empty() && !matches!(pair.split('=').next(), Some("endpoint" | "key")))
+        .collect();
     (!kept.is_empty()).then(|| kept.join("&"))
 }
 
@@ -239,6 +246,7 @@ fn dropped_request_header(name: &HeaderName) -> bool {
             | "content-length"
             | "authorization"
             | "x-api-key"
+            | "x-goog-api-key"
             | "cookie"
             | "accept-encoding"
     ) || name.as_str().starts_with("x-ccmesh-")
@@ -411,6 +419,30 @@ mod tests {
                 "http://127.0.0.1:8080/openai/v1/responses",
             ),
             ("https://api.openai.com", Format::Openai, "/embeddings", "https://api.openai.com/v1/embeddings"),
+            (
+                "https://generativelanguage.googleapis.com",
+                Format::Gemini,
+                "/models/gemini-2.5-flash:generateContent",
+                "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:generateContent",
+            ),
+            (
+                "https://relay.example/gemini/v1",
+                Format::Gemini,
+                "/models/m:countTokens",
+                "https://relay.example/gemini/v1/models/m:countTokens",
+            ),
+            (
+                "https://relay.example/v1beta/",
+                Format::Gemini,
+                "/models/m:streamGenerateContent?alt=sse",
+                "https://relay.example/v1beta/models/m:streamGenerateContent?alt=sse",
+            ),
+            (
+                "https://relay.example/google",
+                Format::Gemini,
+                "/models/m:generateContent",
+                "https://relay.example/google/v1beta/models/m:generateContent",
+            ),
         ];
         for (base, format, rest, want) in cases {
             assert_eq!(join_url(base, format, rest, None), want, "{base} {format}");
@@ -427,5 +459,11 @@ mod tests {
         assert_eq!(forwarded_query(Some("endpoint=kimi")), None);
         assert_eq!(forwarded_query(Some("a=1&b=2")), Some("a=1&b=2".into()));
         assert_eq!(forwarded_query(None), None);
+        // A Gemini client's credential never goes upstream; its `alt=sse` does.
+        assert_eq!(forwarded_query(Some("alt=sse&key=AIzaSyXXXX")), Some("alt=sse".into()));
+        assert_eq!(
+            join_url("http://h", Format::Gemini, "/models/m:streamGenerateContent?alt=sse", Some("x=1")),
+            "http://h/v1beta/models/m:streamGenerateContent?alt=sse&x=1"
+        );
     }
 }

@@ -70,7 +70,7 @@ async fn every_invalid_input_is_a_400_naming_the_field() {
     g.add("taken", "openai", "http://127.0.0.1:9", json!({})).await;
     let base = json!({"name": "x", "format": "openai", "base_url": "http://127.0.0.1:9", "api_key": "k"});
     let cases: Vec<(Value, &str)> = vec![
-        (json!({"format": "gemini"}), "format"),
+        (json!({"format": "vertex"}), "format"),
         (json!({"base_url": "localhost:9"}), "base_url"),
         (json!({"base_url": "not a url"}), "base_url"),
         (json!({"name": "taken"}), "name"),

@@ -173,7 +173,7 @@ fn serve_refuses_a_public_address_without_a_token() {
 fn serve_rejects_a_bad_config_file_before_binding() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.toml");
-    std::fs::write(&path, "[[endpoints]]\nname = \"x\"\nbase_url = \"http://127.0.0.1:1\"\nformat = \"gemini\"\n")
+    std::fs::write(&path, "[[endpoints]]\nname = \"x\"\nbase_url = \"http://127.0.0.1:1\"\nformat = \"vertex\"\n")
         .unwrap();
     let out = Command::new(BIN)
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])

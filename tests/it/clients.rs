@@ -268,11 +268,24 @@ async fn endpoint_add_from_a_preset_and_the_preset_list() {
     );
     let (ok, out) = home.ccmesh(&["endpoint", "add", "x", "--preset", "nope", "--server", &g.url]);
     assert!(!ok && out.contains("ccmesh presets"), "{out}");
-    if !ccmesh::presets::find("gemini").unwrap().supported() {
-        let (ok, out) =
-            home.ccmesh(&["endpoint", "add", "g", "--preset", "gemini", "--api-key", "k", "--server", &g.url]);
-        assert!(!ok && out.contains("--preset gemini-openai"), "{out}");
-    }
+    // Google's native API is an endpoint format now.
+    let (ok, out) = home.ccmesh(&[
+        "endpoint",
+        "add",
+        "g",
+        "--preset",
+        "gemini",
+        "--api-key",
+        "AIzaSy-test-key-0000000",
+        "--server",
+        &g.url,
+    ]);
+    assert!(ok, "{out}");
+    let (_, e) = g.api(Method::GET, "/api/endpoints/g", None).await;
+    assert_eq!(
+        (e["format"].as_str(), e["base_url"].as_str(), e["test_model"].as_str()),
+        (Some("gemini"), Some("https://generativelanguage.googleapis.com"), Some("gemini-2.5-flash"))
+    );
     let (ok, list) = home.ccmesh(&["presets"]);
     assert!(ok, "{list}");
     for id in [

@@ -310,6 +310,11 @@ async fn cc_switch_with_the_queue_column_imports_idempotently_and_never_prints_a
     let relay = by_name(&list, "Kimi-Moonshot-codex");
     assert_eq!((relay["format"].as_str(), relay["model_map"]["*"].as_str()), (Some("responses"), Some("gpt-5.5")));
     assert_eq!(by_name(&list, "DeepSeek")["format"], "openai");
+    // cc-switch's gemini app: a gemini-format endpoint on Google's API, its model as the map.
+    let gemini = by_name(&list, "Gemini");
+    assert_eq!(gemini["format"], "gemini");
+    assert_eq!(gemini["base_url"], "https://generativelanguage.googleapis.com");
+    assert_eq!(gemini["model_map"], json!({"*": "gemini-2.5-pro"}));
     for skipped in ["Claude Official", "local takeover", "OpenCode"] {
         assert!(first.lines().any(|l| l.starts_with("skipped") && l.contains(skipped)), "{skipped}: {first}");
     }

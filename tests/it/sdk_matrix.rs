@@ -1,8 +1,9 @@
 //! The real-client matrix: the official `anthropic` and `openai` Python SDKs and the Vercel AI SDK
 //! (`ai@6` with `@ai-sdk/anthropic@3` / `@ai-sdk/openai@3`) call the gateway with each client
 //! protocol (Messages, Chat Completions, Responses) in front of a mock upstream of each endpoint
-//! format (anthropic, openai, responses): 2 SDK families × 3 client protocols × 3 upstream formats,
-//! the pass-through diagonal included, one test per cell.
+//! format (anthropic, openai, responses, gemini): 2 SDK families × 3 client protocols × 4 upstream
+//! formats, the pass-through diagonal included, one test per cell. (Gemini as a client protocol,
+//! with the Google GenAI SDKs, comes with the inbound `gemini` protocol.)
 //!
 //! Each cell runs one client process with four scenarios (see [`SCENARIOS`]), plain and streamed:
 //! a conversation of three turns (a text answer; with that exchange as history, a question
@@ -82,6 +83,8 @@ enum Fmt {
     Anthropic,
     Chat,
     Responses,
+    /// Only as an upstream.
+    Gemini,
 }
 
 impl Fmt {
@@ -91,6 +94,7 @@ impl Fmt {
             Fmt::Anthropic => "anthropic",
             Fmt::Chat => "openai",
             Fmt::Responses => "responses",
+            Fmt::Gemini => "gemini",
         }
     }
 
@@ -100,6 +104,7 @@ impl Fmt {
             Fmt::Anthropic => "anthropic",
             Fmt::Chat => "openai-chat",
             Fmt::Responses => "openai-responses",
+            Fmt::Gemini => unreachable!("no Gemini client script yet"),
         }
     }
 
@@ -108,6 +113,7 @@ impl Fmt {
             Fmt::Anthropic => "/v1/messages",
             Fmt::Chat => "/v1/chat/completions",
             Fmt::Responses => "/v1/responses",
+            Fmt::Gemini => unreachable!("a Gemini path names the model and the method"),
         }
     }
 
@@ -116,6 +122,7 @@ impl Fmt {
             Fmt::Anthropic => mock::ANTHROPIC_MODEL,
             Fmt::Chat => mock::OPENAI_CHAT_MODEL,
             Fmt::Responses => mock::RESPONSES_MODEL,
+            Fmt::Gemini => mock::GEMINI_MODEL,
         }
     }
 
@@ -125,6 +132,7 @@ impl Fmt {
             Fmt::Anthropic => ["toolu_01A09q90qw90lq917835lq9", "toolu_01BzNm4kXc7PqRs2TuVw3yZa"],
             Fmt::Chat => ["call_Xq4bZ0cS1mW8mQ3kC2pT7aNd", "call_Hn5vB8cX2zL7kJ4mP9qR1sTe"],
             Fmt::Responses => ["call_Rk2pW9vYh3cLq8nT5sDf1eZa", "call_Ty6uI0oPa4sD2fG8hJ3kL5zX"],
+            Fmt::Gemini => ["fc_paris_9w3k", "fc_london_2m7q"],
         };
         ids[n]
     }
@@ -271,7 +279,72 @@ fn reply(fmt: Fmt, turn: &Turn, stream: bool) -> Reply {
         (Fmt::Responses, true) => Reply::sse(responses_events(turn))
             .with_header("content-type", "text/event-stream; charset=utf-8")
             .with_header("x-request-id", &mock::mock_id("req_")),
+        (Fmt::Gemini, false) => Reply::json(200, gemini_body(turn)),
+        (Fmt::Gemini, true) => Reply::sse(gemini_events(turn)).with_header("content-type", "text/event-stream"),
     }
+}
+
+/// The thought signature Gemini 3 puts on the first call of a turn and wants back.
+const GEMINI_SIGNATURE: &str = "CiQB0e2Kb+/x9A==";
+
+/// Gemini usage: `promptTokenCount` includes the cached input.
+fn gemini_usage(u: Usage) -> Value {
+    json!({
+        "promptTokenCount": u.total_input(),
+        "cachedContentTokenCount": u.cache_read,
+        "candidatesTokenCount": u.output,
+        "totalTokenCount": u.total_input() + u.output,
+    })
+}
+
+/// The `functionCall` parts of a turn (the first with the thought signature).
+fn gemini_calls(turn: &Turn) -> Vec<Value> {
+    turn.calls
+        .iter()
+        .enumerate()
+        .map(|(n, city)| {
+            let mut part =
+                json!({"functionCall": {"id": Fmt::Gemini.call_id(n), "name": TOOL_NAME, "args": arguments(city)}});
+            if n == 0 {
+                part["thoughtSignature"] = json!(GEMINI_SIGNATURE);
+            }
+            part
+        })
+        .collect()
+}
+
+/// A `generateContent` answer: a text part (unless the turn has no text), a `functionCall` per call.
+fn gemini_body(turn: &Turn) -> Value {
+    let mut parts = Vec::new();
+    if !turn.text.is_empty() {
+        parts.push(json!({"text": turn.text}));
+    }
+    parts.extend(gemini_calls(turn));
+    mock::gemini_response(json!(parts), Some("STOP"), Some(gemini_usage(turn.usage)), &mock::mock_id("gr"))
+}
+
+/// A `streamGenerateContent?alt=sse` answer: the text in pieces, then all calls in one chunk (as
+/// Gemini sends parallel calls); the last chunk carries `finishReason` and the usage.
+fn gemini_events(turn: &Turn) -> Vec<String> {
+    let id = mock::mock_id("gr");
+    let mut chunks: Vec<Value> = Vec::new();
+    if !turn.text.is_empty() {
+        chunks.extend(pieces(turn.text).into_iter().map(|p| json!([{"text": p}])));
+    }
+    if turn.calls_tools() {
+        chunks.push(json!(gemini_calls(turn)));
+    }
+    let n = chunks.len();
+    chunks
+        .into_iter()
+        .enumerate()
+        .map(|(i, parts)| {
+            let last = i + 1 == n;
+            let usage =
+                if last { gemini_usage(turn.usage) } else { json!({"promptTokenCount": turn.usage.total_input()}) };
+            mock::gemini_chunk(&mock::gemini_response(parts, last.then_some("STOP"), Some(usage), &id))
+        })
+        .collect()
 }
 
 fn anthropic_usage(u: Usage, output: u64) -> Value {
@@ -775,6 +848,39 @@ fn conversation_of(fmt: Fmt, body: &Value) -> Vec<Item> {
                 }
             }
         }
+        Fmt::Gemini => {
+            if !body["systemInstruction"].is_null() {
+                let parts = body["systemInstruction"]["parts"].as_array().unwrap();
+                let system: String = parts.iter().map(|p| p["text"].as_str().unwrap()).collect();
+                text(&mut items, Item::System, system);
+            }
+            for (i, c) in body["contents"].as_array().unwrap().iter().enumerate() {
+                let what = format!("contents[{i}]");
+                let role: fn(String) -> Item = match c["role"].as_str() {
+                    Some("user") => Item::User,
+                    Some("model") => Item::Assistant,
+                    _ => panic!("{what}: role {}", c["role"]),
+                };
+                for p in c["parts"].as_array().unwrap() {
+                    if let Some(t) = p["text"].as_str() {
+                        text(&mut items, role, t.to_owned());
+                    } else if let Some(fc) = p.get("functionCall") {
+                        items.push(Item::Call {
+                            id: fc["id"].as_str().unwrap().to_owned(),
+                            name: fc["name"].as_str().unwrap().to_owned(),
+                            arguments: fc["args"].clone(),
+                        });
+                    } else if let Some(fr) = p.get("functionResponse") {
+                        items.push(Item::Result {
+                            id: fr["id"].as_str().unwrap().to_owned(),
+                            output: fr["response"]["output"].as_str().unwrap().to_owned(),
+                        });
+                    } else {
+                        panic!("{what}: unexpected part {p}");
+                    }
+                }
+            }
+        }
     }
     items
 }
@@ -805,6 +911,11 @@ fn tools_of(fmt: Fmt, body: &Value) -> Vec<(String, Value)> {
             Fmt::Responses => {
                 assert_eq!(t["type"], "function", "{t}");
                 (t["name"].as_str().unwrap().to_owned(), t["parameters"].clone())
+            }
+            Fmt::Gemini => {
+                let decls = t["functionDeclarations"].as_array().unwrap();
+                assert_eq!(decls.len(), 1, "{t}");
+                (decls[0]["name"].as_str().unwrap().to_owned(), decls[0]["parametersJsonSchema"].clone())
             }
         })
         .collect()
@@ -851,6 +962,29 @@ fn expected_conversations(upstream: Fmt) -> Vec<Vec<Item>> {
 /// `tool_result` in the user message right after the assistant's `tool_use`s; Chat wants a `tool`
 /// message per call right after the assistant message with the `tool_calls`.
 fn check_tool_result_placement(upstream: Fmt, body: &Value, what: &str) {
+    if upstream == Fmt::Gemini {
+        // Gemini: the function responses are the next (user) content, in the calls' order; the
+        // turn's first call carries its thought signature back.
+        let contents = body["contents"].as_array().unwrap();
+        for (i, c) in contents.iter().enumerate() {
+            let parts = c["parts"].as_array().unwrap();
+            let called: Vec<&str> = parts.iter().filter_map(|p| p["functionCall"]["id"].as_str()).collect();
+            if called.is_empty() {
+                continue;
+            }
+            let first = parts.iter().find(|p| p.get("functionCall").is_some()).unwrap();
+            assert_eq!(first["thoughtSignature"], GEMINI_SIGNATURE, "{what}: contents[{i}]'s signature\n{body:#}");
+            let answered: Vec<&str> = contents
+                .get(i + 1)
+                .and_then(|n| n["parts"].as_array())
+                .into_iter()
+                .flatten()
+                .filter_map(|p| p["functionResponse"]["id"].as_str())
+                .collect();
+            assert_eq!(answered, called, "{what}: the responses to contents[{i}]'s calls must follow it\n{body:#}");
+        }
+        return;
+    }
     let Some(messages) = body["messages"].as_array() else { return };
     for (i, m) in messages.iter().enumerate() {
         let called: Vec<&str> = match upstream {
@@ -862,7 +996,7 @@ fn check_tool_result_placement(upstream: Fmt, body: &Value, what: &str) {
                 .map(|b| b["id"].as_str().unwrap())
                 .collect(),
             Fmt::Chat => m["tool_calls"].as_array().into_iter().flatten().map(|c| c["id"].as_str().unwrap()).collect(),
-            Fmt::Responses => return,
+            Fmt::Responses | Fmt::Gemini => return,
         };
         if called.is_empty() {
             continue;
@@ -906,8 +1040,20 @@ fn check_upstream_requests(sdk: Sdk, client: Fmt, upstream: Fmt, got: &[Recorded
             at += 1;
             let what = format!("{cell}, {scenario}, request {}", turn + 1);
             let body: Value = serde_json::from_slice(&r.body).unwrap_or_else(|e| panic!("{what}: not JSON ({e})"));
-            assert_eq!((r.method.as_str(), r.path.as_str()), ("POST", upstream.path()), "{what}");
-            assert!(r.query.is_none() || client == upstream, "{what}: query {:?}", r.query);
+            if upstream == Fmt::Gemini {
+                // The model and the method are in the path, streaming is `?alt=sse`.
+                let method = if stream { ":streamGenerateContent" } else { ":generateContent" };
+                assert!(r.path.starts_with("/v1beta/models/") && r.path.ends_with(method), "{what}: {}", r.path);
+                assert_eq!(r.query.as_deref(), stream.then_some("alt=sse"), "{what}");
+                assert_eq!(r.header("x-goog-api-key"), Some("sk-up-secret-key-0000"), "{what}");
+                assert!(r.header("authorization").is_none() && r.header("x-api-key").is_none(), "{what}");
+                assert!(body.get("model").is_none() && body.get("stream").is_none(), "{what}: {body}");
+            } else {
+                assert_eq!((r.method.as_str(), r.path.as_str()), ("POST", upstream.path()), "{what}");
+                assert!(r.query.is_none() || client == upstream, "{what}: query {:?}", r.query);
+                assert!(body["model"].is_string(), "{what}: model in {body}");
+                assert_eq!(body["stream"].as_bool().unwrap_or(false), stream, "{what}: stream in {body}");
+            }
             match upstream {
                 Fmt::Anthropic => {
                     assert_eq!(r.header("x-api-key"), Some("sk-up-secret-key-0000"), "{what}");
@@ -917,9 +1063,8 @@ fn check_upstream_requests(sdk: Sdk, client: Fmt, upstream: Fmt, got: &[Recorded
                 Fmt::Chat | Fmt::Responses => {
                     assert_eq!(r.header("authorization"), Some("Bearer sk-up-secret-key-0000"), "{what}");
                 }
+                Fmt::Gemini => {}
             }
-            assert!(body["model"].is_string(), "{what}: model in {body}");
-            assert_eq!(body["stream"].as_bool().unwrap_or(false), stream, "{what}: stream in {body}");
             if upstream == Fmt::Chat && stream {
                 assert_eq!(body["stream_options"]["include_usage"], true, "{what}: {body}");
             }
@@ -1033,4 +1178,10 @@ cells! {
     node_responses_to_anthropic: Node Responses -> Anthropic;
     node_responses_to_openai: Node Responses -> Chat;
     node_responses_to_responses: Node Responses -> Responses;
+    python_messages_to_gemini: Python Anthropic -> Gemini;
+    python_chat_to_gemini: Python Chat -> Gemini;
+    python_responses_to_gemini: Python Responses -> Gemini;
+    node_messages_to_gemini: Node Anthropic -> Gemini;
+    node_chat_to_gemini: Node Chat -> Gemini;
+    node_responses_to_gemini: Node Responses -> Gemini;
 }

@@ -6,8 +6,8 @@ use std::borrow::Cow;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::{parse_body, tool_input_object};
 use crate::convert::ir::*;
+use crate::protocol::lenient::arguments_object;
 use crate::protocol::lenient::{count, get, get_str};
 
 pub fn stop_reason_from_wire(s: &str) -> Option<StopReason> {
@@ -47,7 +47,7 @@ pub(super) fn parse_usage(v: Option<&Value>) -> Usage {
 
 /// Upstream non-streaming response body (Anthropic message) → IR.
 pub fn decode_response(body: &[u8]) -> Result<Response, ConvertError> {
-    let obj = parse_body(body)?;
+    let obj = parse_object(body)?;
     if get_str(&obj, "type") == Some("error") {
         let msg = obj
             .get("error")
@@ -170,7 +170,7 @@ pub fn encode_response(resp: &Response, ctx: &EncodeContext) -> Vec<u8> {
                 let id = tool_id(id, ctx, tool_n);
                 tool_n += 1;
                 // Invalid argument JSON from the model cannot be an Anthropic `input`: `{}`.
-                let input = tool_input_object(input, arguments.as_deref()).unwrap_or_else(|| Value::Object(Map::new()));
+                let input = arguments_object(input, arguments.as_deref()).unwrap_or_else(|| Value::Object(Map::new()));
                 content.push(BlockOut::ToolUse { id, name, input });
             }
             Part::Thinking { text, signature } => content.push(BlockOut::Thinking {

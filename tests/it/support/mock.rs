@@ -99,6 +99,7 @@ pub const KEEP_ALIVE_COMMENT: &str = ": keep-alive\n\n";
 pub const ANTHROPIC_MODEL: &str = "claude-sonnet-4-5-20250929";
 pub const OPENAI_CHAT_MODEL: &str = "gpt-4o-mini-2024-07-18";
 pub const RESPONSES_MODEL: &str = "gpt-4.1-2025-04-14";
+pub const GEMINI_MODEL: &str = "gemini-2.5-flash";
 
 /// Token usage reported by every canned protocol answer.
 pub const INPUT_TOKENS: u64 = 12;
@@ -615,6 +616,22 @@ impl Reply {
         Reply::sse(responses_stream_events(parts))
             .with_header("content-type", "text/event-stream; charset=utf-8")
             .with_header("x-request-id", &mock_id("req_"))
+    }
+
+    /// A non-streaming Gemini `generateContent` answer with `text`.
+    pub fn gemini_message(text: &str) -> Reply {
+        Reply::json(200, gemini_body(text))
+    }
+
+    /// A Gemini `streamGenerateContent?alt=sse` answer: one chunk per part, the last with
+    /// `finishReason` and the usage, framed as the API frames them (`\r\n\r\n`).
+    pub fn gemini_stream(parts: &[&str]) -> Reply {
+        Reply::sse(gemini_stream_events(parts)).with_header("content-type", "text/event-stream")
+    }
+
+    /// A Gemini error answer: `{"error":{"code":..,"message":..,"status":..}}`.
+    pub fn gemini_error(status: u16, rpc_status: &str, message: &str) -> Reply {
+        Reply::json(status, json!({"error": {"code": status, "message": message, "status": rpc_status}}))
     }
 }
 
@@ -1355,6 +1372,58 @@ fn stream_body(chunks: Vec<(Duration, Bytes)>, end: StreamEnd, guard: CancelGuar
 }
 
 // ====================================================================== tests
+
+fn gemini_usage() -> Value {
+    json!({
+        "promptTokenCount": INPUT_TOKENS,
+        "candidatesTokenCount": OUTPUT_TOKENS,
+        "totalTokenCount": INPUT_TOKENS + OUTPUT_TOKENS,
+        "promptTokensDetails": [{"modality": "TEXT", "tokenCount": INPUT_TOKENS}],
+    })
+}
+
+/// One Gemini stream chunk, framed as the API frames it.
+pub fn gemini_chunk(chunk: &Value) -> String {
+    format!("data: {chunk}\r\n\r\n")
+}
+
+/// A `GenerateContentResponse` whose candidate has `parts` (and `finishReason`, when given).
+pub fn gemini_response(parts: Value, finish: Option<&str>, usage: Option<Value>, response_id: &str) -> Value {
+    let mut candidate = json!({"content": {"parts": parts, "role": "model"}, "index": 0});
+    if let Some(f) = finish {
+        candidate["finishReason"] = json!(f);
+    }
+    let mut body = json!({"candidates": [candidate], "modelVersion": GEMINI_MODEL, "responseId": response_id});
+    if let Some(u) = usage {
+        body["usageMetadata"] = u;
+    }
+    body
+}
+
+/// The body of a non-streaming Gemini answer.
+pub fn gemini_body(text: &str) -> Value {
+    gemini_response(json!([{"text": text}]), Some("STOP"), Some(gemini_usage()), &mock_id("gr"))
+}
+
+/// The chunks of a streamed Gemini answer: one text part each, the last with the finish reason
+/// and the usage (Gemini ends a stream with no event of its own).
+pub fn gemini_stream_events(parts: &[&str]) -> Vec<String> {
+    let id = mock_id("gr");
+    let n = parts.len();
+    parts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let last = i + 1 == n;
+            let usage = if last {
+                gemini_usage()
+            } else {
+                json!({"promptTokenCount": INPUT_TOKENS, "totalTokenCount": INPUT_TOKENS})
+            };
+            gemini_chunk(&gemini_response(json!([{"text": p}]), last.then_some("STOP"), Some(usage), &id))
+        })
+        .collect()
+}
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

@@ -3,7 +3,8 @@
 
 use serde_json::{Map, Value, json};
 
-use super::super::{as_object, parse_body, shown};
+use super::super::{as_object, shown};
+use crate::convert::ir::parse_object;
 use crate::convert::ir::*;
 use crate::protocol::lenient::{count, get, get_str};
 
@@ -51,7 +52,7 @@ fn req_str<'a>(obj: &'a Map<String, Value>, key: &str, prefix: &str) -> Result<&
 
 /// Client request body (Anthropic Messages) → IR.
 pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
-    let obj = parse_body(body)?;
+    let obj = parse_object(body)?;
     let mut losses = Vec::new();
 
     let model = match get(&obj, "model") {

@@ -2,9 +2,9 @@
 
 use serde_json::{Map, Value, json};
 
-use super::super::tool_input_object;
 use super::{DEFAULT_MAX_TOKENS, MAX_DEFAULT_MAX_TOKENS, MIN_THINKING_BUDGET};
 use crate::convert::ir::*;
+use crate::protocol::lenient::arguments_object;
 
 /// Anthropic tool-use ids must match `^[a-zA-Z0-9_-]+$`; some OpenAI-compatible vendors use
 /// ids such as `functions.bash:0`. The same mapping is applied to `tool_use.id` and
@@ -485,7 +485,7 @@ fn encode_part(
                 blocks.push(text_block(&format!("[tool call {name} (id {id})] {args}"), None));
                 return Ok(());
             }
-            let input = match tool_input_object(input, arguments.as_deref()) {
+            let input = match arguments_object(input, arguments.as_deref()) {
                 Some(v) => v,
                 None => {
                     losses.push(Loss::new(

@@ -1,0 +1,241 @@
+//! A Gemini upstream's stream (`streamGenerateContent?alt=sse`: one `GenerateContentResponse`
+//! per `data:` event) to IR events, one chunk at a time.
+
+use serde_json::Value;
+
+use super::super::error::error_fields;
+use super::super::response::{Calls, Decoded, decode_part, decode_usage, stop_reason, with_tool_use};
+use super::super::{Obj, field, field_str};
+use crate::convert::ir::*;
+use crate::protocol::errors::ErrorKind;
+use crate::protocol::lenient::{get, truncate_marked};
+use crate::protocol::sse::SseEvent;
+
+/// Longest excerpt of a malformed chunk quoted in the error event, in characters.
+const MAX_CHUNK_TEXT: usize = 512;
+
+/// Incremental: one upstream event in, zero or more IR events out, immediately. Gemini sends
+/// whole parts per chunk (a function call arrives complete), so the only state is the open
+/// text or thought block, the calls so far and the usage.
+#[derive(Debug, Default)]
+pub struct StreamDecoder {
+    started: bool,
+    next_index: usize,
+    /// The open block: its index and whether it is a thought.
+    open: Option<(usize, bool)>,
+    calls: Calls,
+    has_calls: bool,
+    /// A `finishReason` (or a prompt block) arrived: the stream is complete.
+    stop: Option<Option<StopReason>>,
+    usage: Usage,
+    ended: bool,
+    failed: bool,
+}
+
+impl StreamDecoder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn decode(&mut self, event: &SseEvent<'_>, out: &mut Vec<StreamEvent>) {
+        if self.ended || self.failed {
+            return;
+        }
+        let data = event.data.trim();
+        if data.is_empty() {
+            return;
+        }
+        let chunk = match serde_json::from_str::<Value>(data) {
+            Ok(Value::Object(o)) => o,
+            // The JSON-array stream's error form, `[{"error": …}]`, if a relay sends it here.
+            Ok(Value::Array(items)) if items.first().and_then(|i| i.get("error")).is_some() => {
+                let e = items.first().and_then(Value::as_object).cloned().unwrap_or_default();
+                self.error(&e, out);
+                return;
+            }
+            _ => {
+                let message =
+                    format!("the upstream sent a malformed stream chunk: {}", truncate_marked(data, MAX_CHUNK_TEXT));
+                self.fail(out, ErrorKind::Api, message);
+                return;
+            }
+        };
+        if get(&chunk, "error").is_some() {
+            self.error(&chunk, out);
+            return;
+        }
+        if !self.started {
+            self.started = true;
+            out.push(StreamEvent::Start {
+                id: field_str(&chunk, "responseId", "response_id").unwrap_or_default().to_owned(),
+                model: field_str(&chunk, "modelVersion", "model_version").unwrap_or_default().to_owned(),
+                usage: Usage::default(),
+                created: None,
+            });
+        }
+        if let Some(u) = field(&chunk, "usageMetadata", "usage_metadata").and_then(Value::as_object) {
+            self.usage.merge(&decode_usage(u));
+        }
+        if self.stop.is_some() {
+            // Only usage can follow the finish.
+            return;
+        }
+        let candidate =
+            get(&chunk, "candidates").and_then(Value::as_array).and_then(|c| c.first()).and_then(Value::as_object);
+        let Some(candidate) = candidate else {
+            let blocked = field(&chunk, "promptFeedback", "prompt_feedback")
+                .and_then(Value::as_object)
+                .and_then(|f| field_str(f, "blockReason", "block_reason"))
+                .is_some();
+            if blocked {
+                self.stop = Some(Some(StopReason::Refusal));
+            }
+            return;
+        };
+        let parts = get(candidate, "content").and_then(|c| c.get("parts")).and_then(Value::as_array);
+        for p in parts.into_iter().flatten().filter_map(Value::as_object) {
+            self.part(p, out);
+        }
+        if let Some(reason) = field_str(candidate, "finishReason", "finish_reason").filter(|r| !r.is_empty()) {
+            self.close(out);
+            self.stop = Some(stop_reason(reason));
+        }
+    }
+
+    /// The upstream's stream ended. Gemini has no terminal event beyond the `finishReason`: a
+    /// stream that delivered one is complete; one cut before it is not (the gateway reports that).
+    pub fn finish(&mut self, out: &mut Vec<StreamEvent>) {
+        if self.ended || self.failed {
+            return;
+        }
+        if let Some(stop) = self.stop {
+            out.push(StreamEvent::Finish {
+                stop_reason: with_tool_use(stop, self.has_calls),
+                stop_sequence: None,
+                usage: self.usage,
+            });
+            out.push(StreamEvent::End);
+            self.ended = true;
+        }
+    }
+
+    fn part(&mut self, p: &Obj, out: &mut Vec<StreamEvent>) {
+        match decode_part(p, &mut self.calls) {
+            Decoded::Part(Part::Text(t)) => {
+                let index = self.open_block(false, out);
+                out.push(StreamEvent::TextDelta { index, text: t.text });
+            }
+            Decoded::Part(Part::Thinking { text, signature }) => {
+                let index = self.open_block(true, out);
+                if !text.is_empty() {
+                    out.push(StreamEvent::ThinkingDelta { index, text });
+                }
+                if let Some(signature) = signature {
+                    out.push(StreamEvent::SignatureDelta { index, signature });
+                }
+            }
+            Decoded::Part(Part::ToolUse { id, name, input, .. }) => {
+                self.close(out);
+                self.has_calls = true;
+                let index = self.next_index;
+                self.next_index += 1;
+                out.push(StreamEvent::BlockStart { index, block: BlockStart::ToolUse { id, name } });
+                out.push(StreamEvent::ToolArgsDelta { index, partial_json: input.to_string() });
+                out.push(StreamEvent::BlockStop { index });
+            }
+            // Images and the rest have no stream event; a streamed answer is text and calls.
+            _ => {}
+        }
+    }
+
+    /// The open text (or thought) block, opening one after closing the other kind.
+    fn open_block(&mut self, thought: bool, out: &mut Vec<StreamEvent>) -> usize {
+        if let Some((index, t)) = self.open
+            && t == thought
+        {
+            return index;
+        }
+        self.close(out);
+        let index = self.next_index;
+        self.next_index += 1;
+        self.open = Some((index, thought));
+        let block = if thought { BlockStart::Thinking } else { BlockStart::Text };
+        out.push(StreamEvent::BlockStart { index, block });
+        index
+    }
+
+    fn close(&mut self, out: &mut Vec<StreamEvent>) {
+        if let Some((index, _)) = self.open.take() {
+            out.push(StreamEvent::BlockStop { index });
+        }
+    }
+
+    fn error(&mut self, chunk: &Obj, out: &mut Vec<StreamEvent>) {
+        let e = get(chunk, "error").and_then(Value::as_object).cloned().unwrap_or_default();
+        let (kind, message, _) = error_fields(&e, ErrorKind::Api);
+        self.fail(out, kind, message.unwrap_or_else(|| "the upstream reported an error in the stream".to_owned()));
+    }
+
+    fn fail(&mut self, out: &mut Vec<StreamEvent>, kind: ErrorKind, message: String) {
+        self.failed = true;
+        out.push(StreamEvent::Error { kind, message });
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::super::super::tests::*;
+    use super::*;
+    use insta::assert_json_snapshot;
+    use serde_json::json;
+
+    fn events(evs: &[StreamEvent]) -> Vec<String> {
+        evs.iter().map(|e| format!("{e:?}")).collect()
+    }
+
+    #[test]
+    fn stream_decode_thoughts_text_and_a_call() {
+        assert_json_snapshot!(events(&decode_chunks(&[STREAM_TOOLS.as_bytes()])));
+    }
+
+    #[test]
+    fn stream_decode_errors_blocks_and_cuts() {
+        let error = "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Hel\"}],\"role\": \"model\"}}]}\n\ndata: {\"error\": {\"code\": 429, \"message\": \"Resource exhausted\", \"status\": \"RESOURCE_EXHAUSTED\"}}\n\n";
+        let blocked = "data: {\"promptFeedback\": {\"blockReason\": \"PROHIBITED_CONTENT\"}, \"usageMetadata\": {\"promptTokenCount\": 9}}\n\n";
+        let cut = "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Hel\"}],\"role\": \"model\"}}]}\n\n";
+        let malformed = "data: {\"candidates\": [\n\n";
+        let max = "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"long\"}],\"role\": \"model\"},\"finishReason\": \"MAX_TOKENS\"}]}\n\ndata: {\"usageMetadata\": {\"promptTokenCount\": 3, \"candidatesTokenCount\": 4}}\n\n";
+        let got = json!({
+            "error": events(&decode_chunks(&[error.as_bytes()])),
+            "blocked": events(&decode_chunks(&[blocked.as_bytes()])),
+            "cut": events(&decode_chunks(&[cut.as_bytes()])),
+            "malformed": events(&decode_chunks(&[malformed.as_bytes()])),
+            "max_tokens_then_usage": events(&decode_chunks(&[max.as_bytes()])),
+        });
+        assert_json_snapshot!(got);
+    }
+
+    #[test]
+    fn stream_decode_is_the_same_at_every_byte_boundary() {
+        let whole = decode_chunks(&[STREAM_TOOLS.as_bytes()]);
+        let bytes = STREAM_TOOLS.as_bytes();
+        for cut in 0..=bytes.len() {
+            assert_eq!(decode_chunks(&[&bytes[..cut], &bytes[cut..]]), whole, "cut at {cut}");
+        }
+        let single: Vec<&[u8]> = bytes.chunks(1).collect();
+        assert_eq!(decode_chunks(&single), whole);
+    }
+
+    #[test]
+    fn stream_and_body_give_a_call_the_same_id() {
+        let stream_id = decode_chunks(&[STREAM_TOOLS.as_bytes()]).into_iter().find_map(|e| match e {
+            StreamEvent::BlockStart { block: BlockStart::ToolUse { id, .. }, .. } => Some(id),
+            _ => None,
+        });
+        let body = json!({"candidates": [{"content": {"parts": [{"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}, "thoughtSignature": "CiQB0e2Kb+/x9A=="}]}, "finishReason": "STOP"}]});
+        let r = super::super::super::decode_response(&serde_json::to_vec(&body).unwrap()).unwrap();
+        let Part::ToolUse { id, .. } = &r.content[0] else { panic!() };
+        assert_eq!(stream_id.as_deref(), Some(id.as_str()));
+    }
+}
