@@ -144,11 +144,18 @@ impl StreamEncoder {
     }
 }
 
+/// A step between decoder and encoder that rewrites the event sequence (a resumed stream's
+/// continuation is spliced into the client's stream this way).
+pub trait EventSplice: Send {
+    fn event(&mut self, event: StreamEvent, out: &mut Vec<StreamEvent>);
+}
+
 /// A running stream conversion: feed upstream events, get client bytes.
 pub struct StreamConversion {
     decoder: StreamDecoder,
     encoder: StreamEncoder,
     scratch: Vec<StreamEvent>,
+    splice: Option<(Box<dyn EventSplice>, Vec<StreamEvent>)>,
 }
 
 impl StreamConversion {
@@ -158,7 +165,12 @@ impl StreamConversion {
 
     /// With an encoder chosen by the caller (a Gemini client's JSON-array stream).
     pub fn with_encoder(upstream: Format, encoder: StreamEncoder) -> Self {
-        Self { decoder: StreamDecoder::new(upstream), encoder, scratch: Vec::new() }
+        Self { decoder: StreamDecoder::new(upstream), encoder, scratch: Vec::new(), splice: None }
+    }
+
+    /// With `splice` between the upstream's decoder and the client's encoder.
+    pub fn spliced(upstream: Format, encoder: StreamEncoder, splice: Box<dyn EventSplice>) -> Self {
+        Self { splice: Some((splice, Vec::new())), ..Self::with_encoder(upstream, encoder) }
     }
 
     /// Convert one upstream event, appending the client's bytes to `out`.
@@ -179,8 +191,20 @@ impl StreamConversion {
     }
 
     fn flush(&mut self, out: &mut Vec<u8>) {
-        for e in self.scratch.drain(..) {
-            self.encoder.encode(&e, out);
+        match &mut self.splice {
+            None => {
+                for e in self.scratch.drain(..) {
+                    self.encoder.encode(&e, out);
+                }
+            }
+            Some((splice, spliced)) => {
+                for e in self.scratch.drain(..) {
+                    splice.event(e, spliced);
+                }
+                for e in spliced.drain(..) {
+                    self.encoder.encode(&e, out);
+                }
+            }
         }
     }
 }

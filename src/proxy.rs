@@ -11,6 +11,7 @@ pub mod outcome;
 pub mod relay;
 pub mod request;
 mod respond;
+pub mod resume;
 pub mod trail;
 pub mod upstream;
 

@@ -403,6 +403,16 @@ pub struct EncodeContext {
     pub id_seed: String,
     /// Responses: the client asked for `reasoning.encrypted_content`.
     pub include_encrypted_reasoning: bool,
+    /// Ids the client already holds for this response: a resumed stream goes on under them.
+    pub kept_ids: KeptIds,
+}
+
+/// Ids a client has already been sent (Responses: the response id, and each output item's id by
+/// output index), which a continuation of its stream must keep.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KeptIds {
+    pub response: Option<String>,
+    pub items: Vec<(usize, String)>,
 }
 
 /// An encoded request body plus what did not survive the conversion.

@@ -183,6 +183,7 @@ mod tests {
             created: 1_700_000_000,
             id_seed: "seed1".into(),
             include_encrypted_reasoning: false,
+            kept_ids: Default::default(),
         }
     }
 

@@ -84,9 +84,9 @@ const ATTEMPTS: Desc = Desc {
 };
 const FAILOVERS: Desc = Desc {
     name: "ccmesh_failovers_total",
-    help: "Client requests that tried more than one endpoint.",
+    help: "Moves from one endpoint to another within a client request (failover and stream resume).",
     kind: "counter",
-    labels: &["protocol"],
+    labels: &["protocol", "from", "to"],
 };
 const BREAKER_STATE: Desc = Desc {
     name: "ccmesh_breaker_state",
@@ -456,8 +456,12 @@ impl Metrics {
         for a in &record.attempts {
             self.attempts.add(&[self.endpoint_label(vocabulary, Some(&a.endpoint)), outcome_str(a.classification)], 1);
         }
-        if record.failed_over {
-            self.failovers.add(&[protocol], 1);
+        for pair in record.attempts.windows(2) {
+            if pair[0].endpoint != pair[1].endpoint {
+                let from = self.endpoint_label(vocabulary, Some(&pair[0].endpoint));
+                let to = self.endpoint_label(vocabulary, Some(&pair[1].endpoint));
+                self.failovers.add(&[protocol, from, to], 1);
+            }
         }
 
         let seconds = |ms: f64| ms / 1000.0;
@@ -686,6 +690,7 @@ mod tests {
             error: None,
             classification,
             breaker: None,
+            resume: None,
         }
     }
 
@@ -766,9 +771,9 @@ ccmesh_requests_total{protocol="claude",endpoint="b",status_class="2xx"} 1
 # TYPE ccmesh_upstream_attempts_total counter
 ccmesh_upstream_attempts_total{endpoint="a",outcome="failure"} 1
 ccmesh_upstream_attempts_total{endpoint="b",outcome="success"} 1
-# HELP ccmesh_failovers_total Client requests that tried more than one endpoint.
+# HELP ccmesh_failovers_total Moves from one endpoint to another within a client request (failover and stream resume).
 # TYPE ccmesh_failovers_total counter
-ccmesh_failovers_total{protocol="claude"} 1
+ccmesh_failovers_total{protocol="claude",from="a",to="b"} 1
 # HELP ccmesh_breaker_state Circuit breaker state per endpoint: 0 closed, 1 half-open, 2 open.
 # TYPE ccmesh_breaker_state gauge
 ccmesh_breaker_state{endpoint="a"} 2

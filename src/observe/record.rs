@@ -19,6 +19,17 @@ impl Tokens {
     pub fn is_known(&self) -> bool {
         self.input.is_some() || self.output.is_some()
     }
+
+    /// Two attempts' usage together (a field neither knows stays unknown).
+    pub fn plus(self, other: Tokens) -> Tokens {
+        let sum = |a: Option<u64>, b: Option<u64>| if a.is_none() && b.is_none() { None } else { Some(a.unwrap_or(0) + b.unwrap_or(0)) };
+        Tokens {
+            input: sum(self.input, other.input),
+            output: sum(self.output, other.output),
+            cache_read: sum(self.cache_read, other.cache_read),
+            cache_write: sum(self.cache_write, other.cache_write),
+        }
+    }
 }
 
 /// How an attempt's outcome was classified (SPEC §4).
@@ -42,6 +53,9 @@ pub enum Classification {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AttemptRecord {
     pub endpoint: String,
+    /// This attempt continued a cut stream: how (SPEC §6 stream resume).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<String>,
     /// The endpoint's format (`anthropic`, `openai`, `responses`); differs from the client's
     /// protocol when the request was converted.
     pub format: String,

@@ -42,6 +42,15 @@ pub enum EventKind {
     /// `overloaded_error` and server-overloaded codes (any type/code containing "overloaded",
     /// numeric 503/529, `UNAVAILABLE`). `message` is the upstream's message, at most 500 chars.
     UpstreamError { rate_limited: bool, overloaded: bool, message: String },
+    /// An event whose data is not the JSON object the protocol sends (cut off, garbled): relayed,
+    /// it would break the client's parser, so the stream is treated as broken here.
+    Malformed,
+}
+
+/// Whether event data that a fast path did not parse can be the JSON object it should be: a
+/// cheap check (the last byte) that catches the usual damage, a cut-off or garbled event.
+fn looks_whole(data: &str) -> bool {
+    data.trim_end().ends_with('}')
 }
 
 /// Facts collected while inspecting events, needed to write a good error event.
@@ -103,9 +112,14 @@ fn is_plain_anthropic_delta(ev: &SseEvent<'_>) -> bool {
 
 fn anthropic(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
     if is_plain_anthropic_delta(ev) {
-        return EventKind::Content;
+        return if looks_whole(ev.data) { EventKind::Content } else { EventKind::Malformed };
     }
     let parsed: Option<AnthropicEvent<'_>> = serde_json::from_str(ev.data).ok();
+    // Unparseable data under a name that says it all (a `ping` with junk, an empty
+    // `message_stop`) is classified by the name; under any other name it would break the client.
+    if parsed.is_none() && !matches!(ev.event, Some("message_start" | "ping" | "message_stop" | "error")) {
+        return EventKind::Malformed;
+    }
     let name = parsed.as_ref().and_then(|p| p.kind.as_str()).or(ev.event);
     if let Some(p) = parsed.as_ref()
         && let Some(model) = p.message.0.as_ref().and_then(|m| m.model.as_str())
@@ -151,7 +165,7 @@ fn openai(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
         return error_from_data(data, ErrorAt::ErrorKey);
     }
     let Ok(chunk) = serde_json::from_str::<ChatChunk<'_>>(data) else {
-        return EventKind::Content;
+        return EventKind::Malformed;
     };
     if let Some(model) = chunk.model.as_str()
         && ctx.model.is_none()
@@ -218,6 +232,22 @@ fn responses(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
     if ev.event == Some("error") {
         return error_from_data(ev.data, ErrorAt::ErrorKey);
     }
+    if parsed.is_none()
+        && !matches!(
+            name,
+            Some(
+                "response.created"
+                    | "response.in_progress"
+                    | "response.queued"
+                    | "response.completed"
+                    | "response.incomplete"
+                    | "response.failed"
+                    | "error"
+            )
+        )
+    {
+        return EventKind::Malformed;
+    }
     match name {
         Some("response.created" | "response.in_progress" | "response.queued") => EventKind::Preamble,
         Some("response.completed" | "response.incomplete") => EventKind::Terminal,
@@ -261,10 +291,10 @@ const GEMINI_KEYS: [&str; 5] =
 /// an error object is the upstream's error (a 429 / `RESOURCE_EXHAUSTED` is rate-limited).
 fn gemini(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
     if ctx.model.is_some() && !GEMINI_KEYS.iter().any(|k| ev.data.contains(k)) {
-        return EventKind::Content;
+        return if looks_whole(ev.data) { EventKind::Content } else { EventKind::Malformed };
     }
     let Ok(chunk) = serde_json::from_str::<GeminiChunk<'_>>(ev.data) else {
-        return EventKind::Content;
+        return EventKind::Malformed;
     };
     if let Some(model) = chunk.model_version.as_str().filter(|m| !m.is_empty()) {
         set(&mut ctx.model, model);
@@ -502,7 +532,7 @@ pub(crate) mod tests {
         EventKind::UpstreamError { rate_limited, overloaded, message: message.to_owned() }
     }
 
-    use EventKind::{Content, ContentWithFinish, Preamble, Terminal};
+    use EventKind::{Content, ContentWithFinish, Malformed, Preamble, Terminal};
     use Format::{Anthropic, Openai, Responses};
 
     /// Run a transcript through the scanner and the inspector.
@@ -538,7 +568,9 @@ pub(crate) mod tests {
         assert_eq!(ctx.model.as_deref(), Some("gemini-2.5-flash"));
         let tricky = r#"{"candidates": [{"content": {"parts": [{"text": "say \"finishReason\": \"STOP\""}]}}]}"#;
         assert_eq!(inspect_and_observe(Format::Gemini, &ev(None, tricky), &mut ctx), Content);
-        assert_eq!(g("not json"), Content);
+        assert_eq!(g("not json"), Malformed);
+        // Once the model is known, text chunks skip the parse; a cut-off one is still caught.
+        assert_eq!(g(r#"{"candidates": [{"content": {"parts": [{"text": "cut"#), Malformed);
     }
 
     #[test]
@@ -625,10 +657,12 @@ pub(crate) mod tests {
         // The JSON type wins over the event name.
         assert_eq!(a(Some("content_block_delta"), r#"{"type":"message_stop"}"#), Terminal);
         assert_eq!(a(None, r#"{"type":"ping"}"#), Preamble);
-        // Unparseable data: classified by the event name, else Content.
+        // Unparseable data: classified by a name that says it all, else malformed.
         assert_eq!(a(Some("ping"), "not json"), Preamble);
+        assert_eq!(a(Some("content_block_delta"), "not json"), Malformed);
+        assert_eq!(a(None, "not json"), Malformed);
+        assert_eq!(a(Some("content_block_delta"), r#"{"type":"content_block_delta","index":0,"delta":{"type":"te"#), Malformed);
         assert_eq!(a(Some("message_stop"), ""), Terminal);
-        assert_eq!(a(None, "not json"), Content);
         assert_eq!(a(Some("some_future_event"), r#"{"type":"some_future_event"}"#), Content);
         // A wrongly typed field does not break classification.
         assert_eq!(a(None, r#"{"type":"message_start","message":"x"}"#), Preamble);
@@ -723,8 +757,9 @@ pub(crate) mod tests {
         // Terminal.
         assert_eq!(o("[DONE]"), Terminal);
         assert_eq!(o(" [DONE]"), Terminal);
-        // Tolerance: unparseable or unknown shapes are content.
-        assert_eq!(o("not json"), Content);
+        // Unknown shapes are content; data that is not JSON would break the client.
+        assert_eq!(o("not json"), Malformed);
+        assert_eq!(o(r#"{"choices":[{"delta":{"content":"cut"#), Malformed);
         assert_eq!(o(r#"{"foo":1}"#), Content);
         assert_eq!(o(r#"{"choices":{"weird":true}}"#), Content);
         assert_eq!(o(r#"{"choices":[{"delta":{"content":"x"},"finish_reason":7}]}"#), Content);
@@ -857,7 +892,8 @@ pub(crate) mod tests {
         assert_eq!(r(None, r#"{"type":"response.created"}"#), Preamble);
         assert_eq!(r(Some("response.completed"), "garbage"), Terminal);
         assert_eq!(r(Some("response.created"), "garbage"), Preamble);
-        assert_eq!(r(None, "garbage"), Content);
+        assert_eq!(r(None, "garbage"), Malformed);
+        assert_eq!(r(Some("response.output_text.delta"), r#"{"type":"response.output_text.delta","delta":"cu"#), Malformed);
     }
 
     #[test]

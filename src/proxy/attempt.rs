@@ -55,11 +55,29 @@ pub(super) struct Run {
     pub deadline: tokio::time::Instant,
     /// The same deadline on the gateway's clock, for the waits.
     pub deadline_clock: std::time::Instant,
+    /// One budget per request for every wait (SPEC §15.1), never past the total deadline.
+    budget_deadline: std::time::Instant,
+    /// What the attempts so far have learnt; a resume goes on from here.
+    progress: Progress,
+    /// The request's candidates after the filters of SPEC §2, and how they are treated.
+    candidates: Vec<Arc<LiveEndpoint>>,
+    /// No breaker filter, no probe permits: an explicit endpoint, or failover off.
+    bypass_breakers: bool,
+    /// Failover is off (SPEC §2 step 1): the one endpoint's answer is the answer.
+    pinned: bool,
+    /// Set while a cut stream is being continued (`resume.rs`).
+    pub resuming: Option<super::resume::Resuming>,
+}
+
+/// How the attempts ended: an answer, or a stream that reached its first content.
+pub(super) enum Ended {
+    Answer(Response),
+    Stream(Box<super::exchange::Stream>),
 }
 
 /// The loop's own state, from one attempt to the next.
 #[derive(Default)]
-struct Progress {
+pub(super) struct Progress {
     attempts: usize,
     cap: Option<usize>,
     /// The most recent upstream HTTP answer of a failed attempt (what the client gets if
@@ -133,6 +151,12 @@ pub async fn run(
         trail: Some(trail),
         deadline,
         deadline_clock,
+        budget_deadline,
+        progress: Progress::new(),
+        candidates: Vec::new(),
+        bypass_breakers: explicit,
+        pinned: false,
+        resuming: None,
     };
 
     // Endpoints of another format need the request converted. Do it once per format and
@@ -182,238 +206,333 @@ pub async fn run(
         run.start_endpoint = Some(ids[start]);
         candidates = vec![candidates[start].clone()];
     }
-    let explicit = explicit || pinned;
+    run.candidates = candidates;
+    run.pinned = pinned;
+    run.bypass_breakers = explicit || pinned;
 
-    let mut p = Progress::new();
-    let mut first_pass = true;
-
-    'choose: loop {
-        // Arm the wake-up before reading breaker state, so a change in between is not missed.
-        let mut changed = pin!(gw.breakers.changed().notified());
-        changed.as_mut().enable();
-
-        // SPEC §2 step 4 (an explicit endpoint bypasses it).
-        let (live, denials) = if explicit {
-            (candidates.iter().collect(), Vec::new())
-        } else {
-            routing::breaker_filter(&candidates, |e| e.breaker.routable())
-        };
-
-        let blocked = if live.is_empty() {
-            Some(denials)
-        } else {
-            let cap = *p.cap.get_or_insert_with(|| routing::attempt_cap(live.len(), explicit));
-            let ids: Vec<EndpointId> = live.iter().map(|e| e.config.id).collect();
-            let start = if pinned {
-                0
-            } else if first_pass {
-                run.start_index(&ids, seen_current)
-            } else {
-                // After a backoff, begin where rotation says, like a new request would.
-                routing::start_index(settings.routing_strategy, &ids, gw.rotation.current(protocol), None, 0)
-            };
-            if first_pass && !pinned {
-                run.start_endpoint = Some(ids[start]);
-            }
-            first_pass = false;
-
-            let mut index = start;
-            let mut denied_in_a_row: Vec<Denied> = Vec::new();
-            let mut skipped_in_a_row = 0usize;
-            let mut same_endpoint_failures = 0u32;
-            loop {
-                if p.attempts >= cap {
-                    break 'choose;
-                }
-                if p.deadline_passed || (p.attempts > 0 && tokio::time::Instant::now() >= run.deadline) {
-                    let best = p.best_answer();
-                    return run.deadline_over(best, p.attempts, p.last_endpoint.as_deref());
-                }
-                let endpoint = live[index];
-                if p.excluded.contains(&endpoint.config.id) {
-                    skipped_in_a_row += 1;
-                    if skipped_in_a_row >= live.len() {
-                        break 'choose;
-                    }
-                    index = routing::advance(index, live.len());
-                    same_endpoint_failures = 0;
-                    continue;
-                }
-                skipped_in_a_row = 0;
-                let permit = match endpoint.breaker.try_acquire(&endpoint.config.name, explicit) {
-                    Ok(permit) => permit,
-                    Err(denied) => {
-                        denied_in_a_row.push(denied);
-                        if denied_in_a_row.len() >= live.len() {
-                            break;
-                        }
-                        index = routing::advance(index, live.len());
-                        same_endpoint_failures = 0;
-                        continue;
-                    }
-                };
-                // An endpoint that said when to come back (a 429's Retry-After, its breaker still
-                // closed) is not asked before then: wait inside what is left of the backoff
-                // budget, else its 429 is the answer (SPEC §15.1).
-                if let Some(&(_, until)) = p.not_before.iter().find(|(id, _)| *id == endpoint.config.id) {
-                    let now = clock.now();
-                    if until > now {
-                        if until > budget_deadline {
-                            drop(permit);
-                            let best = p.best_answer();
-                            return run.last_answer(best, p.attempts, p.last_endpoint.as_deref());
-                        }
-                        let waited = tokio::time::Instant::now();
-                        clock.sleep_until(until).await;
-                        run.add_wait(waited.elapsed());
-                    }
-                }
-                denied_in_a_row.clear();
-                p.attempts += 1;
-                p.last_endpoint = Some(endpoint.config.name.clone());
-                run.begin_attempt(endpoint);
-                let (outcome, cause) = match run.exchange(endpoint, permit, p.attempts).await {
-                    Exchanged::Committed(response) => return response,
-                    Exchanged::Estimate => {
-                        // Many Anthropic-compatible relays lack count_tokens: our estimate.
-                        return run.token_estimate(Some(&endpoint.config.name), p.attempts).await;
-                    }
-                    Exchanged::Answer { answer, outcome, usage, probe } => {
-                        if outcome.next == Next::Answer || (pinned && outcome.next != Next::Repeat) {
-                            // A success, a neutral answer, a rule's `return` — or, with failover
-                            // off, whatever the one endpoint said.
-                            if outcome.is_success() {
-                                run.after_success(endpoint.config.id);
-                            }
-                            return run.answer(answer, p.attempts, &endpoint.config.name, usage);
-                        }
-                        p.last_was_probe_429 = probe && answer.status == StatusCode::TOO_MANY_REQUESTS;
-                        if let Verdict::RateLimited { retry_after: Some(wait) } = outcome.verdict {
-                            p.not_before.push((endpoint.config.id, clock.now() + wait));
-                        }
-                        let cause = format!("HTTP {}", answer.status.as_u16());
-                        if outcome == AttemptOutcome::ELSEWHERE {
-                            if p.first_elsewhere.is_none() {
-                                p.first_elsewhere = Some(answer.clone());
-                            }
-                        } else {
-                            p.only_elsewhere = false;
-                        }
-                        p.last_answer = Some(answer);
-                        p.last_was_answer = true;
-                        p.last_timed_out = false;
-                        (outcome, cause)
-                    }
-                    Exchanged::NoAnswer { outcome, kind, detail } => {
-                        p.last_timed_out = kind == NetworkErrorKind::Timeout && outcome.next != Next::End;
-                        p.last_network = Some((kind, detail));
-                        p.last_was_answer = false;
-                        p.only_elsewhere = false;
-                        (outcome, kind.as_str().to_string())
-                    }
-                };
-                match outcome.next {
-                    // SPEC §3: a transient network error retries the same endpoint after
-                    // `transient_retry_delay`, until it has failed twice in a row; a user rule's
-                    // `same` retries it until the attempt cap.
-                    Next::SameEndpoint | Next::Repeat
-                        if outcome.next == Next::Repeat || same_endpoint_failures + 1 < 2 =>
-                    {
-                        same_endpoint_failures += 1;
-                        // No timer for a zero delay: tokio rounds deadlines up to the next
-                        // millisecond tick, which was most of a zero-delay failover's cost.
-                        if p.attempts < cap && !settings.transient_retry_delay.is_zero() {
-                            let wake = (clock.now() + settings.transient_retry_delay).min(run.deadline_clock);
-                            let waited = tokio::time::Instant::now();
-                            clock.sleep_until(wake).await;
-                            run.add_wait(waited.elapsed());
-                        }
-                        continue;
-                    }
-                    Next::End => p.deadline_passed = true,
-                    Next::NextExcluding => p.excluded.push(endpoint.config.id),
-                    Next::SameEndpoint | Next::Repeat | Next::NextEndpoint | Next::Answer => {}
-                }
-                same_endpoint_failures = 0;
-                let next = routing::advance(index, live.len());
-                if p.attempts < cap && live.len() > 1 && !p.deadline_passed {
-                    gw.events.failover(protocol.as_str(), &endpoint.config.name, &live[next].config.name, &cause);
-                }
-                index = next;
-            }
-            // No remaining candidate granted a permit (SPEC §3).
-            Some(denied_in_a_row)
-        };
-
-        let Some(denials) = blocked else { continue };
-        // An earlier real answer beats a gateway-made error — except a 429 from a rate-limited
-        // endpoint's probe, which re-enters the rate-limit backoff below (SPEC §3).
-        if p.last_answer.is_some() && !p.last_was_probe_429 {
-            let best = p.best_answer();
-            return run.last_answer(best, p.attempts, p.last_endpoint.as_deref());
-        }
-        let now = clock.now();
-        match when_blocked(&denials, now, budget_deadline) {
-            WhenBlocked::Wait { until } => {
-                gw.events
-                    .rate_limit_backoff(protocol.as_str(), until.saturating_duration_since(now).as_millis() as u64);
-                let waited = tokio::time::Instant::now();
-                tokio::select! {
-                    () = clock.sleep_until(until) => {}
-                    () = changed => {}
-                }
-                run.add_wait(waited.elapsed());
-                continue 'choose;
-            }
-            WhenBlocked::RateLimited { retry_after_secs } => {
-                let e = GatewayError::new(
-                    ErrorKind::RateLimited,
-                    "rate_limited",
-                    format!(
-                        "every endpoint that serves this request is rate-limited; retry after {retry_after_secs} s"
-                    ),
-                )
-                .with_retry_after(retry_after_secs);
-                return run.error(e, p.attempts, p.last_endpoint.as_deref());
-            }
-            WhenBlocked::AllOpen => {
-                if p.last_answer.is_some() {
-                    let best = p.best_answer();
-                    return run.last_answer(best, p.attempts, p.last_endpoint.as_deref());
-                }
-                let mut message = "all candidate endpoints are circuit-open; retry later, or reset a breaker (`ccmesh reset NAME`, or POST /api/endpoints/{name}/reset)".to_string();
-                if let Some((kind, detail)) = &p.last_network {
-                    message = format!("{message} (last error: {} — {detail})", kind.describe());
-                }
-                let e = GatewayError::new(ErrorKind::BadGateway, "circuit_open", message);
-                return run.error(e, p.attempts, p.last_endpoint.as_deref());
-            }
+    match run.attempts(None).await {
+        Ended::Answer(response) => response,
+        Ended::Stream(stream) => {
+            let resumable = settings.stream_resume
+                && settings.stream_resume_attempts > 0
+                && !run.bypass_breakers
+                && run.inbound.stream
+                && run.candidates.len() > 1;
+            run.commit(*stream, resumable)
         }
     }
+}
 
-    // Attempts exhausted (SPEC §3).
-    gw.events.candidates_exhausted(protocol.as_str(), p.attempts, p.last_endpoint.as_deref().unwrap_or(""));
-    if p.last_was_answer || (p.only_elsewhere && p.first_elsewhere.is_some()) {
-        let best = p.best_answer();
-        return run.last_answer(best, p.attempts, p.last_endpoint.as_deref());
-    }
-    let message = match &p.last_network {
-        Some((kind, detail)) if detail.as_str() == kind.describe() => {
-            format!("{detail} after {} attempt(s); check the endpoint's base_url and health", p.attempts)
-        }
-        Some((kind, detail)) => format!(
-            "{} ({detail}) after {} attempt(s); check the endpoint's base_url and health",
-            kind.describe(),
-            p.attempts
-        ),
-        None => format!("no upstream answered after {} attempt(s)", p.attempts),
-    };
-    // SPEC §3: 504 when the last failure was a timeout, else 502.
-    let kind = if p.last_timed_out { ErrorKind::GatewayTimeout } else { ErrorKind::BadGateway };
-    run.error(GatewayError::new(kind, "upstream_unreachable", message), p.attempts, p.last_endpoint.as_deref())
+/// Where a resume goes on: the first live candidate after the one whose stream was cut (which
+/// may itself be filtered out by now, its breaker opened by the cut). Returns its name and the
+/// index in `ids`.
+fn resume_index<'a>(candidates: &'a [Arc<LiveEndpoint>], ids: &[EndpointId], cut: EndpointId) -> Option<(&'a str, usize)> {
+    let at = candidates.iter().position(|e| e.config.id == cut)?;
+    let n = candidates.len();
+    let next = (1..=n).find_map(|k| ids.iter().position(|id| *id == candidates[(at + k) % n].config.id))?;
+    Some((&candidates[at].config.name, next))
 }
 
 impl Run {
+    /// The attempt loop of SPEC §3 over `self.candidates`, from the rotation's start — or, for a
+    /// resume, from the candidate after `after`.
+    pub(super) async fn attempts(&mut self, after: Option<EndpointId>) -> Ended {
+        let gw = self.gw.clone();
+        let protocol = self.protocol();
+        let settings = self.snapshot.settings.clone();
+        let clock = gw.clock.clone();
+        let candidates = std::mem::take(&mut self.candidates);
+        let ended = self.attempts_over(&candidates, after, &gw, protocol, &settings, &clock).await;
+        self.candidates = candidates;
+        ended
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn attempts_over(
+        &mut self,
+        candidates: &[Arc<LiveEndpoint>],
+        after: Option<EndpointId>,
+        gw: &Arc<Gateway>,
+        protocol: crate::protocol::Protocol,
+        settings: &Arc<crate::config::Settings>,
+        clock: &Arc<dyn crate::clock::Clock>,
+    ) -> Ended {
+        let run = self;
+        let explicit = run.bypass_breakers;
+        let pinned = run.pinned;
+        let seen_current = run.seen_current;
+        let budget_deadline = run.budget_deadline;
+        let mut p = std::mem::take(&mut run.progress);
+        let mut first_pass = after.is_none();
+        let mut after = after;
+        let ended = 'out: {
+            'choose: loop {
+                // Arm the wake-up before reading breaker state, so a change in between is not missed.
+                let mut changed = pin!(gw.breakers.changed().notified());
+                changed.as_mut().enable();
+
+                // SPEC §2 step 4 (an explicit endpoint bypasses it).
+                let (live, denials) = if explicit {
+                    (candidates.iter().collect(), Vec::new())
+                } else {
+                    routing::breaker_filter(&candidates, |e| e.breaker.routable())
+                };
+
+                let blocked = if live.is_empty() {
+                    Some(denials)
+                } else {
+                    let cap = *p.cap.get_or_insert_with(|| routing::attempt_cap(live.len(), explicit));
+                    let ids: Vec<EndpointId> = live.iter().map(|e| e.config.id).collect();
+                    let resume_at = after.take().and_then(|cut| resume_index(candidates, &ids, cut));
+                    let start = if pinned {
+                        0
+                    } else if let Some((cut, next)) = resume_at {
+                        gw.events.failover(protocol.as_str(), cut, &live[next].config.name, "stream_cut");
+                        next
+                    } else if first_pass {
+                        run.start_index(&ids, seen_current)
+                    } else {
+                        // After a backoff, begin where rotation says, like a new request would.
+                        routing::start_index(settings.routing_strategy, &ids, gw.rotation.current(protocol), None, 0)
+                    };
+                    if first_pass && !pinned {
+                        run.start_endpoint = Some(ids[start]);
+                    }
+                    first_pass = false;
+
+                    let mut index = start;
+                    let mut denied_in_a_row: Vec<Denied> = Vec::new();
+                    let mut skipped_in_a_row = 0usize;
+                    let mut same_endpoint_failures = 0u32;
+                    loop {
+                        if p.attempts >= cap {
+                            break 'choose;
+                        }
+                        if p.deadline_passed || (p.attempts > 0 && tokio::time::Instant::now() >= run.deadline) {
+                            let best = p.best_answer();
+                            break 'out Ended::Answer(run.deadline_over(best, p.attempts, p.last_endpoint.as_deref()));
+                        }
+                        let endpoint = live[index];
+                        if p.excluded.contains(&endpoint.config.id) {
+                            skipped_in_a_row += 1;
+                            if skipped_in_a_row >= live.len() {
+                                break 'choose;
+                            }
+                            index = routing::advance(index, live.len());
+                            same_endpoint_failures = 0;
+                            continue;
+                        }
+                        skipped_in_a_row = 0;
+                        let permit = match endpoint.breaker.try_acquire(&endpoint.config.name, explicit) {
+                            Ok(permit) => permit,
+                            Err(denied) => {
+                                denied_in_a_row.push(denied);
+                                if denied_in_a_row.len() >= live.len() {
+                                    break;
+                                }
+                                index = routing::advance(index, live.len());
+                                same_endpoint_failures = 0;
+                                continue;
+                            }
+                        };
+                        // An endpoint that said when to come back (a 429's Retry-After, its breaker still
+                        // closed) is not asked before then: wait inside what is left of the backoff
+                        // budget, else its 429 is the answer (SPEC §15.1).
+                        if let Some(&(_, until)) = p.not_before.iter().find(|(id, _)| *id == endpoint.config.id) {
+                            let now = clock.now();
+                            if until > now {
+                                if until > budget_deadline {
+                                    drop(permit);
+                                    let best = p.best_answer();
+                                    break 'out Ended::Answer(run.last_answer(best, p.attempts, p.last_endpoint.as_deref()));
+                                }
+                                let waited = tokio::time::Instant::now();
+                                clock.sleep_until(until).await;
+                                run.add_wait(waited.elapsed());
+                            }
+                        }
+                        denied_in_a_row.clear();
+                        p.attempts += 1;
+                        p.last_endpoint = Some(endpoint.config.name.clone());
+                        run.begin_attempt(endpoint);
+                        let (outcome, cause) = match run.exchange(endpoint, permit, p.attempts).await {
+                            Exchanged::Committed(stream) => break 'out Ended::Stream(stream),
+                            Exchanged::Estimate => {
+                                // Many Anthropic-compatible relays lack count_tokens: our estimate.
+                                break 'out Ended::Answer(run.token_estimate(Some(&endpoint.config.name), p.attempts).await);
+                            }
+                            Exchanged::Answer { answer, outcome, usage, probe } => {
+                                if outcome.next == Next::Answer || (pinned && outcome.next != Next::Repeat) {
+                                    // A success, a neutral answer, a rule's `return` — or, with failover
+                                    // off, whatever the one endpoint said.
+                                    if outcome.is_success() && run.resuming.is_none() {
+                                        run.after_success(endpoint.config.id);
+                                    }
+                                    break 'out Ended::Answer(run.answer(answer, p.attempts, &endpoint.config.name, usage));
+                                }
+                                p.last_was_probe_429 = probe && answer.status == StatusCode::TOO_MANY_REQUESTS;
+                                if let Verdict::RateLimited { retry_after: Some(wait) } = outcome.verdict {
+                                    p.not_before.push((endpoint.config.id, clock.now() + wait));
+                                }
+                                let cause = format!("HTTP {}", answer.status.as_u16());
+                                if outcome == AttemptOutcome::ELSEWHERE {
+                                    if p.first_elsewhere.is_none() {
+                                        p.first_elsewhere = Some(answer.clone());
+                                    }
+                                } else {
+                                    p.only_elsewhere = false;
+                                }
+                                p.last_answer = Some(answer);
+                                p.last_was_answer = true;
+                                p.last_timed_out = false;
+                                (outcome, cause)
+                            }
+                            Exchanged::NoAnswer { outcome, kind, detail } => {
+                                p.last_timed_out = kind == NetworkErrorKind::Timeout && outcome.next != Next::End;
+                                p.last_network = Some((kind, detail));
+                                p.last_was_answer = false;
+                                p.only_elsewhere = false;
+                                (outcome, kind.as_str().to_string())
+                            }
+                        };
+                        if outcome.next == Next::Repeat
+                            && run.resuming.as_mut().is_some_and(|r| std::mem::take(&mut r.retry_without_prefill))
+                        {
+                            // A refused prefill and its retry are one resume attempt (SPEC §15.3).
+                            p.attempts -= 1;
+                            continue;
+                        }
+                        match outcome.next {
+                            // SPEC §3: a transient network error retries the same endpoint after
+                            // `transient_retry_delay`, until it has failed twice in a row; a user rule's
+                            // `same` retries it until the attempt cap.
+                            Next::SameEndpoint | Next::Repeat
+                                if outcome.next == Next::Repeat || same_endpoint_failures + 1 < 2 =>
+                            {
+                                same_endpoint_failures += 1;
+                                // No timer for a zero delay: tokio rounds deadlines up to the next
+                                // millisecond tick, which was most of a zero-delay failover's cost.
+                                if p.attempts < cap && !settings.transient_retry_delay.is_zero() {
+                                    let wake = (clock.now() + settings.transient_retry_delay).min(run.deadline_clock);
+                                    let waited = tokio::time::Instant::now();
+                                    clock.sleep_until(wake).await;
+                                    run.add_wait(waited.elapsed());
+                                }
+                                continue;
+                            }
+                            Next::End => p.deadline_passed = true,
+                            Next::NextExcluding => p.excluded.push(endpoint.config.id),
+                            Next::SameEndpoint | Next::Repeat | Next::NextEndpoint | Next::Answer => {}
+                        }
+                        same_endpoint_failures = 0;
+                        let next = routing::advance(index, live.len());
+                        if p.attempts < cap && live.len() > 1 && !p.deadline_passed {
+                            gw.events.failover(protocol.as_str(), &endpoint.config.name, &live[next].config.name, &cause);
+                        }
+                        index = next;
+                    }
+                    // No remaining candidate granted a permit (SPEC §3).
+                    Some(denied_in_a_row)
+                };
+
+                let Some(denials) = blocked else { continue };
+                // An earlier real answer beats a gateway-made error — except a 429 from a rate-limited
+                // endpoint's probe, which re-enters the rate-limit backoff below (SPEC §3).
+                if p.last_answer.is_some() && !p.last_was_probe_429 {
+                    let best = p.best_answer();
+                    break 'out Ended::Answer(run.last_answer(best, p.attempts, p.last_endpoint.as_deref()));
+                }
+                let now = clock.now();
+                match when_blocked(&denials, now, budget_deadline) {
+                    WhenBlocked::Wait { until } => {
+                        gw.events
+                            .rate_limit_backoff(protocol.as_str(), until.saturating_duration_since(now).as_millis() as u64);
+                        let waited = tokio::time::Instant::now();
+                        tokio::select! {
+                            () = clock.sleep_until(until) => {}
+                            () = changed => {}
+                        }
+                        run.add_wait(waited.elapsed());
+                        continue 'choose;
+                    }
+                    WhenBlocked::RateLimited { retry_after_secs } => {
+                        let e = GatewayError::new(
+                            ErrorKind::RateLimited,
+                            "rate_limited",
+                            format!(
+                                "every endpoint that serves this request is rate-limited; retry after {retry_after_secs} s"
+                            ),
+                        )
+                        .with_retry_after(retry_after_secs);
+                        break 'out Ended::Answer(run.error(e, p.attempts, p.last_endpoint.as_deref()));
+                    }
+                    WhenBlocked::AllOpen => {
+                        if p.last_answer.is_some() {
+                            let best = p.best_answer();
+                            break 'out Ended::Answer(run.last_answer(best, p.attempts, p.last_endpoint.as_deref()));
+                        }
+                        let mut message = "all candidate endpoints are circuit-open; retry later, or reset a breaker (`ccmesh reset NAME`, or POST /api/endpoints/{name}/reset)".to_string();
+                        if let Some((kind, detail)) = &p.last_network {
+                            message = format!("{message} (last error: {} — {detail})", kind.describe());
+                        }
+                        let e = GatewayError::new(ErrorKind::BadGateway, "circuit_open", message);
+                        break 'out Ended::Answer(run.error(e, p.attempts, p.last_endpoint.as_deref()));
+                    }
+                }
+            }
+
+            // Attempts exhausted (SPEC §3).
+            gw.events.candidates_exhausted(protocol.as_str(), p.attempts, p.last_endpoint.as_deref().unwrap_or(""));
+            if p.last_was_answer || (p.only_elsewhere && p.first_elsewhere.is_some()) {
+                let best = p.best_answer();
+                break 'out Ended::Answer(run.last_answer(best, p.attempts, p.last_endpoint.as_deref()));
+            }
+            let message = match &p.last_network {
+                Some((kind, detail)) if detail.as_str() == kind.describe() => {
+                    format!("{detail} after {} attempt(s); check the endpoint's base_url and health", p.attempts)
+                }
+                Some((kind, detail)) => format!(
+                    "{} ({detail}) after {} attempt(s); check the endpoint's base_url and health",
+                    kind.describe(),
+                    p.attempts
+                ),
+                None => format!("no upstream answered after {} attempt(s)", p.attempts),
+            };
+            // SPEC §3: 504 when the last failure was a timeout, else 502.
+            let kind = if p.last_timed_out { ErrorKind::GatewayTimeout } else { ErrorKind::BadGateway };
+            Ended::Answer(run.error(
+                GatewayError::new(kind, "upstream_unreachable", message),
+                p.attempts,
+                p.last_endpoint.as_deref(),
+            ))
+        };
+        run.progress = p;
+        ended
+    }
+
+    /// Make the loop ready to continue a stream cut on `cut` (`resume.rs`): a fresh total
+    /// deadline and wait budget, the cut endpoint out, at most `attempts` more attempts.
+    pub(super) fn prepare_resume(&mut self, delivered: Arc<super::resume::Delivered>, cut: EndpointId, attempts: u32) {
+        let settings = self.snapshot.settings.clone();
+        let clock = self.gw.clock.clone();
+        let total = settings.timeouts(self.protocol()).total;
+        self.deadline = tokio::time::Instant::now() + total;
+        self.deadline_clock = clock.now() + total;
+        self.budget_deadline = (clock.now() + settings.rate_limit_backoff_budget).min(self.deadline_clock);
+        self.resuming = Some(super::resume::Resuming::new(delivered));
+        let p = &mut self.progress;
+        let cap = p.cap.unwrap_or(usize::MAX);
+        p.cap = Some(cap.min(p.attempts + attempts as usize));
+        p.excluded.push(cut);
+        let kept = Progress { cap: p.cap, attempts: p.attempts, excluded: std::mem::take(&mut p.excluded), not_before: std::mem::take(&mut p.not_before), ..Progress::new() };
+        *p = kept;
+    }
+
+    /// Attempts sent so far (resumes included).
+    pub(super) fn attempts_made(&self) -> usize {
+        self.progress.attempts
+    }
+
     pub(super) fn protocol(&self) -> crate::protocol::Protocol {
         self.inbound.route.protocol()
     }

@@ -104,6 +104,7 @@ impl RequestConversion {
             created: now_unix,
             id_seed: id_seed(now_unix),
             include_encrypted_reasoning,
+            kept_ids: ir::KeptIds::default(),
         };
         self.ctx = Some(ctx.clone());
         ctx

@@ -20,7 +20,7 @@ use super::upstream::{UpstreamBodyError, UpstreamResponse, join_url, read_body, 
 use crate::breaker::Permit;
 use crate::breaker::retry_after::parse_retry_after;
 use crate::convert::ir::{ConvertError, EncodeContext};
-use crate::convert::{StreamConversion, upstream_path};
+use crate::convert::{StreamConversion, StreamEncoder, upstream_path};
 use crate::observe::record::Tokens;
 use crate::observe::usage;
 use crate::protocol::errors::{ErrorKind, GatewayError};
@@ -36,13 +36,27 @@ pub(super) enum Exchanged {
     /// An upstream answer read in full, classified; `usage` for a success; `probe`: the attempt
     /// was a half-open breaker's probe.
     Answer { answer: Buffered, outcome: AttemptOutcome, usage: Option<(Tokens, Option<String>)>, probe: bool },
-    /// A stream that reached its first content event: its response now belongs to the client.
-    Committed(axum::response::Response),
+    /// A stream that reached its first content event: it now belongs to the client.
+    Committed(Box<Stream>),
     /// No usable answer: a network error, a timeout, a stream that failed before content, an
     /// answer that cannot be used, or the total deadline.
     NoAnswer { outcome: AttemptOutcome, kind: NetworkErrorKind, detail: String },
     /// `count_tokens` on an endpoint that lacks it: answer with the gateway's estimate.
     Estimate,
+}
+
+/// A stream that reached its first content event, with what relaying it needs.
+pub(super) struct Stream {
+    pub status: StatusCode,
+    pub headers: axum::http::HeaderMap,
+    /// The endpoint it comes from.
+    pub endpoint: String,
+    pub endpoint_id: crate::endpoint::EndpointId,
+    /// Which attempt of the request it is.
+    pub attempt: usize,
+    pub committed: Committed,
+    pub permit: Permit,
+    pub upstream: hyper::body::Incoming,
 }
 
 /// The next data chunk of an upstream body (trailers skipped), `None` at its end.
@@ -205,6 +219,33 @@ impl Run {
             let url = join_url(&endpoint.config.base_url, format, &self.inbound.rest, self.inbound.query.as_deref());
             (url, self.native_body(endpoint))
         };
+        // A resume sends the same request with the delivered text after it (`resume.rs`).
+        let body = match &mut self.resuming {
+            None => body,
+            Some(resuming) => {
+                let prefill = resuming.prefill
+                    && format == Format::Anthropic
+                    && !serde_json::from_slice(&body).is_ok_and(|v| super::resume::anthropic_thinking(&v));
+                resuming.prefilled = prefill;
+                match super::resume::continuation_body(format, &body, &resuming.delivered.text, prefill) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        drop(permit);
+                        let outcome = AttemptOutcome { verdict: Verdict::Neutral, next: Next::NextExcluding };
+                        return Exchanged::NoAnswer { outcome, kind: NetworkErrorKind::Other, detail: e };
+                    }
+                }
+            }
+        };
+        if let Some(resuming) = &self.resuming
+            && let Some(t) = self.trail.as_mut()
+        {
+            let how = if resuming.prefilled { "an assistant prefill" } else { "a user turn asking to continue" };
+            t.note_resume(&format!(
+                "resumes the cut stream: {} characters carried over as {how}",
+                resuming.delivered.text.chars().count()
+            ));
+        }
         let mut headers = request_headers(&self.inbound.headers, endpoint, &self.inbound.hop);
         if converting {
             let foreign: Vec<_> =
@@ -242,7 +283,13 @@ impl Run {
             .is_some_and(|v| v.starts_with("text/event-stream"));
 
         if outcome.is_success() && is_sse {
-            let transform = if converting {
+            let transform = if let Some(delivered) = self.resuming.as_ref().map(|r| r.delivered.clone()) {
+                let ctx = EncodeContext { kept_ids: delivered.kept_ids.clone(), ..self.encode_context() };
+                let client = self.conversion.client;
+                let encoder = super::resume::primed_encoder(StreamEncoder::new(client, ctx), &delivered);
+                let splice = Box::new(super::resume::Splice::new(&delivered));
+                Transform::Convert(Box::new(StreamConversion::spliced(format, encoder, splice)))
+            } else if converting {
                 let ctx = self.encode_context();
                 Transform::Convert(Box::new(StreamConversion::new(format, self.conversion.client, ctx)))
             } else {
@@ -289,7 +336,17 @@ impl Run {
                 return self.no_answer(permit, AttemptOutcome::EXCLUDED, kind, note, code, "timeout");
             }
         };
-        let (outcome, not_an_answer) = self.classify_answer(status.as_u16(), &body, endpoint);
+        let (mut outcome, not_an_answer) = self.classify_answer(status.as_u16(), &body, endpoint);
+        if let Some(resuming) = &mut self.resuming
+            && resuming.prefilled
+            && status == StatusCode::BAD_REQUEST
+        {
+            // Refused as a prefill (some models and relays do): once more as a user turn, the
+            // two together one resume attempt, neutral for the endpoint (SPEC §15.3).
+            resuming.prefill = false;
+            resuming.retry_without_prefill = true;
+            outcome = AttemptOutcome { verdict: Verdict::Neutral, next: Next::Repeat };
+        }
         if !outcome.is_success() {
             // What the upstream said, for whoever debugs it; the log writer masks any key in it.
             tracing::debug!(
@@ -304,7 +361,6 @@ impl Run {
         let answered = outcome.is_success().then(|| usage::from_body(format, &body));
         let looped = status == StatusCode::LOOP_DETECTED
             && headers.get(super::X_CCMESH_LOOP).is_some_and(|v| v.as_bytes() == self.gw.instance_id.as_bytes());
-        let mut outcome = outcome;
         let mut status = status;
         if let Some((rate_limited, message)) = not_an_answer {
             // A 2xx that is no answer: if it is the last one, the client gets a native error
@@ -505,6 +561,15 @@ impl Run {
             rotation: self.rotation_update(endpoint.config.id),
             trail: None,
         };
-        Exchanged::Committed(self.stream(status, headers, number, &endpoint.config.name, committed, permit, upstream))
+        Exchanged::Committed(Box::new(Stream {
+            status,
+            headers,
+            endpoint: endpoint.config.name.clone(),
+            endpoint_id: endpoint.config.id,
+            attempt: number,
+            committed,
+            permit,
+            upstream,
+        }))
     }
 }

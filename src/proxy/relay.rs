@@ -3,7 +3,9 @@
 //! beyond the held preamble) while an observer checks for the protocol's terminal event,
 //! upstream error events and silence. The stream's outcome goes to the endpoint's breaker when
 //! it ends; a client that goes away drops the relay, which cancels the upstream request and
-//! records a neutral outcome.
+//! records a neutral outcome. A stream cut before its end may be continued on another endpoint
+//! into the same client stream (`resume.rs`): the relay then runs the request's attempt loop
+//! again and, when a continuation commits, relays it in place of the broken upstream.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -19,6 +21,8 @@ use tokio::time::{Instant, Sleep};
 
 use crate::breaker::Permit;
 use crate::config::BreakerSettings;
+use crate::endpoint::EndpointId;
+use crate::observe::record::Tokens;
 use crate::convert::StreamConversion;
 use crate::gateway::Gateway;
 use crate::observe::usage::StreamUsage;
@@ -29,8 +33,10 @@ use crate::protocol::stream_events::{EventKind, StreamContext, inspect_and_obser
 use crate::routing::RotationUpdate;
 use crate::snapshot::Snapshot;
 
+use super::attempt::{Ended, Run};
 use super::outcome::{self, StreamEnd, classify_network_error};
 use super::respond;
+use super::resume::{self, Delivered};
 use super::trail::Trail;
 
 /// An error event an upstream put in its stream.
@@ -73,6 +79,11 @@ impl StreamWatch {
             }
             EventKind::Content => self.content = true,
             EventKind::Preamble => {}
+            EventKind::Malformed => {
+                if self.malformed.is_none() {
+                    self.malformed = Some("an upstream stream event is not valid JSON".into());
+                }
+            }
         }
     }
 }
@@ -202,21 +213,65 @@ struct RelayState {
     /// The permit, until the outcome is recorded.
     permit: Option<Permit>,
     done: bool,
+    /// Usage of the attempts this stream continues (cut, then resumed).
+    carried: Tokens,
 }
 
-pub fn relay<B>(mut committed: Committed, permit: Permit, upstream: B) -> Relay<B>
-where
-    B: Body<Data = Bytes, Error = hyper::Error> + Send + Unpin + 'static,
-{
+/// What continuing a cut stream needs: the request's attempt loop, moved here from the handler,
+/// and the bytes the client has received.
+pub(super) struct ResumePlan {
+    run: Option<Box<Run>>,
+    /// The client's bytes so far; `None` once over [`resume::MAX_DELIVERED_BYTES`].
+    delivered: Option<Vec<u8>>,
+    /// Attempts a resume may still spend (`stream_resume_attempts`).
+    attempts_left: u32,
+    /// The endpoint whose stream is being relayed.
+    endpoint: EndpointId,
+    /// Why the stream was cut, while a continuation is being looked for.
+    cut: Option<String>,
+    /// The request's attempt count when the continuation search began.
+    attempts_before: usize,
+    /// The client's bytes of the chunk that carried an upstream error event, held back while a
+    /// continuation is looked for: the client gets them if none is found.
+    withheld: Option<Bytes>,
+}
+
+impl ResumePlan {
+    pub fn new(run: Box<Run>, endpoint: EndpointId, attempts: u32) -> Self {
+        ResumePlan { run: Some(run), delivered: Some(Vec::new()), attempts_left: attempts, endpoint, cut: None, attempts_before: 0, withheld: None }
+    }
+
+    fn note_delivered(&mut self, chunk: &[u8]) {
+        if let Some(d) = &mut self.delivered {
+            if d.len() + chunk.len() > resume::MAX_DELIVERED_BYTES {
+                self.delivered = None;
+            } else {
+                d.extend_from_slice(chunk);
+            }
+        }
+    }
+}
+
+/// The attempt loop looking for a continuation, and the loop given back with how it ended.
+type Continuing = Pin<Box<dyn Future<Output = (Box<Run>, Ended)> + Send>>;
+
+pub(super) fn relay(
+    mut committed: Committed,
+    permit: Permit,
+    upstream: hyper::body::Incoming,
+    resume: Option<ResumePlan>,
+) -> Relay {
     let pending: VecDeque<Bytes> = std::mem::take(&mut committed.held).into();
     let idle = committed.idle_timeout.map(IdleWatch::new);
     let cap = committed.max_duration.map(|d| (d, Box::pin(tokio::time::sleep(d))));
     Relay {
-        s: RelayState { c: committed, pending, permit: Some(permit), done: false },
+        s: RelayState { c: committed, pending, permit: Some(permit), done: false, carried: Tokens::default() },
         upstream,
         idle,
         cap,
         after_terminal: None,
+        resume,
+        continuing: None,
     }
 }
 
@@ -224,15 +279,18 @@ where
 /// maybe converted), then the outcome recorded when it ends. It is the response body itself
 /// (the upstream body polled directly, no stream adapters in between: every layer is paid on
 /// every event of every stream).
-pub struct Relay<B> {
+pub struct Relay {
     s: RelayState,
-    upstream: B,
+    upstream: hyper::body::Incoming,
     idle: Option<IdleWatch>,
     /// The stream's longest allowed duration and its timer, when capped.
     cap: Option<(Duration, Pin<Box<Sleep>>)>,
     /// Armed when the terminal event has gone to the client: how long the upstream may still
     /// take to close before the client's stream ends anyway.
     after_terminal: Option<Pin<Box<Sleep>>>,
+    /// How the stream may be continued if it is cut (`None`: it may not).
+    resume: Option<ResumePlan>,
+    continuing: Option<Continuing>,
 }
 
 /// After its terminal event an upstream normally closes at once (its connection then goes back
@@ -277,21 +335,97 @@ impl IdleWatch {
     }
 }
 
-impl<B> Body for Relay<B>
-where
-    B: Body<Data = Bytes, Error = hyper::Error> + Unpin,
-{
+impl Relay {
+    /// The stream broke before its end: continue it elsewhere if it can be, else end it with
+    /// the protocol's error event.
+    fn cut(&mut self, message: String) {
+        match self.start_resume(&message) {
+            Some(continuing) => self.continuing = Some(continuing),
+            None => self.s.fail(message),
+        }
+    }
+
+    /// Settle the cut attempt and start the attempt loop on the rest of the candidates, when
+    /// what the client has is text that can be continued (SPEC §6, §15.3).
+    fn start_resume(&mut self, message: &str) -> Option<Continuing> {
+        let plan = self.resume.as_mut()?;
+        if plan.attempts_left == 0 || self.s.c.observer.watch.terminal || self.s.permit.is_none() {
+            return None;
+        }
+        let refusal = match &plan.delivered {
+            None => Some("the answer was longer than a resume keeps"),
+            Some(bytes) => {
+                let delivered = Delivered::from_client_bytes(self.s.c.observer.client, bytes);
+                match delivered.refusal {
+                    None => {
+                        plan.cut = Some(message.to_string());
+                        return Some(self.s.hand_over(plan, message, delivered));
+                    }
+                    why => why,
+                }
+            }
+        };
+        if let (Some(why), Some(t)) = (refusal, self.s.c.trail.as_mut()) {
+            t.note_resume(&format!("not resumed: {why}"));
+        }
+        self.resume = None;
+        None
+    }
+
+    /// The continuation search ended: relay the continuation, or end the client's stream.
+    fn resumed(&mut self, mut run: Box<Run>, ended: Ended) {
+        let Some(plan) = self.resume.as_mut() else { return };
+        let cut = plan.cut.take().unwrap_or_default();
+        match ended {
+            Ended::Stream(stream) => {
+                let stream = *stream;
+                let mut trail = run.trail.take();
+                if let Some(t) = trail.as_mut() {
+                    t.stream_committed(stream.status.as_u16());
+                }
+                let spent = run.attempts_made().saturating_sub(plan.attempts_before);
+                plan.attempts_left = plan.attempts_left.saturating_sub(u32::try_from(spent).unwrap_or(u32::MAX));
+                plan.endpoint = stream.endpoint_id;
+                plan.run = Some(run);
+                let mut committed = stream.committed;
+                committed.trail = trail;
+                self.s.pending.extend(std::mem::take(&mut committed.held));
+                self.idle = committed.idle_timeout.map(IdleWatch::new);
+                self.s.c = committed;
+                self.s.permit = Some(stream.permit);
+                self.upstream = stream.upstream;
+            }
+            Ended::Answer(_) => {
+                // No continuation: the client's stream ends as it would have without one.
+                self.s.c.trail = run.trail.take();
+                let withheld = plan.withheld.take();
+                self.resume = None;
+                self.s.end_cut(&format!("{cut}; continuing the answer on another endpoint failed"), withheld);
+            }
+        }
+    }
+}
+
+impl Body for Relay {
     type Data = Bytes;
     type Error = io::Error;
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         let this = self.get_mut();
-        let s = &mut this.s;
         loop {
-            if let Some(chunk) = s.pending.pop_front() {
+            if let Some(chunk) = this.s.pending.pop_front() {
+                if let Some(plan) = &mut this.resume {
+                    plan.note_delivered(&chunk);
+                }
                 return Poll::Ready(Some(Ok(Frame::data(chunk))));
             }
-            if s.done {
+            if let Some(continuing) = &mut this.continuing {
+                let (run, ended) = ready!(continuing.as_mut().poll(cx));
+                this.continuing = None;
+                this.resumed(run, ended);
+                continue;
+            }
+            if this.s.done {
                 return Poll::Ready(None);
             }
             let polled = Pin::new(&mut this.upstream).poll_frame(cx);
@@ -299,15 +433,16 @@ where
                 && let Some(grace) = &mut this.after_terminal
                 && grace.as_mut().poll(cx).is_ready()
             {
-                s.finish();
+                this.s.finish();
                 continue;
             }
             if let Some((limit, timer)) = &mut this.cap {
                 let over = if polled.is_pending() { timer.as_mut().poll(cx).is_ready() } else { timer.is_elapsed() };
                 if over {
+                    // The configured ceiling ends the stream; it is not continued elsewhere.
                     let limit = limit.as_secs_f64();
                     this.cap = None;
-                    s.fail(format!("the stream lasted longer than max_stream_duration_secs ({limit:.0} s)"));
+                    this.s.fail(format!("the stream lasted longer than max_stream_duration_secs ({limit:.0} s)"));
                     continue;
                 }
             }
@@ -322,12 +457,13 @@ where
                     Some(idle) => {
                         ready!(idle.poll_expired(cx));
                         let limit = idle.limit.as_secs_f64();
-                        s.fail(format!("the upstream stream was idle for more than {limit:.1} s"));
+                        this.cut(format!("the upstream stream was idle for more than {limit:.1} s"));
                         continue;
                     }
                     None => return Poll::Pending,
                 },
             };
+            let s = &mut this.s;
             match next {
                 Some(Ok(frame)) => {
                     // Trailers carry nothing a client of these protocols reads.
@@ -336,9 +472,26 @@ where
                     if let Some(problem) = s.c.observer.watch.malformed.clone() {
                         // The chunk completing the problem is not relayed: the client gets the
                         // stream up to here, then its protocol's error event.
-                        s.fail(problem);
+                        this.cut(problem);
                         continue;
                     }
+                    if let Some(error) = &s.c.observer.watch.error
+                        && !s.c.observer.watch.terminal
+                        && this.resume.is_some()
+                    {
+                        // An error event mid-stream: with a resume possible, the chunk that
+                        // carries it is held back (what the client has is rebuilt from what it
+                        // was sent, so nothing before the error in it is lost).
+                        let message = format!("upstream stream error: {}", error.message);
+                        if let Some(continuing) = this.start_resume(&message) {
+                            this.continuing = Some(continuing);
+                            if let Some(plan) = &mut this.resume {
+                                plan.withheld = out;
+                            }
+                            continue;
+                        }
+                    }
+                    let s = &mut this.s;
                     if s.c.observer.watch.terminal && this.after_terminal.is_none() {
                         // The protocol's terminal event goes to the client now: the answer is
                         // complete, whatever the client does next (the OpenAI SDK closes the
@@ -347,6 +500,9 @@ where
                         this.after_terminal = Some(Box::pin(tokio::time::sleep(AFTER_TERMINAL_GRACE)));
                     }
                     if let Some(out) = out {
+                        if let Some(plan) = &mut this.resume {
+                            plan.note_delivered(&out);
+                        }
                         return Poll::Ready(Some(Ok(Frame::data(out))));
                     }
                 }
@@ -356,7 +512,7 @@ where
                         continue;
                     }
                     let kind = classify_network_error(&e);
-                    s.fail(format!("{} mid-stream", kind.describe()));
+                    this.cut(format!("{} mid-stream", kind.describe()));
                 }
                 None => match s.c.observer.clean_end() {
                     Some(tail) => {
@@ -365,14 +521,14 @@ where
                             s.pending.push_back(tail);
                         }
                     }
-                    None => s.fail("the upstream stream ended without its terminal event".to_string()),
+                    None => this.cut("the upstream stream ended without its terminal event".to_string()),
                 },
             }
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.s.done && self.s.pending.is_empty()
+        self.s.done && self.s.pending.is_empty() && self.continuing.is_none()
     }
 }
 
@@ -406,7 +562,45 @@ impl RelayState {
         }
         if let Some(trail) = self.c.trail.take() {
             let usage = &self.c.observer.usage;
-            respond::stream_ended(trail, &self.c.snapshot, outcome.classification(), note, transition.as_ref(), usage);
+            let tokens = self.carried.plus(usage.tokens());
+            let class = outcome.classification();
+            respond::stream_ended(trail, &self.c.snapshot, class, note, transition.as_ref(), tokens, usage.model());
+        }
+    }
+
+    /// Settle the cut attempt as a failure and give the request's record and loop what a
+    /// continuation needs; the loop runs as the returned future.
+    fn hand_over(&mut self, plan: &mut ResumePlan, message: &str, delivered: Delivered) -> Continuing {
+        let error = self.c.observer.watch.error.as_ref().map(|e| e.rate_limited);
+        let outcome = outcome::stream_end(error, StreamEnd::Broken);
+        let transition =
+            self.permit.take().and_then(|permit| permit.record(outcome.breaker(), Some(message), &self.c.breaker_settings));
+        self.carried = self.carried.plus(self.c.observer.usage.tokens());
+        let mut run = plan.run.take().expect("a resume plan holds the loop until it is handed over");
+        plan.attempts_before = run.attempts_made();
+        let mut trail = self.c.trail.take();
+        if let Some(t) = trail.as_mut() {
+            t.note_resume(&format!("cut: {message}; the answer goes on elsewhere"));
+            t.stream_ended(outcome.classification(), Some(message), transition.as_ref());
+        }
+        run.trail = trail;
+        run.prepare_resume(std::sync::Arc::new(delivered), plan.endpoint, plan.attempts_left);
+        let cut = plan.endpoint;
+        Box::pin(async move {
+            let ended = run.attempts(Some(cut)).await;
+            (run, ended)
+        })
+    }
+
+    /// A cut stream that could not be continued: its protocol's error event (or the upstream's
+    /// own, `withheld`), the record closed.
+    fn end_cut(&mut self, message: &str, withheld: Option<Bytes>) {
+        self.done = true;
+        let event = withheld.unwrap_or_else(|| self.c.observer.error_event(message));
+        self.pending.push_back(event);
+        if let Some(trail) = self.c.trail.take() {
+            let usage = &self.c.observer.usage;
+            respond::stream_closed(trail, &self.c.snapshot, Some(message), self.carried, usage.model());
         }
     }
 

@@ -5,18 +5,18 @@
 //! closes it with `stream_ended`).
 
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
 use super::attempt::{Buffered, Run};
-use super::relay::{self, Committed};
+use super::exchange::Stream;
+use super::relay;
 use super::trail::Trail;
 use super::upstream::response_headers;
-use crate::breaker::{Permit, Transition};
+use crate::breaker::Transition;
 use crate::convert::count_tokens;
 use crate::observe::record::{Classification, Tokens};
-use crate::observe::usage::StreamUsage;
 use crate::protocol::Protocol;
 use crate::protocol::errors::{ErrorKind, GatewayError};
 use crate::snapshot::Snapshot;
@@ -44,19 +44,27 @@ pub fn refuse(error: GatewayError, protocol: Protocol, mut trail: Trail, snapsho
 }
 
 /// A committed stream ended: its attempt's final outcome, its usage and model, the record closed.
+/// `tokens`: the stream's usage, with that of the attempts a resume continued; `model`: the
+/// answering model.
 pub fn stream_ended(
     mut trail: Trail,
     snapshot: &Snapshot,
     class: Classification,
     error: Option<&str>,
     transition: Option<&Transition>,
-    usage: &StreamUsage,
+    tokens: Tokens,
+    model: Option<&str>,
 ) {
     trail.stream_ended(class, error, transition);
+    stream_closed(trail, snapshot, error, tokens, model);
+}
+
+/// A committed stream's record closed (its last attempt already settled).
+pub fn stream_closed(mut trail: Trail, snapshot: &Snapshot, error: Option<&str>, tokens: Tokens, model: Option<&str>) {
     if let Some(message) = error {
         trail.set_error("stream", None, message, None);
     }
-    trail.finish(200, usage.tokens(), usage.model().map(str::to_string), snapshot);
+    trail.finish(200, tokens, model.map(str::to_string), snapshot);
 }
 
 impl Run {
@@ -87,7 +95,7 @@ impl Run {
         *response.status_mut() = answer.status;
         *response.headers_mut() = response_headers(&answer.headers);
         tag(response.headers_mut(), attempts, Some(endpoint));
-        if let Some(mut t) = self.trail.take() {
+        if let Some(mut t) = self.closing_trail() {
             t.tag_response(response.headers_mut());
             let (tokens, model) = usage.unwrap_or_default();
             t.finish(status, tokens, model, &self.snapshot);
@@ -120,7 +128,7 @@ impl Run {
         }
         let mut response = error.into_response(self.protocol());
         tag(response.headers_mut(), attempts, endpoint);
-        if let Some(mut t) = self.trail.take() {
+        if let Some(mut t) = self.closing_trail() {
             t.tag_response(response.headers_mut());
             t.finish(status, Tokens::default(), None, &self.snapshot);
         }
@@ -165,7 +173,7 @@ impl Run {
             .headers_mut()
             .insert(HeaderName::from_static("x-ccmesh-token-count"), HeaderValue::from_static("estimated"));
         tag(response.headers_mut(), attempts, endpoint);
-        if let Some(mut t) = self.trail.take() {
+        if let Some(mut t) = self.closing_trail() {
             t.tag_response(response.headers_mut());
             t.finish(200, Tokens::default(), None, &self.snapshot);
         }
@@ -173,29 +181,30 @@ impl Run {
     }
 
     /// A stream that reached its first content: the response head now, the body the relay;
-    /// the record goes with the relay and is closed when the stream ends.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn stream(
-        &mut self,
-        status: StatusCode,
-        headers: HeaderMap,
-        attempts: usize,
-        endpoint: &str,
-        mut committed: Committed,
-        permit: Permit,
-        upstream: hyper::body::Incoming,
-    ) -> Response {
+    /// the record goes with the relay and is closed when the stream ends. A `resumable` stream
+    /// takes the request's attempt loop along, to continue the answer elsewhere if it is cut.
+    pub(super) fn commit(mut self, stream: Stream, resumable: bool) -> Response {
+        let Stream { status, headers, endpoint, endpoint_id, attempt, mut committed, permit, upstream } = stream;
         let mut response = Response::new(Body::empty());
         *response.status_mut() = status;
         *response.headers_mut() = headers;
-        tag(response.headers_mut(), attempts, Some(endpoint));
+        tag(response.headers_mut(), attempt, Some(&endpoint));
         let mut trail = self.trail.take();
         if let Some(t) = trail.as_mut() {
             t.stream_committed(status.as_u16());
             t.tag_response(response.headers_mut());
         }
         committed.trail = trail;
-        *response.body_mut() = Body::new(relay::relay(committed, permit, upstream));
+        let resume = resumable.then(|| {
+            let attempts = self.snapshot.settings.stream_resume_attempts;
+            relay::ResumePlan::new(Box::new(self), endpoint_id, attempts)
+        });
+        *response.body_mut() = Body::new(relay::relay(committed, permit, upstream, resume));
         response
+    }
+
+    /// The record, unless a resume is running: then the relay that started it closes it.
+    fn closing_trail(&mut self) -> Option<Trail> {
+        if self.resuming.is_some() { None } else { self.trail.take() }
     }
 }

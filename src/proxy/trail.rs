@@ -138,9 +138,21 @@ impl Trail {
         }
     }
 
+    /// The attempt in progress continues a cut stream: say so, and what it carries over.
+    pub fn note_resume(&mut self, note: &str) {
+        if let Some((index, _)) = self.current
+            && let Some(a) = self.record.attempts.get_mut(index)
+        {
+            a.resume = Some(note.to_string());
+        }
+    }
+
     /// The first content event of the stream that answers arrived now.
     pub fn first_token(&mut self) {
-        self.record.first_token_ms = Some(ms(self.started.elapsed()));
+        // A resumed stream's continuation is not the answer's first token.
+        if self.record.first_token_ms.is_none() {
+            self.record.first_token_ms = Some(ms(self.started.elapsed()));
+        }
     }
 
     /// When the request arrived.
@@ -174,6 +186,7 @@ impl Trail {
             error: None,
             classification: Classification::Cancelled,
             breaker: None,
+            resume: None,
         });
         self.current = Some((self.record.attempts.len() - 1, now));
         self.record.endpoint = Some(endpoint.to_string());

@@ -141,6 +141,7 @@ pub(crate) fn sample_record(id: &str, started_at_ms: u64) -> RequestRecord {
             error: None,
             classification: Classification::Success,
             breaker: None,
+            resume: None,
         }],
         failed_over: false,
         conversion: None,

@@ -189,6 +189,7 @@ fn attempt(endpoint: &str, classification: Classification, status: Option<u16>) 
         error: None,
         classification,
         breaker: None,
+        resume: None,
     }
 }
 
@@ -275,7 +276,7 @@ async fn metrics_parse_as_prometheus_text_after_real_traffic() {
     ok.cost_usd = Some(0.5);
     g.gw.events.request_completed(ok);
     let mut failed_over = synthetic("s2", "responses", "c", 200);
-    failed_over.attempts.insert(0, attempt("c", Classification::Failure, Some(500)));
+    failed_over.attempts.insert(0, attempt("b", Classification::Failure, Some(500)));
     failed_over.failed_over = true;
     failed_over.first_byte_ms = None;
     failed_over.total_ms = 45_000.0;
@@ -334,7 +335,9 @@ async fn metrics_parse_as_prometheus_text_after_real_traffic() {
     let attempts = &families["ccmesh_upstream_attempts"];
     let att = |outcome| attempts.get("ccmesh_upstream_attempts_total", &[("endpoint", "c"), ("outcome", outcome)]);
     assert_eq!((att("success"), att("failure")), (Some(2.0), Some(2.0)));
-    assert_eq!(families["ccmesh_failovers"].get("ccmesh_failovers_total", &[("protocol", "responses")]), Some(1.0));
+    let moves = &families["ccmesh_failovers"];
+    let moved = moves.get("ccmesh_failovers_total", &[("protocol", "responses"), ("from", "b"), ("to", "c")]);
+    assert_eq!(moved, Some(1.0));
 
     // Histograms: cumulative buckets ending in +Inf = _count, and _sum.
     let duration = &families["ccmesh_request_duration_seconds"];
@@ -432,7 +435,9 @@ async fn real_requests_are_counted_and_shown_live() {
         (att("a", "success"), att("a", "failure"), att("b", "success"), att("b", "rate_limited")),
         (Some(1.0), Some(1.0), Some(1.0), Some(1.0))
     );
-    assert_eq!(families["ccmesh_failovers"].get("ccmesh_failovers_total", &[("protocol", "claude")]), Some(1.0));
+    let moves = &families["ccmesh_failovers"];
+    assert_eq!(moves.get("ccmesh_failovers_total", &[("protocol", "claude"), ("from", "a"), ("to", "b")]), Some(1.0));
+    assert_eq!(moves.series("ccmesh_failovers_total").len(), 1);
     let duration = &families["ccmesh_request_duration_seconds"];
     assert_eq!(duration.get("ccmesh_request_duration_seconds_count", &[("protocol", "claude")]), Some(3.0));
     let overhead = &families["ccmesh_gateway_overhead_seconds"];

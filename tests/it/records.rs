@@ -62,6 +62,7 @@ fn synthetic(i: u64, at_ms: u64) -> RequestRecord {
             error: None,
             classification: Classification::Success,
             breaker: None,
+            resume: None,
         }],
         failed_over: false,
         conversion: None,
@@ -89,6 +90,7 @@ fn synthetic(i: u64, at_ms: u64) -> RequestRecord {
                 error: Some("overloaded".into()),
                 classification: Classification::Failure,
                 breaker: Some("closed→open/broken (consecutive_failures)".into()),
+                resume: None,
             },
             AttemptRecord {
                 endpoint: "beta".into(),
@@ -100,6 +102,7 @@ fn synthetic(i: u64, at_ms: u64) -> RequestRecord {
                 error: Some("overloaded".into()),
                 classification: Classification::Failure,
                 breaker: None,
+                resume: None,
             },
         ];
     }
@@ -117,21 +120,6 @@ async fn get(g: &TestGateway, path: &str) -> (u16, Value) {
 
 fn ids(page: &Value) -> Vec<String> {
     page["requests"].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap().to_string()).collect()
-}
-
-/// Wait until the record `id` is queryable. The proxy submits a record when the response ends,
-/// which may be just after the client has read it, so: flush, look, repeat (bounded).
-async fn wait_for_record(g: &TestGateway, id: &str) -> Value {
-    let start = std::time::Instant::now();
-    loop {
-        flush(g).await;
-        let (status, v) = get(g, &format!("/api/requests/{id}")).await;
-        if status == 200 {
-            return v;
-        }
-        assert!(start.elapsed() < DEADLINE, "no record {id}: {v}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test]
@@ -289,7 +277,7 @@ async fn a_proxied_request_leaves_a_record_with_its_attempts() {
     assert_eq!(r.status(), 200);
     let id = r.headers().get("x-ccmesh-request-id").expect("x-ccmesh-request-id").to_str().unwrap().to_string();
     let _ = r.bytes().await.unwrap();
-    let record = wait_for_record(&g, &id).await;
+    let record = g.record(&id).await;
     assert_eq!(record["status"], 200);
     assert_eq!(record["endpoint"], "b");
     assert_eq!(record["model_requested"], "claude-sonnet-4-5");
@@ -325,7 +313,7 @@ async fn a_record_keeps_the_clients_session_id_and_user_agent() {
         let r = g.post_with("/v1/messages", &claude_body("m", false), &all).await;
         assert_eq!(r.status(), 200);
         let id = r.headers()["x-ccmesh-request-id"].to_str().unwrap().to_string();
-        let record = wait_for_record(&g, &id).await;
+        let record = g.record(&id).await;
         assert_eq!(record["session_id"].as_str(), session, "{headers:?}");
         assert_eq!(record["user_agent"], "claude-cli/2.0.14 (external, cli)");
     }

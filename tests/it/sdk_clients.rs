@@ -27,21 +27,21 @@ const SCRIPT_TIMEOUT_SECS: u64 = 120;
 
 /// One request as the SDK sent it (from the script's capture file).
 #[derive(Debug)]
-struct Sent {
+pub(crate) struct Sent {
     scenario: String,
     method: String,
-    path: String,
-    body: Vec<u8>,
+    pub(crate) path: String,
+    pub(crate) body: Vec<u8>,
 }
 
-struct ScriptRun {
+pub(crate) struct ScriptRun {
     stdout: String,
     sent: Vec<Sent>,
 }
 
 impl ScriptRun {
     /// The requests the SDK sent during one scenario, in order.
-    fn sent_in(&self, scenario: &str) -> Vec<&Sent> {
+    pub(crate) fn sent_in(&self, scenario: &str) -> Vec<&Sent> {
         self.sent.iter().filter(|s| s.scenario == scenario).collect()
     }
 }
@@ -49,6 +49,16 @@ impl ScriptRun {
 /// Runs `tests/sdk/{script}` against the gateway for `scenarios` (in order); fails the test with
 /// the script's output unless it exits 0 having passed every scenario.
 async fn run_script(script: &str, base_url: &str, scenarios: &[&str]) -> ScriptRun {
+    run_script_with(script, base_url, scenarios, &[]).await
+}
+
+/// [`run_script`] with extra environment variables for the script.
+pub(crate) async fn run_script_with(
+    script: &str,
+    base_url: &str,
+    scenarios: &[&str],
+    env: &[(&str, String)],
+) -> ScriptRun {
     let interpreter = match tokio::task::spawn_blocking(python).await {
         Ok(path) => path,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
@@ -66,6 +76,7 @@ async fn run_script(script: &str, base_url: &str, scenarios: &[&str]) -> ScriptR
         .env("SDK_CAPTURE", &capture)
         .env("SDK_SCRIPT_TIMEOUT", SCRIPT_TIMEOUT_SECS.to_string())
         .env("PYTHONUNBUFFERED", "1")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdin(Stdio::null());
     // Nothing from the environment may redirect or reconfigure the SDKs.
     for (key, _) in std::env::vars_os() {

@@ -195,11 +195,17 @@ impl Outcome {
 
 /// The ids this codec invents for a response and its output items.
 fn response_id(ctx: &EncodeContext) -> String {
-    format!("resp_{}", ctx.id_seed)
+    match &ctx.kept_ids.response {
+        Some(id) => id.clone(),
+        None => format!("resp_{}", ctx.id_seed),
+    }
 }
 
 pub(super) fn item_id(prefix: &str, ctx: &EncodeContext, output_index: usize) -> String {
-    format!("{prefix}_{}_{output_index}", ctx.id_seed)
+    match ctx.kept_ids.items.iter().find(|(i, _)| *i == output_index) {
+        Some((_, id)) => id.clone(),
+        None => format!("{prefix}_{}_{output_index}", ctx.id_seed),
+    }
 }
 
 /// (name, namespace) as the client declared the tool.

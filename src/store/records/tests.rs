@@ -32,6 +32,7 @@ fn failed(id: &str, at: u64) -> RequestRecord {
         error: Some("connection refused".into()),
         classification: Classification::Transient,
         breaker: Some("closed→open/broken (consecutive_failures)".into()),
+        resume: None,
     });
     r
 }

@@ -153,6 +153,24 @@ impl TestGateway {
         (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
 
+    /// The record `id`, once queryable. The proxy submits a record when the response ends, which
+    /// may be just after the client has read it, so: flush the writer, look, repeat (bounded).
+    pub async fn record(&self, id: &str) -> Value {
+        const DEADLINE: Duration = Duration::from_secs(20);
+        let start = std::time::Instant::now();
+        loop {
+            let sink = self.gw.events.records().clone();
+            let flushed = tokio::task::spawn_blocking(move || sink.flush(DEADLINE)).await.unwrap();
+            assert!(flushed, "the record writer did not flush");
+            let (status, v) = self.api(reqwest::Method::GET, &format!("/api/requests/{id}"), None).await;
+            if status == 200 {
+                return v;
+            }
+            assert!(start.elapsed() < DEADLINE, "no record {id}: {v}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// POST a JSON body to a proxy path.
     pub async fn post(&self, path: &str, body: &Value) -> reqwest::Response {
         self.http.post(format!("{}{path}", self.url)).json(body).send().await.unwrap()
