@@ -70,6 +70,7 @@ fn attempt(endpoint: &str, status: u16, class: Classification, error: Option<&st
         error: error.map(str::to_string),
         classification: class,
         breaker: None,
+        resume: None,
     }
 }
 

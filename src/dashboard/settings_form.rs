@@ -65,6 +65,14 @@ pub const TIMEOUTS: &[NumField] = &[
         3600.0,
         1.0,
     ),
+    num(
+        "first_token_timeout_secs",
+        "First token (s)",
+        "streaming: until the first content event, the preamble aside; empty = the first-byte timeout",
+        0.1,
+        600.0,
+        1.0,
+    ),
     num("request_timeout_secs", "Whole request (s)", "non-streaming: the whole response", 0.1, 3600.0, 1.0),
     num(
         "total_timeout_secs",
@@ -150,6 +158,13 @@ pub const GENERAL: &[NumField] = &[
         0.0,
         10_000.0,
     ),
+    int(
+        "stream_resume_attempts",
+        "Stream resume attempts",
+        "attempts a request may spend continuing a cut stream elsewhere; 0 = never",
+        0.0,
+        5.0,
+    ),
     int("retention_days", "Keep request records (days)", "older records are pruned in the background", 1.0, 3650.0),
     int(
         "max_body_bytes",
@@ -201,6 +216,21 @@ fn input(f: &NumField, path: &str, current: &Value, defaults: &Value, label: &st
     )
 }
 
+/// A checkbox field for a boolean setting at `path`.
+fn checkbox(path: &str, label: &str, help: &str, current: &Value, defaults: &Value) -> String {
+    let default = at(defaults, path).and_then(Value::as_bool).unwrap_or(false);
+    let on = at(current, path).and_then(Value::as_bool).unwrap_or(default);
+    let help = if help.is_empty() { String::new() } else { format!("<small class=\"help\">{}</small>", escape(help)) };
+    format!(
+        "<div class=\"field check\"><label><input type=\"checkbox\" name=\"{path}\" id=\"f-{path}\" data-default=\"{default}\"{checked}> {label}</label>\
+         <small class=\"default\">default {default_word}</small>\
+         <small class=\"field-error\" data-error-for=\"{path}\" role=\"alert\"></small>{help}</div>",
+        checked = if on { " checked" } else { "" },
+        label = escape(label),
+        default_word = if default { "on" } else { "off" },
+    )
+}
+
 fn range(f: &NumField) -> String {
     format!("{}–{}", fmt_num(f.min), fmt_num(f.max))
 }
@@ -236,16 +266,35 @@ pub fn render(current: &Value) -> String {
     out.push_str(&per_protocol_table("breaker", "Breaker thresholds and cooldowns", BREAKER, current, &defaults));
     out.push_str("<h2>Timeouts, per inbound protocol</h2>");
     out.push_str(&per_protocol_table("timeouts", "Upstream timeouts", TIMEOUTS, current, &defaults));
-    out.push_str("<h2>Failover, per inbound protocol</h2><p class=\"muted\">Off: a request goes only to the endpoint the routing strategy starts at (no breaker filter); its failures still count in health and the breaker, but nothing is sent to another endpoint.</p><div class=\"fields\">");
+    out.push_str("<h2>Failover</h2><p class=\"muted\">Off for a protocol: a request goes only to the endpoint the routing strategy starts at (no breaker filter); its failures still count in health and the breaker, but nothing is sent to another endpoint, stream resume included.</p><div class=\"fields\">");
     for p in PROTOCOLS {
-        let on = current.get("failover_enabled").and_then(|f| f.get(p)).and_then(Value::as_bool).unwrap_or(true);
-        out.push_str(&format!(
-            "<div class=\"field check\"><label><input type=\"checkbox\" name=\"failover_enabled.{p}\" id=\"f-failover_enabled.{p}\" data-default=\"true\"{}> Fail over ({p})</label>\
-             <small class=\"default\">default on</small>\
-             <small class=\"field-error\" data-error-for=\"failover_enabled.{p}\" role=\"alert\"></small></div>",
-            if on { " checked" } else { "" }
-        ));
+        out.push_str(&checkbox(&format!("failover_enabled.{p}"), &format!("Fail over ({p})"), "", current, &defaults));
     }
+    out.push_str(&checkbox(
+        "stream_resume",
+        "Resume cut streams (stream_resume)",
+        "a stream that breaks after text reached the client is continued on the next candidate, in the same stream",
+        current,
+        &defaults,
+    ));
+    out.push_str(&checkbox(
+        "context_window_fallback",
+        "Try the next endpoint when the prompt is too long (context_window_fallback)",
+        "a 400 saying the prompt exceeds the model's context window is neutral and moves on",
+        current,
+        &defaults,
+    ));
+    let rules = serde_json::to_string_pretty(current.get("retry_rules").unwrap_or(&Value::Array(Vec::new())))
+        .unwrap_or_else(|_| "[]".into());
+    out.push_str(&format!(
+        "<div class=\"field wide\"><label for=\"f-retry_rules\">Retry rules (retry_rules)</label>\
+         <textarea name=\"retry_rules\" id=\"f-retry_rules\" class=\"mono\" rows=\"6\" spellcheck=\"false\" data-json=\"true\" data-default=\"[]\" aria-describedby=\"e-retry_rules\">{}</textarea>\
+         <small class=\"default\">default []</small>\
+         <small class=\"field-error\" id=\"e-retry_rules\" data-error-for=\"retry_rules\" role=\"alert\"></small>\
+         <small class=\"help\">an ordered JSON list, evaluated before the built-in table; the first match decides: \
+         {{\"status\": 500 or \"500-599\", \"body\": \"text\" or {{\"regex\": \"…\"}} (optional), \"action\": \"next\" | \"same\" | \"return\", \"breaker\": \"failure\" | \"neutral\"}} · at most 32</small></div>",
+        escape(&rules)
+    ));
     out.push_str("</div><h2>Limits</h2><p class=\"muted\">What one client may hold of the gateway; new values apply to new connections.</p><div class=\"fields\">");
     for f in LIMITS {
         let path = format!("limits.{}", f.key);
@@ -281,14 +330,12 @@ pub fn render(current: &Value) -> String {
          <small class=\"field-error\" data-error-for=\"routing_strategy\" role=\"alert\"></small>\
          <small class=\"help\">sticky: stay on the current endpoint · priority: always the first candidate · round_robin: rotate</small></div>"
     ));
-    let auth = current.get("auth_errors_fail_over").and_then(Value::as_bool).unwrap_or(false);
-    out.push_str(&format!(
-        "<div class=\"field check\"><label><input type=\"checkbox\" name=\"auth_errors_fail_over\" id=\"f-auth_errors_fail_over\" data-default=\"false\"{}> \
-         Fail over on 401 (auth_errors_fail_over)</label>\
-         <small class=\"default\">default off</small>\
-         <small class=\"field-error\" data-error-for=\"auth_errors_fail_over\" role=\"alert\"></small>\
-         <small class=\"help\">off: an upstream 401 goes back to the client and the breaker sees nothing; on: it counts as a failure and the next endpoint is tried</small></div>",
-        if auth { " checked" } else { "" }
+    out.push_str(&checkbox(
+        "auth_errors_fail_over",
+        "Fail over on 401 (auth_errors_fail_over)",
+        "off: an upstream 401 goes back to the client and the breaker sees nothing; on: it counts as a failure and the next endpoint is tried",
+        current,
+        &defaults,
     ));
     out.push_str("</div><div class=\"form-actions\"><button type=\"submit\" class=\"primary\" id=\"settings-save\">Save settings</button>\
         <button type=\"button\" id=\"settings-defaults\">Fill in the defaults</button>\
@@ -370,5 +417,25 @@ mod tests {
         ));
         assert!(html.contains("name=\"limits.max_connections\""));
         assert!(html.contains("name=\"timeouts.openai.total_timeout_secs\""));
+        assert!(html.contains("name=\"timeouts.claude.first_token_timeout_secs\""));
+        assert!(html.contains("id=\"f-stream_resume\" data-default=\"true\" checked"));
+        assert!(html.contains("id=\"f-context_window_fallback\" data-default=\"true\" checked"));
+        assert!(html.contains("name=\"stream_resume_attempts\""));
+    }
+
+    #[test]
+    fn the_retry_rules_are_shown_as_json_to_edit() {
+        let rules =
+            json!([{"status": "500-599", "body": {"regex": "quota.*<b>"}, "action": "next", "breaker": "neutral"}]);
+        let current = Settings::default().patched(&json!({"retry_rules": rules})).unwrap().to_document();
+        let html = render(&current);
+        let start = html.find("<textarea name=\"retry_rules\"").unwrap();
+        let shown = &html[start..html[start..].find("</textarea>").unwrap() + start];
+        // Escaped for HTML, and the same rules once unescaped.
+        assert!(shown.contains("quota.*&lt;b&gt;"), "{shown}");
+        let text =
+            shown[shown.find('>').unwrap() + 1..].replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"");
+        let parsed: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(parsed, current["retry_rules"]);
     }
 }

@@ -22,7 +22,9 @@ impl Tokens {
 
     /// Two attempts' usage together (a field neither knows stays unknown).
     pub fn plus(self, other: Tokens) -> Tokens {
-        let sum = |a: Option<u64>, b: Option<u64>| if a.is_none() && b.is_none() { None } else { Some(a.unwrap_or(0) + b.unwrap_or(0)) };
+        let sum = |a: Option<u64>, b: Option<u64>| {
+            if a.is_none() && b.is_none() { None } else { Some(a.unwrap_or(0) + b.unwrap_or(0)) }
+        };
         Tokens {
             input: sum(self.input, other.input),
             output: sum(self.output, other.output),

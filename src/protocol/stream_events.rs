@@ -661,7 +661,10 @@ pub(crate) mod tests {
         assert_eq!(a(Some("ping"), "not json"), Preamble);
         assert_eq!(a(Some("content_block_delta"), "not json"), Malformed);
         assert_eq!(a(None, "not json"), Malformed);
-        assert_eq!(a(Some("content_block_delta"), r#"{"type":"content_block_delta","index":0,"delta":{"type":"te"#), Malformed);
+        assert_eq!(
+            a(Some("content_block_delta"), r#"{"type":"content_block_delta","index":0,"delta":{"type":"te"#),
+            Malformed
+        );
         assert_eq!(a(Some("message_stop"), ""), Terminal);
         assert_eq!(a(Some("some_future_event"), r#"{"type":"some_future_event"}"#), Content);
         // A wrongly typed field does not break classification.
@@ -893,7 +896,10 @@ pub(crate) mod tests {
         assert_eq!(r(Some("response.completed"), "garbage"), Terminal);
         assert_eq!(r(Some("response.created"), "garbage"), Preamble);
         assert_eq!(r(None, "garbage"), Malformed);
-        assert_eq!(r(Some("response.output_text.delta"), r#"{"type":"response.output_text.delta","delta":"cu"#), Malformed);
+        assert_eq!(
+            r(Some("response.output_text.delta"), r#"{"type":"response.output_text.delta","delta":"cu"#),
+            Malformed
+        );
     }
 
     #[test]

@@ -226,7 +226,11 @@ pub async fn run(
 /// Where a resume goes on: the first live candidate after the one whose stream was cut (which
 /// may itself be filtered out by now, its breaker opened by the cut). Returns its name and the
 /// index in `ids`.
-fn resume_index<'a>(candidates: &'a [Arc<LiveEndpoint>], ids: &[EndpointId], cut: EndpointId) -> Option<(&'a str, usize)> {
+fn resume_index<'a>(
+    candidates: &'a [Arc<LiveEndpoint>],
+    ids: &[EndpointId],
+    cut: EndpointId,
+) -> Option<(&'a str, usize)> {
     let at = candidates.iter().position(|e| e.config.id == cut)?;
     let n = candidates.len();
     let next = (1..=n).find_map(|k| ids.iter().position(|id| *id == candidates[(at + k) % n].config.id))?;
@@ -275,7 +279,7 @@ impl Run {
                 let (live, denials) = if explicit {
                     (candidates.iter().collect(), Vec::new())
                 } else {
-                    routing::breaker_filter(&candidates, |e| e.breaker.routable())
+                    routing::breaker_filter(candidates, |e| e.breaker.routable())
                 };
 
                 let blocked = if live.is_empty() {
@@ -344,7 +348,11 @@ impl Run {
                                 if until > budget_deadline {
                                     drop(permit);
                                     let best = p.best_answer();
-                                    break 'out Ended::Answer(run.last_answer(best, p.attempts, p.last_endpoint.as_deref()));
+                                    break 'out Ended::Answer(run.last_answer(
+                                        best,
+                                        p.attempts,
+                                        p.last_endpoint.as_deref(),
+                                    ));
                                 }
                                 let waited = tokio::time::Instant::now();
                                 clock.sleep_until(until).await;
@@ -359,7 +367,9 @@ impl Run {
                             Exchanged::Committed(stream) => break 'out Ended::Stream(stream),
                             Exchanged::Estimate => {
                                 // Many Anthropic-compatible relays lack count_tokens: our estimate.
-                                break 'out Ended::Answer(run.token_estimate(Some(&endpoint.config.name), p.attempts).await);
+                                break 'out Ended::Answer(
+                                    run.token_estimate(Some(&endpoint.config.name), p.attempts).await,
+                                );
                             }
                             Exchanged::Answer { answer, outcome, usage, probe } => {
                                 if outcome.next == Next::Answer || (pinned && outcome.next != Next::Repeat) {
@@ -368,7 +378,12 @@ impl Run {
                                     if outcome.is_success() && run.resuming.is_none() {
                                         run.after_success(endpoint.config.id);
                                     }
-                                    break 'out Ended::Answer(run.answer(answer, p.attempts, &endpoint.config.name, usage));
+                                    break 'out Ended::Answer(run.answer(
+                                        answer,
+                                        p.attempts,
+                                        &endpoint.config.name,
+                                        usage,
+                                    ));
                                 }
                                 p.last_was_probe_429 = probe && answer.status == StatusCode::TOO_MANY_REQUESTS;
                                 if let Verdict::RateLimited { retry_after: Some(wait) } = outcome.verdict {
@@ -427,7 +442,12 @@ impl Run {
                         same_endpoint_failures = 0;
                         let next = routing::advance(index, live.len());
                         if p.attempts < cap && live.len() > 1 && !p.deadline_passed {
-                            gw.events.failover(protocol.as_str(), &endpoint.config.name, &live[next].config.name, &cause);
+                            gw.events.failover(
+                                protocol.as_str(),
+                                &endpoint.config.name,
+                                &live[next].config.name,
+                                &cause,
+                            );
                         }
                         index = next;
                     }
@@ -445,8 +465,10 @@ impl Run {
                 let now = clock.now();
                 match when_blocked(&denials, now, budget_deadline) {
                     WhenBlocked::Wait { until } => {
-                        gw.events
-                            .rate_limit_backoff(protocol.as_str(), until.saturating_duration_since(now).as_millis() as u64);
+                        gw.events.rate_limit_backoff(
+                            protocol.as_str(),
+                            until.saturating_duration_since(now).as_millis() as u64,
+                        );
                         let waited = tokio::time::Instant::now();
                         tokio::select! {
                             () = clock.sleep_until(until) => {}
@@ -524,7 +546,13 @@ impl Run {
         let cap = p.cap.unwrap_or(usize::MAX);
         p.cap = Some(cap.min(p.attempts + attempts as usize));
         p.excluded.push(cut);
-        let kept = Progress { cap: p.cap, attempts: p.attempts, excluded: std::mem::take(&mut p.excluded), not_before: std::mem::take(&mut p.not_before), ..Progress::new() };
+        let kept = Progress {
+            cap: p.cap,
+            attempts: p.attempts,
+            excluded: std::mem::take(&mut p.excluded),
+            not_before: std::mem::take(&mut p.not_before),
+            ..Progress::new()
+        };
         *p = kept;
     }
 

@@ -21,10 +21,10 @@ use tokio::time::{Instant, Sleep};
 
 use crate::breaker::Permit;
 use crate::config::BreakerSettings;
-use crate::endpoint::EndpointId;
-use crate::observe::record::Tokens;
 use crate::convert::StreamConversion;
+use crate::endpoint::EndpointId;
 use crate::gateway::Gateway;
+use crate::observe::record::Tokens;
 use crate::observe::usage::StreamUsage;
 use crate::protocol::Format;
 use crate::protocol::errors::{ErrorKind, stream_error_event};
@@ -238,7 +238,15 @@ pub(super) struct ResumePlan {
 
 impl ResumePlan {
     pub fn new(run: Box<Run>, endpoint: EndpointId, attempts: u32) -> Self {
-        ResumePlan { run: Some(run), delivered: Some(Vec::new()), attempts_left: attempts, endpoint, cut: None, attempts_before: 0, withheld: None }
+        ResumePlan {
+            run: Some(run),
+            delivered: Some(Vec::new()),
+            attempts_left: attempts,
+            endpoint,
+            cut: None,
+            attempts_before: 0,
+            withheld: None,
+        }
     }
 
     fn note_delivered(&mut self, chunk: &[u8]) {
@@ -359,7 +367,7 @@ impl Relay {
                 match delivered.refusal {
                     None => {
                         plan.cut = Some(message.to_string());
-                        return Some(self.s.hand_over(plan, message, delivered));
+                        return self.s.hand_over(plan, message, delivered);
                     }
                     why => why,
                 }
@@ -570,13 +578,15 @@ impl RelayState {
 
     /// Settle the cut attempt as a failure and give the request's record and loop what a
     /// continuation needs; the loop runs as the returned future.
-    fn hand_over(&mut self, plan: &mut ResumePlan, message: &str, delivered: Delivered) -> Continuing {
+    fn hand_over(&mut self, plan: &mut ResumePlan, message: &str, delivered: Delivered) -> Option<Continuing> {
+        let mut run = plan.run.take()?;
         let error = self.c.observer.watch.error.as_ref().map(|e| e.rate_limited);
         let outcome = outcome::stream_end(error, StreamEnd::Broken);
-        let transition =
-            self.permit.take().and_then(|permit| permit.record(outcome.breaker(), Some(message), &self.c.breaker_settings));
+        let transition = self
+            .permit
+            .take()
+            .and_then(|permit| permit.record(outcome.breaker(), Some(message), &self.c.breaker_settings));
         self.carried = self.carried.plus(self.c.observer.usage.tokens());
-        let mut run = plan.run.take().expect("a resume plan holds the loop until it is handed over");
         plan.attempts_before = run.attempts_made();
         let mut trail = self.c.trail.take();
         if let Some(t) = trail.as_mut() {
@@ -586,10 +596,10 @@ impl RelayState {
         run.trail = trail;
         run.prepare_resume(std::sync::Arc::new(delivered), plan.endpoint, plan.attempts_left);
         let cut = plan.endpoint;
-        Box::pin(async move {
+        Some(Box::pin(async move {
             let ended = run.attempts(Some(cut)).await;
             (run, ended)
-        })
+        }))
     }
 
     /// A cut stream that could not be continued: its protocol's error event (or the upstream's

@@ -91,7 +91,7 @@ impl Delivered {
             match event {
                 // A start's output count is a placeholder (Anthropic says 1): output stays
                 // unknown until a finish reports it, as in the record (`observe::usage`).
-                StreamEvent::Start { usage, .. } => d.usage.merge(&Usage { output: None, ..usage.clone() }),
+                StreamEvent::Start { usage, .. } => d.usage.merge(&Usage { output: None, ..*usage }),
                 StreamEvent::Finish { usage, .. } => {
                     // The answer ended (only the terminal event is missing): nothing to continue.
                     d.usage.merge(usage);
@@ -174,39 +174,39 @@ pub fn continuation_body(format: Format, body: &[u8], delivered: &str, prefill: 
         // Only finished thinking reached the client: the same request again, its thinking dropped
         // by the splice.
     } else {
-    match format {
-        Format::Anthropic | Format::Openai => {
-            let messages =
-                obj.get_mut("messages").and_then(Value::as_array_mut).ok_or("the request has no messages array")?;
-            if !said.is_empty() {
-                push_assistant_text(messages, said);
+        match format {
+            Format::Anthropic | Format::Openai => {
+                let messages =
+                    obj.get_mut("messages").and_then(Value::as_array_mut).ok_or("the request has no messages array")?;
+                if !said.is_empty() {
+                    push_assistant_text(messages, said);
+                }
+                if !prefill {
+                    messages.push(json!({"role": "user", "content": continue_prompt(delivered)}));
+                }
             }
-            if !prefill {
-                messages.push(json!({"role": "user", "content": continue_prompt(delivered)}));
+            Format::Responses => {
+                let input = obj.entry("input").or_insert(json!([]));
+                if let Value::String(s) = input {
+                    *input = json!([{"role": "user", "content": s.clone()}]);
+                }
+                let items = input.as_array_mut().ok_or("the request's input is neither text nor a list")?;
+                if !said.is_empty() {
+                    items.push(json!({"role": "assistant", "content": said}));
+                }
+                items.push(json!({"role": "user", "content": continue_prompt(delivered)}));
+                // The continuation is a new turn of its own.
+                obj.remove("previous_response_id");
+            }
+            Format::Gemini => {
+                let contents =
+                    obj.get_mut("contents").and_then(Value::as_array_mut).ok_or("the request has no contents array")?;
+                if !said.is_empty() {
+                    contents.push(json!({"role": "model", "parts": [{"text": said}]}));
+                }
+                contents.push(json!({"role": "user", "parts": [{"text": continue_prompt(delivered)}]}));
             }
         }
-        Format::Responses => {
-            let input = obj.entry("input").or_insert(json!([]));
-            if let Value::String(s) = input {
-                *input = json!([{"role": "user", "content": s.clone()}]);
-            }
-            let items = input.as_array_mut().ok_or("the request's input is neither text nor a list")?;
-            if !said.is_empty() {
-                items.push(json!({"role": "assistant", "content": said}));
-            }
-            items.push(json!({"role": "user", "content": continue_prompt(delivered)}));
-            // The continuation is a new turn of its own.
-            obj.remove("previous_response_id");
-        }
-        Format::Gemini => {
-            let contents =
-                obj.get_mut("contents").and_then(Value::as_array_mut).ok_or("the request has no contents array")?;
-            if !said.is_empty() {
-                contents.push(json!({"role": "model", "parts": [{"text": said}]}));
-            }
-            contents.push(json!({"role": "user", "parts": [{"text": continue_prompt(delivered)}]}));
-        }
-    }
     }
     if format != Format::Gemini {
         obj.insert("stream".into(), Value::Bool(true));
@@ -276,7 +276,7 @@ impl Splice {
             pending: String::new(),
             pending_index: None,
             trimmed: delivered.text.is_empty(),
-            carried: delivered.usage.clone(),
+            carried: delivered.usage,
             continued: Usage::default(),
         }
     }
@@ -351,7 +351,11 @@ impl Splice {
             StreamEvent::Finish { stop_reason, stop_sequence, usage } => {
                 self.release(out);
                 self.continued.merge(&usage);
-                out.push(StreamEvent::Finish { stop_reason, stop_sequence, usage: add(&self.carried, &self.continued) });
+                out.push(StreamEvent::Finish {
+                    stop_reason,
+                    stop_sequence,
+                    usage: add(&self.carried, &self.continued),
+                });
             }
             StreamEvent::End => {
                 self.release(out);
@@ -443,7 +447,8 @@ mod tests {
             StreamEvent::BlockStart { index: 0, block: BlockStart::ToolUse { id: "t".into(), name: "f".into() } },
         ]);
         assert_eq!(tool.refusal, Some("a tool call had started"));
-        let thinking = Delivered::from_events(vec![start(), StreamEvent::BlockStart { index: 0, block: BlockStart::Thinking }]);
+        let thinking =
+            Delivered::from_events(vec![start(), StreamEvent::BlockStart { index: 0, block: BlockStart::Thinking }]);
         assert_eq!(thinking.refusal, Some("a thinking block was unfinished"));
         let done = Delivered::from_events(vec![start(), StreamEvent::End]);
         assert!(done.refusal.is_some());
@@ -536,26 +541,43 @@ mod tests {
     #[test]
     fn continuation_requests_in_each_format() {
         let anthropic = br#"{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"hi"}],"stream":true}"#;
-        let v: Value = serde_json::from_slice(&continuation_body(Format::Anthropic, anthropic, "Hello wor ", true).unwrap()).unwrap();
-        assert_eq!(v["messages"][1], json!({"role": "assistant", "content": "Hello wor"}), "a prefill, trailing space trimmed");
+        let v: Value =
+            serde_json::from_slice(&continuation_body(Format::Anthropic, anthropic, "Hello wor ", true).unwrap())
+                .unwrap();
+        assert_eq!(
+            v["messages"][1],
+            json!({"role": "assistant", "content": "Hello wor"}),
+            "a prefill, trailing space trimmed"
+        );
         assert_eq!(v["messages"].as_array().unwrap().len(), 2);
-        let v: Value = serde_json::from_slice(&continuation_body(Format::Anthropic, anthropic, "Hello wor", false).unwrap()).unwrap();
+        let v: Value =
+            serde_json::from_slice(&continuation_body(Format::Anthropic, anthropic, "Hello wor", false).unwrap())
+                .unwrap();
         assert_eq!(v["messages"][2]["role"], "user");
         assert!(v["messages"][2]["content"].as_str().unwrap().ends_with("Hello wor"));
         let chat = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}"#;
-        let v: Value = serde_json::from_slice(&continuation_body(Format::Openai, chat, "Hello", true).unwrap()).unwrap();
-        assert_eq!((v["messages"][1]["role"].as_str(), v["messages"][2]["role"].as_str()), (Some("assistant"), Some("user")), "no prefill outside Anthropic");
+        let v: Value =
+            serde_json::from_slice(&continuation_body(Format::Openai, chat, "Hello", true).unwrap()).unwrap();
+        assert_eq!(
+            (v["messages"][1]["role"].as_str(), v["messages"][2]["role"].as_str()),
+            (Some("assistant"), Some("user")),
+            "no prefill outside Anthropic"
+        );
         let responses = br#"{"model":"m","input":"hi","stream":true,"previous_response_id":"r"}"#;
-        let v: Value = serde_json::from_slice(&continuation_body(Format::Responses, responses, "Hello", false).unwrap()).unwrap();
+        let v: Value =
+            serde_json::from_slice(&continuation_body(Format::Responses, responses, "Hello", false).unwrap()).unwrap();
         assert_eq!(v["input"][0], json!({"role": "user", "content": "hi"}));
         assert_eq!(v["input"][1], json!({"role": "assistant", "content": "Hello"}));
         assert!(v.get("previous_response_id").is_none());
         let gemini = br#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#;
-        let v: Value = serde_json::from_slice(&continuation_body(Format::Gemini, gemini, "Hello", false).unwrap()).unwrap();
+        let v: Value =
+            serde_json::from_slice(&continuation_body(Format::Gemini, gemini, "Hello", false).unwrap()).unwrap();
         assert_eq!(v["contents"][1], json!({"role": "model", "parts": [{"text": "Hello"}]}));
         // A client's own prefill is extended, not followed by a second assistant turn.
         let prefilled = br#"{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"{"}]}"#;
-        let v: Value = serde_json::from_slice(&continuation_body(Format::Anthropic, prefilled, "\"a\": 1", true).unwrap()).unwrap();
+        let v: Value =
+            serde_json::from_slice(&continuation_body(Format::Anthropic, prefilled, "\"a\": 1", true).unwrap())
+                .unwrap();
         assert_eq!(v["messages"][1]["content"], "{\"a\": 1");
     }
 

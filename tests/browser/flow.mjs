@@ -146,6 +146,22 @@ main(async () => {
     await until('saved', async () => (await page.textContent('#settings-status')).startsWith('Saved 2 changes'));
     const s = (await api('GET', '/api/settings')).body;
     check(s.breaker.openai.timeout_secs === 2 && s.breaker.openai.success_threshold === 1, `applied: ${JSON.stringify(s.breaker.openai)}`);
+    // Retry rules are edited as JSON: a bad rule is refused at the field, a good one applied
+    // with the failover switches.
+    await page.fill('textarea[name="retry_rules"]', '[{"status": 400, "action": "sideways"}]');
+    await page.click('#settings-save');
+    const rulesErr = page.locator('[data-error-for="retry_rules"]');
+    await until('the rule error', async () => (await rulesErr.textContent()).includes('action'));
+    const rule = { status: 400, body: 'model busy', action: 'next', breaker: 'neutral' };
+    await page.fill('textarea[name="retry_rules"]', JSON.stringify([rule]));
+    await page.uncheck('input[name="stream_resume"]');
+    await page.uncheck('input[name="failover_enabled.responses"]');
+    await page.click('#settings-save');
+    await until('rules saved', async () => (await page.textContent('#settings-status')).startsWith('Saved 3 changes'));
+    const r = (await api('GET', '/api/settings')).body;
+    const saved = r.retry_rules;
+    check(saved.length === 1 && Object.keys(rule).every((k) => saved[0][k] === rule[k]), `rules: ${JSON.stringify(saved)}`);
+    check(r.stream_resume === false && r.failover_enabled.responses === false, `switches: ${JSON.stringify(r)}`);
     await page.waitForSelector('#price-body tr');
   });
 

@@ -209,11 +209,7 @@ async fn fault_stream_without_its_terminal_event() {
 #[tokio::test]
 async fn fault_context_length_exceeded_moves_on_without_counting_against_the_endpoint() {
     let (g, a, _b) = two_endpoints(Value::Null).await;
-    a.push(Reply::anthropic_error(
-        400,
-        "invalid_request_error",
-        "prompt is too long: 250000 tokens > 200000 maximum",
-    ));
+    a.push(Reply::anthropic_error(400, "invalid_request_error", "prompt is too long: 250000 tokens > 200000 maximum"));
     let (status, text, whole, _) = stream(&g).await;
     assert_eq!((status, text.as_str(), whole), (200, "from b", true));
     assert_eq!(g.health("a").await["consecutive_failures"], 0);
@@ -221,7 +217,10 @@ async fn fault_context_length_exceeded_moves_on_without_counting_against_the_end
     // When no endpoint can take the prompt, the client gets the first such answer unchanged.
     let (g, a, b) = two_endpoints(Value::Null).await;
     let too_long = |m: &str| {
-        Reply::json(400, json!({"error": {"message": m, "type": "invalid_request_error", "code": "context_length_exceeded"}}))
+        Reply::json(
+            400,
+            json!({"error": {"message": m, "type": "invalid_request_error", "code": "context_length_exceeded"}}),
+        )
     };
     a.push(too_long("first: too long"));
     b.push(too_long("second: too long"));
@@ -244,9 +243,8 @@ async fn fault_context_length_exceeded_moves_on_without_counting_against_the_end
 #[tokio::test]
 async fn a_mistyped_model_opens_no_breaker_and_the_first_404_is_returned() {
     let (g, a, b) = two_endpoints(json!({"breaker": {"claude": {"failure_threshold": 1}}})).await;
-    let not_found = |who: &str| {
-        Reply::anthropic_error(404, "not_found_error", &format!("model: claude-sonet-4-5 ({who})"))
-    };
+    let not_found =
+        |who: &str| Reply::anthropic_error(404, "not_found_error", &format!("model: claude-sonet-4-5 ({who})"));
     a.set_default(not_found("a"));
     b.set_default(not_found("b"));
     for _ in 0..3 {

@@ -131,9 +131,15 @@ async fn a_cut_anthropic_stream_is_continued_on_the_next_endpoint_with_a_prefill
     let record = g.record(&id).await;
     let attempts = record["attempts"].as_array().unwrap();
     assert_eq!(attempts.len(), 2, "{record}");
-    assert_eq!((attempts[0]["endpoint"].as_str(), attempts[0]["classification"].as_str()), (Some("a"), Some("failure")));
+    assert_eq!(
+        (attempts[0]["endpoint"].as_str(), attempts[0]["classification"].as_str()),
+        (Some("a"), Some("failure"))
+    );
     assert!(attempts[0]["resume"].as_str().unwrap().starts_with("cut: "), "{record}");
-    assert_eq!((attempts[1]["endpoint"].as_str(), attempts[1]["classification"].as_str()), (Some("b"), Some("success")));
+    assert_eq!(
+        (attempts[1]["endpoint"].as_str(), attempts[1]["classification"].as_str()),
+        (Some("b"), Some("success"))
+    );
     let note = attempts[1]["resume"].as_str().unwrap();
     assert!(note.contains("45 characters") && note.contains("assistant prefill"), "{note}");
     assert_eq!(record["endpoint"], "b");
@@ -339,7 +345,8 @@ async fn a_converted_stream_is_resumed_across_formats() {
     a.push(cut_stream("anthropic"));
     b.push(continuation("anthropic"));
     let (_, text) = request_id_and_text(g.post("/v1/chat/completions", &chat_body("m", true)).await).await;
-    let said: String = sse_events(&text).iter().filter_map(|(_, d)| d["choices"][0]["delta"]["content"].as_str()).collect();
+    let said: String =
+        sse_events(&text).iter().filter_map(|(_, d)| d["choices"][0]["delta"]["content"].as_str()).collect();
     assert_eq!(said, WHOLE, "{text}");
     let sent = b.last_request().unwrap().json();
     assert_eq!(sent["messages"].as_array().unwrap().last().unwrap()["role"], "assistant", "{sent}");
@@ -349,9 +356,13 @@ async fn a_converted_stream_is_resumed_across_formats() {
 #[tokio::test]
 async fn the_official_sdks_read_a_resumed_stream_as_one_answer() {
     // (client, endpoint format): pass-through for each protocol, and converted both ways.
-    for (client, format) in
-        [("anthropic", "anthropic"), ("chat", "openai"), ("responses", "responses"), ("chat", "anthropic"), ("anthropic", "openai")]
-    {
+    for (client, format) in [
+        ("anthropic", "anthropic"),
+        ("chat", "openai"),
+        ("responses", "responses"),
+        ("chat", "anthropic"),
+        ("anthropic", "openai"),
+    ] {
         let (g, a, b) = gateway_with(format, Value::Null).await;
         a.push(cut_stream(format));
         b.push(continuation(format));

@@ -7,11 +7,15 @@ const form = $('#settings-form');
 const status = $('#settings-status');
 
 function inputs() {
-  return $$('input[name], select[name]', form);
+  return $$('input[name], select[name], textarea[name]', form);
 }
 
 function valueOf(el) {
   if (el.type === 'checkbox') return el.checked;
+  if (el.dataset.json) {
+    // A JSON field: what does not parse is sent as it is, and the server names the problem.
+    try { return JSON.parse(el.value); } catch { return el.value; }
+  }
   if (el.tagName === 'SELECT') return el.value;
   const v = el.value.trim();
   return v === '' ? null : Number(v);
@@ -19,6 +23,7 @@ function valueOf(el) {
 
 function setValue(el, v) {
   if (el.type === 'checkbox') el.checked = v === true || v === 'true';
+  else if (el.dataset.json) el.value = typeof v === 'string' ? v : JSON.stringify(v, null, 2);
   else el.value = v === null || v === undefined ? '' : String(v);
 }
 
