@@ -55,3 +55,6 @@ pub mod snapshot;
 pub mod store;
 /// RFC 3339 timestamps.
 pub mod timefmt;
+
+#[cfg(test)]
+mod fuzz_tests;

@@ -333,7 +333,7 @@ async fn prepare(
 
 /// The `endpoint=` query selector; given twice with different names it is refused (SPEC §2.2:
 /// the selectors must agree).
-fn endpoint_selector(query: Option<&str>) -> Result<Option<String>, GatewayError> {
+pub(crate) fn endpoint_selector(query: Option<&str>) -> Result<Option<String>, GatewayError> {
     let mut found: Option<String> = None;
     for (key, value) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
         if key != "endpoint" {

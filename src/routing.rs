@@ -182,7 +182,7 @@ pub fn nothing_configured(route: Route) -> GatewayError {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::endpoint::{EndpointId, ModelPattern, TestResult};
     use crate::protocol::Format;
@@ -209,8 +209,13 @@ mod tests {
         }
     }
 
+    /// Endpoints of these names (anthropic), for tests elsewhere.
+    pub(crate) fn endpoints(names: &[&str]) -> Vec<E> {
+        names.iter().enumerate().map(|(i, n)| E(ep(i as i64 + 1, n, Format::Anthropic))).collect()
+    }
+
     #[derive(Debug)]
-    struct E(Endpoint);
+    pub(crate) struct E(Endpoint);
     impl AsRef<Endpoint> for E {
         fn as_ref(&self) -> &Endpoint {
             &self.0

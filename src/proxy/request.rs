@@ -28,6 +28,14 @@ struct PeekWire<'a> {
 
 /// Parse just enough of the body; the whole document is still validated as JSON.
 pub fn peek(body: &[u8]) -> Result<Peek<'_>, GatewayError> {
+    // A derived struct also reads a JSON array, field by position: `["m"]` would name model "m".
+    if body.iter().find(|b| !b.is_ascii_whitespace()).is_some_and(|b| *b != b'{') {
+        return Err(GatewayError::new(
+            ErrorKind::InvalidRequest,
+            "invalid_json",
+            "the request body is not a JSON object; send a JSON object with at least \"model\"",
+        ));
+    }
     let wire: PeekWire<'_> = serde_json::from_slice(body).map_err(|e| {
         GatewayError::new(
             ErrorKind::InvalidRequest,
@@ -82,7 +90,7 @@ mod tests {
 
     #[test]
     fn malformed_json_and_bad_model_are_invalid_requests() {
-        for body in [&b"{"[..], b"not json", b"", br#"{"model":"a"} trailing"#] {
+        for body in [&b"{"[..], b"not json", b"", br#"{"model":"a"} trailing"#, br#"["claude-x", true]"#, b" 7"] {
             let e = peek(body).unwrap_err();
             assert_eq!((e.kind, e.code), (ErrorKind::InvalidRequest, "invalid_json"), "{body:?}");
         }
