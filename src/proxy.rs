@@ -154,7 +154,7 @@ pub fn route_for(method: &Method, path: &str, headers: &HeaderMap) -> Option<Rou
         (&Method::POST, "messages") => Route::Protocol(Protocol::Claude),
         (&Method::POST, "chat/completions") => Route::Protocol(Protocol::Openai),
         (&Method::POST, "responses") => Route::Protocol(Protocol::Responses),
-        (&Method::POST, "messages/count_tokens") => Route::CountTokens,
+        (&Method::POST, "messages/count_tokens") => Route::CountTokens(Protocol::Claude),
         _ => Route::PassThrough { anthropic: is_anthropic_client(headers) },
     })
 }
@@ -272,7 +272,7 @@ async fn prepare(
 
     // The three protocols carry JSON; other paths only when they say so.
     let is_json = match route {
-        Route::Protocol(_) | Route::CountTokens => true,
+        Route::Protocol(_) | Route::CountTokens(_) => true,
         Route::PassThrough { .. } => {
             !body.is_empty()
                 && parts

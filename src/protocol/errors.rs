@@ -351,6 +351,9 @@ impl GatewayError {
             Protocol::Openai | Protocol::Responses => {
                 to_value(&OpenAiError::new(&self.message, self.kind.openai_type(), self.param, Some(self.code)))
             }
+            Protocol::Gemini => {
+                to_value(&GeminiError::new(self.kind.status().as_u16(), &self.message, self.kind.gemini_status()))
+            }
         }
     }
 
@@ -385,6 +388,29 @@ mod tests {
             e.body(Protocol::Claude),
             json!({"type":"error","error":{"type":"not_found_error","message":"no enabled endpoint serves model 'x'"}})
         );
+    }
+
+    #[test]
+    fn gemini_shape_follows_spec_9s_column() {
+        let body = |kind| GatewayError::new(kind, "x", "what happened").body(Protocol::Gemini);
+        assert_eq!(
+            body(ErrorKind::NotFound),
+            json!({"error":{"code":404,"message":"what happened","status":"NOT_FOUND"}})
+        );
+        for (kind, code, status) in [
+            (ErrorKind::InvalidRequest, 400, "INVALID_ARGUMENT"),
+            (ErrorKind::Authentication, 401, "UNAUTHENTICATED"),
+            (ErrorKind::Permission, 403, "PERMISSION_DENIED"),
+            (ErrorKind::RequestTooLarge, 413, "INVALID_ARGUMENT"),
+            (ErrorKind::RateLimited, 429, "RESOURCE_EXHAUSTED"),
+            (ErrorKind::BadGateway, 502, "UNAVAILABLE"),
+            (ErrorKind::Overloaded, 503, "UNAVAILABLE"),
+            (ErrorKind::GatewayTimeout, 504, "DEADLINE_EXCEEDED"),
+            (ErrorKind::LoopDetected, 508, "INTERNAL"),
+        ] {
+            assert_eq!(body(kind)["error"]["code"], code, "{kind:?}");
+            assert_eq!(body(kind)["error"]["status"], status, "{kind:?}");
+        }
     }
 
     #[test]

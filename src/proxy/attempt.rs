@@ -120,7 +120,7 @@ pub async fn run(
     // One budget per request for every wait (SPEC §15.1), and never past the total deadline.
     let budget_deadline = (clock.now() + settings.rate_limit_backoff_budget).min(deadline_clock);
     let seen_current = gw.rotation.current(protocol);
-    let conversion = RequestConversion::new(Format::native_to(protocol), inbound.route == Route::CountTokens);
+    let conversion = RequestConversion::new(Format::native_to(protocol), inbound.route.is_count_tokens());
     let mut run = Run {
         gw: gw.clone(),
         snapshot,
@@ -165,10 +165,10 @@ pub async fn run(
             return run.error(GatewayError::new(ErrorKind::InvalidRequest, "conversion_unsupported", message), 0, None);
         }
     }
-    if run.inbound.route == Route::CountTokens && !candidates.iter().any(|e| convert::counts_tokens(e.config.format)) {
+    if run.inbound.route.is_count_tokens() && !candidates.iter().any(|e| convert::counts_tokens(e.config.format)) {
         return run.token_estimate(None, 0).await;
     }
-    if run.inbound.route == Route::CountTokens {
+    if run.inbound.route.is_count_tokens() {
         candidates.retain(|e| convert::counts_tokens(e.config.format));
     }
 

@@ -182,7 +182,7 @@ impl Run {
         let timeouts = settings.timeouts(protocol);
         let format = endpoint.config.format;
         let converting =
-            matches!(self.inbound.route, Route::Protocol(_) | Route::CountTokens) && self.conversion.needed(format);
+            matches!(self.inbound.route, Route::Protocol(_) | Route::CountTokens(_)) && self.conversion.needed(format);
         let (url, body) = if converting {
             let body = match self.converted_body(endpoint) {
                 Ok(b) => b,
@@ -366,7 +366,7 @@ impl Run {
         let probe = permit.is_probe();
         self.settle(permit, outcome, note.as_deref(), code, None);
         if outcome == AttemptOutcome::NEUTRAL
-            && self.inbound.route == Route::CountTokens
+            && self.inbound.route.is_count_tokens()
             && matches!(status.as_u16(), 404 | 405 | 501)
         {
             return Exchanged::Estimate;
