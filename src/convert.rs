@@ -146,9 +146,15 @@ impl StreamEncoder {
 
 /// A running stream conversion: feed upstream events, get client bytes.
 pub struct StreamConversion {
-    decoder: StreamDecoder,
-    encoder: StreamEncoder,
-    scratch: Vec<StreamEvent>,
+    mode: Mode,
+}
+
+enum Mode {
+    /// Decoded into IR events and encoded again in the client's format.
+    Codec { decoder: StreamDecoder, encoder: StreamEncoder, scratch: Vec<StreamEvent> },
+    /// A Gemini upstream's SSE to a Gemini client's JSON-array stream: the same chunks, framed
+    /// differently (`gemini::JsonArrayReframe`).
+    GeminiJsonArray(gemini::JsonArrayReframe),
 }
 
 impl StreamConversion {
@@ -158,30 +164,52 @@ impl StreamConversion {
 
     /// With an encoder chosen by the caller (a Gemini client's JSON-array stream).
     pub fn with_encoder(upstream: Format, encoder: StreamEncoder) -> Self {
-        Self { decoder: StreamDecoder::new(upstream), encoder, scratch: Vec::new() }
+        Self { mode: Mode::Codec { decoder: StreamDecoder::new(upstream), encoder, scratch: Vec::new() } }
+    }
+
+    /// A Gemini upstream's SSE stream as the JSON-array stream, its chunks unchanged.
+    pub fn gemini_json_array() -> Self {
+        Self { mode: Mode::GeminiJsonArray(gemini::JsonArrayReframe::new()) }
     }
 
     /// Convert one upstream event, appending the client's bytes to `out`.
     pub fn event(&mut self, event: &SseEvent<'_>, out: &mut Vec<u8>) {
-        self.decoder.decode(event, &mut self.scratch);
-        self.flush(out);
+        match &mut self.mode {
+            Mode::Codec { decoder, encoder, scratch } => {
+                decoder.decode(event, scratch);
+                flush(encoder, scratch, out);
+            }
+            Mode::GeminiJsonArray(r) => r.event(event, out),
+        }
     }
 
     /// The upstream stream ended cleanly.
     pub fn finish(&mut self, out: &mut Vec<u8>) {
-        self.decoder.finish(&mut self.scratch);
-        self.flush(out);
+        match &mut self.mode {
+            Mode::Codec { decoder, encoder, scratch } => {
+                decoder.finish(scratch);
+                flush(encoder, scratch, out);
+            }
+            Mode::GeminiJsonArray(r) => r.finish(out),
+        }
     }
 
     /// End the client's stream with its protocol's error event.
     pub fn fail(&mut self, kind: ErrorKind, message: &str, out: &mut Vec<u8>) {
-        self.encoder.encode(&StreamEvent::Error { kind, message: message.to_string() }, out);
-    }
-
-    fn flush(&mut self, out: &mut Vec<u8>) {
-        for e in self.scratch.drain(..) {
-            self.encoder.encode(&e, out);
+        match &mut self.mode {
+            Mode::Codec { encoder, .. } => {
+                encoder.encode(&StreamEvent::Error { kind, message: message.to_string() }, out);
+            }
+            Mode::GeminiJsonArray(r) => {
+                r.fail(&ErrorBody { kind, message: message.to_string(), code: None, param: None }, out);
+            }
         }
+    }
+}
+
+fn flush(encoder: &mut StreamEncoder, scratch: &mut Vec<StreamEvent>, out: &mut Vec<u8>) {
+    for e in scratch.drain(..) {
+        encoder.encode(&e, out);
     }
 }
 
