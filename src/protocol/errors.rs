@@ -252,6 +252,16 @@ pub fn gemini_error_chunk(out: &mut Vec<u8>, body: &impl Serialize) {
     out.push(b'\n');
 }
 
+/// For a Gemini client on a pass-through stream: an upstream error that came as an SSE event
+/// (`data: {"error": …}`), repeated as the bare line [`gemini_error_chunk`] writes, which is the
+/// form the Gemini CLI reports (it reads the SSE form as an empty answer). The upstream's own
+/// object, compacted onto one line; nothing when the data is not a JSON object.
+pub fn gemini_repeat_error(out: &mut Vec<u8>, data: &str) {
+    if let Ok(v @ Value::Object(_)) = serde_json::from_str::<Value>(data) {
+        gemini_error_chunk(out, &v);
+    }
+}
+
 /// Append a Responses stream's terminal failure: `response.failed` with its sequence number
 /// and the failed `response` object (`status: "failed"`, `error: {code, message}`).
 pub fn response_failed_event(out: &mut Vec<u8>, sequence_number: u64, response: Value) {

@@ -120,7 +120,8 @@ pub async fn run(
     // One budget per request for every wait (SPEC §15.1), and never past the total deadline.
     let budget_deadline = (clock.now() + settings.rate_limit_backoff_budget).min(deadline_clock);
     let seen_current = gw.rotation.current(protocol);
-    let conversion = RequestConversion::new(Format::native_to(protocol), inbound.route.is_count_tokens());
+    let conversion = RequestConversion::new(Format::native_to(protocol), inbound.route.is_count_tokens())
+        .with_stream(inbound.stream);
     let mut run = Run {
         gw: gw.clone(),
         snapshot,

@@ -14,13 +14,13 @@ use super::conversion;
 use super::outcome::{
     self, AttemptOutcome, NetworkErrorKind, Next, Verdict, classify_network_error, classify_status, status_note,
 };
-use super::relay::{Committed, StreamObserver, Transform};
+use super::relay::{Committed, StreamObserver};
 use super::request::splice_model;
 use super::upstream::{UpstreamBodyError, UpstreamResponse, join_url, read_body, request_headers, response_headers};
 use crate::breaker::Permit;
 use crate::breaker::retry_after::parse_retry_after;
 use crate::convert::ir::{ConvertError, EncodeContext};
-use crate::convert::{StreamConversion, upstream_path};
+use crate::convert::upstream_path;
 use crate::observe::record::Tokens;
 use crate::observe::usage;
 use crate::protocol::errors::{ErrorKind, GatewayError};
@@ -97,7 +97,7 @@ impl Run {
         self.conversion.body(&self.inbound.body, endpoint.config.format, &target)
     }
 
-    fn encode_context(&mut self) -> EncodeContext {
+    pub(super) fn encode_context(&mut self) -> EncodeContext {
         let now = self.gw.clock.wall().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         let model = self.inbound.model.clone().unwrap_or_default();
         self.conversion.context(&self.inbound.body, &model, now)
@@ -202,8 +202,7 @@ impl Run {
             let path = upstream_path(format, model, self.conversion.call(self.inbound.stream));
             (join_url(&endpoint.config.base_url, format, &path, None), body)
         } else {
-            let url = join_url(&endpoint.config.base_url, format, &self.inbound.rest, self.inbound.query.as_deref());
-            (url, self.native_body(endpoint))
+            (self.native_url(endpoint), self.native_body(endpoint))
         };
         let mut headers = request_headers(&self.inbound.headers, endpoint, &self.inbound.hop);
         if converting {
@@ -242,12 +241,7 @@ impl Run {
             .is_some_and(|v| v.starts_with("text/event-stream"));
 
         if outcome.is_success() && is_sse {
-            let transform = if converting {
-                let ctx = self.encode_context();
-                Transform::Convert(Box::new(StreamConversion::new(format, self.conversion.client, ctx)))
-            } else {
-                Transform::Pass
-            };
+            let transform = self.stream_transform(format, converting);
             let observer = StreamObserver::new(
                 format,
                 Format::native_to(protocol),
@@ -393,7 +387,7 @@ impl Run {
         let code = Some(status.as_u16());
         let mut headers = response_headers(response.headers());
         if observer.converts() {
-            headers = conversion::converted_headers(&headers, "text/event-stream");
+            headers = conversion::converted_headers(&headers, self.client_stream_content_type());
         }
         let mut upstream = response.into_body();
         let mut held: Vec<Bytes> = Vec::new();

@@ -16,6 +16,7 @@ mod conversion;
 mod dashboard;
 mod explicit_and_routing;
 mod failover;
+mod gemini_inbound;
 mod gemini_upstream;
 mod hardening;
 mod hardening_binary;
