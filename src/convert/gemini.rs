@@ -194,9 +194,12 @@ fn anthropic_signature_out(signature: &str) -> Option<String> {
     plain.then(|| format!("{ANTHROPIC_SIGNATURE_LEAD}{signature}"))
 }
 
-/// The Anthropic signature a `thoughtSignature` carries, if it is one of ours.
-fn anthropic_signature_in(signature: &str) -> Option<&str> {
-    signature.strip_prefix(ANTHROPIC_SIGNATURE_LEAD).filter(|s| !s.is_empty())
+/// The Anthropic signature a `thoughtSignature` carries, if it is one of ours. The Python SDK
+/// holds a signature as bytes and writes it back in base64's URL-safe alphabet; Anthropic's are
+/// in the standard one, so `-` and `_` are turned back.
+fn anthropic_signature_in(signature: &str) -> Option<String> {
+    let carried = signature.strip_prefix(ANTHROPIC_SIGNATURE_LEAD).filter(|s| !s.is_empty())?;
+    Some(carried.replace('-', "+").replace('_', "/"))
 }
 
 // ---------------------------------------------------------------------------------------------
