@@ -5,8 +5,15 @@
 //! Gemini endpoint reached without conversion gets the path rewritten rather than the body.
 
 use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use axum::http::{HeaderMap, Method};
+use bytes::Bytes;
+use hyper::body::{Body, Frame};
+use tokio::time::{Instant, Sleep};
 
 use super::relay::Transform;
 use super::upstream::join_url;
@@ -180,6 +187,94 @@ impl super::attempt::Run {
     }
 }
 
+/// How long a bare error line waits after the data before it, so that it reaches the client in
+/// a read of its own.
+pub const ERROR_PAUSE: Duration = Duration::from_millis(200);
+
+/// Where a bare `{"error": …}` line starts in a stream chunk: at its start or after a newline
+/// (inside a `data:` line the same bytes are an SSE event, not the bare form).
+fn bare_error_at(chunk: &[u8]) -> Option<usize> {
+    const LEAD: &[u8] = b"{\"error\"";
+    let mut from = 0;
+    while let Some(i) = chunk[from..].windows(LEAD.len()).position(|w| w == LEAD) {
+        let at = from + i;
+        if at == 0 || chunk[at - 1] == b'\n' {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
+}
+
+/// A Gemini SSE stream's body with its bare error line paced: the line goes out alone, at least
+/// [`ERROR_PAUSE`] after the data before it. The Google GenAI SDK for Node (and the one the Gemini
+/// CLI bundles) raises its `ApiError` only for a network read that parses as JSON with an `error`
+/// key; a read holding the last text and the error together ends in a generic "Incomplete JSON
+/// segment" instead, and Node's HTTP client hands over everything that arrived since its last read
+/// as one, so two writes close together reach the SDK as one read.
+pub struct ErrorPacing<B> {
+    inner: B,
+    /// The error line, and when it may go.
+    held: Option<(Bytes, Pin<Box<Sleep>>)>,
+    last_data: Option<Instant>,
+}
+
+impl<B> ErrorPacing<B> {
+    pub fn new(inner: B) -> Self {
+        Self { inner, held: None, last_data: None }
+    }
+}
+
+impl<B> Body for ErrorPacing<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = self.get_mut();
+        if let Some((_, sleep)) = &mut this.held {
+            ready!(sleep.as_mut().poll(cx));
+            let line = this.held.take().map(|(line, _)| line).unwrap_or_default();
+            this.last_data = Some(Instant::now());
+            return Poll::Ready(Some(Ok(Frame::data(line))));
+        }
+        let frame = match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+            Some(Ok(frame)) => frame,
+            other => return Poll::Ready(other),
+        };
+        let mut data = match frame.into_data() {
+            Ok(data) => data,
+            Err(frame) => return Poll::Ready(Some(Ok(frame))),
+        };
+        let now = Instant::now();
+        if let Some(at) = bare_error_at(&data) {
+            // The data before the line goes now; the line waits out its pause after that data.
+            let before = if at > 0 { Some(now) } else { this.last_data };
+            if let Some(until) = before.map(|t| t + ERROR_PAUSE).filter(|t| *t > now) {
+                let line = data.split_off(at);
+                let mut sleep = Box::pin(tokio::time::sleep_until(until));
+                if data.is_empty() && sleep.as_mut().poll(cx).is_pending() {
+                    this.held = Some((line, sleep));
+                    return Poll::Pending;
+                }
+                if data.is_empty() {
+                    data = line;
+                } else {
+                    this.held = Some((line, sleep));
+                }
+            }
+        }
+        this.last_data = Some(now);
+        Poll::Ready(Some(Ok(Frame::data(data))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.held.is_none() && self.inner.is_end_stream()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,6 +338,50 @@ mod tests {
         assert_eq!(native_query(&c, Some("alt=json&x=1")).as_deref(), Some("alt=sse&x=1"));
         let c = call("/v1beta/models/m:streamGenerateContent", Some("alt=sse")).unwrap();
         assert_eq!(native_query(&c, Some("alt=sse")).as_deref(), Some("alt=sse"));
+    }
+
+    #[test]
+    fn a_bare_error_line_is_found_only_outside_data_lines() {
+        assert_eq!(bare_error_at(br#"{"error":{"code":502}}"#), Some(0));
+        assert_eq!(bare_error_at(b"data: {\"a\":1}\r\n\r\n{\"error\":{}}\n"), Some(17));
+        assert_eq!(bare_error_at(b"data: {\"error\":{}}\n\n"), None);
+        assert_eq!(bare_error_at(b"data: {\"text\":\"{\\\"error\\\"\"}\n\n"), None);
+    }
+
+    /// A body of the given frames, all ready at once.
+    struct Frames(std::collections::VecDeque<Bytes>);
+
+    impl Body for Frames {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            Poll::Ready(self.0.pop_front().map(|b| Ok(Frame::data(b))))
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_error_line_goes_alone_after_a_pause() {
+        use http_body_util::BodyExt;
+        let text = Bytes::from_static(b"data: {\"candidates\":[]}\r\n\r\n");
+        let error = Bytes::from_static(b"{\"error\":{\"code\":502}}\n");
+        for frames in [vec![text.clone(), error.clone()], vec![[text.clone(), error.clone()].concat().into()]] {
+            let mut body = ErrorPacing::new(Frames(frames.into()));
+            let started = Instant::now();
+            let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+            assert_eq!(first, text);
+            let second = body.frame().await.unwrap().unwrap().into_data().unwrap();
+            assert_eq!(second, error);
+            assert!(started.elapsed() >= ERROR_PAUSE, "{:?}", started.elapsed());
+            assert!(body.frame().await.is_none());
+        }
+        // Long after the last data, nothing waits.
+        let mut body = ErrorPacing::new(Frames(vec![error.clone()].into()));
+        let started = Instant::now();
+        assert_eq!(body.frame().await.unwrap().unwrap().into_data().unwrap(), error);
+        assert_eq!(started.elapsed(), Duration::ZERO);
     }
 
     #[test]

@@ -198,7 +198,12 @@ impl Run {
             t.tag_response(response.headers_mut());
         }
         committed.trail = trail;
-        *response.body_mut() = Body::new(relay::relay(committed, permit, upstream));
+        let relay = relay::relay(committed, permit, upstream);
+        *response.body_mut() = if self.inbound.gemini.as_ref().is_some_and(|c| c.sse) {
+            Body::new(super::gemini::ErrorPacing::new(relay))
+        } else {
+            Body::new(relay)
+        };
         response
     }
 }
