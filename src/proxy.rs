@@ -299,7 +299,7 @@ async fn prepare(
         }
     };
 
-    // The three protocols carry JSON; other paths only when they say so.
+    // The inference protocols and token counts carry JSON; other paths only when they say so.
     let is_json = match route {
         Route::Protocol(_) | Route::CountTokens(_) => true,
         Route::PassThrough { .. } => {

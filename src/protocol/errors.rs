@@ -2,7 +2,7 @@
 //! gateway 429 is the SDK's RateLimitError), for errors the gateway makes and for upstream
 //! errors a conversion carries to the client alike:
 //!
-//! - one [`ErrorKind`], what the error is as far as the three protocols can tell, with its
+//! - one [`ErrorKind`], what the error is as far as the four protocols can tell, with its
 //!   status and its native `type` in each protocol;
 //! - the native error bodies ([`AnthropicError`], [`OpenAiError`]) and the gateway's own errors
 //!   in them ([`GatewayError`]);
@@ -23,7 +23,7 @@ use super::sse::write_event;
 use super::stream_events::StreamContext;
 use super::{Format, Protocol};
 
-/// What kind of error, as far as the three protocols can tell. Decoders of upstream errors
+/// What kind of error, as far as the four protocols can tell. Decoders of upstream errors
 /// pick one from the upstream's status and type (keeping the upstream's status); the gateway's
 /// own errors are answered with [`ErrorKind::status`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
