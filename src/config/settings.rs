@@ -528,6 +528,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn gemini_has_its_own_numbers() {
+        let s = Settings::default()
+            .patched(&json!({"breaker": {"gemini": {"failure_threshold": 7}}, "timeouts": {"gemini": {"idle_timeout_secs": 0}},
+                             "failover_enabled": {"gemini": false}}))
+            .unwrap();
+        assert_eq!(s.breaker(Protocol::Gemini).failure_threshold, 7);
+        assert_eq!(s.breaker(Protocol::Openai).failure_threshold, 4);
+        assert_eq!(s.timeouts(Protocol::Gemini).idle, None);
+        assert!(s.timeouts(Protocol::Openai).idle.is_some());
+        assert!(!s.failover_enabled(Protocol::Gemini) && s.failover_enabled(Protocol::Openai));
+        // A stored document from before Gemini (no `gemini` keys) still loads, with its defaults.
+        let old = json!({"breaker": {"openai": {"failure_threshold": 5}}});
+        let s = Settings::default().patched(&old).unwrap();
+        assert_eq!(s.breaker(Protocol::Gemini), &BreakerSettings::openai_defaults());
+        let e = Settings::default().patched(&json!({"breaker": {"gemini": {"failure_threshold": 21}}})).unwrap_err();
+        assert!(e.0.starts_with("breaker.gemini.failure_threshold must be between 1 and 20"), "{}", e.0);
+    }
+
+    #[test]
     fn defaults_are_the_seed_numbers() {
         let s = Settings::default();
         assert_eq!(s.breaker(Protocol::Claude), &BreakerSettings::claude_defaults());

@@ -644,4 +644,7 @@ async fn gemini_requests_use_geminis_own_settings_queue_and_current_endpoint() {
     assert!(groups.iter().any(|gr| gr["key"] == "gemini" && gr["totals"]["requests"] == 2), "{stats}");
     let (_, page) = g.api(reqwest::Method::GET, "/api/requests?protocol=gemini", None).await;
     assert_eq!(page["requests"].as_array().unwrap().len(), 2, "{page}");
+    let metrics = g.http.get(format!("{}/metrics", g.url)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("ccmesh_requests_total{protocol=\"gemini\",endpoint=\"b\""), "{metrics}");
+    assert!(metrics.contains("ccmesh_failovers_total{protocol=\"gemini\"}"), "{metrics}");
 }
