@@ -236,16 +236,20 @@ async fn a_gemini_client_gets_answers_from_an_endpoint_of_every_format() {
                 assert_eq!(seen.json()["stream"], true, "{format}: the stream flag from the method");
             }
 
-            // streamGenerateContent without alt: one JSON array, written as the chunks come
+            // streamGenerateContent without alt: one JSON array, written as the chunks come (the
+            // credential as a bearer token, the third form a Gemini client may use)
             up.push(stream(format, &["json ", "array"]));
-            let r = g.gemini_post(&format!("/{version}/models/the-model:streamGenerateContent"), &body).await;
+            let path = format!("/{version}/models/the-model:streamGenerateContent");
+            let r = g.post_with(&path, &body, &[("authorization", &format!("Bearer {CLIENT_KEY}"))]).await;
             assert_eq!(r.status(), 200, "{format}");
             assert!(r.headers()["content-type"].to_str().unwrap().starts_with("application/json"), "{format}");
             let v: Value = r.json().await.unwrap();
             let chunks = v.as_array().unwrap_or_else(|| panic!("{format}: not an array: {v}"));
             assert_eq!((stream_text(chunks).as_str(), finished(chunks)), ("json array", true), "{format}: {v}");
+            let seen = up.last_request().unwrap();
+            check_credentials(&seen, format);
             if format == "gemini" {
-                assert_eq!(up.last_request().unwrap().query.as_deref(), Some("alt=sse"), "asked for as SSE");
+                assert_eq!(seen.query.as_deref(), Some("alt=sse"), "asked for as SSE");
             }
         }
         let h = g.health("up").await;
