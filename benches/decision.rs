@@ -324,8 +324,12 @@ impl Error for Wrapped {
 
 fn classification_cases(rows: &mut Vec<[String; 4]>) {
     let statuses: [u16; 16] = [200, 200, 200, 200, 200, 200, 201, 400, 401, 404, 413, 429, 500, 502, 503, 529];
-    let routes =
-        [CLAUDE, Route::Protocol(Protocol::Openai), Route::CountTokens, Route::PassThrough { anthropic: true }];
+    let routes = [
+        CLAUDE,
+        Route::Protocol(Protocol::Openai),
+        Route::CountTokens(Protocol::Claude),
+        Route::PassThrough { anthropic: true },
+    ];
     let t = measure(|| {
         for route in routes {
             for s in statuses {

@@ -44,8 +44,8 @@ pub enum Command {
         /// `on` or `off`.
         #[arg(value_parser = ["on", "off"])]
         state: String,
-        /// `claude`, `openai` or `responses`.
-        #[arg(value_parser = ["claude", "openai", "responses"])]
+        /// `claude`, `openai`, `responses` or `gemini`.
+        #[arg(value_parser = ["claude", "openai", "responses", "gemini"])]
         protocol: String,
         #[command(flatten)]
         common: manage::Common,

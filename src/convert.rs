@@ -152,10 +152,23 @@ pub trait EventSplice: Send {
 
 /// A running stream conversion: feed upstream events, get client bytes.
 pub struct StreamConversion {
-    decoder: StreamDecoder,
-    encoder: StreamEncoder,
-    scratch: Vec<StreamEvent>,
-    splice: Option<(Box<dyn EventSplice>, Vec<StreamEvent>)>,
+    mode: Mode,
+}
+
+// The large variant is the common one, and the relay already holds the whole conversion boxed.
+#[allow(clippy::large_enum_variant)]
+enum Mode {
+    /// Decoded into IR events and encoded again in the client's format.
+    Codec {
+        decoder: StreamDecoder,
+        encoder: StreamEncoder,
+        scratch: Vec<StreamEvent>,
+        /// A resumed stream's continuation goes through this between decoder and encoder.
+        splice: Splicing,
+    },
+    /// A Gemini upstream's SSE to a Gemini client's JSON-array stream: the same chunks, framed
+    /// differently (`gemini::JsonArrayReframe`).
+    GeminiJsonArray(gemini::JsonArrayReframe),
 }
 
 impl StreamConversion {
@@ -165,45 +178,75 @@ impl StreamConversion {
 
     /// With an encoder chosen by the caller (a Gemini client's JSON-array stream).
     pub fn with_encoder(upstream: Format, encoder: StreamEncoder) -> Self {
-        Self { decoder: StreamDecoder::new(upstream), encoder, scratch: Vec::new(), splice: None }
+        Self { mode: Mode::Codec { decoder: StreamDecoder::new(upstream), encoder, scratch: Vec::new(), splice: None } }
     }
 
     /// With `splice` between the upstream's decoder and the client's encoder.
     pub fn spliced(upstream: Format, encoder: StreamEncoder, splice: Box<dyn EventSplice>) -> Self {
-        Self { splice: Some((splice, Vec::new())), ..Self::with_encoder(upstream, encoder) }
+        let mode = Mode::Codec {
+            decoder: StreamDecoder::new(upstream),
+            encoder,
+            scratch: Vec::new(),
+            splice: Some((splice, Vec::new())),
+        };
+        Self { mode }
+    }
+
+    /// A Gemini upstream's SSE stream as the JSON-array stream, its chunks unchanged.
+    pub fn gemini_json_array() -> Self {
+        Self { mode: Mode::GeminiJsonArray(gemini::JsonArrayReframe::new()) }
     }
 
     /// Convert one upstream event, appending the client's bytes to `out`.
     pub fn event(&mut self, event: &SseEvent<'_>, out: &mut Vec<u8>) {
-        self.decoder.decode(event, &mut self.scratch);
-        self.flush(out);
+        match &mut self.mode {
+            Mode::Codec { decoder, encoder, scratch, splice } => {
+                decoder.decode(event, scratch);
+                flush(encoder, scratch, splice, out);
+            }
+            Mode::GeminiJsonArray(r) => r.event(event, out),
+        }
     }
 
     /// The upstream stream ended cleanly.
     pub fn finish(&mut self, out: &mut Vec<u8>) {
-        self.decoder.finish(&mut self.scratch);
-        self.flush(out);
+        match &mut self.mode {
+            Mode::Codec { decoder, encoder, scratch, splice } => {
+                decoder.finish(scratch);
+                flush(encoder, scratch, splice, out);
+            }
+            Mode::GeminiJsonArray(r) => r.finish(out),
+        }
     }
 
     /// End the client's stream with its protocol's error event.
     pub fn fail(&mut self, kind: ErrorKind, message: &str, out: &mut Vec<u8>) {
-        self.encoder.encode(&StreamEvent::Error { kind, message: message.to_string() }, out);
-    }
-
-    fn flush(&mut self, out: &mut Vec<u8>) {
-        match &mut self.splice {
-            None => {
-                for e in self.scratch.drain(..) {
-                    self.encoder.encode(&e, out);
-                }
+        match &mut self.mode {
+            Mode::Codec { encoder, .. } => {
+                encoder.encode(&StreamEvent::Error { kind, message: message.to_string() }, out);
             }
-            Some((splice, spliced)) => {
-                for e in self.scratch.drain(..) {
-                    splice.event(e, spliced);
-                }
-                for e in spliced.drain(..) {
-                    self.encoder.encode(&e, out);
-                }
+            Mode::GeminiJsonArray(r) => {
+                r.fail(&ErrorBody { kind, message: message.to_string(), code: None, param: None }, out);
+            }
+        }
+    }
+}
+
+type Splicing = Option<(Box<dyn EventSplice>, Vec<StreamEvent>)>;
+
+fn flush(encoder: &mut StreamEncoder, scratch: &mut Vec<StreamEvent>, splice: &mut Splicing, out: &mut Vec<u8>) {
+    match splice {
+        None => {
+            for e in scratch.drain(..) {
+                encoder.encode(&e, out);
+            }
+        }
+        Some((splice, spliced)) => {
+            for e in scratch.drain(..) {
+                splice.event(e, spliced);
+            }
+            for e in spliced.drain(..) {
+                encoder.encode(&e, out);
             }
         }
     }

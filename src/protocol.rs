@@ -22,16 +22,23 @@ pub enum Protocol {
     Openai,
     /// `POST /v1/responses`, OpenAI Responses.
     Responses,
+    /// `POST /v1beta/models/{model}:generateContent` (and `:streamGenerateContent`,
+    /// `:countTokens`, also under `/v1/`), Google Gemini (SPEC §11).
+    Gemini,
 }
 
 impl Protocol {
-    pub const ALL: [Protocol; 3] = [Protocol::Claude, Protocol::Openai, Protocol::Responses];
+    /// How many there are: the length of every per-protocol array (settings, rotation).
+    pub const COUNT: usize = 4;
+    pub const ALL: [Protocol; Protocol::COUNT] =
+        [Protocol::Claude, Protocol::Openai, Protocol::Responses, Protocol::Gemini];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Protocol::Claude => "claude",
             Protocol::Openai => "openai",
             Protocol::Responses => "responses",
+            Protocol::Gemini => "gemini",
         }
     }
 
@@ -87,6 +94,7 @@ impl Format {
             Protocol::Claude => Format::Anthropic,
             Protocol::Openai => Format::Openai,
             Protocol::Responses => Format::Responses,
+            Protocol::Gemini => Format::Gemini,
         }
     }
 }
@@ -100,10 +108,12 @@ impl fmt::Display for Format {
 /// What kind of traffic a request is, which decides compatible endpoints and URL joining.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
-    /// One of the three inbound protocols.
+    /// One of the inbound protocols' inference calls.
     Protocol(Protocol),
-    /// `/v1/messages/count_tokens`: the `claude` protocol, but a 404/405/501 is neutral.
-    CountTokens,
+    /// A token count: `/v1/messages/count_tokens` (`claude`) or `…:countTokens` (`gemini`). A
+    /// 404/405/501 is neutral (many relays lack it), and endpoints that cannot count are
+    /// estimated for.
+    CountTokens(Protocol),
     /// Any other `/v1/*` path, passed through to the Anthropic family (client sent
     /// `anthropic-version` or `x-api-key`) or the OpenAI family.
     PassThrough { anthropic: bool },
@@ -113,20 +123,23 @@ impl Route {
     /// The protocol whose settings, rotation state and error shape apply.
     pub fn protocol(self) -> Protocol {
         match self {
-            Route::Protocol(p) => p,
-            Route::CountTokens => Protocol::Claude,
+            Route::Protocol(p) | Route::CountTokens(p) => p,
             Route::PassThrough { anthropic: true } => Protocol::Claude,
             Route::PassThrough { anthropic: false } => Protocol::Openai,
         }
     }
 
+    pub fn is_count_tokens(self) -> bool {
+        matches!(self, Route::CountTokens(_))
+    }
+
     pub fn compatible_with(self, format: Format) -> bool {
         match self {
-            // SPEC §1: pass-through to the native format, or conversion to either of the other
-            // two, so every format can serve every inbound protocol.
+            // SPEC §1, §11: pass-through to the native format, or conversion to any other, so
+            // every format can serve every inbound protocol.
             Route::Protocol(_) => true,
-            // Anthropic endpoints count; for the others the gateway estimates locally.
-            Route::CountTokens => true,
+            // Anthropic and Gemini endpoints count; for the others the gateway estimates locally.
+            Route::CountTokens(_) => true,
             Route::PassThrough { anthropic: true } => format == Format::Anthropic,
             // Both OpenAI-family formats share base URLs and paths (`/v1/embeddings`, ...).
             Route::PassThrough { anthropic: false } => {

@@ -6,6 +6,7 @@ pub mod backoff;
 pub mod conversion;
 pub mod dns;
 mod exchange;
+pub mod gemini;
 pub mod models;
 pub mod outcome;
 pub mod relay;
@@ -48,6 +49,8 @@ pub struct Inbound {
     /// Where the model value sits in `body`, for rewriting.
     pub model_span: Option<std::ops::Range<usize>>,
     pub stream: bool,
+    /// A Gemini client's call (SPEC §11): the model and the method came from the path.
+    pub gemini: Option<gemini::GeminiCall>,
     /// The loop-detection header this request's upstream requests carry (SPEC §8).
     pub hop: HeaderValue,
 }
@@ -150,12 +153,15 @@ fn check_hops(gw: &Gateway, headers: &HeaderMap) -> Result<HeaderValue, GatewayE
 
 /// Decide the route from the path. `None` = not a proxied path.
 pub fn route_for(method: &Method, path: &str, headers: &HeaderMap) -> Option<Route> {
+    if let Some(call) = gemini::parse_call(method, path, None) {
+        return Some(gemini::route(&call));
+    }
     let rest = path.strip_prefix("/v1/")?;
     Some(match (method, rest.trim_end_matches('/')) {
         (&Method::POST, "messages") => Route::Protocol(Protocol::Claude),
         (&Method::POST, "chat/completions") => Route::Protocol(Protocol::Openai),
         (&Method::POST, "responses") => Route::Protocol(Protocol::Responses),
-        (&Method::POST, "messages/count_tokens") => Route::CountTokens,
+        (&Method::POST, "messages/count_tokens") => Route::CountTokens(Protocol::Claude),
         _ => Route::PassThrough { anthropic: is_anthropic_client(headers) },
     })
 }
@@ -165,12 +171,34 @@ fn is_anthropic_client(headers: &HeaderMap) -> bool {
     headers.contains_key(ANTHROPIC_VERSION) || headers.contains_key(X_API_KEY)
 }
 
-/// axum handler for every `/v1/*` request other than `GET /v1/models`.
+/// axum handler for every `/v1/*` and `/v1beta/*` request other than `GET /v1/models`.
 pub async fn handle(State(gw): State<Arc<Gateway>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
-    let Some(route) = route_for(&parts.method, parts.uri.path(), &parts.headers) else {
-        return GatewayError::new(ErrorKind::NotFound, "not_found", format!("unknown path {}", parts.uri.path()))
-            .into_response(Protocol::Openai);
+    let (path, query) = (parts.uri.path(), parts.uri.query());
+    let gemini_call = gemini::parse_call(&parts.method, path, query);
+    let is_v1beta = path.starts_with("/v1beta/");
+    if gemini_call.is_none()
+        && let Some(model) = gemini::model_get(&parts.method, path)
+        && (is_v1beta || gemini::is_gemini_client(&parts.headers, query))
+    {
+        return models::get_gemini_model(&gw, &model);
+    }
+    let route = match &gemini_call {
+        Some(call) => Some(gemini::route(call)),
+        None if is_v1beta => None,
+        None => route_for(&parts.method, path, &parts.headers),
+    };
+    let Some(route) = route else {
+        let protocol = if is_v1beta { Protocol::Gemini } else { Protocol::Openai };
+        let message = if is_v1beta {
+            format!(
+                "ccmesh serves {} {path} only for models/{{model}}:generateContent, :streamGenerateContent and :countTokens, and GET models",
+                parts.method
+            )
+        } else {
+            format!("unknown path {path}")
+        };
+        return GatewayError::new(ErrorKind::NotFound, "not_found", message).into_response(protocol);
     };
     let protocol = route.protocol();
     let snapshot = gw.snapshot_full();
@@ -200,7 +228,7 @@ pub async fn handle(State(gw): State<Arc<Gateway>>, request: Request) -> Respons
             return response;
         }
     };
-    match prepare(&snapshot, route, parts, body, hop, &mut trail).await {
+    match prepare(&snapshot, route, gemini_call, parts, body, hop, &mut trail).await {
         Ok((inbound, candidates, is_explicit)) => {
             attempt::run(gw, snapshot, inbound, candidates, is_explicit, trail).await
         }
@@ -216,6 +244,7 @@ pub async fn handle(State(gw): State<Arc<Gateway>>, request: Request) -> Respons
 async fn prepare(
     snapshot: &Snapshot,
     route: Route,
+    gemini: Option<gemini::GeminiCall>,
     parts: axum::http::request::Parts,
     body: axum::body::Body,
     hop: HeaderValue,
@@ -271,9 +300,9 @@ async fn prepare(
         }
     };
 
-    // The three protocols carry JSON; other paths only when they say so.
+    // The inference protocols and token counts carry JSON; other paths only when they say so.
     let is_json = match route {
-        Route::Protocol(_) | Route::CountTokens => true,
+        Route::Protocol(_) | Route::CountTokens(_) => true,
         Route::PassThrough { .. } => {
             !body.is_empty()
                 && parts
@@ -284,8 +313,11 @@ async fn prepare(
         }
     };
     let peek = if is_json { Some(request::peek(&body)?) } else { None };
-    let requested_model = peek.as_ref().and_then(|p| p.model.as_deref());
-    let stream = peek.as_ref().is_some_and(|p| p.stream);
+    // A Gemini client names the model and the method in the path (SPEC §11), not the body.
+    let (requested_model, stream) = match &gemini {
+        Some(call) => (Some(call.model.as_str()), call.stream()),
+        None => (peek.as_ref().and_then(|p| p.model.as_deref()), peek.as_ref().is_some_and(|p| p.stream)),
+    };
     trail.set_request(requested_model, stream);
 
     let explicit = routing::resolve_explicit(
@@ -312,13 +344,20 @@ async fn prepare(
             (serving.into_iter().cloned().collect(), false)
         }
     };
-    let model_span = peek.as_ref().and_then(|p| p.model_span(&body));
+    let model_span = if gemini.is_some() { None } else { peek.as_ref().and_then(|p| p.model_span(&body)) };
     drop(peek);
 
+    let path = parts.uri.path();
+    let rest = match &gemini {
+        // A Gemini endpoint's base URL decides its version (`join_url`): the client's `/v1beta`
+        // and `/v1` paths go to the same place.
+        Some(_) => path.strip_prefix("/v1beta").or_else(|| path.strip_prefix("/v1")).unwrap_or(path),
+        None => path.trim_start_matches("/v1"),
+    };
     let inbound = Inbound {
         route,
         method: parts.method,
-        rest: parts.uri.path().trim_start_matches("/v1").to_string(),
+        rest: rest.to_string(),
         query: upstream::forwarded_query(query),
         headers: parts.headers,
         body,
@@ -326,6 +365,7 @@ async fn prepare(
         model_prefixed,
         model_span,
         stream,
+        gemini,
         hop,
     };
     Ok((inbound, candidates, is_explicit))

@@ -66,6 +66,8 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         )
         .route("/v1/models", get(proxy::models::list_models))
         .route("/v1/{*rest}", any(proxy::handle))
+        .route("/v1beta/models", get(proxy::models::list_models))
+        .route("/v1beta/{*rest}", any(proxy::handle))
         .merge(admin::router(gw.clone()))
         .merge(dashboard::router(gw.clone()))
         .fallback(proxy::not_found)

@@ -189,7 +189,7 @@ pub fn parse_list_query(raw: Option<&str>, now_ms: i64) -> ApiResult<ListQuery> 
             "model" => f.model = Some(non_empty("model", &v)?),
             "protocol" => {
                 let p = Protocol::parse(&v)
-                    .ok_or_else(|| bad("protocol", "must be \"claude\", \"openai\" or \"responses\""))?;
+                    .ok_or_else(|| bad("protocol", "must be \"claude\", \"openai\", \"responses\" or \"gemini\""))?;
                 f.protocol = Some(p.as_str().to_string());
             }
             "status_class" => {

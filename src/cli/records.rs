@@ -26,7 +26,7 @@ pub struct LogsArgs {
     pub endpoint: Option<String>,
     #[arg(long)]
     pub model: Option<String>,
-    /// claude | openai | responses
+    /// claude | openai | responses | gemini
     #[arg(long)]
     pub protocol: Option<String>,
     /// A status class (2xx, 4xx, 5xx) or an exact status (429).

@@ -162,10 +162,10 @@ impl RoutingStrategy {
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
-    breaker: [BreakerSettings; 3],
-    timeouts: [Timeouts; 3],
+    breaker: [BreakerSettings; Protocol::COUNT],
+    timeouts: [Timeouts; Protocol::COUNT],
     /// Per inbound protocol: may a request move to another endpoint (seed 001's switch)?
-    failover_enabled: [bool; 3],
+    failover_enabled: [bool; Protocol::COUNT],
     /// Total in-gateway wait per request when every candidate is rate-limited.
     pub rate_limit_backoff_budget: Duration,
     /// Pause before retrying the same endpoint after a transient network error.
@@ -193,13 +193,20 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
+            // SPEC §11: Gemini has the general numbers (seed 001), as `openai` and `responses`.
             breaker: [
                 BreakerSettings::claude_defaults(),
                 BreakerSettings::openai_defaults(),
                 BreakerSettings::openai_defaults(),
+                BreakerSettings::openai_defaults(),
             ],
-            timeouts: [Timeouts::claude_defaults(), Timeouts::openai_defaults(), Timeouts::openai_defaults()],
-            failover_enabled: [true; 3],
+            timeouts: [
+                Timeouts::claude_defaults(),
+                Timeouts::openai_defaults(),
+                Timeouts::openai_defaults(),
+                Timeouts::openai_defaults(),
+            ],
+            failover_enabled: [true; Protocol::COUNT],
             rate_limit_backoff_budget: Duration::from_secs(5),
             transient_retry_delay: Duration::from_millis(300),
             auth_errors_fail_over: false,
@@ -292,9 +299,9 @@ impl Settings {
 
     /// Validate a complete document into typed settings. Errors name the offending field.
     pub fn from_document(doc: &Value) -> Result<Settings, SettingsError> {
-        let mut breaker = Vec::with_capacity(3);
-        let mut timeouts = Vec::with_capacity(3);
-        let mut failover = Vec::with_capacity(3);
+        let mut breaker = Vec::with_capacity(Protocol::COUNT);
+        let mut timeouts = Vec::with_capacity(Protocol::COUNT);
+        let mut failover = Vec::with_capacity(Protocol::COUNT);
         let failover_section = Field::new(doc, "failover_enabled")?;
         for p in Protocol::ALL {
             failover.push(failover_section.bool(p.as_str())?);
@@ -384,7 +391,7 @@ impl Settings {
     }
 }
 
-fn to_array<T>(v: Vec<T>) -> Result<[T; 3], SettingsError> {
+fn to_array<T>(v: Vec<T>) -> Result<[T; Protocol::COUNT], SettingsError> {
     v.try_into().map_err(|_| SettingsError("internal: wrong protocol count".into()))
 }
 
@@ -521,12 +528,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn gemini_has_its_own_numbers() {
+        let s = Settings::default()
+            .patched(&json!({"breaker": {"gemini": {"failure_threshold": 7}}, "timeouts": {"gemini": {"idle_timeout_secs": 0}},
+                             "failover_enabled": {"gemini": false}}))
+            .unwrap();
+        assert_eq!(s.breaker(Protocol::Gemini).failure_threshold, 7);
+        assert_eq!(s.breaker(Protocol::Openai).failure_threshold, 4);
+        assert_eq!(s.timeouts(Protocol::Gemini).idle, None);
+        assert!(s.timeouts(Protocol::Openai).idle.is_some());
+        assert!(!s.failover_enabled(Protocol::Gemini) && s.failover_enabled(Protocol::Openai));
+        // A stored document from before Gemini (no `gemini` keys) still loads, with its defaults.
+        let old = json!({"breaker": {"openai": {"failure_threshold": 5}}});
+        let s = Settings::default().patched(&old).unwrap();
+        assert_eq!(s.breaker(Protocol::Gemini), &BreakerSettings::openai_defaults());
+        let e = Settings::default().patched(&json!({"breaker": {"gemini": {"failure_threshold": 21}}})).unwrap_err();
+        assert!(e.0.starts_with("breaker.gemini.failure_threshold must be between 1 and 20"), "{}", e.0);
+    }
+
+    #[test]
     fn defaults_are_the_seed_numbers() {
         let s = Settings::default();
         assert_eq!(s.breaker(Protocol::Claude), &BreakerSettings::claude_defaults());
         assert_eq!(s.breaker(Protocol::Openai), &BreakerSettings::openai_defaults());
         assert_eq!(s.breaker(Protocol::Responses), &BreakerSettings::openai_defaults());
+        assert_eq!(s.breaker(Protocol::Gemini), &BreakerSettings::openai_defaults());
         assert_eq!(s.timeouts(Protocol::Claude), &Timeouts::claude_defaults());
+        assert_eq!(s.timeouts(Protocol::Gemini), &Timeouts::openai_defaults());
+        assert!(s.failover_enabled(Protocol::Gemini));
         assert_eq!(s.transient_retry_delay, Duration::from_millis(300));
         assert_eq!(s.rate_limit_backoff_budget, Duration::from_secs(5));
         assert_eq!(s.max_body_bytes, 32 * 1024 * 1024);
@@ -535,6 +564,9 @@ mod tests {
         assert_eq!(doc["breaker"]["claude"]["timeout_secs"], json!(90));
         assert_eq!(doc["breaker"]["openai"]["error_rate_threshold"], json!(0.6));
         assert_eq!(doc["timeouts"]["responses"]["idle_timeout_secs"], json!(120));
+        assert_eq!(doc["breaker"]["gemini"]["failure_threshold"], json!(4));
+        assert_eq!(doc["timeouts"]["gemini"]["first_byte_timeout_secs"], json!(60));
+        assert_eq!(doc["failover_enabled"]["gemini"], json!(true));
         assert_eq!(doc["transient_retry_delay_ms"], json!(300));
         assert_eq!(Settings::from_document(&doc).unwrap(), s);
     }

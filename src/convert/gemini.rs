@@ -44,7 +44,7 @@ mod stream;
 pub use error::{decode_error, encode_error, error_chunk};
 pub use request::{decode_count_tokens_request, decode_request, encode_count_tokens_request, encode_request};
 pub use response::{decode_count_tokens_response, decode_response, encode_count_tokens_response, encode_response};
-pub use stream::{StreamDecoder, StreamEncoder};
+pub use stream::{JsonArrayReframe, StreamDecoder, StreamEncoder};
 
 use serde_json::{Map, Value};
 
@@ -76,10 +76,21 @@ fn field_str<'a>(o: &'a Obj, camel: &str, snake: &str) -> Option<&'a str> {
 }
 
 /// The path after the API version for a request to a Gemini upstream: the model as a resource
-/// name (`models/{model}`, or the name itself when it already is one, such as
-/// `tunedModels/x`), percent-encoded, and the method. `stream` asks for SSE (`alt=sse`), the
-/// only stream form the gateway reads.
+/// name ([`model_resource`]) and the method. `stream` asks for SSE (`alt=sse`), the only stream
+/// form the gateway reads.
 pub fn upstream_path(model: &str, method: Method) -> String {
+    let mut path = model_resource(model);
+    path.push_str(match method {
+        Method::Generate => ":generateContent",
+        Method::Stream => ":streamGenerateContent?alt=sse",
+        Method::CountTokens => ":countTokens",
+    });
+    path
+}
+
+/// `/models/{model}`, or `/{model}` when the name already is a resource name (`tunedModels/x`),
+/// characters outside `[A-Za-z0-9._~/-]` percent-encoded.
+pub fn model_resource(model: &str) -> String {
     let model = model.trim();
     let mut path = String::with_capacity(model.len() + 40);
     path.push('/');
@@ -92,12 +103,23 @@ pub fn upstream_path(model: &str, method: Method) -> String {
             _ => path.push_str(&format!("%{b:02X}")),
         }
     }
-    path.push_str(match method {
-        Method::Generate => ":generateContent",
-        Method::Stream => ":streamGenerateContent?alt=sse",
-        Method::CountTokens => ":countTokens",
-    });
     path
+}
+
+impl Method {
+    /// The method's name in a path (`models/x:generateContent`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Generate => "generateContent",
+            Method::Stream => "streamGenerateContent",
+            Method::CountTokens => "countTokens",
+        }
+    }
+
+    /// The method a path names.
+    pub fn parse(name: &str) -> Option<Method> {
+        [Method::Generate, Method::Stream, Method::CountTokens].into_iter().find(|m| m.name() == name)
+    }
 }
 
 /// The three methods of a Gemini model the gateway calls.
@@ -172,9 +194,12 @@ fn anthropic_signature_out(signature: &str) -> Option<String> {
     plain.then(|| format!("{ANTHROPIC_SIGNATURE_LEAD}{signature}"))
 }
 
-/// The Anthropic signature a `thoughtSignature` carries, if it is one of ours.
-fn anthropic_signature_in(signature: &str) -> Option<&str> {
-    signature.strip_prefix(ANTHROPIC_SIGNATURE_LEAD).filter(|s| !s.is_empty())
+/// The Anthropic signature a `thoughtSignature` carries, if it is one of ours. The Python SDK
+/// holds a signature as bytes and writes it back in base64's URL-safe alphabet; Anthropic's are
+/// in the standard one, so `-` and `_` are turned back.
+fn anthropic_signature_in(signature: &str) -> Option<String> {
+    let carried = signature.strip_prefix(ANTHROPIC_SIGNATURE_LEAD).filter(|s| !s.is_empty())?;
+    Some(carried.replace('-', "+").replace('_', "/"))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -102,7 +102,7 @@ pub fn overview() -> Page {
 <div class="two">
 <section class="panel"><h2>Current endpoint</h2>
   <p class="muted">Where the next request of each inbound protocol starts.</p>
-  <dl class="current" id="current"><dt>claude</dt><dd>–</dd><dt>openai</dt><dd>–</dd><dt>responses</dt><dd>–</dd></dl>
+  <dl class="current" id="current"><dt>claude</dt><dd>–</dd><dt>openai</dt><dd>–</dd><dt>responses</dt><dd>–</dd><dt>gemini</dt><dd>–</dd></dl>
 </section>
 <section class="panel"><h2>Endpoint health <a class="more" href="/endpoints">manage</a></h2>
   <ul class="health-grid" id="health-grid" aria-label="Endpoint health"></ul>
@@ -257,7 +257,7 @@ pub fn requests(endpoints: &[String]) -> Page {
   <label>since <select name="since" id="f-since"><option value="15m">15 min</option><option value="1h">1 hour</option><option value="24h" selected>24 hours</option><option value="7d">7 days</option><option value="30d">30 days</option><option value="">all</option></select></label>
   <label>endpoint <select name="endpoint" id="f-endpoint"><option value="">any</option>{endpoint_options}</select></label>
   <label>model <input name="model" id="f-model" size="16" spellcheck="false" placeholder="as requested"></label>
-  <label>protocol <select name="protocol" id="f-protocol"><option value="">any</option><option>claude</option><option>openai</option><option>responses</option></select></label>
+  <label>protocol <select name="protocol" id="f-protocol"><option value="">any</option><option>claude</option><option>openai</option><option>responses</option><option>gemini</option></select></label>
   <label>status <select name="status_class" id="f-status_class"><option value="">any</option><option>2xx</option><option>4xx</option><option>5xx</option></select></label>
   <label>code <input name="status" id="f-status" type="number" min="100" max="599" inputmode="numeric" class="short"></label>
   <label>failed over <select name="failed_over" id="f-failed_over"><option value="">any</option><option value="true">yes</option><option value="false">no</option></select></label>

@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::html::escape;
 use crate::config::settings::defaults_document;
 
-pub const PROTOCOLS: [&str; 3] = ["claude", "openai", "responses"];
+pub const PROTOCOLS: [&str; 4] = ["claude", "openai", "responses", "gemini"];
 
 #[derive(Clone, Copy, Debug)]
 pub enum Kind {
@@ -238,9 +238,12 @@ fn range(f: &NumField) -> String {
 fn per_protocol_table(section: &str, caption: &str, fields: &[NumField], current: &Value, defaults: &Value) -> String {
     let mut out = format!(
         "<div class=\"table-wrap\"><table class=\"settings-grid\"><caption>{caption}</caption><thead><tr>\
-         <th scope=\"col\">setting</th><th scope=\"col\">claude</th><th scope=\"col\">openai</th>\
-         <th scope=\"col\">responses</th><th scope=\"col\">valid range</th></tr></thead><tbody>"
+         <th scope=\"col\">setting</th>"
     );
+    for p in PROTOCOLS {
+        out.push_str(&format!("<th scope=\"col\">{p}</th>"));
+    }
+    out.push_str("<th scope=\"col\">valid range</th></tr></thead><tbody>");
     for f in fields {
         out.push_str(&format!(
             "<tr><th scope=\"row\">{}<small class=\"help\">{}</small></th>",

@@ -16,7 +16,7 @@
 //!
 //! Apps: `claude` → `anthropic` endpoints and the claude protocol's settings; `codex` →
 //! `responses` endpoints (`openai` when the provider's wire API is chat) and the responses
-//! protocol's settings; `gemini` → `gemini` endpoints; every
+//! protocol's settings; `gemini` → `gemini` endpoints and the gemini protocol's settings; every
 //! other app is skipped with a note. `max_retries` has no equivalent (ccmesh's attempt cap is
 //! candidates × 2) and is reported.
 
@@ -150,6 +150,7 @@ fn protocols(app: &str) -> &'static [&'static str] {
     match app {
         "claude" => &["claude"],
         "codex" => &["responses"],
+        "gemini" => &["gemini"],
         _ => &[],
     }
 }
@@ -300,16 +301,9 @@ pub fn read(path: &Path, gateway: Option<&str>) -> Result<Plan, ReadError> {
                 }
                 t
             } else {
-                vec!["claude", "openai", "responses"]
+                vec!["claude", "openai", "responses", "gemini"]
             };
-            if per_app && targets.is_empty() && app != "gemini" {
-                continue;
-            }
-            if app == "gemini" {
-                plan.notes.push(
-                    "cc-switch's gemini proxy settings were not imported: this gateway has no gemini protocol yet"
-                        .into(),
-                );
+            if per_app && targets.is_empty() {
                 continue;
             }
             if let Some(n) = number(r, "max_retries") {
@@ -344,7 +338,7 @@ pub fn read(path: &Path, gateway: Option<&str>) -> Result<Plan, ReadError> {
         let mut stmt = conn.prepare("SELECT * FROM circuit_breaker_config").map_err(sql)?;
         let mut rows = stmt.query([]).map_err(sql)?;
         if let Some(r) = rows.next().map_err(sql)? {
-            for protocol in ["claude", "openai", "responses"] {
+            for protocol in ["claude", "openai", "responses", "gemini"] {
                 let b = [
                     ("failure_threshold", number(r, "failure_threshold")),
                     ("success_threshold", number(r, "success_threshold")),

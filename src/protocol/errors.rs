@@ -2,7 +2,7 @@
 //! gateway 429 is the SDK's RateLimitError), for errors the gateway makes and for upstream
 //! errors a conversion carries to the client alike:
 //!
-//! - one [`ErrorKind`], what the error is as far as the three protocols can tell, with its
+//! - one [`ErrorKind`], what the error is as far as the four protocols can tell, with its
 //!   status and its native `type` in each protocol;
 //! - the native error bodies ([`AnthropicError`], [`OpenAiError`]) and the gateway's own errors
 //!   in them ([`GatewayError`]);
@@ -23,7 +23,7 @@ use super::sse::write_event;
 use super::stream_events::StreamContext;
 use super::{Format, Protocol};
 
-/// What kind of error, as far as the three protocols can tell. Decoders of upstream errors
+/// What kind of error, as far as the four protocols can tell. Decoders of upstream errors
 /// pick one from the upstream's status and type (keeping the upstream's status); the gateway's
 /// own errors are answered with [`ErrorKind::status`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -252,6 +252,16 @@ pub fn gemini_error_chunk(out: &mut Vec<u8>, body: &impl Serialize) {
     out.push(b'\n');
 }
 
+/// For a Gemini client on a pass-through stream: an upstream error that came as an SSE event
+/// (`data: {"error": …}`), repeated as the bare line [`gemini_error_chunk`] writes, which is the
+/// form the Gemini CLI reports (it reads the SSE form as an empty answer). The upstream's own
+/// object, compacted onto one line; nothing when the data is not a JSON object.
+pub fn gemini_repeat_error(out: &mut Vec<u8>, data: &str) {
+    if let Ok(v @ Value::Object(_)) = serde_json::from_str::<Value>(data) {
+        gemini_error_chunk(out, &v);
+    }
+}
+
 /// Append a Responses stream's terminal failure: `response.failed` with its sequence number
 /// and the failed `response` object (`status: "failed"`, `error: {code, message}`).
 pub fn response_failed_event(out: &mut Vec<u8>, sequence_number: u64, response: Value) {
@@ -351,6 +361,9 @@ impl GatewayError {
             Protocol::Openai | Protocol::Responses => {
                 to_value(&OpenAiError::new(&self.message, self.kind.openai_type(), self.param, Some(self.code)))
             }
+            Protocol::Gemini => {
+                to_value(&GeminiError::new(self.kind.status().as_u16(), &self.message, self.kind.gemini_status()))
+            }
         }
     }
 
@@ -385,6 +398,29 @@ mod tests {
             e.body(Protocol::Claude),
             json!({"type":"error","error":{"type":"not_found_error","message":"no enabled endpoint serves model 'x'"}})
         );
+    }
+
+    #[test]
+    fn gemini_shape_follows_spec_9s_column() {
+        let body = |kind| GatewayError::new(kind, "x", "what happened").body(Protocol::Gemini);
+        assert_eq!(
+            body(ErrorKind::NotFound),
+            json!({"error":{"code":404,"message":"what happened","status":"NOT_FOUND"}})
+        );
+        for (kind, code, status) in [
+            (ErrorKind::InvalidRequest, 400, "INVALID_ARGUMENT"),
+            (ErrorKind::Authentication, 401, "UNAUTHENTICATED"),
+            (ErrorKind::Permission, 403, "PERMISSION_DENIED"),
+            (ErrorKind::RequestTooLarge, 413, "INVALID_ARGUMENT"),
+            (ErrorKind::RateLimited, 429, "RESOURCE_EXHAUSTED"),
+            (ErrorKind::BadGateway, 502, "UNAVAILABLE"),
+            (ErrorKind::Overloaded, 503, "UNAVAILABLE"),
+            (ErrorKind::GatewayTimeout, 504, "DEADLINE_EXCEEDED"),
+            (ErrorKind::LoopDetected, 508, "INTERNAL"),
+        ] {
+            assert_eq!(body(kind)["error"]["code"], code, "{kind:?}");
+            assert_eq!(body(kind)["error"]["status"], status, "{kind:?}");
+        }
     }
 
     #[test]

@@ -138,7 +138,8 @@ pub async fn run(
     // One budget per request for every wait (SPEC §15.1), and never past the total deadline.
     let budget_deadline = (clock.now() + settings.rate_limit_backoff_budget).min(deadline_clock);
     let seen_current = gw.rotation.current(protocol);
-    let conversion = RequestConversion::new(Format::native_to(protocol), inbound.route == Route::CountTokens);
+    let conversion = RequestConversion::new(Format::native_to(protocol), inbound.route.is_count_tokens())
+        .with_stream(inbound.stream);
     let mut run = Run {
         gw: gw.clone(),
         snapshot,
@@ -189,10 +190,10 @@ pub async fn run(
             return run.error(GatewayError::new(ErrorKind::InvalidRequest, "conversion_unsupported", message), 0, None);
         }
     }
-    if run.inbound.route == Route::CountTokens && !candidates.iter().any(|e| convert::counts_tokens(e.config.format)) {
+    if run.inbound.route.is_count_tokens() && !candidates.iter().any(|e| convert::counts_tokens(e.config.format)) {
         return run.token_estimate(None, 0).await;
     }
-    if run.inbound.route == Route::CountTokens {
+    if run.inbound.route.is_count_tokens() {
         candidates.retain(|e| convert::counts_tokens(e.config.format));
     }
 
@@ -217,7 +218,9 @@ pub async fn run(
                 && settings.stream_resume_attempts > 0
                 && !run.bypass_breakers
                 && run.inbound.stream
-                && run.candidates.len() > 1;
+                && run.candidates.len() > 1
+                // What a client received is read back as SSE: a Gemini JSON-array stream is not.
+                && run.inbound.gemini.as_ref().is_none_or(|g| g.sse);
             run.commit(*stream, resumable)
         }
     }

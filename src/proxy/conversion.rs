@@ -21,11 +21,20 @@ pub struct RequestConversion {
     ctx: Option<ir::EncodeContext>,
     /// `count_tokens`: the request goes to the endpoint's token-count method.
     count_tokens: bool,
+    /// Whether the client asked for a stream, for a client whose body does not say (Gemini:
+    /// the method in the path does).
+    stream: bool,
 }
 
 impl RequestConversion {
     pub fn new(client: Format, count_tokens: bool) -> Self {
-        Self { client, decoded: None, bodies: Vec::new(), losses: Vec::new(), ctx: None, count_tokens }
+        Self { client, decoded: None, bodies: Vec::new(), losses: Vec::new(), ctx: None, count_tokens, stream: false }
+    }
+
+    /// The stream flag read from the request's path (a Gemini client's method).
+    pub fn with_stream(mut self, stream: bool) -> Self {
+        self.stream = stream;
+        self
     }
 
     /// What the upstream is asked for.
@@ -38,8 +47,20 @@ impl RequestConversion {
     }
 
     fn decoded(&mut self, body: &[u8]) -> Result<&ir::Request, ir::ConvertError> {
-        let client = self.client;
-        self.decoded.get_or_insert_with(|| convert::decode_request(client, body)).as_ref().map_err(Clone::clone)
+        let (client, count_tokens, stream) = (self.client, self.count_tokens, self.stream);
+        self.decoded
+            .get_or_insert_with(|| match client {
+                // The model and the method are in a Gemini client's path: the model is set per
+                // target (`body`), the stream flag here.
+                Format::Gemini if count_tokens => convert::gemini::decode_count_tokens_request(body),
+                Format::Gemini => convert::decode_request(client, body).map(|mut r| {
+                    r.stream = stream;
+                    r
+                }),
+                _ => convert::decode_request(client, body),
+            })
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     /// The body to send to an endpoint of `format` with `model`.
@@ -160,11 +181,12 @@ pub fn converted_headers(upstream: &HeaderMap, content_type: &'static str) -> He
 
 /// Request headers that only make sense to an upstream of the client's own format
 /// (`anthropic-beta` to an OpenAI endpoint, `openai-organization` to Anthropic, a Google
-/// SDK's `x-goog-api-client` to either).
+/// SDK's `x-goog-api-client` or the Gemini CLI's `x-gemini-api-privileged-user-id` to either).
 pub fn foreign_header(name: &str, target: Format) -> bool {
+    let google = || name.starts_with("x-goog-") || name.starts_with("x-gemini-");
     match target {
-        Format::Anthropic => name.starts_with("openai-") || name.starts_with("x-goog-"),
-        Format::Openai | Format::Responses => name.starts_with("anthropic-") || name.starts_with("x-goog-"),
+        Format::Anthropic => name.starts_with("openai-") || google(),
+        Format::Openai | Format::Responses => name.starts_with("anthropic-") || google(),
         Format::Gemini => name.starts_with("anthropic-") || name.starts_with("openai-"),
     }
 }

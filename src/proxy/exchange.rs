@@ -14,7 +14,7 @@ use super::conversion;
 use super::outcome::{
     self, AttemptOutcome, NetworkErrorKind, Next, Verdict, classify_network_error, classify_status, status_note,
 };
-use super::relay::{Committed, StreamObserver, Transform};
+use super::relay::{Committed, StreamObserver};
 use super::request::splice_model;
 use super::upstream::{UpstreamBodyError, UpstreamResponse, join_url, read_body, request_headers, response_headers};
 use crate::breaker::Permit;
@@ -111,7 +111,7 @@ impl Run {
         self.conversion.body(&self.inbound.body, endpoint.config.format, &target)
     }
 
-    fn encode_context(&mut self) -> EncodeContext {
+    pub(super) fn encode_context(&mut self) -> EncodeContext {
         let now = self.gw.clock.wall().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         let model = self.inbound.model.clone().unwrap_or_default();
         self.conversion.context(&self.inbound.body, &model, now)
@@ -196,7 +196,7 @@ impl Run {
         let timeouts = settings.timeouts(protocol);
         let format = endpoint.config.format;
         let converting =
-            matches!(self.inbound.route, Route::Protocol(_) | Route::CountTokens) && self.conversion.needed(format);
+            matches!(self.inbound.route, Route::Protocol(_) | Route::CountTokens(_)) && self.conversion.needed(format);
         let (url, body) = if converting {
             let body = match self.converted_body(endpoint) {
                 Ok(b) => b,
@@ -216,8 +216,7 @@ impl Run {
             let path = upstream_path(format, model, self.conversion.call(self.inbound.stream));
             (join_url(&endpoint.config.base_url, format, &path, None), body)
         } else {
-            let url = join_url(&endpoint.config.base_url, format, &self.inbound.rest, self.inbound.query.as_deref());
-            (url, self.native_body(endpoint))
+            (self.native_url(endpoint), self.native_body(endpoint))
         };
         // A resume sends the same request with the delivered text after it (`resume.rs`).
         let body = match &mut self.resuming {
@@ -288,12 +287,9 @@ impl Run {
                 let client = self.conversion.client;
                 let encoder = super::resume::primed_encoder(StreamEncoder::new(client, ctx), &delivered);
                 let splice = Box::new(super::resume::Splice::new(&delivered));
-                Transform::Convert(Box::new(StreamConversion::spliced(format, encoder, splice)))
-            } else if converting {
-                let ctx = self.encode_context();
-                Transform::Convert(Box::new(StreamConversion::new(format, self.conversion.client, ctx)))
+                super::relay::Transform::Convert(Box::new(StreamConversion::spliced(format, encoder, splice)))
             } else {
-                Transform::Pass
+                self.stream_transform(format, converting)
             };
             let observer = StreamObserver::new(
                 format,
@@ -422,7 +418,7 @@ impl Run {
         let probe = permit.is_probe();
         self.settle(permit, outcome, note.as_deref(), code, None);
         if outcome == AttemptOutcome::NEUTRAL
-            && self.inbound.route == Route::CountTokens
+            && self.inbound.route.is_count_tokens()
             && matches!(status.as_u16(), 404 | 405 | 501)
         {
             return Exchanged::Estimate;
@@ -449,7 +445,7 @@ impl Run {
         let code = Some(status.as_u16());
         let mut headers = response_headers(response.headers());
         if observer.converts() {
-            headers = conversion::converted_headers(&headers, "text/event-stream");
+            headers = conversion::converted_headers(&headers, self.client_stream_content_type());
         }
         let mut upstream = response.into_body();
         let mut held: Vec<Bytes> = Vec::new();

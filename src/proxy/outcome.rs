@@ -126,7 +126,7 @@ pub fn classify_status(status: u16, route: Route, auth_errors_fail_over: bool) -
         400 | 401 => AttemptOutcome::NEUTRAL,
         405 | 406 | 413 | 414 | 415 | 422 => AttemptOutcome::NEUTRAL,
         // Many Anthropic-compatible upstreams lack count_tokens; that is not a broken endpoint.
-        404 | 501 if route == Route::CountTokens => AttemptOutcome::NEUTRAL,
+        404 | 501 if route.is_count_tokens() => AttemptOutcome::NEUTRAL,
         // Scanners and misconfigured clients must not trip breakers through pass-through paths.
         404 if matches!(route, Route::PassThrough { .. }) => AttemptOutcome::NEUTRAL,
         429 => AttemptOutcome::rate_limited(None),
@@ -426,9 +426,9 @@ mod tests {
             (422, MSG, false, NEUTRAL),
             (404, PASS, false, NEUTRAL),
             (404, Route::PassThrough { anthropic: true }, false, NEUTRAL),
-            (404, Route::CountTokens, false, NEUTRAL),
-            (405, Route::CountTokens, false, NEUTRAL),
-            (501, Route::CountTokens, false, NEUTRAL),
+            (404, Route::CountTokens(Protocol::Claude), false, NEUTRAL),
+            (405, Route::CountTokens(Protocol::Claude), false, NEUTRAL),
+            (501, Route::CountTokens(Protocol::Claude), false, NEUTRAL),
             (404, MSG, false, FAILURE),
             (404, Route::Protocol(Protocol::Openai), false, FAILURE),
             (501, MSG, false, FAILURE),

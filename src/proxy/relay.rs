@@ -27,7 +27,7 @@ use crate::gateway::Gateway;
 use crate::observe::record::Tokens;
 use crate::observe::usage::StreamUsage;
 use crate::protocol::Format;
-use crate::protocol::errors::{ErrorKind, stream_error_event};
+use crate::protocol::errors::{ErrorKind, gemini_repeat_error, stream_error_event};
 use crate::protocol::sse::SseScanner;
 use crate::protocol::stream_events::{EventKind, StreamContext, inspect_and_observe};
 use crate::routing::RotationUpdate;
@@ -140,11 +140,22 @@ impl StreamObserver {
         let (format, watch, context, usage) = (self.format, &mut self.watch, &mut self.context, &mut self.usage);
         match &mut self.transform {
             Transform::Pass => {
+                let gemini_client = self.client == Format::Gemini;
+                let mut repeated = Vec::new();
                 self.scanner.feed(&chunk, |event| {
-                    watch.observe(&inspect_and_observe(format, &event, context));
+                    let kind = inspect_and_observe(format, &event, context);
+                    if gemini_client && watch.error.is_none() && matches!(kind, EventKind::UpstreamError { .. }) {
+                        gemini_repeat_error(&mut repeated, event.data);
+                    }
+                    watch.observe(&kind);
                     usage.observe(format, &event);
                 });
-                Some(chunk)
+                if repeated.is_empty() {
+                    return Some(chunk);
+                }
+                let mut out = chunk.to_vec();
+                out.extend_from_slice(&repeated);
+                Some(Bytes::from(out))
             }
             Transform::Convert(conversion) => {
                 let mut out = Vec::new();

@@ -158,7 +158,8 @@ impl Run {
         self.error(e, attempts, endpoint)
     }
 
-    /// `POST /v1/messages/count_tokens` answered by the gateway's own estimate.
+    /// A token count (`/v1/messages/count_tokens`, Gemini `:countTokens`) answered by the
+    /// gateway's own estimate, in the client's shape.
     pub(super) async fn token_estimate(&mut self, endpoint: Option<&str>, attempts: usize) -> Response {
         let request = match self.conversion.request(&self.inbound.body) {
             Ok(r) => r,
@@ -168,7 +169,9 @@ impl Run {
             }
         };
         let count = tokio::task::spawn_blocking(move || count_tokens::estimate(&request)).await.unwrap_or(0);
-        let mut response = axum::Json(serde_json::json!({"input_tokens": count})).into_response();
+        let body = crate::convert::encode_count_tokens_response(self.conversion.client, count);
+        let mut response =
+            ([(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response();
         response
             .headers_mut()
             .insert(HeaderName::from_static("x-ccmesh-token-count"), HeaderValue::from_static("estimated"));
@@ -195,11 +198,14 @@ impl Run {
             t.tag_response(response.headers_mut());
         }
         committed.trail = trail;
+        // A Gemini SSE client's error line goes out alone, after a pause (`gemini::ErrorPacing`).
+        let paced = self.inbound.gemini.as_ref().is_some_and(|c| c.sse);
         let resume = resumable.then(|| {
             let attempts = self.snapshot.settings.stream_resume_attempts;
             relay::ResumePlan::new(Box::new(self), endpoint_id, attempts)
         });
-        *response.body_mut() = Body::new(relay::relay(committed, permit, upstream, resume));
+        let relay = relay::relay(committed, permit, upstream, resume);
+        *response.body_mut() = if paced { Body::new(super::gemini::ErrorPacing::new(relay)) } else { Body::new(relay) };
         response
     }
 

@@ -46,9 +46,9 @@ pub fn attempt_cap(candidates: usize, explicit: bool) -> usize {
 /// round-robin counters, and the one-shot start set by `PUT /api/current`.
 #[derive(Default)]
 pub struct Rotation {
-    current: [AtomicI64; 3],
-    manual_next: [AtomicI64; 3],
-    round_robin: [AtomicU64; 3],
+    current: [AtomicI64; Protocol::COUNT],
+    manual_next: [AtomicI64; Protocol::COUNT],
+    round_robin: [AtomicU64; Protocol::COUNT],
 }
 
 impl Rotation {

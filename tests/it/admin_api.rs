@@ -190,8 +190,8 @@ async fn current_endpoint_get_and_manual_switch() {
     let (_, cur) = g.api(Method::GET, "/api/current", None).await;
     // No request yet: nothing remembered, but the next request of each protocol starts at the
     // first enabled endpoint in order.
-    let next = json!({"claude": "a", "openai": "a", "responses": "a"});
-    assert_eq!(cur, json!({"claude": null, "openai": null, "responses": null, "next": next}));
+    let next = json!({"claude": "a", "openai": "a", "responses": "a", "gemini": "a"});
+    assert_eq!(cur, json!({"claude": null, "openai": null, "responses": null, "gemini": null, "next": next}));
     let (status, cur) = g.api(Method::PUT, "/api/current", Some(json!({"protocol": "claude", "endpoint": "a"}))).await;
     assert_eq!(status, 200);
     assert_eq!(cur["claude"], "a");
@@ -200,9 +200,11 @@ async fn current_endpoint_get_and_manual_switch() {
     // With conversion every format can serve every protocol.
     let (status, cur) = g.api(Method::PUT, "/api/current", Some(json!({"protocol": "claude", "endpoint": "o"}))).await;
     assert_eq!((status, cur["claude"].clone()), (200, json!("o")));
+    let (status, cur) = g.api(Method::PUT, "/api/current", Some(json!({"protocol": "gemini", "endpoint": "o"}))).await;
+    assert_eq!((status, cur["gemini"].clone(), cur["next"]["gemini"].clone()), (200, json!("o"), json!("o")));
     for (body, want) in [
         (json!({"protocol": "claude", "endpoint": "off"}), 400),
-        (json!({"protocol": "gemini", "endpoint": "a"}), 400),
+        (json!({"protocol": "kimi", "endpoint": "a"}), 400),
         (json!({"protocol": "claude", "endpoint": "zzz"}), 404),
     ] {
         let (status, _) = g.api(Method::PUT, "/api/current", Some(body.clone())).await;

@@ -128,9 +128,13 @@ async fn the_cli_manages_a_running_gateway() {
     assert!(out.contains("failover off for openai") && out.contains("ccmesh failover on openai"), "{out}");
     let (_, out, _) = server.cli(&["failover", "on", "openai", "--json"]);
     assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["openai"], true);
+    let (code, out, err) = server.cli(&["failover", "off", "gemini", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let switches = serde_json::from_str::<Value>(&out).unwrap();
+    assert_eq!((switches["gemini"].clone(), switches["openai"].clone()), (json!(false), json!(true)), "{out}");
     let (code, _, err) = server.cli(&["failover", "off", "nonsense"]);
     assert_ne!(code, 0);
-    assert!(err.contains("claude") && err.contains("responses"), "{err}");
+    assert!(err.contains("claude") && err.contains("responses") && err.contains("gemini"), "{err}");
 
     // Errors from the API: non-zero exit and the API's message.
     let (code, _, err) =

@@ -284,7 +284,7 @@ async fn with_failover_off_a_request_stays_on_its_starting_endpoint() {
     let s = g
         .settings(json!({"failover_enabled": {"openai": false}, "breaker": {"openai": {"failure_threshold": 1}}}))
         .await;
-    assert_eq!(s["failover_enabled"], json!({"claude": true, "openai": false, "responses": true}));
+    assert_eq!(s["failover_enabled"], json!({"claude": true, "openai": false, "responses": true, "gemini": true}));
 
     // An HTTP failure comes back at once; nothing goes to b; the failure still counts.
     a.push(Reply::openai_error(500, "server_error", "a is down"));

@@ -156,7 +156,8 @@ fn cc_switch_queue_column(path: &Path) {
          INSERT INTO proxy_config (app_type, auto_failover_enabled, max_retries, streaming_first_byte_timeout, streaming_idle_timeout,
              non_streaming_timeout, circuit_failure_threshold, circuit_success_threshold, circuit_timeout_seconds,
              circuit_error_rate_threshold, circuit_min_requests) VALUES ('codex', 0, 3, 45, 120, 300, 4, 2, 60, 0.5, 10);
-         INSERT INTO proxy_config (app_type) VALUES ('gemini');
+         INSERT INTO proxy_config (app_type, auto_failover_enabled, circuit_failure_threshold, streaming_first_byte_timeout)
+             VALUES ('gemini', 1, 7, 50);
          PRAGMA user_version = 17;",
     )
     .unwrap();
@@ -330,6 +331,10 @@ async fn cc_switch_with_the_queue_column_imports_idempotently_and_never_prints_a
     assert!(first.contains("failover_enabled.responses = false"), "{first}");
     assert_eq!(settings["failover_enabled"]["responses"], false, "codex's automatic failover was off");
     assert_eq!(settings["failover_enabled"]["claude"], true);
+    // cc-switch's gemini app's numbers are the gemini protocol's.
+    assert_eq!(settings["breaker"]["gemini"]["failure_threshold"], 7);
+    assert_eq!(settings["timeouts"]["gemini"]["first_byte_timeout_secs"], 50.0);
+    assert_eq!(settings["failover_enabled"]["gemini"], true);
 
     let (ok, second) = run(&["import", "cc-switch", "--db", &db_arg], &g.url);
     assert!(ok, "{second}");
@@ -354,7 +359,7 @@ async fn cc_switch_with_the_queue_table_keeps_the_queue_order_and_global_numbers
     // queue_order, not sort_index: GLM first.
     assert_eq!(fast_queue(&list), ["GLM", "Kimi-Moonshot", "Kimi-Moonshot-codex"]);
     let (_, settings) = g.api(reqwest::Method::GET, "/api/settings", None).await;
-    for p in ["claude", "openai", "responses"] {
+    for p in ["claude", "openai", "responses", "gemini"] {
         assert_eq!(settings["breaker"][p]["failure_threshold"], 5, "{p}");
         assert_eq!(settings["breaker"][p]["error_rate_threshold"], 0.5, "{p}");
         assert_eq!(settings["timeouts"][p]["request_timeout_secs"], 240.0, "{p}");

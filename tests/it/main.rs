@@ -17,6 +17,7 @@ mod dashboard;
 mod explicit_and_routing;
 mod failover;
 mod faults;
+mod gemini_inbound;
 mod gemini_upstream;
 mod hardening;
 mod hardening_binary;

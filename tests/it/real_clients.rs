@@ -7,11 +7,9 @@
 //! One process per client (SPEC §15.16: the CI budget), installed from
 //! `tests/clients/package-lock.json` by `support::node::client_modules`.
 //!
-//! Gemini CLI: the gateway does not speak Gemini yet, so its test proves the other half — that the
-//! CLI, started with no variable, honours the `.env` and auth type `connect` writes — by connecting
-//! it to a stand-in that answers `/health` and Gemini's stream. Once the gateway accepts Gemini,
-//! `gemini_cli_answers_through_the_gateway` is [`ClientRun`] with the gateway as the server and a
-//! `gemini` endpoint in front of the same reply.
+//! Gemini CLI: `connect` writes `~/.gemini/.env` and the auth type; the CLI then runs a tool round
+//! trip (its own `list_directory`) through the gateway in front of an endpoint of each format, and
+//! reports the gateway's mid-stream error chunk and a 429.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -21,7 +19,7 @@ use serde_json::json;
 
 use crate::clients::Home;
 use crate::support::gateway::TestGateway;
-use crate::support::mock::{MockUpstream, Reply, sse_data};
+use crate::support::mock::{self, MockUpstream, RecordedRequest, Reply, sse_data, sse_event};
 use crate::support::node::client_modules;
 
 const ANSWER: &str = "PONG-FROM-THE-UPSTREAM";
@@ -215,43 +213,246 @@ const GEMINI_SETTINGS: &str = r#"{
 }
 "#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gemini_cli_honours_the_files_connect_writes() {
-    // The stand-in gateway: /health for `connect`, then Gemini's stream for the CLI.
-    let stand_in = MockUpstream::start().await;
-    stand_in.push(Reply::json(200, json!({"status": "ok"})));
-    stand_in.push(Reply::status(404)); // GET /api/clients: not a ccmesh, no warnings to learn
-    let chunk = json!({
-        "candidates": [{"content": {"role": "model", "parts": [{"text": ANSWER}]}, "finishReason": "STOP", "index": 0}],
-        "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 3, "totalTokenCount": 8},
-        "modelVersion": "gemini-2.5-flash"
-    });
-    stand_in.set_default(Reply::sse([sse_data(&chunk)]));
-    let home = Home::new();
-    let settings = home.write(".gemini/settings.json", GEMINI_SETTINGS);
-    let env_file = home.write(".gemini/.env", "# kept by hand\nGOOGLE_CLOUD_PROJECT=acme-dev\n");
-    let env_before = std::fs::read_to_string(&env_file).unwrap();
+/// The file the Gemini CLI's `list_directory` finds in its project folder, and the answer after it.
+const MARKER_FILE: &str = "ccmesh-marker-file.txt";
+const TOOL_ANSWER: &str = "THE-FOLDER-HOLDS-THE-MARKER";
 
-    let (ok, out) =
-        home.ccmesh(&["connect", "gemini-cli", "--server", &stand_in.url(), "--key", "ccm-gemini-test-key-77"]);
+/// A streamed answer of `format` that calls `name` with `args` (and says nothing else).
+fn tool_call_stream(format: &str, name: &str, args: &serde_json::Value) -> Reply {
+    let id = "call_cli_0001";
+    let events: Vec<String> = match format {
+        "anthropic" => vec![
+            sse_event(
+                "message_start",
+                &json!({"type": "message_start", "message": {"id": "msg_cli", "type": "message",
+                "role": "assistant", "model": mock::ANTHROPIC_MODEL, "content": [], "stop_reason": null,
+                "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+            ),
+            sse_event(
+                "content_block_start",
+                &json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "tool_use", "id": "toolu_cli_0001", "name": name, "input": {}}}),
+            ),
+            sse_event(
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": args.to_string()}}),
+            ),
+            sse_event("content_block_stop", &json!({"type": "content_block_stop", "index": 0})),
+            sse_event(
+                "message_delta",
+                &json!({"type": "message_delta",
+                "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 9}}),
+            ),
+            sse_event("message_stop", &json!({"type": "message_stop"})),
+        ],
+        "openai" => {
+            let chunk = |delta: serde_json::Value, finish: serde_json::Value| {
+                sse_data(&json!({"id": "chatcmpl-cli", "object": "chat.completion.chunk", "created": 1_767_225_600,
+                    "model": mock::OPENAI_CHAT_MODEL, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}))
+            };
+            vec![
+                chunk(
+                    json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": id, "type": "function",
+                    "function": {"name": name, "arguments": ""}}]}),
+                    json!(null),
+                ),
+                chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": args.to_string()}}]}), json!(null)),
+                chunk(json!({}), json!("tool_calls")),
+                "data: [DONE]\n\n".to_owned(),
+            ]
+        }
+        "responses" => {
+            let item = json!({"id": "fc_cli", "type": "function_call", "status": "completed", "call_id": id,
+                "name": name, "arguments": args.to_string()});
+            let response = |status: &str, output: serde_json::Value| {
+                json!({"id": "resp_cli", "object": "response", "created_at": 1_767_225_600, "status": status,
+                    "model": mock::RESPONSES_MODEL, "output": output,
+                    "usage": {"input_tokens": 10, "output_tokens": 9, "total_tokens": 19}})
+            };
+            vec![
+                sse_event(
+                    "response.created",
+                    &json!({"type": "response.created", "sequence_number": 0,
+                    "response": response("in_progress", json!([]))}),
+                ),
+                sse_event(
+                    "response.output_item.added",
+                    &json!({"type": "response.output_item.added",
+                    "sequence_number": 1, "output_index": 0, "item": {"id": "fc_cli", "type": "function_call",
+                    "status": "in_progress", "call_id": id, "name": name, "arguments": ""}}),
+                ),
+                sse_event(
+                    "response.function_call_arguments.delta",
+                    &json!({"type": "response.function_call_arguments.delta",
+                    "sequence_number": 2, "item_id": "fc_cli", "output_index": 0, "delta": args.to_string()}),
+                ),
+                sse_event(
+                    "response.function_call_arguments.done",
+                    &json!({"type": "response.function_call_arguments.done",
+                    "sequence_number": 3, "item_id": "fc_cli", "output_index": 0, "arguments": args.to_string()}),
+                ),
+                sse_event(
+                    "response.output_item.done",
+                    &json!({"type": "response.output_item.done",
+                    "sequence_number": 4, "output_index": 0, "item": item}),
+                ),
+                sse_event(
+                    "response.completed",
+                    &json!({"type": "response.completed", "sequence_number": 5,
+                    "response": response("completed", json!([item]))}),
+                ),
+            ]
+        }
+        // Gemini 2.x style: a call without an id (the CLI makes one up), with the signature
+        // Gemini 3 wants back.
+        _ => vec![mock::gemini_chunk(&mock::gemini_response(
+            json!([{"functionCall": {"name": name, "args": args}, "thoughtSignature": "CiQB0e2Kb+/x9A=="}]),
+            Some("STOP"),
+            Some(json!({"promptTokenCount": 10, "candidatesTokenCount": 9, "totalTokenCount": 19})),
+            "resp-cli",
+        ))],
+    };
+    Reply::sse(events).with_header("content-type", "text/event-stream")
+}
+
+/// A streamed text answer of `format`.
+fn text_stream(format: &str, text: &str) -> Reply {
+    match format {
+        "anthropic" => Reply::anthropic_stream(&[text]),
+        "openai" => Reply::openai_chat_stream(&[text]),
+        "responses" => Reply::responses_stream(&[text]),
+        _ => Reply::gemini_stream(&[text]),
+    }
+}
+
+/// Where a converted (or passed-through) Gemini CLI request lands on an endpoint of `format`,
+/// and the endpoint's credential there.
+fn landed(format: &str, r: &RecordedRequest) {
+    let (path, auth, key) = match format {
+        "anthropic" => ("/v1/messages", "x-api-key", "sk-up-secret-key-0000".to_owned()),
+        "openai" => ("/v1/chat/completions", "authorization", "Bearer sk-up-secret-key-0000".to_owned()),
+        "responses" => ("/v1/responses", "authorization", "Bearer sk-up-secret-key-0000".to_owned()),
+        _ => (
+            "/v1beta/models/gemini-2.5-flash:streamGenerateContent",
+            "x-goog-api-key",
+            "sk-up-secret-key-0000".to_owned(),
+        ),
+    };
+    assert_eq!(r.path, path, "{format}");
+    assert_eq!(r.header(auth), Some(key.as_str()), "{format}: the endpoint's key, not the client's");
+    if format != "gemini" {
+        assert!(r.header("x-goog-api-key").is_none() && r.header("x-goog-api-client").is_none(), "{format}");
+        assert_eq!(r.json()["model"], "gemini-2.5-flash", "{format}: the model from the CLI's path");
+    }
+}
+
+/// A gateway with one endpoint of `format` in front of `upstream`, and a HOME whose Gemini CLI
+/// `connect` pointed at it; the files as they were before.
+async fn gemini_cli_setup(format: &str) -> (MockUpstream, TestGateway, Home, Vec<(PathBuf, String)>) {
+    let upstream = MockUpstream::start().await;
+    let g = TestGateway::start().await;
+    g.add("up", format, &upstream.url(), json!({"api_key": "sk-up-secret-key-0000"})).await;
+    let home = Home::new();
+    let files = vec![
+        (home.write(".gemini/settings.json", GEMINI_SETTINGS), GEMINI_SETTINGS.to_owned()),
+        (home.write(".gemini/.env", GEMINI_ENV), GEMINI_ENV.to_owned()),
+    ];
+    let (ok, out) = home.ccmesh(&["connect", "gemini-cli", "--server", &g.url]);
     assert!(ok, "{out}");
     assert!(out.contains("trust"), "connect says how folder trust applies: {out}");
-    let run = ClientRun {
-        bin: "gemini",
-        args: ["-m", "gemini-2.5-flash", "-p", "Reply with the word PONG."].map(String::from).to_vec(),
-        // The trust switch: ~/.gemini/.env is read only in a trusted folder.
-        env: vec![("GEMINI_CLI_TRUST_WORKSPACE", "true")],
-    };
-    let (ok, output) = run.run(&home);
-    assert!(ok, "gemini failed:\n{output}");
-    assert!(output.contains(ANSWER), "{output}");
-    let got = stand_in.requests();
-    let r = got.iter().find(|r| r.path_and_query().contains(":streamGenerateContent")).expect("a Gemini request");
-    assert_eq!(r.header("x-goog-api-key"), Some("ccm-gemini-test-key-77"), "the key from ~/.gemini/.env");
-    assert!(r.path_and_query().starts_with("/v1beta/models/gemini-2.5-flash"), "{}", r.path_and_query());
+    (upstream, g, home, files)
+}
 
+/// `disconnect`, then the files are what they were, byte for byte.
+fn gemini_cli_disconnect(home: &Home, files: &[(PathBuf, String)]) {
     let (ok, out) = home.ccmesh(&["disconnect", "gemini-cli"]);
     assert!(ok, "{out}");
-    assert_eq!(std::fs::read_to_string(&settings).unwrap(), GEMINI_SETTINGS);
-    assert_eq!(std::fs::read_to_string(&env_file).unwrap(), env_before);
+    for (path, before) in files {
+        assert_eq!(&std::fs::read_to_string(path).unwrap(), before, "{} byte for byte", path.display());
+    }
+}
+
+const GEMINI_ENV: &str = "# kept by hand\nGOOGLE_CLOUD_PROJECT=acme-dev\n";
+
+/// The Gemini CLI, started with no variable but its trust switch, in a folder whose listing the
+/// upstream asks for.
+fn gemini_cli(prompt: &str) -> ClientRun<'static> {
+    ClientRun {
+        bin: "gemini",
+        args: ["-m", "gemini-2.5-flash", "-p", prompt].map(String::from).to_vec(),
+        // The trust switch: ~/.gemini/.env is read only in a trusted folder.
+        env: vec![("GEMINI_CLI_TRUST_WORKSPACE", "true")],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_cli_runs_a_tool_round_trip_through_the_gateway_in_front_of_every_format() {
+    for format in ["gemini", "anthropic", "openai", "responses"] {
+        let (upstream, _g, home, files) = gemini_cli_setup(format).await;
+        let project = home.home.join("project");
+        std::fs::create_dir_all(&project).unwrap();
+        std::fs::write(project.join(MARKER_FILE), "hello\n").unwrap();
+        upstream.push(tool_call_stream(format, "list_directory", &json!({"dir_path": project.display().to_string()})));
+        upstream.push(text_stream(format, TOOL_ANSWER));
+
+        let started = std::time::Instant::now();
+        let (ok, output) = gemini_cli("List the files in this folder.").run(&home);
+        assert!(ok, "{format}: gemini failed:\n{output}");
+        assert!(output.contains(TOOL_ANSWER), "{format}: the answer after the tool result:\n{output}");
+        let got = upstream.requests();
+        assert_eq!(got.len(), 2, "{format}: the call, then the answer to its result:\n{output}");
+        for r in &got {
+            landed(format, r);
+        }
+        // The CLI ran the tool and its result reached the upstream, in the upstream's format.
+        let second = got[1].text();
+        let result = match format {
+            "anthropic" => "\"tool_result\"",
+            "openai" => "\"role\":\"tool\"",
+            "responses" => "\"function_call_output\"",
+            _ => "\"functionResponse\"",
+        };
+        assert!(second.contains(result) && !got[0].text().contains(result), "{format}: the tool's result: {second}");
+        assert!(
+            second.contains("Directory listing for") && second.contains(MARKER_FILE),
+            "{format}: the listing went back: {second}"
+        );
+        if format == "gemini" {
+            assert!(second.contains("CiQB0e2Kb+/x9A=="), "the thought signature went back: {second}");
+        }
+        gemini_cli_disconnect(&home, &files);
+        eprintln!("gemini cli: {format}: tool round trip in {:.1} s", started.elapsed().as_secs_f64());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_cli_reports_a_mid_stream_error_and_a_429_from_the_gateway() {
+    // A converted stream cut after its first text: the gateway ends it with the bare error chunk,
+    // which the CLI reports (it retries the turn first, as it does for a broken stream).
+    let (upstream, g, home, files) = gemini_cli_setup("anthropic").await;
+    g.settings(json!({"stream_resume": false})).await;
+    let events = crate::support::mock::anthropic_stream_events(&["PARTIAL-ANSWER ", "never sent"]);
+    let keep = events.iter().position(|e| e.contains("PARTIAL-ANSWER")).unwrap() + 1;
+    upstream.set_default(Reply::sse(events).with_header("content-type", "text/event-stream").cut_after(keep));
+    let (ok, output) = gemini_cli("Reply with the word PONG.").run(&home);
+    assert!(!ok, "the CLI fails:\n{output}");
+    assert!(output.contains("PARTIAL-ANSWER"), "{output}");
+    assert!(
+        output.contains("ApiError") && output.contains("mid-stream"),
+        "the CLI reports the gateway's error:\n{output}"
+    );
+    assert!(!output.contains("never sent"), "{output}");
+    gemini_cli_disconnect(&home, &files);
+
+    // Google's quota error, passed through a Gemini endpoint: the CLI reports it at once.
+    let (upstream, _g, home, files) = gemini_cli_setup("gemini").await;
+    let quota = "You exceeded your current quota. Quota exceeded for metric: \
+                 generativelanguage.googleapis.com/generate_content_free_tier_requests, limit: 0, model: gemini-2.5-flash";
+    upstream.set_default(Reply::gemini_error(429, "RESOURCE_EXHAUSTED", quota));
+    let (ok, output) = gemini_cli("Reply with the word PONG.").run(&home);
+    assert!(!ok, "the CLI fails:\n{output}");
+    assert!(output.contains("TerminalQuotaError") && output.contains("limit: 0"), "the CLI reports the 429:\n{output}");
+    assert!(output.contains("429"), "{output}");
+    gemini_cli_disconnect(&home, &files);
 }

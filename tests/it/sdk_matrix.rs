@@ -1,11 +1,13 @@
 //! The real-client matrix: the official `anthropic` and `openai` Python SDKs and the Vercel AI SDK
 //! (`ai@6` with `@ai-sdk/anthropic@3` / `@ai-sdk/openai@3`) call the gateway with each client
-//! protocol (Messages, Chat Completions, Responses) in front of a mock upstream of each endpoint
-//! format (anthropic, openai, responses, gemini): 2 SDK families × 3 client protocols × 4 upstream
-//! formats, the pass-through diagonal included, one test per cell. (Gemini as a client protocol,
-//! with the Google GenAI SDKs, comes with the inbound `gemini` protocol.)
+//! protocol (Messages, Chat Completions, Responses), and the Google GenAI SDKs (`google-genai` for
+//! Python, `@google/genai` for Node) with the Gemini API, in front of a mock upstream of each
+//! endpoint format (anthropic, openai, responses, gemini): 2 SDK families × 4 client protocols × 4
+//! upstream formats, the pass-through diagonal included, one test per cell.
 //!
-//! Each cell runs one client process with four scenarios (see [`SCENARIOS`]), plain and streamed:
+//! Each cell runs one client process with four scenarios (see [`SCENARIOS`]; a Gemini client adds
+//! [`GEMINI_SCENARIOS`]: `countTokens`, an upstream error and a stream cut mid-answer, each raising
+//! the SDK's own exception), plain and streamed:
 //! a conversation of three turns (a text answer; with that exchange as history, a question
 //! answered with text and a tool call; the tool result, answered with the final text) and a
 //! parallel tool round trip (two tool calls without text; both results, answered with text). The
@@ -37,6 +39,16 @@ const SCRIPT_TIMEOUT_SECS: u64 = 120;
 /// The client scripts' scenarios, in the order they run, with their upstream request counts.
 const SCENARIOS: [(&str, usize); 4] =
     [("conversation", 3), ("stream_conversation", 3), ("parallel_tools", 2), ("stream_parallel_tools", 2)];
+/// What a Gemini client runs after [`SCENARIOS`] (their upstream requests depend on the format:
+/// [`gemini_extra`]).
+const GEMINI_SCENARIOS: [&str; 3] = ["count_tokens", "error", "stream_error"];
+/// The model a Gemini client names in its path.
+const GEMINI_CLIENT_MODEL: &str = "gemini-2.5-flash";
+/// What an upstream that counts tokens answers `countTokens` with.
+const TOKEN_COUNT: u64 = 42;
+const UPSTREAM_ERROR: &str = "ccmesh matrix: the upstream refused this request";
+/// The text a stream carries before it is cut.
+const PARTIAL: &str = "Partial answer, then";
 const SYSTEM: &str = "You are a terse weather assistant.";
 const QUESTIONS: [&str; 3] = ["Say hello", "What is the weather in Paris?", "Compare the weather in Paris and London."];
 const TOOL_NAME: &str = "get_weather";
@@ -83,7 +95,7 @@ enum Fmt {
     Anthropic,
     Chat,
     Responses,
-    /// Only as an upstream.
+    /// The Gemini API (`generateContent`): the model and the method in the path.
     Gemini,
 }
 
@@ -104,7 +116,7 @@ impl Fmt {
             Fmt::Anthropic => "anthropic",
             Fmt::Chat => "openai-chat",
             Fmt::Responses => "openai-responses",
-            Fmt::Gemini => unreachable!("no Gemini client script yet"),
+            Fmt::Gemini => "gemini",
         }
     }
 
@@ -198,8 +210,9 @@ fn turns(fmt: Fmt) -> ([Turn; 3], [Turn; 2]) {
     )
 }
 
-/// The upstream answers in the order the scripts ask (the scenarios of [`SCENARIOS`]).
-fn script(fmt: Fmt) -> Vec<Reply> {
+/// The upstream answers in the order the scripts ask (the scenarios of [`SCENARIOS`], then for a
+/// Gemini client those of [`GEMINI_SCENARIOS`]).
+fn script(client: Fmt, fmt: Fmt) -> Vec<Reply> {
     let (conversation, parallel) = turns(fmt);
     let mut replies = Vec::new();
     for (scenario, _) in SCENARIOS {
@@ -207,7 +220,47 @@ fn script(fmt: Fmt) -> Vec<Reply> {
         let turns: &[Turn] = if scenario.ends_with("conversation") { &conversation } else { &parallel };
         replies.extend(turns.iter().map(|t| reply(fmt, t, stream)));
     }
+    if client == Fmt::Gemini {
+        replies.extend(gemini_extra(fmt).into_iter().map(|(_, reply)| reply));
+    }
     replies
+}
+
+/// What an upstream request of a Gemini client's extra scenarios is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Extra {
+    CountTokens,
+    Error,
+    StreamCut,
+}
+
+/// The upstream requests (and answers) of [`GEMINI_SCENARIOS`] against an upstream of `fmt`:
+/// `countTokens` reaches only a format that counts (an Anthropic `count_tokens`, a Gemini
+/// `countTokens`; the others are estimated by the gateway); the error is a 400 in the upstream's
+/// own shape; the stream is cut right after its first text.
+fn gemini_extra(fmt: Fmt) -> Vec<(Extra, Reply)> {
+    let mut out = Vec::new();
+    match fmt {
+        Fmt::Anthropic => out.push((Extra::CountTokens, Reply::json(200, json!({"input_tokens": TOKEN_COUNT})))),
+        Fmt::Gemini => out.push((Extra::CountTokens, Reply::json(200, json!({"totalTokens": TOKEN_COUNT})))),
+        Fmt::Chat | Fmt::Responses => {}
+    }
+    let error = match fmt {
+        Fmt::Anthropic => Reply::anthropic_error(400, "invalid_request_error", UPSTREAM_ERROR),
+        Fmt::Chat | Fmt::Responses => Reply::openai_error(400, "invalid_request_error", UPSTREAM_ERROR),
+        Fmt::Gemini => Reply::gemini_error(400, "INVALID_ARGUMENT", UPSTREAM_ERROR),
+    };
+    out.push((Extra::Error, error));
+    let parts = [PARTIAL, " never sent"];
+    let events = match fmt {
+        Fmt::Anthropic => mock::anthropic_stream_events(&parts),
+        Fmt::Chat => mock::openai_chat_stream_events(&parts),
+        Fmt::Responses => mock::responses_stream_events(&parts),
+        Fmt::Gemini => mock::gemini_stream_events(&parts),
+    };
+    let keep = events.iter().position(|e| e.contains(PARTIAL)).unwrap() + 1;
+    out.push((Extra::StreamCut, Reply::sse(events).with_header("content-type", "text/event-stream").cut_after(keep)));
+    out
 }
 
 /// Deliberate deviations from the real APIs' event order that a cell's client script reports
@@ -230,6 +283,7 @@ fn known_bugs(sdk: Sdk, client: Fmt, upstream: Fmt) -> Vec<&'static str> {
 
 /// What the client scripts must see (`MATRIX_SPEC`).
 fn spec(upstream: Fmt, known_bugs: &[&str]) -> Value {
+    let counted = matches!(upstream, Fmt::Anthropic | Fmt::Gemini);
     let turn = |t: &Turn| {
         json!({
             "text": t.text,
@@ -249,6 +303,8 @@ fn spec(upstream: Fmt, known_bugs: &[&str]) -> Value {
         "turns": conversation.iter().map(turn).collect::<Vec<_>>(),
         "parallel_turns": parallel.iter().map(turn).collect::<Vec<_>>(),
         "known_bugs": known_bugs,
+        "gemini": {"model": GEMINI_CLIENT_MODEL, "count": counted.then_some(TOKEN_COUNT),
+                   "error": UPSTREAM_ERROR, "partial": PARTIAL},
     })
 }
 
@@ -675,6 +731,9 @@ async fn run_client(sdk: Sdk, client: Fmt, upstream: Fmt, gateway: &str) -> Outp
         }
     };
     cmd.arg(gateway).arg(client.client_kind()).args(SCENARIOS.map(|(name, _)| name));
+    if client == Fmt::Gemini {
+        cmd.args(GEMINI_SCENARIOS);
+    }
     cmd.env("MATRIX_SPEC", spec(upstream, &known_bugs(sdk, client, upstream)).to_string()).stdin(Stdio::null());
     // Nothing from the environment may redirect or reconfigure the SDKs.
     for (key, _) in std::env::vars_os() {
@@ -682,6 +741,8 @@ async fn run_client(sdk: Sdk, client: Fmt, upstream: Fmt, gateway: &str) -> Outp
         if upper.starts_with("ANTHROPIC_")
             || upper.starts_with("OPENAI_")
             || upper.starts_with("AI_GATEWAY_")
+            || upper.starts_with("GOOGLE_")
+            || upper.starts_with("GEMINI_")
             || upper.ends_with("_PROXY")
         {
             cmd.env_remove(&key);
@@ -915,7 +976,9 @@ fn tools_of(fmt: Fmt, body: &Value) -> Vec<(String, Value)> {
             Fmt::Gemini => {
                 let decls = t["functionDeclarations"].as_array().unwrap();
                 assert_eq!(decls.len(), 1, "{t}");
-                (decls[0]["name"].as_str().unwrap().to_owned(), decls[0]["parametersJsonSchema"].clone())
+                // The Python SDK writes nested keys in snake_case; the API reads both spellings.
+                let schema = decls[0].get("parametersJsonSchema").or_else(|| decls[0].get("parameters_json_schema"));
+                (decls[0]["name"].as_str().unwrap().to_owned(), schema.cloned().unwrap_or(Value::Null))
             }
         })
         .collect()
@@ -973,7 +1036,10 @@ fn check_tool_result_placement(upstream: Fmt, body: &Value, what: &str) {
                 continue;
             }
             let first = parts.iter().find(|p| p.get("functionCall").is_some()).unwrap();
-            assert_eq!(first["thoughtSignature"], GEMINI_SIGNATURE, "{what}: contents[{i}]'s signature\n{body:#}");
+            // The same bytes: the Python SDK holds a signature as bytes and writes it back in
+            // base64's URL-safe alphabet.
+            let signature = first["thoughtSignature"].as_str().unwrap_or_default().replace('-', "+").replace('_', "/");
+            assert_eq!(signature, GEMINI_SIGNATURE, "{what}: contents[{i}]'s signature\n{body:#}");
             let answered: Vec<&str> = contents
                 .get(i + 1)
                 .and_then(|n| n["parts"].as_array())
@@ -1025,7 +1091,11 @@ fn check_tool_result_placement(upstream: Fmt, body: &Value, what: &str) {
 fn check_upstream_requests(sdk: Sdk, client: Fmt, upstream: Fmt, got: &[RecordedRequest]) {
     let cell = format!("{sdk:?} {} client → {} upstream", client.client_kind(), upstream.endpoint_format());
     let expected = expected_conversations(upstream);
-    assert_eq!(got.len(), expected.len(), "{cell}: upstream requests");
+    let extra = if client == Fmt::Gemini { gemini_extra(upstream) } else { Vec::new() };
+    assert_eq!(got.len(), expected.len() + extra.len(), "{cell}: upstream requests");
+    for (i, (kind, _)) in extra.iter().enumerate() {
+        check_extra_request(upstream, *kind, &got[expected.len() + i], &format!("{cell}, {kind:?}"));
+    }
     let mut at = 0;
     for (scenario, requests) in SCENARIOS {
         let stream = scenario.starts_with("stream_");
@@ -1095,6 +1165,34 @@ fn check_upstream_requests(sdk: Sdk, client: Fmt, upstream: Fmt, got: &[Recorded
     }
 }
 
+/// The upstream requests of a Gemini client's [`GEMINI_SCENARIOS`]: the method each asked for, on
+/// the model the client named in its path.
+fn check_extra_request(upstream: Fmt, kind: Extra, r: &RecordedRequest, what: &str) {
+    let body: Value = serde_json::from_slice(&r.body).unwrap_or_else(|e| panic!("{what}: not JSON ({e})"));
+    if upstream == Fmt::Gemini {
+        let (method, query) = match kind {
+            Extra::CountTokens => ("countTokens", None),
+            Extra::Error => ("generateContent", None),
+            Extra::StreamCut => ("streamGenerateContent", Some("alt=sse")),
+        };
+        assert_eq!(r.path, format!("/v1beta/models/{GEMINI_CLIENT_MODEL}:{method}"), "{what}");
+        assert_eq!(r.query.as_deref(), query, "{what}");
+        assert_eq!(r.header("x-goog-api-key"), Some("sk-up-secret-key-0000"), "{what}");
+        assert!(body["contents"].is_array(), "{what}: {body}");
+        return;
+    }
+    let path = match kind {
+        Extra::CountTokens => "/v1/messages/count_tokens",
+        Extra::Error | Extra::StreamCut => upstream.path(),
+    };
+    assert_eq!(r.path, path, "{what}");
+    assert_eq!(body["model"], GEMINI_CLIENT_MODEL, "{what}: {body}");
+    assert_eq!(body["stream"].as_bool().unwrap_or(false), kind == Extra::StreamCut, "{what}: {body}");
+    if kind == Extra::CountTokens {
+        assert!(body.to_string().contains(QUESTIONS[1]), "{what}: the contents are counted: {body}");
+    }
+}
+
 // ================================================================================= the cells
 
 async fn cell(sdk: Sdk, client: Fmt, upstream: Fmt) {
@@ -1102,7 +1200,11 @@ async fn cell(sdk: Sdk, client: Fmt, upstream: Fmt) {
     let up = MockUpstream::start().await;
     let g = TestGateway::start().await;
     g.add("up", upstream.endpoint_format(), &up.url(), json!({})).await;
-    for reply in script(upstream) {
+    if client == Fmt::Gemini {
+        // The cut stream must reach the SDK as the error it is, not be continued.
+        g.settings(json!({"stream_resume": false})).await;
+    }
+    for reply in script(client, upstream) {
         up.push(reply);
     }
     let out = run_client(sdk, client, upstream, &g.url).await;
@@ -1119,7 +1221,8 @@ async fn cell(sdk: Sdk, client: Fmt, upstream: Fmt) {
         got.iter().map(|r| format!("{} {}\n{}", r.method, r.path, r.text())).collect::<Vec<_>>().join("\n")
     );
     assert!(out.status.success(), "{report}");
-    for (scenario, _) in SCENARIOS {
+    let extra: &[&str] = if client == Fmt::Gemini { &GEMINI_SCENARIOS } else { &[] };
+    for scenario in SCENARIOS.map(|(name, _)| name).iter().chain(extra) {
         assert!(stdout.lines().any(|l| l == format!("ok: {scenario}")), "scenario {scenario} did not pass: {report}");
     }
     for line in stdout.lines().filter(|l| l.starts_with("known bug:")) {
@@ -1133,7 +1236,9 @@ async fn cell(sdk: Sdk, client: Fmt, upstream: Fmt) {
     }
     check_upstream_requests(sdk, client, upstream, &got);
     let h = g.health("up").await;
-    assert_eq!((h["requests"].clone(), h["consecutive_failures"].clone()), (json!(got.len()), json!(0)), "{h}");
+    // A Gemini client's last scenario is the stream cut mid-answer: that endpoint's one failure.
+    let failures = if client == Fmt::Gemini { 1 } else { 0 };
+    assert_eq!((h["requests"].clone(), h["consecutive_failures"].clone()), (json!(got.len()), json!(failures)), "{h}");
     // Every stream the SDK read to its end is a success in the records, also when the SDK
     // closed the connection right at the terminal event.
     assert!(g.gw.events.records().flush(std::time::Duration::from_secs(10)));
@@ -1184,4 +1289,12 @@ cells! {
     node_messages_to_gemini: Node Anthropic -> Gemini;
     node_chat_to_gemini: Node Chat -> Gemini;
     node_responses_to_gemini: Node Responses -> Gemini;
+    python_gemini_to_anthropic: Python Gemini -> Anthropic;
+    python_gemini_to_openai: Python Gemini -> Chat;
+    python_gemini_to_responses: Python Gemini -> Responses;
+    python_gemini_to_gemini: Python Gemini -> Gemini;
+    node_gemini_to_anthropic: Node Gemini -> Anthropic;
+    node_gemini_to_openai: Node Gemini -> Chat;
+    node_gemini_to_responses: Node Gemini -> Responses;
+    node_gemini_to_gemini: Node Gemini -> Gemini;
 }

@@ -1,10 +1,11 @@
-// The Vercel AI SDK (ai@6 with @ai-sdk/anthropic@3 / @ai-sdk/openai@3) as a real client of ccmesh,
+// The Vercel AI SDK (ai@6 with @ai-sdk/anthropic@3 / @ai-sdk/openai@3) and, for CLIENT_KIND
+// `gemini`, the Google GenAI SDK (`@google/genai`, matrix_gemini.mjs) as real clients of ccmesh,
 // driven by tests/it/sdk_matrix.rs in front of a scripted mock upstream of any format.
 //
 //   node matrix.mjs GATEWAY_URL CLIENT_KIND SCENARIO...
 //
-// CLIENT_KIND is `anthropic` (Messages), `openai-chat` (Chat Completions) or `openai-responses`
-// (Responses). The scenarios run in order; each prints `ok: SCENARIO` once it passed. On the first
+// CLIENT_KIND is `anthropic` (Messages), `openai-chat` (Chat Completions), `openai-responses`
+// (Responses) or `gemini` (the Gemini API; its scenarios add count_tokens, error and stream_error). The scenarios run in order; each prints `ok: SCENARIO` once it passed. On the first
 // mismatch or SDK error the script prints the scenario, the reason and whatever the SDK said to
 // stderr and exits 1.
 //
@@ -27,6 +28,8 @@ import { isDeepStrictEqual, inspect } from 'node:util';
 import { createAnthropic } from '@ai-sdk/anthropic';
 import { createOpenAI } from '@ai-sdk/openai';
 import { generateText, jsonSchema, stepCountIs, streamText, tool } from 'ai';
+
+import { geminiScenarios } from './matrix_gemini.mjs';
 
 const [gatewayArg, clientKind, ...scenarioNames] = process.argv.slice(2);
 if (!gatewayArg || !clientKind || scenarioNames.length === 0) {
@@ -61,6 +64,9 @@ function makeModel(kind) {
       return createOpenAI({ baseURL: `${gateway}/v1`, apiKey: 'sk-proj-client-key-not-forwarded' }).responses(
         'gpt-4.1',
       );
+    case 'gemini':
+      // The Google GenAI SDK, not the AI SDK: matrix_gemini.mjs.
+      return null;
     default:
       console.error(`unknown client kind ${kind}`);
       process.exit(2);
@@ -243,12 +249,15 @@ function describe(error) {
   return lines.join('\n');
 }
 
-const scenarios = {
-  conversation: () => conversation(false),
-  stream_conversation: () => conversation(true),
-  parallel_tools: () => parallelTools(false),
-  stream_parallel_tools: () => parallelTools(true),
-};
+const scenarios =
+  clientKind === 'gemini'
+    ? geminiScenarios({ gateway, spec, eq, check, Mismatch })
+    : {
+        conversation: () => conversation(false),
+        stream_conversation: () => conversation(true),
+        parallel_tools: () => parallelTools(false),
+        stream_parallel_tools: () => parallelTools(true),
+      };
 
 let current = '(none)';
 for (const name of scenarioNames) {

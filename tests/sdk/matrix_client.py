@@ -1,9 +1,11 @@
-"""The official `anthropic` and `openai` SDKs in the real-client matrix (tests/it/sdk_matrix.rs).
+"""The official `anthropic`, `openai` and `google-genai` SDKs in the real-client matrix
+(tests/it/sdk_matrix.rs).
 
     python matrix_client.py GATEWAY_URL CLIENT_KIND SCENARIO...
 
-CLIENT_KIND is `anthropic` (Messages), `openai-chat` (Chat Completions) or `openai-responses`
-(Responses); the gateway sits in front of a mock upstream of any format. MATRIX_SPEC (JSON, written
+CLIENT_KIND is `anthropic` (Messages), `openai-chat` (Chat Completions), `openai-responses`
+(Responses) or `gemini` (the Gemini API with `google-genai`); the gateway sits in front of a mock
+upstream of any format. MATRIX_SPEC (JSON, written
 by the Rust test) says what the upstream answers each turn: text, tool calls, and usage as the
 upstream counted it (input without cache, cache read, cache write, output). Each client must see it
 in its own protocol's convention: Anthropic's `input_tokens` exclude cached input; Chat's
@@ -15,6 +17,10 @@ Scenarios (the upstream requests they make, in order):
   parallel_tools         2: a question answered with two tool calls and no text; then both results.
   stream_conversation,   the same, streamed, with the SDKs' stream helpers accumulating the events.
   stream_parallel_tools
+Gemini only:
+  count_tokens           1 or 0: `countTokens`, counted upstream or estimated (MATRIX_SPEC.gemini.count).
+  error                  1: the upstream answers 400; the SDK raises ClientError.
+  stream_error           1: the upstream's stream is cut after its first text; the SDK raises.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import os
 import sys
 from typing import Any, Dict, List
 
-from common import check, eq, gateway_url, run
+from common import check, eq, gateway_url, raises, run
 
 URL = gateway_url()
 if len(sys.argv) < 3:
@@ -289,7 +295,90 @@ class Responses:
                 for o in r.output if o.type == "function_call"]
 
 
-CLIENTS = {"anthropic": Anthropic, "openai-chat": Chat, "openai-responses": Responses}
+class Gemini:
+    """The Google GenAI SDK (`google-genai`) on the Gemini API: system as `system_instruction`;
+    history as `Content`s, the model's own returned `Content` (thought signatures included), the
+    results as `function_response` parts with the calls' ids."""
+
+    def __init__(self, stream: bool) -> None:
+        from google import genai
+        from google.genai import types
+        self.types = types
+        self.stream = stream
+        options = types.HttpOptions(base_url=URL, api_version="v1beta", timeout=30_000,
+                                    client_args={"trust_env": False})
+        self.client = genai.Client(api_key="AIza-client-key-not-forwarded", http_options=options)
+        self.tools = [types.Tool(function_declarations=[types.FunctionDeclaration(
+            name=TOOL["name"], description=TOOL["description"], parameters_json_schema=TOOL["parameters"])])]
+
+    def start(self, question: str) -> List[Any]:
+        return self.user(question)
+
+    def user(self, question: str) -> List[Any]:
+        return [self.types.Content(role="user", parts=[self.types.Part(text=question)])]
+
+    def config(self, with_tools: bool) -> Any:
+        t = self.types
+        return t.GenerateContentConfig(
+            system_instruction=SYSTEM, tools=self.tools if with_tools else None,
+            automatic_function_calling=t.AutomaticFunctionCallingConfig(disable=True))
+
+    def ask(self, history: List[Any], with_tools: bool, turn: Turn, label: str) -> Any:
+        t = self.types
+        kwargs = dict(model=SPEC["gemini"]["model"], contents=history, config=self.config(with_tools))
+        if not self.stream:
+            r = self.client.models.generate_content(**kwargs)
+            check(isinstance(r, t.GenerateContentResponse), f"{label}: not a GenerateContentResponse: {type(r)}")
+            content = r.candidates[0].content
+            last = r
+        else:
+            chunks = list(self.client.models.generate_content_stream(**kwargs))
+            check(len(chunks) > 1 or not turn["text"], f"{label}: {len(chunks)} chunk(s)")
+            ids = {c.response_id for c in chunks}
+            eq(len(ids), 1, f"{label}: one responseId across the chunks")
+            finishes = [c.candidates[0].finish_reason for c in chunks if c.candidates and c.candidates[0].finish_reason]
+            eq(len(finishes), 1, f"{label}: one chunk with a finishReason")
+            last = chunks[-1]
+            check(last.candidates[0].finish_reason is not None, f"{label}: the finishReason comes last")
+            # What an application keeps of a stream: the text joined, the calls as they came.
+            parts: List[Any] = []
+            text = "".join(p.text for c in chunks if c.candidates and c.candidates[0].content
+                           for p in (c.candidates[0].content.parts or []) if p.text and not p.thought)
+            eq("".join(c.text or "" for c in chunks if not c.function_calls), text, f"{label}: chunk texts")
+            if text:
+                parts.append(t.Part(text=text))
+            parts += [p for c in chunks if c.candidates and c.candidates[0].content
+                      for p in (c.candidates[0].content.parts or []) if p.function_call]
+            content = t.Content(role="model", parts=parts)
+            r = last
+        check(bool(last.response_id), f"{label}: responseId {last.response_id!r}")
+        eq(last.model_version, SPEC["upstream_model"], f"{label}: modelVersion")
+        eq(content.role, "model", f"{label}: role")
+        got_text = "".join(p.text for p in content.parts or [] if p.text and not p.thought)
+        eq(got_text, turn["text"], f"{label}: text")
+        calls = [p.function_call for p in content.parts or [] if p.function_call]
+        eq([(c.name, c.args) for c in calls], want_calls(turn), f"{label}: function calls")
+        check(all(c.id for c in calls) and len({c.id for c in calls}) == len(calls), f"{label}: call ids")
+        eq(last.candidates[0].finish_reason, t.FinishReason.STOP, f"{label}: finishReason")
+        u, m = turn["usage"], last.usage_metadata
+        check(m is not None, f"{label}: no usageMetadata")
+        eq((m.prompt_token_count, m.cached_content_token_count or 0, m.candidates_token_count, m.total_token_count),
+           (total_input(u), u["cache_read"], u["output"], total_input(u) + u["output"]),
+           f"{label}: usage (prompt, cached, candidates, total)")
+        return content
+
+    def assistant(self, content: Any) -> List[Any]:
+        return [content]
+
+    def results(self, content: Any) -> List[Any]:
+        t = self.types
+        return [t.Content(role="user", parts=[
+            t.Part(function_response=t.FunctionResponse(id=p.function_call.id, name=p.function_call.name,
+                                                        response={"output": tool_output(p.function_call.args)}))
+            for p in content.parts if p.function_call])]
+
+
+CLIENTS = {"anthropic": Anthropic, "openai-chat": Chat, "openai-responses": Responses, "gemini": Gemini}
 if KIND not in CLIENTS:
     sys.exit(f"unknown client kind {KIND!r}; known: {sorted(CLIENTS)}")
 
@@ -316,9 +405,48 @@ def parallel_tools(stream: bool) -> None:
     c.ask(history, True, final, f"{what} after both tool results")
 
 
+def count_tokens() -> None:
+    """Gemini: `countTokens`, counted by the upstream (`count`) or estimated by the gateway."""
+    c = Gemini(False)
+    r = c.client.models.count_tokens(model=SPEC["gemini"]["model"], contents=c.user(SPEC["questions"][1]))
+    want = SPEC["gemini"]["count"]
+    if want is None:
+        check(isinstance(r.total_tokens, int) and r.total_tokens > 0, f"estimated totalTokens {r.total_tokens!r}")
+    else:
+        eq(r.total_tokens, want, "totalTokens")
+
+
+def error() -> None:
+    """Gemini: an upstream error, in Gemini's shape, raises the SDK's ClientError."""
+    from google.genai import errors
+    c = Gemini(False)
+    e = raises(errors.ClientError, lambda: c.client.models.generate_content(
+        model=SPEC["gemini"]["model"], contents=c.user(SPEC["questions"][0])), "a 400 from the upstream")
+    eq((e.code, e.status), (400, "INVALID_ARGUMENT"), "the error's code and status")
+    check(SPEC["gemini"]["error"] in (e.message or ""), f"the upstream's message in {e.message!r}")
+
+
+def stream_error() -> None:
+    """Gemini: a stream cut after its first text ends with the error chunk, which the SDK raises."""
+    from google.genai import errors
+    c = Gemini(True)
+    seen: List[str] = []
+
+    def read() -> None:
+        for chunk in c.client.models.generate_content_stream(
+                model=SPEC["gemini"]["model"], contents=c.user(SPEC["questions"][0])):
+            seen.append(chunk.text or "")
+
+    raises(errors.APIError, read, "a stream cut mid-answer")
+    eq("".join(seen), SPEC["gemini"]["partial"], "the text before the error")
+
+
 run({
     "conversation": lambda: conversation(False),
     "stream_conversation": lambda: conversation(True),
     "parallel_tools": lambda: parallel_tools(False),
     "stream_parallel_tools": lambda: parallel_tools(True),
+    "count_tokens": count_tokens,
+    "error": error,
+    "stream_error": stream_error,
 })

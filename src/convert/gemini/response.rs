@@ -220,7 +220,7 @@ pub(super) fn decode_part(p: &Obj, calls: &mut Calls) -> Decoded {
     let thought = get(p, "thought").and_then(Value::as_bool) == Some(true);
     if let Some(t) = get_str(p, "text") {
         return if thought {
-            let signature = signature.and_then(anthropic_signature_in).map(str::to_owned);
+            let signature = signature.and_then(anthropic_signature_in);
             Decoded::Part(Part::Thinking { text: t.to_owned(), signature })
         } else if t.is_empty() {
             Decoded::Skip
@@ -257,7 +257,7 @@ pub(super) fn decode_part(p: &Obj, calls: &mut Calls) -> Decoded {
     if thought && signature.is_some() {
         // A signature alone on a thought part: ours (Anthropic's, carried) or Gemini's.
         return match signature.and_then(anthropic_signature_in) {
-            Some(sig) => Decoded::Part(Part::Thinking { text: String::new(), signature: Some(sig.to_owned()) }),
+            Some(sig) => Decoded::Part(Part::Thinking { text: String::new(), signature: Some(sig) }),
             None => Decoded::Skip,
         };
     }
@@ -534,6 +534,14 @@ mod tests {
         // The Anthropic signature comes back when the client replays the thought.
         let back = decode_response(&body).unwrap();
         assert_eq!(back.content[0], r.content[0]);
+        // Also when the client is the Python SDK, which writes the bytes back URL-safe.
+        let signature = "EqQB+/Cg==";
+        let lead_and_signature =
+            format!("Y2NtZXNoLmFudGhyb3BpYy5zaWc6{}", signature.replace('+', "-").replace('/', "_"));
+        let body = json!({"candidates": [{"content": {"role": "model", "parts": [
+            {"text": "Plan.", "thought": true, "thought_signature": lead_and_signature}]}}]});
+        let back = decode_response(&serde_json::to_vec(&body).unwrap()).unwrap();
+        assert_eq!(back.content[0], Part::Thinking { text: "Plan.".into(), signature: Some(signature.into()) });
     }
 
     #[test]

@@ -119,7 +119,7 @@ export function statusClass(status) {
 // ------------------------------------------------------------------------------- health
 
 /** Which protocol's breaker numbers are named in a badge: the endpoint's own family. */
-export const PROTOCOLS = ['claude', 'openai', 'responses'];
+export const PROTOCOLS = ['claude', 'openai', 'responses', 'gemini'];
 
 /**
  * The badge of one `/api/health` entry, from the server's own `badge` field (SPEC §7: the one

@@ -8,7 +8,7 @@ import {
   showFieldError, clearFieldErrors, PROTOCOLS,
 } from './app.js';
 
-const FORMAT_PROTOCOL = { anthropic: 'claude', openai: 'openai', responses: 'responses' };
+const FORMAT_PROTOCOL = { anthropic: 'claude', openai: 'openai', responses: 'responses', gemini: 'gemini' };
 
 const state = {
   endpoints: [],          // in global order

@@ -7,7 +7,7 @@
 // requestAnimationFrame callback per frame applies them (a fragment of new rows, the counters);
 // the feed keeps FEED_MAX rows; health is re-read at most every HEALTH_EVERY_MS while traffic
 // flows (a "degraded" endpoint has no event of its own), at once (throttled) on breaker events.
-import { api, h, $, live, perFrame, throttle, badge, badgeInfo, fmtInt, fmtMs, fmtCost, fmtPct, fmtTime, tokensTotal, statusClass } from './app.js';
+import { api, h, $, live, perFrame, throttle, badge, badgeInfo, fmtInt, fmtMs, fmtCost, fmtPct, fmtTime, tokensTotal, statusClass, PROTOCOLS } from './app.js';
 
 const FEED_MAX = 100;
 const HEALTH_EVERY_MS = 2000;
@@ -91,7 +91,7 @@ async function loadCurrent() {
   const dl = document.getElementById('current');
   // `next` is where the next request starts (the routing order, or the remembered current
   // endpoint); the remembered one is named too when a cooling-down breaker has it skipped.
-  dl.replaceChildren(...['claude', 'openai', 'responses'].flatMap((p) => {
+  dl.replaceChildren(...PROTOCOLS.flatMap((p) => {
     const next = cur.next ? cur.next[p] : cur[p];
     const remembered = cur[p] && cur[p] !== next
       ? h('small', { class: 'muted', title: 'the remembered current endpoint, skipped while its breaker cools down' }, ` · remembered: ${cur[p]}`)
