@@ -372,3 +372,34 @@ async fn the_official_sdks_read_a_resumed_stream_as_one_answer() {
         assert_eq!((a.request_count(), b.request_count()), (1, 1), "{client} → {format}");
     }
 }
+
+#[tokio::test]
+async fn a_gemini_sse_client_gets_its_stream_resumed_and_a_json_array_stream_is_not() {
+    let body = json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]});
+    let text_of = |text: &str| -> (String, usize) {
+        let mut said = String::new();
+        let mut finishes = 0;
+        for (_, d) in sse_events(text) {
+            for part in d["candidates"][0]["content"]["parts"].as_array().into_iter().flatten() {
+                said.push_str(part["text"].as_str().unwrap_or(""));
+            }
+            finishes += usize::from(d["candidates"][0]["finishReason"].is_string());
+        }
+        (said, finishes)
+    };
+    let (g, a, b) = gateway_with("anthropic", Value::Null).await;
+    a.push(cut_stream("anthropic"));
+    b.push(continuation("anthropic"));
+    let r = g.post("/v1beta/models/m:streamGenerateContent?alt=sse", &body).await;
+    let (_, text) = request_id_and_text(r).await;
+    assert_eq!(text_of(&text), (WHOLE.to_string(), 1), "{text}");
+
+    // Without alt=sse the client reads one JSON array: not read back, not resumed.
+    let (g, a, b) = gateway_with("anthropic", Value::Null).await;
+    a.push(cut_stream("anthropic"));
+    b.set_default(continuation("anthropic"));
+    let r = g.post("/v1beta/models/m:streamGenerateContent", &body).await;
+    let (_, text) = request_id_and_text(r).await;
+    assert!(text.contains("error"), "{text}");
+    assert_eq!(b.request_count(), 0);
+}
