@@ -4,6 +4,8 @@
 
 /// Admin REST API under `/api`.
 pub mod admin;
+/// Session affinity: session ids from the clients' requests, and their endpoint bindings.
+pub mod affinity;
 /// The circuit breaker: pure state machine and its thin shell.
 pub mod breaker;
 /// The upstreams' model lists, fetched in the background for `GET /v1/models`.
@@ -30,6 +32,8 @@ pub mod gateway;
 pub mod hosts;
 /// Giving memory back to the system when a thread falls idle.
 pub mod idle_memory;
+/// Client keys: who may use the gateway, for what, how fast, for how much.
+pub mod keys;
 /// Reading cc-switch's and the ccMesh desktop app's databases into endpoints and settings.
 pub mod import;
 /// Request records, usage, cost, metrics and live events.
