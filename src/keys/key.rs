@@ -320,9 +320,9 @@ fn string_list(
 pub const DECLARED_EXTRA: &[&str] = &["secret"];
 
 /// Validate a `[[keys]]` table: the draft and its secret (required, at least
-/// `MIN_DECLARED_LEN` characters). Returns the draft and the secret's hash — the secret itself
-/// is not kept.
-pub fn declared(obj: &Value) -> Result<(KeyDraft, SecretHash), FieldError> {
+/// `MIN_DECLARED_LEN` characters). Returns the draft, the secret's hash and its prefix — the
+/// secret itself is not kept.
+pub fn declared(obj: &Value) -> Result<(KeyDraft, SecretHash, String), FieldError> {
     let map = obj.as_object().ok_or_else(|| err("body", "must be a table"))?;
     let secret = match map.get("secret") {
         Some(Value::String(s)) if s.chars().count() >= super::secret::MIN_DECLARED_LEN => s.as_str(),
@@ -344,7 +344,7 @@ pub fn declared(obj: &Value) -> Result<(KeyDraft, SecretHash), FieldError> {
     let mut rest = map.clone();
     rest.remove("secret");
     let draft = KeyDraft::create(&Value::Object(rest))?;
-    Ok((draft, SecretHash::of(secret)))
+    Ok((draft, SecretHash::of(secret), super::secret::prefix(secret)))
 }
 
 /// A key with no limits, for tests.
@@ -420,7 +420,7 @@ mod tests {
     #[test]
     fn declared_keys_need_a_long_secret_which_is_only_hashed() {
         let secret = "ccm-declared-secret-0123456789abcdef";
-        let (d, hash) = declared(&json!({"name": "ci", "secret": secret, "limits": {"rpm": 10}})).unwrap();
+        let (d, hash, _) = declared(&json!({"name": "ci", "secret": secret, "limits": {"rpm": 10}})).unwrap();
         assert_eq!(d.name, "ci");
         assert_eq!(hash, SecretHash::of(secret));
         for (body, want) in [

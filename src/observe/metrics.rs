@@ -715,6 +715,8 @@ mod tests {
             failed_over: false,
             conversion: None,
             losses: Vec::new(),
+            client_key: None,
+            affinity: false,
         }
     }
 

@@ -359,6 +359,8 @@ fn empty_record() -> RequestRecord {
         failed_over: false,
         conversion: None,
         losses: Vec::new(),
+        client_key: None,
+        affinity: false,
     }
 }
 

@@ -219,6 +219,8 @@ fn synthetic(id: &str, protocol: &str, endpoint: &str, status: u16) -> RequestRe
         failed_over: false,
         conversion: None,
         losses: Vec::new(),
+        client_key: None,
+        affinity: false,
     }
 }
 
