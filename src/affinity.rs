@@ -22,6 +22,9 @@ use std::sync::Mutex;
 use axum::http::{HeaderMap, HeaderName};
 use serde_json::Value;
 
+use std::sync::Arc;
+
+use crate::clock::Clock;
 use crate::endpoint::EndpointId;
 use crate::protocol::Protocol;
 
@@ -157,6 +160,49 @@ impl SessionBindings for MemoryBindings {
 
     fn clear_protocol(&self, protocol: Protocol) {
         self.map.lock().unwrap_or_else(|p| p.into_inner()).retain(|k, _| k.protocol != protocol);
+    }
+}
+
+/// One request's part in its session's binding: where it found the session bound, and, when
+/// the request ends, what it teaches the binding (`proxy::trail` calls these).
+pub struct Affinity {
+    bindings: Arc<dyn SessionBindings>,
+    key: SessionKey,
+    bound: Option<EndpointId>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Affinity {
+    /// Look the session up (refreshing its binding).
+    pub fn look_up(bindings: Arc<dyn SessionBindings>, key: SessionKey, clock: Arc<dyn Clock>) -> Affinity {
+        let bound = bindings.bound(&key, crate::keys::now_ms(&*clock));
+        Affinity { bindings, key, bound, clock }
+    }
+
+    /// The endpoint the session was bound to when the request arrived (and is still, as far as
+    /// this request knows).
+    pub fn bound(&self) -> Option<EndpointId> {
+        self.bound
+    }
+
+    /// The request succeeded on `endpoint`: the session is bound to it.
+    pub fn served_by(&self, endpoint: EndpointId) {
+        self.bindings.bind(&self.key, endpoint, crate::keys::now_ms(&*self.clock));
+    }
+
+    /// An attempt failed on `endpoint`: if that is where the session is bound, it is not any
+    /// more.
+    pub fn failed_at(&mut self, endpoint: EndpointId) {
+        if self.bound == Some(endpoint) {
+            self.bindings.unbind(&self.key, endpoint);
+            self.bound = None;
+        }
+    }
+}
+
+impl std::fmt::Debug for Affinity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Affinity").field("key", &self.key).field("bound", &self.bound).finish()
     }
 }
 

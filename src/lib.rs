@@ -32,10 +32,10 @@ pub mod gateway;
 pub mod hosts;
 /// Giving memory back to the system when a thread falls idle.
 pub mod idle_memory;
-/// Client keys: who may use the gateway, for what, how fast, for how much.
-pub mod keys;
 /// Reading cc-switch's and the ccMesh desktop app's databases into endpoints and settings.
 pub mod import;
+/// Client keys: who may use the gateway, for what, how fast, for how much.
+pub mod keys;
 /// Request records, usage, cost, metrics and live events.
 pub mod observe;
 /// Endpoint presets for the vendors coding agents use most (`presets/vendors.toml`).

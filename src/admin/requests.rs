@@ -260,8 +260,9 @@ pub fn parse_stats_query(raw: Option<&str>, now_ms: i64) -> ApiResult<StatsQuery
             "since" => since = Some(parse_time(&v, now_ms).map_err(|e| bad("since", e))?),
             "until" => until = Some(parse_time(&v, now_ms).map_err(|e| bad("until", e))?),
             "group_by" => {
-                group_by =
-                    Some(GroupBy::parse(&v).ok_or_else(|| bad("group_by", "must be endpoint, model, protocol or key"))?)
+                group_by = Some(
+                    GroupBy::parse(&v).ok_or_else(|| bad("group_by", "must be endpoint, model, protocol or key"))?,
+                )
             }
             "bucket" => bucket = Some(Bucket::parse(&v).ok_or_else(|| bad("bucket", "must be hour or day"))?),
             _ => {}

@@ -428,7 +428,10 @@ limits = { rpm = 30, usd_per_day = 2 }
         for (text, want) in [
             ("[[keys]]\nname = \"a\"\n", "keys[0].secret: is required"),
             ("[[keys]]\nname = \"a\"\nsecret = \"short\"\n", "keys[0].secret: must be at least 32"),
-            ("[[keys]]\nname = \"a\"\nsecret = \"ccm-from-the-environment-0123456789\"\nlimits = { rpm = 0 }\n", "keys[0].limits.rpm"),
+            (
+                "[[keys]]\nname = \"a\"\nsecret = \"ccm-from-the-environment-0123456789\"\nlimits = { rpm = 0 }\n",
+                "keys[0].limits.rpm",
+            ),
             (
                 "[[keys]]\nname = \"a\"\nsecret = \"ccm-from-the-environment-0123456789\"\n[[keys]]\nname = \"b\"\nsecret = \"ccm-from-the-environment-0123456789\"\n",
                 "keys[1].secret: two keys have the same secret",

@@ -408,9 +408,14 @@ fn default_price(v: &Value) -> Result<Option<crate::observe::cost::Price>, Setti
     let obj = match v {
         Value::Null => return Ok(None),
         Value::Object(o) => o,
-        _ => return Err(SettingsError("default_price must be null or an object like {\"input\": 1, \"output\": 4}".into())),
+        _ => {
+            return Err(SettingsError(
+                "default_price must be null or an object like {\"input\": 1, \"output\": 4}".into(),
+            ));
+        }
     };
-    let set: Map<String, Value> = obj.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let set: Map<String, Value> =
+        obj.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), v.clone())).collect();
     if !set.contains_key("input") && !set.contains_key("output") {
         if let Some(k) = obj.keys().find(|k| !crate::observe::cost::PRICE_FIELDS.contains(&k.as_str())) {
             return Err(SettingsError(format!("default_price.{k}: unknown field")));
@@ -418,9 +423,16 @@ fn default_price(v: &Value) -> Result<Option<crate::observe::cost::Price>, Setti
         return Ok(None);
     }
     let price = crate::observe::cost::Price::from_json(&Value::Object(set), &[]).map_err(named)?;
-    for (field, n) in [("input", price.input), ("output", price.output), ("cache_read", price.cache_read), ("cache_write", price.cache_write)] {
+    for (field, n) in [
+        ("input", price.input),
+        ("output", price.output),
+        ("cache_read", price.cache_read),
+        ("cache_write", price.cache_write),
+    ] {
         if n > MAX_DEFAULT_PRICE {
-            return Err(SettingsError(format!("default_price.{field} must be between 0 and {MAX_DEFAULT_PRICE} (got {n})")));
+            return Err(SettingsError(format!(
+                "default_price.{field} must be between 0 and {MAX_DEFAULT_PRICE} (got {n})"
+            )));
         }
     }
     Ok(Some(price))
@@ -672,7 +684,10 @@ mod tests {
         for (patch, want) in [
             (json!({"default_price": {"input": 1}}), "default_price.output: is required"),
             (json!({"default_price": {"input": 1, "output": -1}}), "default_price.output: must be 0 or more"),
-            (json!({"default_price": {"input": 1, "output": 10001}}), "default_price.output must be between 0 and 10000"),
+            (
+                json!({"default_price": {"input": 1, "output": 10001}}),
+                "default_price.output must be between 0 and 10000",
+            ),
             (json!({"default_price": {"input": 1, "output": 2, "extra": 1}}), "default_price.extra: unknown field"),
             (json!({"default_price": 3}), "default_price must be null or an object"),
             (json!({"require_client_key": "yes"}), "require_client_key must be true or false"),

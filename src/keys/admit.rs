@@ -68,26 +68,44 @@ pub enum Refusal {
     Missing,
     /// A credential that is no key's.
     Unknown,
-    Disabled { key: String },
-    Expired { key: String, at: String },
+    Disabled {
+        key: String,
+    },
+    Expired {
+        key: String,
+        at: String,
+    },
     /// The model is not in the key's list (or the request names none, and the key has a list).
-    Model { key: String, model: Option<String>, allowed: Vec<String> },
+    Model {
+        key: String,
+        model: Option<String>,
+        allowed: Vec<String>,
+    },
     /// An explicit endpoint outside the key's list.
-    Endpoint { key: String, endpoint: String, allowed: Vec<String> },
+    Endpoint {
+        key: String,
+        endpoint: String,
+        allowed: Vec<String>,
+    },
     /// The key's endpoint list alone leaves no candidate.
-    NoEndpoint { key: String, allowed: Vec<String> },
+    NoEndpoint {
+        key: String,
+        allowed: Vec<String>,
+    },
     /// A budgeted key and a model without a price (its cost could not be charged).
-    Unpriced { key: String, model: String },
+    Unpriced {
+        key: String,
+        model: String,
+    },
     /// A rate limit, the concurrency limit or a budget (the limiter's verdict).
-    Limit { key: String, limit: Limit },
+    Limit {
+        key: String,
+        limit: Limit,
+    },
 }
 
 /// Who is asking. `Ok(None)`: keys are not enforced, anyone may.
-pub fn authenticate(
-    keys: &KeySet,
-    credential: Option<&str>,
-    now_ms: i64,
-) -> Result<Option<Arc<ClientKey>>, Refusal> {
+pub fn authenticate(keys: &KeySet, credential: Option<&str>, now_ms: i64) -> Result<Option<Arc<ClientKey>>, Refusal> {
     if !keys.enforced() {
         return Ok(None);
     }
@@ -372,7 +390,13 @@ mod tests {
         let cases: Vec<(Refusal, u16, &str, &str, &str)> = vec![
             (Refusal::Missing, 401, "authentication_error", "invalid_request_error", "invalid_api_key"),
             (Refusal::Unknown, 401, "authentication_error", "invalid_request_error", "invalid_api_key"),
-            (Refusal::Disabled { key: "k".into() }, 401, "authentication_error", "invalid_request_error", "invalid_api_key"),
+            (
+                Refusal::Disabled { key: "k".into() },
+                401,
+                "authentication_error",
+                "invalid_request_error",
+                "invalid_api_key",
+            ),
             (
                 Refusal::Model { key: "k".into(), model: Some("m".into()), allowed: vec!["a".into()] },
                 403,
@@ -383,7 +407,13 @@ mod tests {
             (
                 Refusal::Limit {
                     key: "k".into(),
-                    limit: Limit { kind: LimitKind::Rpm, limit: 60.0, used: 60.0, retry_after_ms: 1500, resets_at_ms: None },
+                    limit: Limit {
+                        kind: LimitKind::Rpm,
+                        limit: 60.0,
+                        used: 60.0,
+                        retry_after_ms: 1500,
+                        resets_at_ms: None,
+                    },
                 },
                 429,
                 "rate_limit_error",

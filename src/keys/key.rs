@@ -251,7 +251,10 @@ impl KeyDraft {
                 Value::Null => None,
                 Value::String(s) => {
                     let ms = crate::admin::requests::parse_rfc3339(s.trim()).ok_or_else(|| {
-                        err("expires_at", format!("'{s}' is not an RFC 3339 time (e.g. 2026-12-31T23:59:59Z) or a date"))
+                        err(
+                            "expires_at",
+                            format!("'{s}' is not an RFC 3339 time (e.g. 2026-12-31T23:59:59Z) or a date"),
+                        )
                     })?;
                     Some((crate::timefmt::rfc3339_ms(ms), ms))
                 }
@@ -336,7 +339,9 @@ pub fn declared(obj: &Value) -> Result<(KeyDraft, SecretHash, String), FieldErro
             ));
         }
         Some(_) => return Err(err("secret", "must be a string, e.g. \"${CCMESH_KEY_ALICE}\"")),
-        None => return Err(err("secret", "is required: a declared key's secret, e.g. secret = \"${CCMESH_KEY_ALICE}\"")),
+        None => {
+            return Err(err("secret", "is required: a declared key's secret, e.g. secret = \"${CCMESH_KEY_ALICE}\""));
+        }
     };
     if secret.len() > super::secret::MAX_LEN || secret.chars().any(|c| c.is_control() || c.is_whitespace()) {
         return Err(err("secret", "must be printable, without spaces, at most 512 bytes"));
@@ -396,7 +401,10 @@ mod tests {
             (json!({"name": "a b"}), "name: must be 1-64"),
             (json!({"name": "a", "limits": {"rpm": 0}}), "limits.rpm: must be a whole number from 1"),
             (json!({"name": "a", "limits": {"rpm": 1.5}}), "limits.rpm: must be a whole number"),
-            (json!({"name": "a", "limits": {"concurrency": 10001}}), "limits.concurrency: must be a whole number from 1 to 10000"),
+            (
+                json!({"name": "a", "limits": {"concurrency": 10001}}),
+                "limits.concurrency: must be a whole number from 1 to 10000",
+            ),
             (json!({"name": "a", "limits": {"usd_per_day": -1}}), "limits.usd_per_day: must be a number of US dollars"),
             (json!({"name": "a", "limits": {"usd_per_week": 1}}), "limits.usd_per_week: unknown limit"),
             (json!({"name": "a", "limits": 3}), "limits: must be an object"),

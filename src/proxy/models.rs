@@ -8,6 +8,9 @@
 //! global endpoint order, and each entry names every endpoint that serves it in
 //! `ccmesh_endpoints` (an extra field the official SDKs ignore). Anthropic's shape when the
 //! client looks like an Anthropic SDK, else OpenAI's.
+//!
+//! With client keys the listing passes the gate like every proxy path (a 401 without a valid
+//! key) and shows only what the key may use: its models, on its endpoints.
 
 use std::sync::Arc;
 
@@ -17,6 +20,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use crate::gateway::Gateway;
+use crate::protocol::Protocol;
 use crate::snapshot::Snapshot;
 
 /// One model a client can ask for, and the endpoints that serve it, in routing order.
@@ -52,10 +56,25 @@ pub fn listed(snapshot: &Snapshot, catalogue: &crate::catalogue::Catalogue) -> V
     out
 }
 
-pub async fn list_models(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+pub async fn list_models(State(gw): State<Arc<Gateway>>, headers: HeaderMap, uri: axum::http::Uri) -> Response {
     let snapshot = gw.snapshot_full();
-    let models = listed(&snapshot, &gw.catalogue);
-    let body = if super::is_anthropic_client(&headers) {
+    let anthropic = super::is_anthropic_client(&headers);
+    let gate = match super::gate::Gate::open(&gw, &snapshot, &headers, uri.query(), None) {
+        Ok(gate) => gate,
+        Err(refusal) => {
+            let protocol = if anthropic { Protocol::Claude } else { Protocol::Openai };
+            return refusal.to_error().into_response(protocol);
+        }
+    };
+    let mut models = listed(&snapshot, &gw.catalogue);
+    if let Some(key) = gate.key() {
+        models.retain(|m| key.allows_model(&m.id));
+        for m in &mut models {
+            m.endpoints.retain(|e| key.allows_endpoint(e));
+        }
+        models.retain(|m| !m.endpoints.is_empty());
+    }
+    let body = if anthropic {
         let data: Vec<Value> = models
             .iter()
             .map(|m| {

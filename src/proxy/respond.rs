@@ -43,6 +43,11 @@ pub fn refuse(error: GatewayError, protocol: Protocol, mut trail: Trail, snapsho
     response
 }
 
+/// The client of a committed stream went away: the record closed with what was delivered.
+pub fn stream_cut_by_client(trail: Trail, snapshot: &Snapshot, usage: &StreamUsage) {
+    trail.cut_by_client(usage.tokens(), usage.model().map(str::to_string), snapshot);
+}
+
 /// A committed stream ended: its attempt's final outcome, its usage and model, the record closed.
 pub fn stream_ended(
     mut trail: Trail,

@@ -30,8 +30,7 @@ ALTER TABLE requests ADD COLUMN client_key TEXT;
 CREATE INDEX requests_client_key ON requests (client_key, started_at);
 "#;
 
-const COLUMNS: &str =
-    "id, name, description, enabled, expires_at, models, endpoints, limits, secret_sha256, prefix, declared, created_at";
+const COLUMNS: &str = "id, name, description, enabled, expires_at, models, endpoints, limits, secret_sha256, prefix, declared, created_at";
 
 /// One recorded request's charge: key, when it ended (unix ms), tokens, cost.
 pub type RecordedCharge = (String, i64, u64, f64);
@@ -272,7 +271,8 @@ mod tests {
     fn declared_keys_are_upserted_with_their_secret() {
         let s = Store::open_in_memory().unwrap();
         s.upsert_declared_key(&draft(json!({"name": "ci"})), SecretHash::of("one"), "one…", 1).unwrap();
-        s.upsert_declared_key(&draft(json!({"name": "ci", "limits": {"rpm": 5}})), SecretHash::of("two"), "two…", 2).unwrap();
+        s.upsert_declared_key(&draft(json!({"name": "ci", "limits": {"rpm": 5}})), SecretHash::of("two"), "two…", 2)
+            .unwrap();
         let k = s.get_key("ci").unwrap();
         assert!(k.declared);
         assert_eq!((k.secret_hash, k.limits.rpm), (SecretHash::of("two"), Some(5)));
