@@ -147,6 +147,25 @@ pub async fn rotate_key(State(gw): State<Arc<Gateway>>, Path(name): Path<String>
     Ok(Json(v))
 }
 
+/// A key named after a client (`ccmesh connect` from the dashboard): made, or, when one of that
+/// name exists from an earlier connect, given a new secret. Returns the secret.
+pub async fn mint_for_client(gw: &Arc<Gateway>, name: &'static str, description: String) -> ApiResult<String> {
+    check_file_rules(gw, Section::Keys)?;
+    let (secret, hash, prefix) = new_secret()?;
+    let now = crate::keys::now_ms(&*gw.clock);
+    let exists = gw.snapshot().keys.find(name).is_some();
+    write(gw, "key_minted", move |g| {
+        if exists {
+            g.store.set_key_secret(name, hash, &prefix).map_err(store_error)
+        } else {
+            let draft = KeyDraft::create(&json!({"name": name, "description": description}))?;
+            g.store.insert_key(&draft, hash, &prefix, false, now).map_err(store_error)
+        }
+    })
+    .await?;
+    Ok(secret)
+}
+
 /// `GET /api/me`: the presented client key's limits, spend and what remains — what a key holder
 /// may see of the gateway, and nothing else.
 pub async fn me(State(gw): State<Arc<Gateway>>, headers: HeaderMap, uri: Uri) -> Response {
