@@ -491,7 +491,9 @@ async fn sdk_client_key_refusals_are_the_sdks_own_exceptions() {
     let slow = key(json!({"name": "slow", "limits": {"rpm": 1}})).await;
     let broke = key(json!({"name": "broke", "limits": {"usd_per_day": 0}})).await;
     // The slow key's one request this minute.
-    let r = g.post_with("/v1/messages", &crate::support::gateway::claude_body("claude-x", false), &[("x-api-key", &slow)]).await;
+    let r = g
+        .post_with("/v1/messages", &crate::support::gateway::claude_body("claude-x", false), &[("x-api-key", &slow)])
+        .await;
     assert_eq!(r.status(), 200);
     let env = [("SDK_KEY_OK", ok.as_str()), ("SDK_KEY_SLOW", slow.as_str()), ("SDK_KEY_BROKE", broke.as_str())];
     let run = run_script_env("client_keys.py", &g.url, &["anthropic_refusals", "openai_refusals"], &env).await;
