@@ -541,6 +541,7 @@ async fn live_events_show_config_changes_breaker_transitions_and_requests() {
             "tokens": {"input": null, "output": 3, "cache_read": null, "cache_write": null},
             "cost_usd": 0.001,
             "error": null,
+            "client_key": null,
         })
     );
     assert_eq!(late.expect_request("req-live-1").await["id"], "req-live-1");
