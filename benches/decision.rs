@@ -150,7 +150,12 @@ fn snapshot(endpoints: Vec<Endpoint>, breakers: &Breakers, strategy: RoutingStra
         .collect();
     let mut settings = Settings::default();
     settings.routing_strategy = strategy;
-    Snapshot { endpoints, settings: Arc::new(settings), prices: Arc::new(PriceTable::builtin()) }
+    Snapshot {
+        endpoints,
+        settings: Arc::new(settings),
+        prices: Arc::new(PriceTable::builtin()),
+        keys: Arc::new(ccmesh::keys::KeySet::default()),
+    }
 }
 
 /// One request's decision, its first attempt answering 200: the candidate list

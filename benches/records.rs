@@ -111,6 +111,8 @@ fn generate(rng: &mut Rng, i: u64, n: u64) -> RequestRecord {
         failed_over: false,
         conversion: None,
         losses: Vec::new(),
+        client_key: None,
+        affinity: false,
     };
     let roll = rng.below(100);
     if roll < 3 {

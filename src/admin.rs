@@ -7,6 +7,7 @@ pub mod clients;
 pub mod connectivity;
 pub mod events;
 pub mod health;
+pub mod keys;
 pub mod login_limit;
 pub mod prices;
 pub mod requests;
@@ -50,6 +51,9 @@ pub fn router(gw: Arc<Gateway>) -> Router<Arc<Gateway>> {
         .route("/api/presets", get(list_presets))
         .route("/api/prices", get(prices::list_prices))
         .route("/api/prices/{model}", put(prices::put_price).delete(prices::delete_price))
+        .route("/api/keys", get(keys::list_keys).post(keys::create_key))
+        .route("/api/keys/{name}", get(keys::get_key).patch(keys::patch_key).delete(keys::delete_key))
+        .route("/api/keys/{name}/rotate", post(keys::rotate_key))
         .fallback(api_not_found)
         .layer(axum::middleware::from_fn_with_state(gw, auth::require_admin))
 }
@@ -405,6 +409,8 @@ async fn put_current(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes) ->
     }
     // Any enabled endpoint can be made current: every format serves every protocol (SPEC §1).
     gw.rotation.set_manual(protocol, e.config.id);
+    // The operator's switch wins over remembered sessions (SPEC §15.10).
+    gw.sessions.clear_protocol(protocol);
     gw.events.config_changed("current");
     Ok(Json(current_json(&gw)))
 }

@@ -4,6 +4,7 @@
 pub mod api;
 pub mod clients;
 pub mod import;
+pub mod keys;
 pub mod manage;
 pub mod presets;
 pub mod records;
@@ -30,6 +31,9 @@ pub enum Command {
     /// Manage the fast queue.
     #[command(subcommand)]
     Fast(manage::FastCommand),
+    /// Manage client keys (who may use the proxy, for what, how much); `key usage` for a key's holder.
+    #[command(subcommand)]
+    Key(keys::KeyCommand),
     /// Show endpoint health.
     Health(manage::Common),
     /// Reset an endpoint's circuit breaker.

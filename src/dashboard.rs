@@ -5,7 +5,7 @@
 //! Content-Security-Policy on every page says so to the browser too.
 //!
 //! Pages: `/` overview, `/endpoints`, `/requests`, `/requests/{id}` (decision trail), `/stats`,
-//! `/settings`, `/clients` (point Claude Code, Codex, Gemini CLI at the gateway), `/login` (only when an admin token is set), `POST /logout`.
+//! `/settings`, `/keys` (client keys), `/clients` (point Claude Code, Codex, Gemini CLI at the gateway), `/login` (only when an admin token is set), `POST /logout`.
 //!
 //! Access: without an admin token the pages are open (the gateway then listens on loopback
 //! only). With one, every page needs the signed session cookie of `admin::session`; without a
@@ -44,6 +44,7 @@ pub fn router(gw: Arc<Gateway>) -> Router<Arc<Gateway>> {
         .route("/stats", get(stats))
         .route("/settings", get(settings))
         .route("/clients", get(clients))
+        .route("/keys", get(keys))
         .route("/login", get(login_page).post(login_submit))
         .route("/logout", post(logout))
         .route("/assets/{file}", get(assets::serve))
@@ -171,6 +172,10 @@ async fn stats(State(gw): State<Arc<Gateway>>, headers: HeaderMap, uri: Uri) -> 
 async fn settings(State(gw): State<Arc<Gateway>>, headers: HeaderMap, uri: Uri) -> Response {
     let current = gw.snapshot().settings.to_document();
     page(&gw, &headers, &uri, pages::settings(&settings_form::render(&current)))
+}
+
+async fn keys(State(gw): State<Arc<Gateway>>, headers: HeaderMap, uri: Uri) -> Response {
+    page(&gw, &headers, &uri, pages::keys())
 }
 
 async fn clients(State(gw): State<Arc<Gateway>>, headers: HeaderMap, uri: Uri) -> Response {

@@ -1,6 +1,8 @@
 //! The shared state of a running gateway: the configuration snapshot the request path reads
 //! (`snapshot.rs`, swapped atomically on every change: no database read per request), the
-//! breakers, the rotation, and the gateway's identity and connection accounting.
+//! breakers, the rotation, the client keys' limiter and the session bindings (each behind a
+//! narrow trait a cluster can implement on shared state), and the gateway's identity and
+//! connection accounting.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +25,11 @@ pub struct Gateway {
     snapshot: ArcSwap<Snapshot>,
     pub breakers: Breakers,
     pub rotation: Rotation,
+    /// The client keys' rate limits, leases and budgets; state keyed by key name, kept across
+    /// snapshot swaps.
+    pub limiter: Arc<dyn crate::keys::Limiter>,
+    /// Session affinity's bindings.
+    pub sessions: Arc<dyn crate::affinity::SessionBindings>,
     pub clock: Arc<dyn Clock>,
     pub events: Events,
     pub store: Store,
@@ -86,9 +93,12 @@ impl Gateway {
                 endpoints: Vec::new(),
                 settings: Arc::new(Settings::default()),
                 prices: Arc::new(PriceTable::builtin()),
+                keys: Arc::default(),
             }),
             breakers: Breakers::new(clock.clone(), Arc::new(events.clone())),
             rotation: Rotation::default(),
+            limiter: Arc::new(crate::keys::MemoryLimiter::new()),
+            sessions: Arc::new(crate::affinity::MemoryBindings::new()),
             clock,
             events,
             store,
@@ -110,7 +120,32 @@ impl Gateway {
             local: std::sync::OnceLock::new(),
         };
         gateway.reload()?;
+        gateway.seed_budgets();
         Ok(Arc::new(gateway))
+    }
+
+    /// Charge the keys' budgets with what their recorded requests of the current windows cost
+    /// (the UTC month, and the last 5 hours when that reaches into the month before), so a
+    /// restart does not hand out a spent budget again. Records the writer had not stored yet
+    /// when the process stopped, and records older than `retention_days`, are not counted.
+    fn seed_budgets(&self) {
+        let now = crate::keys::now_ms(&*self.clock);
+        let since = crate::timefmt::utc_month_bounds(now).0.min(now - 5 * 3_600_000);
+        match self.store.recorded_charges(since) {
+            Ok(charges) => {
+                let snapshot = self.snapshot();
+                for (key, at, tokens, usd) in charges {
+                    if let Some(k) = snapshot.keys.find(&key) {
+                        self.limiter.charge(&k.name, tokens, usd, at);
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(
+                event = "budgets_not_seeded",
+                error = %e,
+                "cannot read the request records; client-key budgets start from zero"
+            ),
+        }
     }
 
     /// `None` while storage works; else what is wrong (SPEC §15.8).
@@ -155,7 +190,11 @@ impl Gateway {
             })
             .collect();
         let prices = Arc::new(PriceTable::load(&self.store)?);
-        self.snapshot.store(Arc::new(Snapshot { endpoints: live, settings: Arc::new(settings), prices }));
+        let keys = self.store.list_keys()?;
+        let names: Vec<String> = keys.iter().map(|k| k.name.clone()).collect();
+        self.limiter.retain(&names);
+        let keys = Arc::new(crate::keys::KeySet::new(keys, settings.require_client_key));
+        self.snapshot.store(Arc::new(Snapshot { endpoints: live, settings: Arc::new(settings), prices, keys }));
         // Metric labels are bounded by the configuration: tell the registry what is configured.
         self.events.metrics().configure(&self.snapshot.load());
         self.catalogue.endpoints_changed();

@@ -4,6 +4,8 @@
 
 /// Admin REST API under `/api`.
 pub mod admin;
+/// Session affinity: session ids from the clients' requests, and their endpoint bindings.
+pub mod affinity;
 /// The circuit breaker: pure state machine and its thin shell.
 pub mod breaker;
 /// The upstreams' model lists, fetched in the background for `GET /v1/models`.
@@ -32,6 +34,8 @@ pub mod hosts;
 pub mod idle_memory;
 /// Reading cc-switch's and the ccMesh desktop app's databases into endpoints and settings.
 pub mod import;
+/// Client keys: who may use the gateway, for what, how fast, for how much.
+pub mod keys;
 /// Request records, usage, cost, metrics and live events.
 pub mod observe;
 /// Endpoint presets for the vendors coding agents use most (`presets/vendors.toml`).

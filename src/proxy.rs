@@ -6,6 +6,7 @@ pub mod backoff;
 pub mod conversion;
 pub mod dns;
 mod exchange;
+pub mod gate;
 pub mod gemini;
 pub mod models;
 pub mod outcome;
@@ -24,6 +25,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, header};
 use axum::response::Response;
 use bytes::Bytes;
 
+use crate::affinity;
 use crate::gateway::Gateway;
 use crate::protocol::errors::{ErrorKind, GatewayError};
 use crate::protocol::{Protocol, Route};
@@ -53,6 +55,11 @@ pub struct Inbound {
     pub gemini: Option<gemini::GeminiCall>,
     /// The loop-detection header this request's upstream requests carry (SPEC §8).
     pub hop: HeaderValue,
+    /// The client's session id (`affinity::session_id`), for session affinity and
+    /// `prompt_cache_key`.
+    pub session_id: Option<String>,
+    /// The client key's name, when keys are enforced.
+    pub client_key: Option<String>,
 }
 
 // Header names looked up on every request, parsed once (a lookup by `&str` parses the name).
@@ -181,7 +188,7 @@ pub async fn handle(State(gw): State<Arc<Gateway>>, request: Request) -> Respons
         && let Some(model) = gemini::model_get(&parts.method, path)
         && (is_v1beta || gemini::is_gemini_client(&parts.headers, query))
     {
-        return models::get_gemini_model(&gw, &model);
+        return models::get_gemini_model(&gw, &model, &parts.headers, query);
     }
     let route = match &gemini_call {
         Some(call) => Some(gemini::route(call)),
@@ -228,7 +235,13 @@ pub async fn handle(State(gw): State<Arc<Gateway>>, request: Request) -> Respons
             return response;
         }
     };
-    match prepare(&snapshot, route, gemini_call, parts, body, hop, &mut trail).await {
+    // Client keys (SPEC §12): who is asking, before the body is read. `prepare` cannot route
+    // without the gate, which it passes through `Gate::admit` before any routing.
+    let gate = match gate::Gate::open(&gw, &snapshot, &parts.headers, parts.uri.query(), Some(&mut trail)) {
+        Ok(gate) => gate,
+        Err(refusal) => return respond::refuse(refusal.to_error(), protocol, trail, &snapshot),
+    };
+    match prepare(&gw, &snapshot, route, gemini_call, parts, body, hop, gate, &mut trail).await {
         Ok((inbound, candidates, is_explicit)) => {
             attempt::run(gw, snapshot, inbound, candidates, is_explicit, trail).await
         }
@@ -240,14 +253,18 @@ pub async fn handle(State(gw): State<Arc<Gateway>>, request: Request) -> Respons
     }
 }
 
-/// Read and check the request, and choose its candidates (SPEC §2 steps 0–3).
+/// Read and check the request, pass the client-key gate, and choose its candidates (SPEC §2
+/// steps 0–3).
+#[allow(clippy::too_many_arguments)]
 async fn prepare(
+    gw: &Gateway,
     snapshot: &Snapshot,
     route: Route,
     gemini: Option<gemini::GeminiCall>,
     parts: axum::http::request::Parts,
     body: axum::body::Body,
     hop: HeaderValue,
+    gate: gate::Gate,
     trail: &mut Trail,
 ) -> Result<(Inbound, Vec<Arc<LiveEndpoint>>, bool), GatewayError> {
     let limit = snapshot.settings.max_body_bytes;
@@ -303,8 +320,9 @@ async fn prepare(
     // The inference protocols and token counts carry JSON; other paths only when they say so.
     let is_json = match route {
         Route::Protocol(_) | Route::CountTokens(_) => true,
+        // A pass-through body that is not an object has no model to read: forwarded as it is.
         Route::PassThrough { .. } => {
-            !body.is_empty()
+            request::is_object(&body)
                 && parts
                     .headers
                     .get(header::CONTENT_TYPE)
@@ -330,21 +348,45 @@ async fn prepare(
     let model = explicit.model.as_deref().map(str::to_string);
     let model_prefixed = model.as_deref() != requested_model;
 
+    // Client keys (SPEC §12, §15.10): the model, the explicit endpoint, the price under a budget,
+    // then the key's limits — all before any routing.
+    let explicit_endpoint = explicit.endpoint.map(|e| e.as_ref());
+    let admitted = gate
+        .admit(gw, snapshot, route.protocol(), model.as_deref(), explicit_endpoint, trail)
+        .map_err(|r| r.to_error())?;
+
     let (candidates, is_explicit): (Vec<Arc<LiveEndpoint>>, bool) = match explicit.endpoint {
         Some(e) => (vec![e.clone()], true),
         None => {
-            let routable = routing::list_routable(&snapshot.endpoints, route);
+            // SPEC §15.10: the key's endpoint list filters the candidates at §2 step 1; when
+            // that filter alone leaves none, the client learns which endpoints it may use.
+            let allowed = gate::allowed_endpoints(&admitted, &snapshot.endpoints);
+            let pool: &[Arc<LiveEndpoint>] = allowed.as_deref().unwrap_or(&snapshot.endpoints);
+            let only_the_filter = || {
+                let all = routing::list_routable(&snapshot.endpoints, route);
+                match &model {
+                    Some(m) => routing::filter_by_model(all, &snapshot.endpoints, route, m).is_ok(),
+                    None => !all.is_empty(),
+                }
+            };
+            let no_allowed = |otherwise: GatewayError| match gate::no_allowed_endpoint(gw, &admitted) {
+                Some(refusal) if allowed.is_some() && only_the_filter() => refusal.to_error(),
+                _ => otherwise,
+            };
+            let routable = routing::list_routable(pool, route);
             if routable.is_empty() {
-                return Err(routing::nothing_configured(route));
+                return Err(no_allowed(routing::nothing_configured(route)));
             }
             let serving = match &model {
-                Some(m) => routing::filter_by_model(routable, &snapshot.endpoints, route, m)?,
+                Some(m) => routing::filter_by_model(routable, pool, route, m).map_err(no_allowed)?,
                 None => routable,
             };
             (serving.into_iter().cloned().collect(), false)
         }
     };
     let model_span = if gemini.is_some() { None } else { peek.as_ref().and_then(|p| p.model_span(&body)) };
+    let session_id = affinity::session_id(&parts.headers, peek.as_ref().map(|p| p.session()).unwrap_or_default());
+    trail.set_session(session_id.as_deref());
     drop(peek);
 
     let path = parts.uri.path();
@@ -367,6 +409,8 @@ async fn prepare(
         stream,
         gemini,
         hop,
+        session_id,
+        client_key: admitted.key.as_ref().map(|k| k.name.clone()),
     };
     Ok((inbound, candidates, is_explicit))
 }

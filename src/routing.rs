@@ -3,7 +3,7 @@
 
 pub mod rotation;
 
-pub use rotation::{Rotation, RotationUpdate, advance, attempt_cap, start_index};
+pub use rotation::{Rotation, RotationUpdate, advance, affinity_start, attempt_cap, start_index};
 
 use std::borrow::Cow;
 

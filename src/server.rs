@@ -65,6 +65,8 @@ pub fn router(gw: Arc<Gateway>) -> Router {
             get(metrics).route_layer(axum::middleware::from_fn_with_state(gw.clone(), admin::auth::require_admin)),
         )
         .route("/v1/models", get(proxy::models::list_models))
+        // Authenticated by the client key, from any Host (SPEC §15.7): outside the admin guard.
+        .route("/api/me", get(admin::keys::me))
         .route("/v1/{*rest}", any(proxy::handle))
         .route("/v1beta/models", get(proxy::models::list_models))
         .route("/v1beta/{*rest}", any(proxy::handle))
@@ -84,7 +86,9 @@ async fn metrics(axum::extract::State(gw): axum::extract::State<Arc<Gateway>>) -
     // The vocabulary of bounded labels follows the configuration.
     metrics.configure(&snapshot);
     let breakers = snapshot.endpoints.iter().map(|e| (e.config.name.clone(), e.breaker.view().circuit)).collect();
-    let body = metrics.render_scrape(&Scrape { breakers, records_dropped: gw.events.records().dropped() });
+    let now = crate::keys::now_ms(&*gw.clock);
+    let keys = snapshot.keys.all().iter().map(|k| (k.name.clone(), gw.limiter.usage(&k.name, now))).collect();
+    let body = metrics.render_scrape(&Scrape { breakers, records_dropped: gw.events.records().dropped(), keys });
     ([(axum::http::header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response()
 }
 

@@ -1,5 +1,6 @@
 //! The configuration snapshot the request path reads: endpoints with everything a request needs
-//! prebuilt (auth header, extra headers, `Host`), the settings and the price table. Immutable;
+//! prebuilt (auth header, extra headers, `Host`), the settings, the price table and the client
+//! keys (so a request finds its key in memory, never in the database). Immutable;
 //! the gateway swaps in a new one on every change, so a request never reads the database.
 
 use std::sync::Arc;
@@ -45,11 +46,18 @@ pub struct Snapshot {
     pub settings: Arc<Settings>,
     /// Model prices (built-in table with the stored overrides).
     pub prices: Arc<PriceTable>,
+    /// Client keys, and whether they are required.
+    pub keys: Arc<crate::keys::KeySet>,
 }
 
 impl Snapshot {
     pub fn find(&self, name: &str) -> Option<&Arc<LiveEndpoint>> {
         self.endpoints.iter().find(|e| e.config.name == name)
+    }
+
+    /// Whether `model` has a price: in the table, or the `default_price` setting.
+    pub fn priced(&self, model: &str) -> bool {
+        self.settings.default_price.is_some() || self.prices.price(model).is_some()
     }
 }
 

@@ -21,15 +21,22 @@ pub enum StoreError {
     Sqlite(#[from] rusqlite::Error),
     #[error("corrupt stored value: {0}")]
     Corrupt(String),
+    #[error("a client key named '{0}' already exists")]
+    KeyDuplicate(String),
+    #[error("no client key named '{0}'")]
+    KeyNotFound(String),
+    #[error("client key '{0}' would have the same secret as another key")]
+    SecretTaken(String),
 }
 
 pub mod data_dir;
+pub mod keys;
 pub mod prices;
 pub mod records;
 
 /// Schema migrations, applied in order; `PRAGMA user_version` records how many ran. Each later
 /// migration lives beside the code that uses its tables.
-const MIGRATIONS: &[&str] = &[V1_ENDPOINTS_AND_SETTINGS, records::SCHEMA, prices::SCHEMA];
+const MIGRATIONS: &[&str] = &[V1_ENDPOINTS_AND_SETTINGS, records::SCHEMA, prices::SCHEMA, keys::SCHEMA];
 
 const V1_ENDPOINTS_AND_SETTINGS: &str = r#"
 CREATE TABLE endpoints (

@@ -14,8 +14,39 @@ pub fn rfc3339(t: SystemTime) -> String {
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
+/// Unix milliseconds as RFC 3339, UTC, second precision (the millisecond part dropped).
+pub fn rfc3339_ms(ms: i64) -> String {
+    let t = if ms >= 0 {
+        UNIX_EPOCH + std::time::Duration::from_millis(ms as u64)
+    } else {
+        UNIX_EPOCH - std::time::Duration::from_millis(ms.unsigned_abs())
+    };
+    rfc3339(t)
+}
+
+/// The first instant (unix ms) of the UTC month holding `ms`, and of the month after it.
+pub fn utc_month_bounds(ms: i64) -> (i64, i64) {
+    let days = ms.div_euclid(86_400_000);
+    let (y, m, _) = civil_from_days(days);
+    let start = days_from_civil(y, m, 1) * 86_400_000;
+    let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
+    (start, days_from_civil(ny, nm, 1) * 86_400_000)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let (m, d) = (i64::from(m), i64::from(d));
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Howard Hinnant's days-to-civil algorithm (proleptic Gregorian).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -40,6 +71,24 @@ mod tests {
         assert_eq!(at(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(at(1_795_946_400), "2026-11-29T10:00:00Z");
         assert_eq!(at(4_102_444_799), "2099-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn month_bounds_and_days_round_trip() {
+        let ms = |s: &str| {
+            let (y, rest) = s.split_at(4);
+            let m: u32 = rest[1..3].parse().unwrap();
+            let d: u32 = rest[4..6].parse().unwrap();
+            days_from_civil(y.parse().unwrap(), m, d) * 86_400_000
+        };
+        assert_eq!(rfc3339_ms(ms("2026-11-29")), "2026-11-29T00:00:00Z");
+        let inside = ms("2026-12-31") + 86_399_999;
+        assert_eq!(utc_month_bounds(inside), (ms("2026-12-01"), ms("2027-01-01")));
+        assert_eq!(utc_month_bounds(ms("2028-02-29")), (ms("2028-02-01"), ms("2028-03-01")));
+        for day in (-1000..30_000).step_by(17) {
+            let (y, m, d) = civil_from_days(day);
+            assert_eq!(days_from_civil(y, m, d), day);
+        }
     }
 
     #[test]

@@ -128,12 +128,18 @@ async fn act(gw: Arc<Gateway>, name: String, key: Option<String>, connect: bool)
         return Err(ApiError { status: StatusCode::FORBIDDEN, message: reason, field: None });
     }
     let now = gw.clock.wall();
+    // SPEC §15.10: without a key given, a gateway that uses client keys makes one for the client.
+    let key = match key {
+        None if connect && gw.snapshot().keys.enforced() => {
+            let description = format!("{} on this machine (dashboard connect)", client.display_name());
+            Some(super::keys::mint_for_client(&gw, client.id(), description).await?)
+        }
+        other => other,
+    };
     let result = tokio::task::spawn_blocking(move || {
         let env = host.env.clone().ok_or_else(|| ClientError::Refused("no home directory".into()))?;
         let url = host.url();
         let report = if connect {
-            // Minting a dedicated client key (SPEC §15.10) belongs here once client keys exist in
-            // the gateway; until then the dashboard writes the key it is given, or the placeholder.
             let key = key.unwrap_or_else(|| clients::PLACEHOLDER_KEY.to_string());
             clients::connect(client, &env, &host.data_dir, &Target { server: url.clone(), key }, now)?
         } else {

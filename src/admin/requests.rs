@@ -88,7 +88,7 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-fn parse_rfc3339(s: &str) -> Option<i64> {
+pub(crate) fn parse_rfc3339(s: &str) -> Option<i64> {
     let b = s.as_bytes();
     let num = |range: std::ops::Range<usize>| -> Option<i64> {
         let part = s.get(range)?;
@@ -175,6 +175,7 @@ pub fn parse_list_query(raw: Option<&str>, now_ms: i64) -> ApiResult<ListQuery> 
         "status_class",
         "status",
         "failed_over",
+        "key",
         "q",
         "limit",
         "cursor",
@@ -210,6 +211,7 @@ pub fn parse_list_query(raw: Option<&str>, now_ms: i64) -> ApiResult<ListQuery> 
                 f.status = Some(s);
             }
             "failed_over" => f.failed_over = Some(parse_bool("failed_over", &v)?),
+            "key" => f.client_key = Some(non_empty("key", &v)?),
             "q" => {
                 if v.trim().is_empty() {
                     return Err(bad("q", "must not be empty"));
@@ -258,8 +260,9 @@ pub fn parse_stats_query(raw: Option<&str>, now_ms: i64) -> ApiResult<StatsQuery
             "since" => since = Some(parse_time(&v, now_ms).map_err(|e| bad("since", e))?),
             "until" => until = Some(parse_time(&v, now_ms).map_err(|e| bad("until", e))?),
             "group_by" => {
-                group_by =
-                    Some(GroupBy::parse(&v).ok_or_else(|| bad("group_by", "must be endpoint, model or protocol"))?)
+                group_by = Some(
+                    GroupBy::parse(&v).ok_or_else(|| bad("group_by", "must be endpoint, model, protocol or key"))?,
+                )
             }
             "bucket" => bucket = Some(Bucket::parse(&v).ok_or_else(|| bad("bucket", "must be hour or day"))?),
             _ => {}
@@ -386,7 +389,7 @@ mod tests {
     #[test]
     fn list_query_parses_every_parameter() {
         let q = parse_list_query(
-            Some("since=24h&until=2026-11-29T10:00:00Z&endpoint=glm&model=claude-sonnet-4-5&protocol=claude&status_class=5xx&status=503&failed_over=true&q=over%20loaded&limit=500&cursor=0000019ace5f0c000000000000000007"),
+            Some("since=24h&until=2026-11-29T10:00:00Z&endpoint=glm&model=claude-sonnet-4-5&protocol=claude&status_class=5xx&status=503&failed_over=true&key=alice&q=over%20loaded&limit=500&cursor=0000019ace5f0c000000000000000007"),
             NOW,
         )
         .unwrap();
@@ -401,6 +404,7 @@ mod tests {
                 status_class: Some(5),
                 status: Some(503),
                 failed_over: Some(true),
+                client_key: Some("alice".into()),
                 text: Some("over loaded".into()),
             }
         );

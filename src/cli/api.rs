@@ -153,6 +153,8 @@ pub fn cli_hint(message: &str) -> String {
 /// Fixed API phrases and the CLI's words for them.
 const HINTS: &[(&str, &str)] = &[
     ("list them with GET /api/endpoints", "list them with `ccmesh endpoint list`"),
+    ("list them with GET /api/keys", "list them with `ccmesh key list`"),
+    ("(POST /api/keys, POST /api/keys/{name}/rotate)", "(`ccmesh key add NAME`, `ccmesh key rotate NAME`)"),
     ("list endpoints with GET /api/endpoints or `ccmesh endpoint list`", "list them with `ccmesh endpoint list`"),
     ("or PATCH the existing one", "or change the existing one with `ccmesh endpoint edit NAME …`"),
     ("see GET /api/settings for the valid keys", "see docs/configuration.md for the valid keys"),
@@ -217,6 +219,9 @@ mod tests {
             "name: an endpoint named 'a' already exists; choose another name or PATCH the existing one".into(),
             "unknown settings key 'x'; see GET /api/settings for the valid keys".into(),
             "this gateway requires an admin token; send Authorization: Bearer <CCMESH_ADMIN_TOKEN>".into(),
+            "no client key named 'x'; list them with GET /api/keys".into(),
+            crate::keys::KeyDraft::create(&serde_json::json!({"name": "a", "secret": "x"})).unwrap_err().message,
+            "endpoints: no endpoint named 'x'; list them with GET /api/endpoints".into(),
         ];
         for m in api_messages {
             let cli = cli_hint(&m);

@@ -78,13 +78,11 @@ fn environment() -> anyhow::Result<Environment> {
     Environment::from_process().context("cannot find your home directory (HOME is not set)")
 }
 
-/// SPEC §15.10: a key named after the client when the gateway uses client keys (any exists, or
-/// `require_client_key` is on), else `None` (the placeholder is written).
-///
-/// Client keys (`/api/keys`, SPEC §12) are not on this branch yet: a gateway without the route
-/// answers 404 and gets the placeholder, which is all this branch's tests exercise. The calls
-/// below follow SPEC §12 (`POST /api/keys` → `secret`, `POST /api/keys/{name}/rotate` when the
-/// name exists) and must be checked against the real routes once they land.
+/// SPEC §15.10: a key named after the client (`claude-code`, `codex`, `gemini-cli`) when the
+/// gateway uses client keys (any exists, or `require_client_key` is on), else `None` (the
+/// placeholder is written). A key of that name from an earlier connect gets a new secret
+/// (`POST /api/keys/{name}/rotate`): the old one cannot be read back. An older gateway without
+/// `/api/keys` answers 404 and gets the placeholder.
 pub(crate) async fn mint_client_key(api: &Client, client: ClientKind) -> anyhow::Result<Option<String>> {
     use reqwest::{Method, StatusCode};
     let (status, keys) = api.call_status(Method::GET, "/api/keys", None).await?;
@@ -99,8 +97,7 @@ pub(crate) async fn mint_client_key(api: &Client, client: ClientKind) -> anyhow:
     if !status.is_success() {
         bail!("cannot list the gateway's client keys ({status}); pass one with --key");
     }
-    let any_key = keys.as_array().is_some_and(|a| !a.is_empty())
-        || keys.get("keys").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
+    let any_key = keys.as_array().is_some_and(|a| !a.is_empty());
     let settings = api.call(Method::GET, "/api/settings", None).await?;
     let required = settings.get("require_client_key").and_then(Value::as_bool).unwrap_or(false);
     if !any_key && !required {
@@ -109,12 +106,12 @@ pub(crate) async fn mint_client_key(api: &Client, client: ClientKind) -> anyhow:
     let name = client.id();
     let body =
         json!({"name": name, "description": format!("{} on this machine (ccmesh connect)", client.display_name())});
-    let (status, created) = api.call_status(Method::POST, "/api/keys", Some(body)).await?;
-    let created = if status.is_success() {
-        created
-    } else {
+    let exists = keys.as_array().is_some_and(|a| a.iter().any(|k| k["name"].as_str() == Some(name)));
+    let created = if exists {
         // The client was connected before: its old secret is not retrievable, so rotate it.
         api.call(Method::POST, &format!("/api/keys/{}/rotate", super::manage::path(name)), None).await?
+    } else {
+        api.call(Method::POST, "/api/keys", Some(body)).await?
     };
     created
         .get("secret")

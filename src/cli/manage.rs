@@ -228,6 +228,7 @@ async fn dispatch(command: Command) -> anyhow::Result<String> {
         Command::Service(cmd) => super::clients::service_install(cmd),
         Command::Import(cmd) => super::import::run(cmd).await,
         Command::Presets(common) => Ok(super::presets::list(&common)),
+        Command::Key(cmd) => super::keys::run(cmd).await,
         Command::Endpoint(cmd) => match cmd {
             EndpointCommand::Add { name, preset, api_key, fields, disabled, common } => {
                 let mut obj = match preset {

@@ -35,6 +35,9 @@ pub struct LogsArgs {
     /// Only requests that failed over.
     #[arg(long)]
     pub failed_over: bool,
+    /// Only the requests of this client key (its name).
+    #[arg(long = "key")]
+    pub client_key: Option<String>,
     /// Start of the period: unix ms, RFC 3339, a date, or an age like 15m, 24h, 7d.
     #[arg(long)]
     pub since: Option<String>,
@@ -50,7 +53,7 @@ pub struct StatsArgs {
     /// Start of the period (unix ms, RFC 3339, a date, or an age like 24h, 7d).
     #[arg(long, default_value = "24h")]
     pub since: String,
-    /// Group by endpoint, model or protocol.
+    /// Group by endpoint, model, protocol or key (the client key).
     #[arg(long = "by", default_value = "endpoint")]
     pub group_by: String,
     #[command(flatten)]
@@ -94,6 +97,7 @@ pub async fn logs(args: LogsArgs) -> anyhow::Result<String> {
         ("status_class", status_class),
         ("status", status),
         ("failed_over", args.failed_over.then_some("true")),
+        ("key", args.client_key.as_deref()),
         ("since", args.since.as_deref()),
         ("q", args.q.as_deref()),
     ]);
@@ -189,6 +193,7 @@ fn follow_matches(v: &Value, args: &LogsArgs) -> bool {
     eq("endpoint", &args.endpoint)
         && eq("model", &args.model)
         && eq("protocol", &args.protocol)
+        && eq("client_key", &args.client_key)
         && status_ok
         && (!args.failed_over || v["failed_over"] == json!(true))
         && args
@@ -353,6 +358,7 @@ fn unkeyed(group_by: &str) -> &'static str {
     match group_by {
         "endpoint" => "(no endpoint reached)",
         "model" => "(no model named)",
+        "key" => "(no client key)",
         _ => "(none)",
     }
 }

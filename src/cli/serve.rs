@@ -48,6 +48,11 @@ pub struct ServeArgs {
     /// Log format: `text` or `json`.
     #[arg(long, env = "CCMESH_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
+    /// Serve the proxy paths to anyone who can reach a non-loopback --listen address, without
+    /// client keys (they then spend the endpoints' keys). Without this flag such a start is
+    /// refused until a client key exists or require_client_key is on.
+    #[arg(long, env = "CCMESH_OPEN_PROXY")]
+    pub open_proxy: bool,
 }
 
 pub fn run(args: ServeArgs) -> ExitCode {
@@ -96,6 +101,28 @@ pub fn check_listen(listen: &SocketAddr, token: Option<&str>) -> anyhow::Result<
         );
     }
     Ok(())
+}
+
+/// SPEC §12, §15.10: on an address other machines can reach, the proxy paths need client keys
+/// (any key exists, or `require_client_key` is on) unless the operator says `--open-proxy`.
+/// `Ok(true)`: open on purpose, worth a warning.
+pub fn check_open_proxy(
+    listen: &SocketAddr,
+    keys_exist: bool,
+    keys_required: bool,
+    open_proxy: bool,
+) -> anyhow::Result<bool> {
+    if listen.ip().is_loopback() || keys_exist || keys_required {
+        return Ok(false);
+    }
+    if open_proxy {
+        return Ok(true);
+    }
+    bail!(
+        "refusing to serve the proxy on {listen} without client keys: anyone who can reach it would spend your \
+         endpoints' API keys. Make a key first (`ccmesh key add NAME` against a loopback gateway, or [[keys]] in \
+         the config file), set require_client_key = true, or pass --open-proxy to serve it open on purpose"
+    );
 }
 
 pub fn default_data_dir() -> anyhow::Result<PathBuf> {
@@ -187,6 +214,18 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         None => {}
     }
+    let keys_exist = store.count_keys()? > 0;
+    let keys_required = match store.load_settings()? {
+        Some(doc) => crate::config::Settings::default().patched(&doc).map(|s| s.require_client_key).unwrap_or(false),
+        None => false,
+    };
+    if check_open_proxy(&args.listen, keys_exist, keys_required, args.open_proxy)? {
+        tracing::warn!(
+            event = "open_proxy",
+            listen = %args.listen,
+            "serving the proxy paths without client keys on a non-loopback address (--open-proxy): anyone who can reach it spends the endpoints' keys"
+        );
+    }
     let client = crate::proxy::upstream::UpstreamClient::new().context("cannot build the HTTP client")?;
     let clock: Arc<dyn crate::clock::Clock> = Arc::new(SystemClock);
     let writer_config = crate::observe::writer::WriterConfig::new(clock.clone());
@@ -271,5 +310,20 @@ mod tests {
         assert!(check_listen(&any, Some("t0ken")).is_ok());
         assert!(check_listen(&lo, None).is_ok());
         assert!(check_listen(&lo6, None).is_ok());
+    }
+
+    #[test]
+    fn a_public_proxy_needs_client_keys_or_says_it_is_open() {
+        let any: SocketAddr = "0.0.0.0:3999".parse().unwrap();
+        let lo: SocketAddr = "127.0.0.1:3999".parse().unwrap();
+        let err = check_open_proxy(&any, false, false, false).unwrap_err().to_string();
+        assert!(
+            err.contains("ccmesh key add") && err.contains("--open-proxy") && err.contains("require_client_key"),
+            "{err}"
+        );
+        assert!(!check_open_proxy(&any, true, false, false).unwrap());
+        assert!(!check_open_proxy(&any, false, true, false).unwrap());
+        assert!(check_open_proxy(&any, false, false, true).unwrap(), "open on purpose: a warning");
+        assert!(!check_open_proxy(&lo, false, false, false).unwrap());
     }
 }

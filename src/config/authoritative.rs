@@ -18,6 +18,8 @@
 //!   /api/settings` is refused.
 //! - `[[prices]]` present: the price overrides are exactly the file's; `PUT`/`DELETE
 //!   /api/prices/…` are refused.
+//! - `[[keys]]` present: the client keys are exactly the file's (their spend, kept under their
+//!   names, survives a reload); creating, editing, rotating and deleting keys is refused.
 //! - A section the file does not have stays the database's, writable as usual.
 //! - Always writable: the current endpoint, breaker resets, connectivity tests (their results
 //!   are kept through reloads), and client keys unless a `[[keys]]` section declares them.
@@ -75,7 +77,7 @@ impl Declared {
             endpoints: file.declares_endpoints,
             settings: file.settings.is_some(),
             prices: file.declares_prices,
-            keys: false,
+            keys: file.declares_keys,
             enabled_pinned: file
                 .endpoints
                 .iter()
@@ -261,6 +263,14 @@ pub fn apply(file: &ConfigFile, path: &str, store: &Store) -> Result<(), ConfigF
         let next = Settings::default().patched(patch).map_err(|e| invalid(format!("settings: {e}")))?;
         store.save_settings(&next.to_document()).map_err(store_err)?;
     }
+    if file.declares_keys {
+        for gone in store.list_keys().map_err(store_err)? {
+            if !file.keys.iter().any(|(d, _, _)| d.name.eq_ignore_ascii_case(&gone.name)) {
+                store.delete_key(&gone.name).map_err(store_err)?;
+            }
+        }
+        file.apply_keys(store).map_err(store_err)?;
+    }
     if file.declares_prices {
         for (model, _) in store.list_prices().map_err(store_err)? {
             if !file.prices.iter().any(|(m, _)| m.eq_ignore_ascii_case(&model)) {
@@ -358,6 +368,26 @@ output = 2
         let declared = Declared::of(&file);
         assert!(declared.endpoints && declared.settings && declared.prices && !declared.keys);
         assert!(declared.enabled_pinned.is_empty());
+    }
+
+    #[test]
+    fn declared_keys_are_exactly_the_files() {
+        use crate::keys::secret::SecretHash;
+        let store = Store::open_in_memory().unwrap();
+        let api_key = crate::keys::KeyDraft::create(&serde_json::json!({"name": "from-api"})).unwrap();
+        store.insert_key(&api_key, SecretHash::of("ccm-api"), "ccm-api…", false, 0).unwrap();
+        let text = "[config]\nauthoritative = true\n[[keys]]\nname = \"ci\"\nsecret = \"ccm-declared-secret-0123456789abcdef\"\n";
+        let file = parse("t.toml", text, &env).unwrap();
+        apply(&file, "t.toml", &store).unwrap();
+        let names: Vec<String> = store.list_keys().unwrap().into_iter().map(|k| k.name).collect();
+        assert_eq!(names, ["ci"]);
+        let source = ConfigSource::new("c.toml".into(), Declared::of(&file), Vec::new(), POLL_EVERY, false);
+        assert!(source.refusal(Section::Keys).unwrap().contains("authoritative for client keys"));
+        // Without [[keys]] the keys stay the database's and writable.
+        let file = parse("t.toml", "[config]\nauthoritative = true\n", &env).unwrap();
+        apply(&file, "t.toml", &store).unwrap();
+        assert_eq!(store.count_keys().unwrap(), 1);
+        assert!(!Declared::of(&file).keys);
     }
 
     #[test]

@@ -1,12 +1,16 @@
-//! The `--config ccmesh.toml` file: endpoints (`[[endpoints]]`), settings (`[settings...]`) and
-//! model prices (`[[prices]]`) with the same keys as the admin API's JSON, upserted by name into
-//! the database at start.
+//! The `--config ccmesh.toml` file: endpoints (`[[endpoints]]`), settings (`[settings...]`),
+//! model prices (`[[prices]]`) and client keys (`[[keys]]`) with the same keys as the admin
+//! API's JSON, upserted by name into the database at start. A declared key's `secret` (from
+//! `${ENV}`, so that every machine loading the file accepts the same secret) is hashed when the
+//! file is read; only the hash is kept.
 //! Strings may reference environment variables as `${NAME}`, so keys need not live in the file.
 
 use serde_json::Value;
 
 use crate::config::Settings;
 use crate::endpoint::{EndpointDraft, FieldError};
+use crate::keys::key::KeyDraft;
+use crate::keys::secret::SecretHash;
 use crate::observe::cost::{Price, validate_model};
 use crate::store::{Store, StoreError};
 
@@ -38,9 +42,9 @@ pub struct ConfigFile {
     /// `[[prices]]`: price overrides by model name (or `*` glob).
     pub prices: Vec<(String, Price)>,
     pub declares_prices: bool,
-    // Client keys (`[[keys]]`, SPEC §12) join here when they exist: parsed like the endpoints,
-    // applied by `config::authoritative` as one more declared section, refused in the admin API
-    // through `authoritative::Section::Keys`.
+    /// `[[keys]]`: client keys, each with its secret's hash and prefix (never the secret).
+    pub keys: Vec<(KeyDraft, SecretHash, String)>,
+    pub declares_keys: bool,
 }
 
 /// Parse and validate (without touching the database), so errors surface before binding a port.
@@ -57,9 +61,9 @@ pub fn parse(path: &str, text: &str, env: &dyn Fn(&str) -> Option<String>) -> Re
     interpolate(&mut doc, env).map_err(invalid)?;
     let Value::Object(mut top) = doc else { return Err(invalid("expected a table".into())) };
     for key in top.keys() {
-        if !matches!(key.as_str(), "endpoints" | "settings" | "prices" | "config") {
+        if !matches!(key.as_str(), "endpoints" | "settings" | "prices" | "keys" | "config") {
             return Err(invalid(format!(
-                "unknown top-level key '{key}'; expected [config], [[endpoints]], [settings] and [[prices]]"
+                "unknown top-level key '{key}'; expected [config], [[endpoints]], [settings], [[prices]] and [[keys]]"
             )));
         }
     }
@@ -117,7 +121,34 @@ pub fn parse(path: &str, text: &str, env: &dyn Fn(&str) -> Option<String>) -> Re
             prices.push((model, price));
         }
     }
-    Ok(ConfigFile { authoritative, endpoints, declares_endpoints, settings, prices, declares_prices })
+    let declares_keys = top.contains_key("keys");
+    let mut keys: Vec<(KeyDraft, SecretHash, String)> = Vec::new();
+    if let Some(list) = top.remove("keys") {
+        let Value::Array(items) = list else {
+            return Err(invalid("keys must be an array of tables ([[keys]])".into()));
+        };
+        for (i, item) in items.into_iter().enumerate() {
+            let (draft, hash, prefix) = crate::keys::key::declared(&item)
+                .map_err(|e| invalid(format!("keys[{i}].{}: {}", e.field, e.message)))?;
+            if keys.iter().any(|(d, _, _)| d.name.eq_ignore_ascii_case(&draft.name)) {
+                return Err(invalid(format!("keys[{i}].name: '{}' is declared twice", draft.name)));
+            }
+            if keys.iter().any(|(_, h, _)| *h == hash) {
+                return Err(invalid(format!("keys[{i}].secret: two keys have the same secret")));
+            }
+            keys.push((draft, hash, prefix));
+        }
+    }
+    Ok(ConfigFile {
+        authoritative,
+        endpoints,
+        declares_endpoints,
+        settings,
+        prices,
+        declares_prices,
+        keys,
+        declares_keys,
+    })
 }
 
 impl ConfigFile {
@@ -153,6 +184,16 @@ impl ConfigFile {
         // the admin API) stay.
         for (model, price) in &self.prices {
             store.upsert_price(model, price).map_err(store_err)?;
+        }
+        self.apply_keys(store).map_err(store_err)?;
+        Ok(())
+    }
+
+    /// Upsert the declared keys by name (fields and secret; spend is kept under the name).
+    pub fn apply_keys(&self, store: &Store) -> Result<(), StoreError> {
+        let now = crate::keys::now_ms(&crate::clock::SystemClock);
+        for (draft, hash, prefix) in &self.keys {
+            store.upsert_declared_key(draft, *hash, prefix, now)?;
         }
         Ok(())
     }
@@ -357,6 +398,46 @@ output = 4
             ("prices = 3\n", "prices must be an array of tables"),
         ];
         for (text, want) in cases {
+            let got = parse("t.toml", text, &env).unwrap_err().to_string();
+            assert!(got.contains(want), "{text}: {got}");
+        }
+    }
+
+    #[test]
+    fn declared_keys_are_hashed_at_load_and_upserted_by_name() {
+        let secret = "ccm-from-the-environment-0123456789";
+        let text = r#"
+[[keys]]
+name = "ci"
+secret = "${TEST_CI_KEY}"
+models = ["claude-*"]
+limits = { rpm = 30, usd_per_day = 2 }
+"#;
+        let env = |name: &str| (name == "TEST_CI_KEY").then(|| secret.to_string());
+        let file = parse("t.toml", text, &env).unwrap();
+        assert!(file.declares_keys);
+        assert_eq!(file.keys[0].1, SecretHash::of(secret));
+        assert!(!format!("{:?}", file.keys).contains(secret), "only the hash is kept");
+        let store = Store::open_in_memory().unwrap();
+        file.apply("t.toml", &store).unwrap();
+        file.apply("t.toml", &store).unwrap();
+        let keys = store.list_keys().unwrap();
+        assert_eq!(keys.len(), 1);
+        assert_eq!((keys[0].limits.rpm, keys[0].limits.usd_per_day, keys[0].declared), (Some(30), Some(2.0), true));
+        assert_eq!(keys[0].secret_hash, SecretHash::of(secret));
+        for (text, want) in [
+            ("[[keys]]\nname = \"a\"\n", "keys[0].secret: is required"),
+            ("[[keys]]\nname = \"a\"\nsecret = \"short\"\n", "keys[0].secret: must be at least 32"),
+            (
+                "[[keys]]\nname = \"a\"\nsecret = \"ccm-from-the-environment-0123456789\"\nlimits = { rpm = 0 }\n",
+                "keys[0].limits.rpm",
+            ),
+            (
+                "[[keys]]\nname = \"a\"\nsecret = \"ccm-from-the-environment-0123456789\"\n[[keys]]\nname = \"b\"\nsecret = \"ccm-from-the-environment-0123456789\"\n",
+                "keys[1].secret: two keys have the same secret",
+            ),
+            ("keys = 1\n", "keys must be an array of tables"),
+        ] {
             let got = parse("t.toml", text, &env).unwrap_err().to_string();
             assert!(got.contains(want), "{text}: {got}");
         }

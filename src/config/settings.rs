@@ -188,7 +188,15 @@ pub struct Settings {
     pub stream_resume_attempts: u32,
     /// User retry rules, evaluated before the built-in classification (SPEC §4).
     pub retry_rules: Vec<super::retry_rules::RetryRule>,
+    /// Client keys are required on the proxy paths even while none exists (SPEC §12).
+    pub require_client_key: bool,
+    /// The price of a model the price table does not know (SPEC §15.10): records cost such
+    /// requests at it, and a key with a dollar budget may use such models.
+    pub default_price: Option<crate::observe::cost::Price>,
 }
+
+/// The largest default price accepted, USD per million tokens (more is surely a typo).
+pub const MAX_DEFAULT_PRICE: f64 = 10_000.0;
 
 impl Default for Settings {
     fn default() -> Self {
@@ -219,6 +227,8 @@ impl Default for Settings {
             stream_resume: true,
             stream_resume_attempts: 1,
             retry_rules: Vec::new(),
+            require_client_key: false,
+            default_price: None,
         }
     }
 }
@@ -294,6 +304,10 @@ impl Settings {
             "stream_resume": self.stream_resume,
             "stream_resume_attempts": self.stream_resume_attempts,
             "retry_rules": self.retry_rules.iter().map(super::retry_rules::RetryRule::to_json).collect::<Vec<_>>(),
+            "require_client_key": self.require_client_key,
+            "default_price": self.default_price.map(|p| json!({
+                "input": p.input, "output": p.output, "cache_read": p.cache_read, "cache_write": p.cache_write,
+            })),
         })
     }
 
@@ -364,6 +378,7 @@ impl Settings {
         };
         let allowed_hosts = top.host_list("allowed_hosts")?;
         let retry_rules = super::retry_rules::parse(top.get("retry_rules")?).map_err(SettingsError)?;
+        let default_price = default_price(top.get("default_price")?)?;
         Ok(Settings {
             breaker: to_array(breaker)?,
             timeouts: to_array(timeouts)?,
@@ -380,6 +395,8 @@ impl Settings {
             stream_resume: top.bool("stream_resume")?,
             stream_resume_attempts: top.int("stream_resume_attempts", 0, 5)?,
             retry_rules,
+            require_client_key: top.bool("require_client_key")?,
+            default_price,
         })
     }
 
@@ -389,6 +406,43 @@ impl Settings {
         merge_checked(&mut doc, patch, "")?;
         Settings::from_document(&doc)
     }
+}
+
+/// `default_price`: `null`, or a price object as `PUT /api/prices/{model}` takes it (an object
+/// whose `input` and `output` are both null, as a form with emptied fields sends, is `null`).
+fn default_price(v: &Value) -> Result<Option<crate::observe::cost::Price>, SettingsError> {
+    let named = |e: crate::endpoint::FieldError| SettingsError(format!("default_price.{}: {}", e.field, e.message));
+    let obj = match v {
+        Value::Null => return Ok(None),
+        Value::Object(o) => o,
+        _ => {
+            return Err(SettingsError(
+                "default_price must be null or an object like {\"input\": 1, \"output\": 4}".into(),
+            ));
+        }
+    };
+    let set: Map<String, Value> =
+        obj.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), v.clone())).collect();
+    if !set.contains_key("input") && !set.contains_key("output") {
+        if let Some(k) = obj.keys().find(|k| !crate::observe::cost::PRICE_FIELDS.contains(&k.as_str())) {
+            return Err(SettingsError(format!("default_price.{k}: unknown field")));
+        }
+        return Ok(None);
+    }
+    let price = crate::observe::cost::Price::from_json(&Value::Object(set), &[]).map_err(named)?;
+    for (field, n) in [
+        ("input", price.input),
+        ("output", price.output),
+        ("cache_read", price.cache_read),
+        ("cache_write", price.cache_write),
+    ] {
+        if n > MAX_DEFAULT_PRICE {
+            return Err(SettingsError(format!(
+                "default_price.{field} must be between 0 and {MAX_DEFAULT_PRICE} (got {n})"
+            )));
+        }
+    }
+    Ok(Some(price))
 }
 
 fn to_array<T>(v: Vec<T>) -> Result<[T; Protocol::COUNT], SettingsError> {
@@ -419,7 +473,13 @@ pub fn merge_checked(doc: &mut Value, patch: &Value, path: &str) -> Result<(), S
                 "unknown settings key '{full}'; see GET /api/settings for the valid keys"
             )));
         };
-        if slot.is_object() {
+        if slot.is_null() && value.is_object() {
+            // An unset object setting (`default_price`) takes a whole object; its validation
+            // names any key it does not know.
+            *slot = value.clone();
+        } else if slot.is_object() && value.is_null() && full == "default_price" {
+            *slot = Value::Null;
+        } else if slot.is_object() {
             merge_checked(slot, value, &full)?;
         } else if slot.is_array() {
             // A list is replaced as a whole: merging lists element by element means nothing.
@@ -636,6 +696,37 @@ mod tests {
             .unwrap();
         assert_eq!(s.timeouts(Protocol::Claude).idle, None);
         assert_eq!(s.routing_strategy, RoutingStrategy::RoundRobin);
+    }
+
+    #[test]
+    fn client_key_settings_set_and_clear() {
+        let d = Settings::default();
+        assert!(!d.require_client_key && d.default_price.is_none());
+        assert_eq!(d.to_document()["default_price"], Value::Null);
+        let s = d.patched(&json!({"require_client_key": true, "default_price": {"input": 1, "output": 4}})).unwrap();
+        assert!(s.require_client_key);
+        let p = s.default_price.unwrap();
+        assert_eq!((p.input, p.output, p.cache_read, p.cache_write), (1.0, 4.0, 1.0, 1.0));
+        // Partial changes merge; null (or emptied fields) clears.
+        let s = s.patched(&json!({"default_price": {"output": 5}})).unwrap();
+        assert_eq!(s.default_price.unwrap().output, 5.0);
+        assert!(s.patched(&json!({"default_price": {"input": null, "output": null}})).unwrap().default_price.is_none());
+        assert!(s.patched(&json!({"default_price": null})).unwrap().default_price.is_none());
+        assert_eq!(Settings::from_document(&s.to_document()).unwrap(), s);
+        for (patch, want) in [
+            (json!({"default_price": {"input": 1}}), "default_price.output: is required"),
+            (json!({"default_price": {"input": 1, "output": -1}}), "default_price.output: must be 0 or more"),
+            (
+                json!({"default_price": {"input": 1, "output": 10001}}),
+                "default_price.output must be between 0 and 10000",
+            ),
+            (json!({"default_price": {"input": 1, "output": 2, "extra": 1}}), "default_price.extra: unknown field"),
+            (json!({"default_price": 3}), "default_price must be null or an object"),
+            (json!({"require_client_key": "yes"}), "require_client_key must be true or false"),
+        ] {
+            let got = Settings::default().patched(&patch).unwrap_err().0;
+            assert!(got.starts_with(want), "{patch}: {got}");
+        }
     }
 
     #[test]

@@ -69,6 +69,10 @@ pub struct Request {
     /// Responses `include: ["reasoning.encrypted_content"]`: the client wants encrypted
     /// reasoning back so it can replay it.
     pub include_encrypted_reasoning: bool,
+    /// Responses and Chat `prompt_cache_key`: what OpenAI keys its prompt cache by. Encoded
+    /// for a `responses` endpoint only (the gateway fills it from the client's session id when
+    /// the client sent none); other targets have no such field.
+    pub prompt_cache_key: Option<String>,
     /// Things of the source request the target cannot carry, recorded for the request record.
     pub losses: Vec<Loss>,
 }

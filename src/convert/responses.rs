@@ -484,6 +484,7 @@ mod tests {
             user: Some(r#"{"device_id":"4919455c86b761be3029337b7158aae0bf90b07f27f8c4250c7736e917107fec","account_uuid":"","session_id":"c5afce96"}"#.into()),
             output_format: None,
             include_encrypted_reasoning: false,
+            prompt_cache_key: None,
             losses: Vec::new(),
         }
     }
@@ -968,6 +969,7 @@ mod tests {
                         user,
                         output_format: None,
                         include_encrypted_reasoning: stream,
+                        prompt_cache_key: None,
                         losses: vec![],
                     }
                 },

@@ -21,6 +21,7 @@ pub const ASSETS: &[(&str, &str, &[u8])] = &[
     ("stats.js", "text/javascript; charset=utf-8", include_bytes!("assets/stats.js")),
     ("settings.js", "text/javascript; charset=utf-8", include_bytes!("assets/settings.js")),
     ("clients.js", "text/javascript; charset=utf-8", include_bytes!("assets/clients.js")),
+    ("keys.js", "text/javascript; charset=utf-8", include_bytes!("assets/keys.js")),
     ("logo.svg", "image/svg+xml", include_bytes!("assets/logo.svg")),
 ];
 

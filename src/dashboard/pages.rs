@@ -18,6 +18,7 @@ const NAV: &[(&str, &str, &str)] = &[
     ("endpoints", "/endpoints", "Endpoints"),
     ("requests", "/requests", "Requests"),
     ("stats", "/stats", "Statistics"),
+    ("keys", "/keys", "Keys"),
     ("settings", "/settings", "Settings"),
     ("clients", "/clients", "Clients"),
 ];
@@ -341,6 +342,103 @@ pub fn settings(form: &str) -> Page {
 </section>"#
         ),
     }
+}
+
+fn key_field(name: &str, label: &str, input: &str, help: &str) -> String {
+    format!(
+        "<div class=\"field\"><label for=\"key-{id}\">{label}</label>{input}\
+         <small class=\"field-error\" data-error-for=\"{name}\" role=\"alert\"></small>\
+         <small class=\"help\">{help}</small></div>",
+        id = name.replace('.', "-"),
+    )
+}
+
+/// A limit's input: a number, empty = no limit.
+fn limit_input(name: &str, label: &str, step: &str, help: &str) -> String {
+    let id = name.replace('.', "-");
+    key_field(
+        name,
+        label,
+        &format!(
+            "<input id=\"key-{id}\" name=\"{name}\" type=\"number\" min=\"0\" step=\"{step}\" inputmode=\"decimal\" placeholder=\"no limit\">"
+        ),
+        help,
+    )
+}
+
+pub fn keys() -> Page {
+    let form = [
+        key_field(
+            "name",
+            "Name",
+            "<input id=\"key-name\" name=\"name\" autocomplete=\"off\" spellcheck=\"false\">",
+            "who holds it; letters, digits, <code>.</code> <code>_</code> <code>-</code>; cannot change later",
+        ),
+        key_field(
+            "description",
+            "Description",
+            "<input id=\"key-description\" name=\"description\" autocomplete=\"off\">",
+            "optional",
+        ),
+        key_field(
+            "expires_at",
+            "Expires",
+            "<input id=\"key-expires_at\" name=\"expires_at\" autocomplete=\"off\" spellcheck=\"false\" placeholder=\"2026-12-31T23:59:59Z\">",
+            "RFC 3339 time or date; empty = never",
+        ),
+        key_field(
+            "models",
+            "Models",
+            "<textarea id=\"key-models\" name=\"models\" rows=\"2\" spellcheck=\"false\" placeholder=\"claude-*\"></textarea>",
+            "one per line, <code>*</code> globs; empty = every model",
+        ),
+        key_field(
+            "endpoints",
+            "Endpoints",
+            "<textarea id=\"key-endpoints\" name=\"endpoints\" rows=\"2\" spellcheck=\"false\"></textarea>",
+            "endpoint names, one per line; empty = every endpoint",
+        ),
+        limit_input("limits.rpm", "Requests per minute", "1", "a sliding 60 s window"),
+        limit_input("limits.tpm", "Tokens per minute", "1", "input + output, as the answers report them"),
+        limit_input("limits.concurrency", "Requests at once", "1", "in flight at the same time"),
+        limit_input("limits.usd_per_day", "USD per day", "any", "UTC day, charged what the records cost"),
+        limit_input("limits.usd_per_5h", "USD per 5 hours", "any", "a rolling window"),
+        limit_input("limits.usd_per_month", "USD per month", "any", "UTC calendar month"),
+    ]
+    .concat();
+    let body = format!(
+        r#"<h1>Client keys</h1>
+<p class="muted">Once a key exists, every proxy request needs one (as <code>x-api-key</code>, <code>Authorization: Bearer</code>,
+<code>x-goog-api-key</code> or <code>?key=</code>). A key's secret is shown once, when it is made or rotated; the gateway keeps only its hash.
+The same from a terminal: <code>ccmesh key add NAME</code>; a key's holder sees its own use with <code>ccmesh key usage --key ccm-…</code>.</p>
+<div class="toolbar"><button type="button" class="primary" id="add-key">Add key</button><span class="muted" id="keys-summary"></span></div>
+<section class="panel secret-panel" id="secret-panel" hidden aria-live="polite"><h2>Secret of <code id="secret-name"></code></h2>
+  <p>Shown this once: copy it now and give it to the key's holder. Rotate the key to make a new one.</p>
+  <p><code id="secret-value" class="secret"></code></p>
+  <div class="form-actions"><button type="button" id="secret-copy">Copy</button><button type="button" id="secret-done" class="primary">Done</button></div>
+</section>
+<section class="panel"><div class="table-wrap"><table class="keys" id="keys-table">
+  <thead><tr><th scope="col">name</th><th scope="col">secret</th><th scope="col">state</th><th scope="col">models</th><th scope="col">endpoints</th><th scope="col" class="num">rpm</th><th scope="col" class="num">today</th><th scope="col" class="num">5 h</th><th scope="col" class="num">month</th><th scope="col">actions</th></tr></thead>
+  <tbody id="keys-body"></tbody>
+</table></div>
+<p class="muted" id="keys-empty" hidden>No client keys: the proxy is open to whoever can reach this gateway.</p></section>
+<dialog id="key-dialog" aria-labelledby="key-dialog-title">
+  <form id="key-form" novalidate>
+    <h2 id="key-dialog-title">Add key</h2>
+    <p class="form-error" id="key-form-error" role="alert" hidden></p>
+    <div class="fields">{form}
+      <div class="field check"><label><input type="checkbox" id="key-enabled" name="enabled" checked> Enabled</label>
+        <small class="field-error" data-error-for="enabled" role="alert"></small></div>
+    </div>
+    <div class="form-actions"><button type="submit" class="primary" id="key-save">Save</button><button type="button" id="key-cancel">Cancel</button></div>
+  </form>
+</dialog>
+<dialog id="key-confirm" aria-labelledby="key-confirm-text">
+  <form method="dialog"><p id="key-confirm-text"></p>
+  <div class="form-actions"><button value="yes" class="danger" id="key-confirm-yes">Yes</button><button value="no" id="key-confirm-no">Cancel</button></div></form>
+</dialog>"#
+    );
+    Page { id: "keys", title: "Keys".into(), script: "keys.js", body }
 }
 
 pub fn clients() -> Page {

@@ -175,6 +175,19 @@ pub const GENERAL: &[NumField] = &[
     ),
 ];
 
+/// `default_price.<key>`, USD per million tokens; both empty = no default price.
+pub const DEFAULT_PRICE: &[NumField] = &[
+    num("input", "Default input price", "USD per million input tokens of a model without a price", 0.0, 10_000.0, 0.1),
+    num(
+        "output",
+        "Default output price",
+        "USD per million output tokens of a model without a price",
+        0.0,
+        10_000.0,
+        0.1,
+    ),
+];
+
 fn fmt_num(v: f64) -> String {
     if v.fract() == 0.0 && v.abs() < 1e15 { format!("{}", v as i64) } else { format!("{v}") }
 }
@@ -340,6 +353,26 @@ pub fn render(current: &Value) -> String {
         current,
         &defaults,
     ));
+    out.push_str("</div><h2>Client keys</h2><p class=\"muted\">Keys themselves are on the <a href=\"/keys\">Keys</a> page. Once one exists every proxy request needs a key; this makes that so before the first one exists. A key with a dollar budget may use only priced models, unless a default price is set (records then cost unpriced models at it too).</p><div class=\"fields\">");
+    let required = current.get("require_client_key").and_then(Value::as_bool).unwrap_or(false);
+    out.push_str(&format!(
+        "<div class=\"field check\"><label><input type=\"checkbox\" name=\"require_client_key\" id=\"f-require_client_key\" data-default=\"false\"{}> \
+         Require a client key (require_client_key)</label>\
+         <small class=\"default\">default off</small>\
+         <small class=\"field-error\" data-error-for=\"require_client_key\" role=\"alert\"></small>\
+         <small class=\"help\">on: a proxy request without a valid client key is refused (401) even while no key exists</small></div>",
+        if required { " checked" } else { "" }
+    ));
+    for f in DEFAULT_PRICE {
+        let path = format!("default_price.{}", f.key);
+        out.push_str(&format!(
+            "<div class=\"field\"><label for=\"f-{path}\">{label}</label>{input}<small class=\"help\">{help} · valid {range}; empty = none</small></div>",
+            label = escape(f.label),
+            input = input(f, &path, current, &defaults, f.label),
+            help = escape(f.help),
+            range = range(f),
+        ));
+    }
     out.push_str("</div><div class=\"form-actions\"><button type=\"submit\" class=\"primary\" id=\"settings-save\">Save settings</button>\
         <button type=\"button\" id=\"settings-defaults\">Fill in the defaults</button>\
         <span class=\"status\" id=\"settings-status\" role=\"status\" aria-live=\"polite\"></span></div></form>");
@@ -363,6 +396,12 @@ mod tests {
 
     fn accepts(path: &str, v: f64, int: bool) -> bool {
         let value = if int { json!(v as u64) } else { json!(v) };
+        // A default price needs both of its required fields.
+        if let Some(key) = path.strip_prefix("default_price.") {
+            let mut price = json!({"input": 1, "output": 1});
+            price[key] = value;
+            return Settings::default().patched(&json!({"default_price": price})).is_ok();
+        }
         Settings::default().patched(&patch_for(path, value)).is_ok()
     }
 
@@ -379,10 +418,12 @@ mod tests {
         }
         paths.extend(GENERAL.iter().map(|f| (f.key.to_string(), *f)));
         paths.extend(LIMITS.iter().map(|f| (format!("limits.{}", f.key), *f)));
+        paths.extend(DEFAULT_PRICE.iter().map(|f| (format!("default_price.{}", f.key), *f)));
         let defaults = defaults_document();
         for (path, f) in paths {
             let int = matches!(f.kind, Kind::Int);
-            assert!(at(&defaults, &path).is_some(), "{path} is not a settings key");
+            let section = path.split('.').next().unwrap_or_default();
+            assert!(at(&defaults, &path).is_some() || at(&defaults, section).is_some(), "{path} is not a settings key");
             assert!(accepts(&path, f.max, int), "{path}: max {} refused", f.max);
             let above = if int { f.max + 1.0 } else { f.max + 0.01 };
             assert!(!accepts(&path, above, int), "{path}: {above} accepted");
@@ -424,6 +465,8 @@ mod tests {
         assert!(html.contains("id=\"f-stream_resume\" data-default=\"true\" checked"));
         assert!(html.contains("id=\"f-context_window_fallback\" data-default=\"true\" checked"));
         assert!(html.contains("name=\"stream_resume_attempts\""));
+        assert!(html.contains("name=\"require_client_key\""));
+        assert!(html.contains("name=\"default_price.output\""));
     }
 
     #[test]

@@ -99,6 +99,7 @@ impl Events {
                 "tokens": record.tokens,
                 "cost_usd": record.cost_usd,
                 "error": record.error.as_ref().map(|e| e.message.clone()),
+                "client_key": record.client_key,
             }),
         });
         self.hub.records.submit(record);

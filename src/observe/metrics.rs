@@ -18,8 +18,9 @@
 //! names come from the configuration snapshot through [`Metrics::configure`]; on top of that,
 //! hard caps on distinct endpoint and model values (and on a model's length) keep the registry
 //! bounded even before the configuration is known or if the price table matches loosely.
-//! Everything else (protocol, status class, outcome, breaker state, cause, token kind) is an
-//! enum.
+//! Client keys are named by the configuration too (a name no configured key has is `""`), and
+//! capped. Everything else (protocol, status class, outcome, breaker state, cause, token kind,
+//! refusal reason, budget window) is an enum. The per-key families appear once a key exists.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::{Display, Write as _};
@@ -57,6 +58,9 @@ const MAX_MODELS: usize = 64;
 /// Longer model names are `other` (a price table matching by prefix would otherwise let a
 /// client put kilobytes into a label).
 const MAX_MODEL_LEN: usize = 128;
+
+/// Distinct client-key label values kept (keys are few; later ones are counted under `""`).
+const MAX_KEYS: usize = 256;
 
 /// Token kinds, in the order they are rendered.
 const TOKEN_KINDS: [&str; 4] = ["input", "output", "cache_read", "cache_write"];
@@ -135,6 +139,42 @@ const UNPRICED: Desc = Desc {
     help: "Requests with known token usage but no price for their model (their cost is unknown).",
     kind: "counter",
     labels: &["endpoint"],
+};
+const KEY_REQUESTS: Desc = Desc {
+    name: "ccmesh_key_requests_total",
+    help: "Client requests finished, by client key and status class of the answer.",
+    kind: "counter",
+    labels: &["key", "status_class"],
+};
+const KEY_TOKENS: Desc = Desc {
+    name: "ccmesh_key_tokens_total",
+    help: "Tokens of the requests of each client key, by kind.",
+    kind: "counter",
+    labels: &["key", "kind"],
+};
+const KEY_COST: Desc = Desc {
+    name: "ccmesh_key_cost_usd_total",
+    help: "Cost of the requests of each client key, in US dollars (what its budgets are charged).",
+    kind: "counter",
+    labels: &["key"],
+};
+const KEY_REFUSALS: Desc = Desc {
+    name: "ccmesh_key_refusals_total",
+    help: "Proxy requests refused at the client-key gate, by key (empty: none or an unknown one) and reason.",
+    kind: "counter",
+    labels: &["key", "reason"],
+};
+const KEY_SPEND: Desc = Desc {
+    name: "ccmesh_key_spend_usd",
+    help: "What each client key has spent in its budget windows now (day and month: UTC; 5h: rolling).",
+    kind: "gauge",
+    labels: &["key", "window"],
+};
+const KEY_IN_FLIGHT: Desc = Desc {
+    name: "ccmesh_key_in_flight",
+    help: "Requests of each client key in flight now (its concurrency leases).",
+    kind: "gauge",
+    labels: &["key"],
 };
 const DROPPED: Desc = Desc {
     name: "ccmesh_records_dropped_total",
@@ -325,6 +365,7 @@ impl Admitted {
 /// wrote down or priced.
 pub struct Vocabulary {
     endpoints: HashSet<String>,
+    keys: HashSet<String>,
     /// Lowercased → as written (model ids differ in case between providers, and endpoint
     /// patterns match case-insensitively; one spelling per model keeps one series).
     models: HashMap<String, String>,
@@ -344,7 +385,13 @@ impl Vocabulary {
                 by_lower.entry(m.to_lowercase()).or_insert(m);
             }
         }
-        Self { endpoints: endpoints.into_iter().collect(), models: by_lower, prices }
+        Self { endpoints: endpoints.into_iter().collect(), keys: HashSet::new(), models: by_lower, prices }
+    }
+
+    /// The client keys' names.
+    pub fn with_keys(mut self, keys: impl IntoIterator<Item = String>) -> Self {
+        self.keys = keys.into_iter().collect();
+        self
     }
 
     /// From a configuration snapshot: literal `models`, `model_map` keys and values,
@@ -361,6 +408,7 @@ impl Vocabulary {
                 .collect::<Vec<_>>()
         });
         Self::new(endpoints, models, snapshot.prices.clone())
+            .with_keys(snapshot.keys.all().iter().map(|k| k.name.clone()))
     }
 
     /// The label for a known model (its configured spelling, or the price entry that prices
@@ -389,6 +437,11 @@ pub struct Metrics {
     vocabulary: ArcSwapOption<Vocabulary>,
     endpoints_seen: Admitted,
     models_seen: Admitted,
+    keys_seen: Admitted,
+    key_requests: Family<AtomicU64>,
+    key_tokens: Family<AtomicU64>,
+    key_cost: Family<FloatCounter>,
+    key_refusals: Family<AtomicU64>,
     requests: Family<AtomicU64>,
     attempts: Family<AtomicU64>,
     failovers: Family<AtomicU64>,
@@ -413,6 +466,8 @@ pub struct Scrape {
     /// Every configured endpoint with its breaker's current state.
     pub breakers: Vec<(String, Circuit)>,
     pub records_dropped: u64,
+    /// Every client key with its use of its windows now.
+    pub keys: Vec<(String, crate::keys::KeyUsage)>,
 }
 
 impl Metrics {
@@ -421,6 +476,11 @@ impl Metrics {
             vocabulary: ArcSwapOption::empty(),
             endpoints_seen: Admitted::new(MAX_ENDPOINTS),
             models_seen: Admitted::new(MAX_MODELS),
+            keys_seen: Admitted::new(MAX_KEYS),
+            key_requests: Family::new(),
+            key_tokens: Family::new(),
+            key_cost: Family::new(),
+            key_refusals: Family::new(),
             requests: Family::new(),
             attempts: Family::new(),
             failovers: Family::new(),
@@ -492,6 +552,33 @@ impl Metrics {
             None if t.is_known() => self.unpriced.add(&[endpoint], 1),
             None => {}
         }
+        if let Some(name) = record.client_key.as_deref() {
+            let key = self.key_label(vocabulary, name);
+            self.key_requests.add(&[key, record.status_class()], 1);
+            for (kind, n) in TOKEN_KINDS.iter().zip(counts) {
+                if let Some(n) = n {
+                    self.key_tokens.add(&[key, kind], n);
+                }
+            }
+            if let Some(usd) = record.cost_usd.filter(|c| c.is_finite()) {
+                self.key_cost.with(&[key], FloatCounter::default, |c| c.add(usd));
+            }
+        }
+    }
+
+    /// Count a request refused at the client-key gate (`reason`: `keys::Refusal::reason`).
+    pub fn observe_key_refusal(&self, key: &str, reason: &'static str) {
+        let vocabulary = self.vocabulary.load();
+        let key = if key.is_empty() { "" } else { self.key_label(vocabulary.as_deref(), key) };
+        self.key_refusals.add(&[key, reason], 1);
+    }
+
+    fn key_label<'a>(&self, vocabulary: Option<&Vocabulary>, name: &'a str) -> &'a str {
+        let known = match vocabulary {
+            Some(v) => v.keys.contains(name),
+            None => valid_name(name),
+        };
+        if known && self.keys_seen.admit(name) { name } else { "" }
     }
 
     /// Count a breaker transition.
@@ -555,6 +642,30 @@ impl Metrics {
             sample(&mut out, COST.name, COST.labels, &strs(&s.labels), None, Float(s.value.get()));
         }
         counters(&mut out, &UNPRICED, &self.unpriced);
+
+        // Per-key families once any key exists (a gateway without keys shows none of them).
+        let any_key_series = !self.key_requests.sorted().is_empty() || !self.key_refusals.sorted().is_empty();
+        if !scrape.keys.is_empty() || any_key_series {
+            counters(&mut out, &KEY_REQUESTS, &self.key_requests);
+            counters(&mut out, &KEY_TOKENS, &self.key_tokens);
+            header(&mut out, &KEY_COST);
+            for s in self.key_cost.sorted() {
+                sample(&mut out, KEY_COST.name, KEY_COST.labels, &strs(&s.labels), None, Float(s.value.get()));
+            }
+            counters(&mut out, &KEY_REFUSALS, &self.key_refusals);
+            let mut keys: Vec<_> = scrape.keys.iter().collect();
+            keys.sort_by(|a, b| a.0.cmp(&b.0));
+            header(&mut out, &KEY_SPEND);
+            for (name, u) in &keys {
+                for (window, usd) in [("day", u.usd_day), ("5h", u.usd_5h), ("month", u.usd_month)] {
+                    sample(&mut out, KEY_SPEND.name, KEY_SPEND.labels, &[name.as_str(), window], None, Float(usd));
+                }
+            }
+            header(&mut out, &KEY_IN_FLIGHT);
+            for (name, u) in &keys {
+                sample(&mut out, KEY_IN_FLIGHT.name, KEY_IN_FLIGHT.labels, &[name.as_str()], None, u.in_flight);
+            }
+        }
 
         header(&mut out, &DROPPED);
         sample(&mut out, DROPPED.name, &[], &[], None, scrape.records_dropped);
@@ -720,6 +831,8 @@ mod tests {
             failed_over: false,
             conversion: None,
             losses: Vec::new(),
+            client_key: None,
+            affinity: false,
         }
     }
 
@@ -763,6 +876,7 @@ mod tests {
         let text = m.render_scrape(&Scrape {
             breakers: vec![("b".into(), Circuit::Closed), ("a".into(), Circuit::Open)],
             records_dropped: 3,
+            keys: Vec::new(),
         });
         let expected = r#"# HELP ccmesh_requests_total Client requests finished, by inbound protocol, final endpoint and status class of the answer.
 # TYPE ccmesh_requests_total counter
@@ -851,6 +965,41 @@ ccmesh_cost_usd_total{endpoint="b"} 0.25
 ccmesh_records_dropped_total 3
 "#;
         assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn client_keys_have_bounded_series_of_their_own() {
+        let m = Metrics::new();
+        m.set_vocabulary(vocabulary(&["b"], &[]).with_keys(["alice".to_string()]));
+        let mut r = record("claude", "b", 200);
+        r.client_key = Some("alice".into());
+        r.tokens = Tokens { input: Some(10), output: Some(5), cache_read: None, cache_write: None };
+        r.cost_usd = Some(0.5);
+        m.observe_request(&r);
+        r.client_key = Some("not-a-configured-key".into());
+        r.status = 429;
+        r.cost_usd = None;
+        m.observe_request(&r);
+        m.observe_key_refusal("alice", "rpm");
+        m.observe_key_refusal("", "missing");
+        let usage =
+            crate::keys::KeyUsage { usd_day: 0.5, usd_5h: 0.5, usd_month: 1.25, in_flight: 2, ..Default::default() };
+        let text = m.render_scrape(&Scrape { keys: vec![("alice".into(), usage)], ..Scrape::default() });
+        for line in [
+            "ccmesh_key_requests_total{key=\"alice\",status_class=\"2xx\"} 1",
+            "ccmesh_key_requests_total{key=\"\",status_class=\"4xx\"} 1",
+            "ccmesh_key_tokens_total{key=\"alice\",kind=\"input\"} 10",
+            "ccmesh_key_cost_usd_total{key=\"alice\"} 0.5",
+            "ccmesh_key_refusals_total{key=\"alice\",reason=\"rpm\"} 1",
+            "ccmesh_key_refusals_total{key=\"\",reason=\"missing\"} 1",
+            "ccmesh_key_spend_usd{key=\"alice\",window=\"month\"} 1.25",
+            "ccmesh_key_in_flight{key=\"alice\"} 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+        }
+        assert!(!text.contains("not-a-configured-key"));
+        // Without keys, none of these families.
+        assert!(!Metrics::new().render_scrape(&Scrape::default()).contains("ccmesh_key_"));
     }
 
     #[test]

@@ -101,7 +101,8 @@ pub struct RequestRecord {
     pub method: String,
     pub path: String,
     pub user_agent: Option<String>,
-    /// `x-claude-code-session-id`, `session-id`, or `session_id` header, when the client sent one.
+    /// The client's session id (`affinity::session_id`: Codex's `prompt_cache_key`, Claude
+    /// Code's session header or `metadata.user_id`, Codex's session header), when it sent one.
     pub session_id: Option<String>,
     pub model_requested: Option<String>,
     /// The model sent to the final endpoint (after `model_map`).
@@ -135,6 +136,12 @@ pub struct RequestRecord {
     pub conversion: Option<String>,
     /// What did not survive conversion (`field: note`).
     pub losses: Vec<String>,
+    /// The client key's name (never its secret), when keys are enforced and one was presented.
+    #[serde(default)]
+    pub client_key: Option<String>,
+    /// The request started at the endpoint its session is bound to (session affinity).
+    #[serde(default)]
+    pub affinity: bool,
 }
 
 impl RequestRecord {

@@ -318,6 +318,9 @@ pub fn stream_error_event(format: Format, message: &str, ctx: &StreamContext) ->
     out
 }
 
+/// The header by which the official SDKs learn whether retrying can help.
+const X_SHOULD_RETRY: axum::http::HeaderName = axum::http::HeaderName::from_static("x-should-retry");
+
 /// An error made by ccmesh (not relayed from an upstream).
 #[derive(Clone, Debug, PartialEq)]
 pub struct GatewayError {
@@ -329,11 +332,26 @@ pub struct GatewayError {
     pub param: Option<&'static str>,
     /// Seconds for the `Retry-After` header (429 only).
     pub retry_after_secs: Option<u64>,
+    /// A spent budget (429 only, SPEC §9): OpenAI's `insufficient_quota` type, and
+    /// `x-should-retry: false`, which tells the official SDKs not to retry what cannot succeed
+    /// before the budget's window resets.
+    pub quota: bool,
 }
 
 impl GatewayError {
     pub fn new(kind: ErrorKind, code: &'static str, message: impl Into<String>) -> Self {
-        Self { kind, message: message.into(), code, param: None, retry_after_secs: None }
+        Self { kind, message: message.into(), code, param: None, retry_after_secs: None, quota: false }
+    }
+
+    /// Mark a 429 as a spent budget (see `quota`).
+    pub fn quota(mut self) -> Self {
+        self.quota = true;
+        self
+    }
+
+    /// OpenAI's `error.type` of this error.
+    pub fn openai_type(&self) -> &'static str {
+        if self.quota { "insufficient_quota" } else { self.kind.openai_type() }
     }
 
     /// Not an answer at all: the client closed the connection before its request was complete.
@@ -359,7 +377,7 @@ impl GatewayError {
         match protocol {
             Protocol::Claude => to_value(&AnthropicError::new(self.kind.anthropic_type(), &self.message)),
             Protocol::Openai | Protocol::Responses => {
-                to_value(&OpenAiError::new(&self.message, self.kind.openai_type(), self.param, Some(self.code)))
+                to_value(&OpenAiError::new(&self.message, self.openai_type(), self.param, Some(self.code)))
             }
             Protocol::Gemini => {
                 to_value(&GeminiError::new(self.kind.status().as_u16(), &self.message, self.kind.gemini_status()))
@@ -371,6 +389,9 @@ impl GatewayError {
         let mut response = (self.kind.status(), axum::Json(self.body(protocol))).into_response();
         if let Some(secs) = self.retry_after_secs {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if self.quota {
+            response.headers_mut().insert(X_SHOULD_RETRY, HeaderValue::from_static("false"));
         }
         response
     }

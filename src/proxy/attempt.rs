@@ -138,8 +138,23 @@ pub async fn run(
     // One budget per request for every wait (SPEC §15.1), and never past the total deadline.
     let budget_deadline = (clock.now() + settings.rate_limit_backoff_budget).min(deadline_clock);
     let seen_current = gw.rotation.current(protocol);
-    let conversion = RequestConversion::new(Format::native_to(protocol), inbound.route.is_count_tokens())
+    let mut conversion = RequestConversion::new(Format::native_to(protocol), inbound.route.is_count_tokens())
         .with_stream(inbound.stream);
+    conversion.session_id = inbound.session_id.clone();
+    // Session affinity (not under `priority`, whose point is to return to the first endpoint;
+    // not for an explicit endpoint, which is the only candidate anyway).
+    let mut trail = trail;
+    if let Some(session) = inbound.session_id.clone()
+        && !explicit
+        && settings.routing_strategy != crate::config::RoutingStrategy::Priority
+    {
+        let key = crate::affinity::SessionKey {
+            protocol,
+            client: inbound.client_key.clone().unwrap_or_else(|| "-".to_string()),
+            session,
+        };
+        trail.set_affinity(crate::affinity::Affinity::look_up(gw.sessions.clone(), key, gw.clock.clone()));
+    }
     let mut run = Run {
         gw: gw.clone(),
         snapshot,
@@ -569,8 +584,9 @@ impl Run {
     }
 
     /// Where a new request starts among `ids` (SPEC §3), taking a manual switch and a
-    /// round-robin ticket when the strategy uses one.
-    fn start_index(&self, ids: &[EndpointId], seen_current: Option<EndpointId>) -> usize {
+    /// round-robin ticket when the strategy uses one; the endpoint its session is bound to, when
+    /// that is among them (session affinity: `routing::affinity_start`).
+    fn start_index(&mut self, ids: &[EndpointId], seen_current: Option<EndpointId>) -> usize {
         let protocol = self.protocol();
         let strategy = self.snapshot.settings.routing_strategy;
         let manual = self.gw.rotation.take_manual(protocol);
@@ -579,6 +595,13 @@ impl Run {
         } else {
             0
         };
+        if let Some(t) = self.trail.as_mut() {
+            let bound = t.affinity().and_then(crate::affinity::Affinity::bound);
+            if let Some(i) = routing::affinity_start(strategy, ids, manual, bound) {
+                t.started_by_affinity();
+                return i;
+            }
+        }
         routing::start_index(strategy, ids, seen_current, manual, ticket)
     }
 
@@ -602,7 +625,8 @@ impl Run {
         let model = self.inbound.model.as_deref().map(|m| endpoint.config.map_model(m).to_string());
         let multiplier = endpoint.config.price_multiplier;
         if let Some(t) = self.trail.as_mut() {
-            t.begin_attempt(&endpoint.config.name, endpoint.config.format.as_str(), model.as_deref(), multiplier);
+            let format = endpoint.config.format.as_str();
+            t.begin_attempt(&endpoint.config.name, endpoint.config.id, format, model.as_deref(), multiplier);
             if self.conversion.needed(endpoint.config.format) && matches!(self.inbound.route, Route::Protocol(_)) {
                 let losses = self.conversion.losses(endpoint.config.format);
                 t.set_conversion(self.conversion.client.as_str(), endpoint.config.format.as_str(), losses);

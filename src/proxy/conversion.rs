@@ -24,11 +24,23 @@ pub struct RequestConversion {
     /// Whether the client asked for a stream, for a client whose body does not say (Gemini:
     /// the method in the path does).
     stream: bool,
+    /// The client's session id: a `responses` endpoint gets it as `prompt_cache_key` when the
+    /// client sent none (the Responses API keys its prompt cache by it).
+    pub session_id: Option<String>,
 }
 
 impl RequestConversion {
     pub fn new(client: Format, count_tokens: bool) -> Self {
-        Self { client, decoded: None, bodies: Vec::new(), losses: Vec::new(), ctx: None, count_tokens, stream: false }
+        Self {
+            client,
+            decoded: None,
+            bodies: Vec::new(),
+            losses: Vec::new(),
+            ctx: None,
+            count_tokens,
+            stream: false,
+            session_id: None,
+        }
     }
 
     /// The stream flag read from the request's path (a Gemini client's method).
@@ -69,9 +81,13 @@ impl RequestConversion {
             return b.clone();
         }
         let (client, count_tokens) = (self.client, self.count_tokens);
+        let session = self.session_id.clone();
         let mut noted = Vec::new();
         let result = self.decoded(client_body).cloned().and_then(|mut request| {
             request.model = model.to_string();
+            if format == Format::Responses && request.prompt_cache_key.is_none() {
+                request.prompt_cache_key = session;
+            }
             let encoded = if count_tokens {
                 convert::encode_count_tokens_request(format, &request)?
             } else {
@@ -188,5 +204,33 @@ pub fn foreign_header(name: &str, target: Format) -> bool {
         Format::Anthropic => name.starts_with("openai-") || google(),
         Format::Openai | Format::Responses => name.starts_with("anthropic-") || google(),
         Format::Gemini => name.starts_with("anthropic-") || name.starts_with("openai-"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json(b: &Bytes) -> serde_json::Value {
+        serde_json::from_slice(b).unwrap()
+    }
+
+    #[test]
+    fn a_responses_endpoint_gets_the_session_as_prompt_cache_key_unless_the_client_set_one() {
+        let claude = br#"{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}"#;
+        let mut c = RequestConversion::new(Format::Anthropic, false);
+        c.session_id = Some("c5afce96-fad0-4a19-a6d7-756800b47b50".into());
+        let to_responses = json(&c.body(claude, Format::Responses, "gpt-5").unwrap());
+        assert_eq!(to_responses["prompt_cache_key"], "c5afce96-fad0-4a19-a6d7-756800b47b50");
+        // Only a responses endpoint: the others have no such field.
+        assert!(json(&c.body(claude, Format::Openai, "gpt-5").unwrap()).get("prompt_cache_key").is_none());
+        // No session: nothing is made up.
+        let mut c = RequestConversion::new(Format::Anthropic, false);
+        assert!(json(&c.body(claude, Format::Responses, "gpt-5").unwrap()).get("prompt_cache_key").is_none());
+        // The client's own key wins.
+        let chat = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"prompt_cache_key":"mine"}"#;
+        let mut c = RequestConversion::new(Format::Openai, false);
+        c.session_id = Some("the-session".into());
+        assert_eq!(json(&c.body(chat, Format::Responses, "gpt-5").unwrap())["prompt_cache_key"], "mine");
     }
 }

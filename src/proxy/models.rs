@@ -10,6 +10,9 @@
 //! when the client presented a Google credential (`x-goog-api-key`, `?key=`; checked first),
 //! paged with `pageSize` / `pageToken`; Anthropic's shape when the client looks like an
 //! Anthropic SDK; else OpenAI's.
+//!
+//! With client keys the listing passes the gate like every proxy path (a 401 without a valid
+//! key) and shows only what the key may use: its models, on its endpoints.
 
 use std::sync::Arc;
 
@@ -58,15 +61,27 @@ pub fn listed(snapshot: &Snapshot, catalogue: &crate::catalogue::Catalogue) -> V
 
 pub async fn list_models(State(gw): State<Arc<Gateway>>, uri: Uri, headers: HeaderMap) -> Response {
     let snapshot = gw.snapshot_full();
-    let models = listed(&snapshot, &gw.catalogue);
     let query = uri.query();
-    if uri.path().starts_with("/v1beta") || super::gemini::is_gemini_client(&headers, query) {
+    let gemini = uri.path().starts_with("/v1beta") || super::gemini::is_gemini_client(&headers, query);
+    let anthropic = super::is_anthropic_client(&headers);
+    let protocol = if gemini {
+        Protocol::Gemini
+    } else if anthropic {
+        Protocol::Claude
+    } else {
+        Protocol::Openai
+    };
+    let models = match visible(&gw, &snapshot, &headers, query) {
+        Ok(models) => models,
+        Err(e) => return e.into_response(protocol),
+    };
+    if gemini {
         return match gemini_page(&models, query) {
             Ok(body) => axum::Json(body).into_response(),
             Err(e) => e.into_response(Protocol::Gemini),
         };
     }
-    let body = if super::is_anthropic_client(&headers) {
+    let body = if anthropic {
         let data: Vec<Value> = models
             .iter()
             .map(|m| {
@@ -91,6 +106,26 @@ pub async fn list_models(State(gw): State<Arc<Gateway>>, uri: Uri, headers: Head
         json!({"object": "list", "data": data})
     };
     axum::Json(body).into_response()
+}
+
+/// The models the request may see: all that are served, or, with a client key, only the key's
+/// models on the key's endpoints (the same gate as every proxy path).
+fn visible(
+    gw: &Gateway,
+    snapshot: &Snapshot,
+    headers: &HeaderMap,
+    query: Option<&str>,
+) -> Result<Vec<Listed>, GatewayError> {
+    let gate = super::gate::Gate::open(gw, snapshot, headers, query, None).map_err(|r| r.to_error())?;
+    let mut models = listed(snapshot, &gw.catalogue);
+    if let Some(key) = gate.key() {
+        models.retain(|m| key.allows_model(&m.id));
+        for m in &mut models {
+            m.endpoints.retain(|e| key.allows_endpoint(e));
+        }
+        models.retain(|m| !m.endpoints.is_empty());
+    }
+    Ok(models)
 }
 
 /// Google's default page size for `models.list`, and its largest.
@@ -143,14 +178,23 @@ fn gemini_page(models: &[Listed], query: Option<&str>) -> Result<Value, GatewayE
 
 /// `GET /v1beta/models/{model}` (and `/v1/models/{model}` from a Gemini client): the model in
 /// Gemini's shape when an enabled endpoint serves it, else a Gemini `NOT_FOUND`.
-pub fn get_gemini_model(gw: &Gateway, model: &str) -> Response {
+pub fn get_gemini_model(gw: &Gateway, model: &str, headers: &HeaderMap, query: Option<&str>) -> Response {
     let snapshot = gw.snapshot_full();
-    let models = listed(&snapshot, &gw.catalogue);
+    let models = match visible(gw, &snapshot, headers, query) {
+        Ok(models) => models,
+        Err(e) => return e.into_response(Protocol::Gemini),
+    };
+    let gate = super::gate::Gate::open(gw, &snapshot, headers, query, None).ok();
+    let key = gate.as_ref().and_then(|g| g.key());
     let found = models.into_iter().find(|m| m.id.eq_ignore_ascii_case(model)).or_else(|| {
+        if key.is_some_and(|k| !k.allows_model(model)) {
+            return None;
+        }
         let serving: Vec<String> = snapshot
             .endpoints
             .iter()
             .filter(|e| e.config.enabled && e.config.serves(model))
+            .filter(|e| key.is_none_or(|k| k.allows_endpoint(&e.config.name)))
             .map(|e| e.config.name.clone())
             .collect();
         (!serving.is_empty()).then(|| Listed { id: model.to_string(), endpoints: serving })

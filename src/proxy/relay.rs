@@ -551,6 +551,17 @@ impl Body for Relay {
     }
 }
 
+impl Drop for RelayState {
+    /// The client went away mid-stream (a stream that ended has given its trail up already): its
+    /// record keeps the usage of what was delivered, which is what its client key is charged.
+    fn drop(&mut self) {
+        if let Some(trail) = self.c.trail.take() {
+            let usage = &self.c.observer.usage;
+            respond::stream_cut_by_client(trail, &self.c.snapshot, self.carried.plus(usage.tokens()), usage.model());
+        }
+    }
+}
+
 impl RelayState {
     /// Record the stream's outcome: success unless the upstream reported an error in it.
     fn finish(&mut self) {

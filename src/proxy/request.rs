@@ -1,5 +1,6 @@
 //! Reading what the gateway needs from a client's request body without re-encoding it:
-//! the model and the stream flag, and a model rewrite that keeps every other byte.
+//! the model, the stream flag and the session fields (`affinity`), and a model rewrite that
+//! keeps every other byte.
 
 use std::ops::Range;
 
@@ -16,6 +17,10 @@ pub struct Peek<'a> {
     model_raw: Option<&'a RawValue>,
     pub model: Option<String>,
     pub stream: bool,
+    /// `prompt_cache_key` (Responses, Chat), when a string.
+    pub prompt_cache_key: Option<String>,
+    /// `metadata.user_id` (Anthropic), when a string.
+    pub user_id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -24,12 +29,21 @@ struct PeekWire<'a> {
     model: Option<&'a RawValue>,
     #[serde(default)]
     stream: Option<serde_json::Value>,
+    #[serde(default)]
+    prompt_cache_key: Option<serde_json::Value>,
+    #[serde(default)]
+    metadata: Option<serde_json::Value>,
+}
+
+/// Whether a JSON body is an object (by its first byte; the parse checks the rest).
+pub fn is_object(body: &[u8]) -> bool {
+    body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
 }
 
 /// Parse just enough of the body; the whole document is still validated as JSON.
 pub fn peek(body: &[u8]) -> Result<Peek<'_>, GatewayError> {
     // A derived struct also reads a JSON array, field by position: `["m"]` would name model "m".
-    if body.iter().find(|b| !b.is_ascii_whitespace()).is_some_and(|b| *b != b'{') {
+    if !is_object(body) {
         return Err(GatewayError::new(
             ErrorKind::InvalidRequest,
             "invalid_json",
@@ -51,7 +65,20 @@ pub fn peek(body: &[u8]) -> Result<Peek<'_>, GatewayError> {
         })?),
     };
     let stream = matches!(wire.stream, Some(serde_json::Value::Bool(true)));
-    Ok(Peek { model_raw: wire.model, model, stream })
+    let string = |v: Option<&serde_json::Value>| v.and_then(serde_json::Value::as_str).map(str::to_string);
+    let prompt_cache_key = string(wire.prompt_cache_key.as_ref());
+    let user_id = string(wire.metadata.as_ref().and_then(|m| m.get("user_id")));
+    Ok(Peek { model_raw: wire.model, model, stream, prompt_cache_key, user_id })
+}
+
+impl Peek<'_> {
+    /// The session fields, for `affinity::session_id`.
+    pub fn session(&self) -> crate::affinity::BodySession<'_> {
+        crate::affinity::BodySession {
+            prompt_cache_key: self.prompt_cache_key.as_deref(),
+            user_id: self.user_id.as_deref(),
+        }
+    }
 }
 
 impl Peek<'_> {
@@ -86,6 +113,10 @@ mod tests {
         let p = peek(br#"{"messages":[]}"#).unwrap();
         assert_eq!(p.model, None);
         assert!(!p.stream);
+        let p = peek(br#"{"model":"m","prompt_cache_key":"pk","metadata":{"user_id":"u_session_1"}}"#).unwrap();
+        assert_eq!((p.session().prompt_cache_key, p.session().user_id), (Some("pk"), Some("u_session_1")));
+        let p = peek(br#"{"model":"m","prompt_cache_key":5,"metadata":"x"}"#).unwrap();
+        assert_eq!((p.prompt_cache_key, p.user_id), (None, None));
     }
 
     #[test]

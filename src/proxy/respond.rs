@@ -43,6 +43,12 @@ pub fn refuse(error: GatewayError, protocol: Protocol, mut trail: Trail, snapsho
     response
 }
 
+/// The client of a committed stream went away: the record closed with what was delivered.
+/// `tokens` include those of the attempts a resume continued.
+pub fn stream_cut_by_client(trail: Trail, snapshot: &Snapshot, tokens: Tokens, model: Option<&str>) {
+    trail.cut_by_client(tokens, model.map(str::to_string), snapshot);
+}
+
 /// A committed stream ended: its attempt's final outcome, its usage and model, the record closed.
 /// `tokens`: the stream's usage, with that of the attempts a resume continued; `model`: the
 /// answering model.

@@ -2,6 +2,11 @@
 //! events hub (record writer, metrics, live events) when it ends — or when it is dropped,
 //! because the client went away: a request that disappears still leaves its record.
 //!
+//! The end of a request settles, here and only here, what depends on how it ended: the record;
+//! the client key's charge — the record's own `cost_usd`, so a budget is the bill — and its
+//! concurrency lease; the session's binding (a success binds the endpoint that served, a failure
+//! at the bound endpoint unbinds it).
+//!
 //! Timing: `overhead` is the time spent in ccmesh itself up to the first byte sent to the
 //! client: everything except waiting on upstreams and deliberate waits (rate-limit backoff,
 //! the same-endpoint retry delay).
@@ -12,7 +17,10 @@ use std::time::{Duration, UNIX_EPOCH};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use tokio::time::Instant;
 
+use crate::affinity::Affinity;
 use crate::breaker::Transition;
+use crate::endpoint::EndpointId;
+use crate::keys::KeyCharge;
 use crate::observe::cost;
 use crate::observe::events::Events;
 use crate::observe::record::{AttemptRecord, Classification, RecordError, RequestRecord, Tokens};
@@ -57,16 +65,14 @@ pub struct Trail {
     overhead: Option<Duration>,
     /// Price multiplier of the final endpoint.
     multiplier: f64,
+    /// The endpoint of the attempt begun last.
+    attempt_endpoint: Option<EndpointId>,
+    /// What the request owes its client key.
+    charge: Option<KeyCharge>,
+    /// The request's session, when affinity applies.
+    affinity: Option<Affinity>,
     submitted: bool,
 }
-
-/// Where clients put their session id, in order of preference (parsed once: a lookup by `&str`
-/// parses the name on every request).
-const SESSION_ID_HEADERS: [HeaderName; 3] = [
-    HeaderName::from_static("x-claude-code-session-id"),
-    HeaderName::from_static("session-id"),
-    HeaderName::from_static("session_id"),
-];
 
 /// A time-ordered id: unix milliseconds, then a process-wide counter (hex).
 fn new_id(unix_ms: u64) -> String {
@@ -113,7 +119,8 @@ impl Trail {
     ) -> Trail {
         let unix_ms = wall.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
         let header = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).map(|v| capped(v, MAX_NAME));
-        let session_id = SESSION_ID_HEADERS.iter().find_map(header);
+        // The body may name a better one (`set_session`).
+        let session_id = crate::affinity::header_session_id(headers);
         let record = RequestRecord {
             id: new_id(unix_ms),
             started_at_ms: unix_ms,
@@ -134,6 +141,9 @@ impl Trail {
             first_byte: None,
             overhead: None,
             multiplier: 1.0,
+            attempt_endpoint: None,
+            charge: None,
+            affinity: None,
             submitted: false,
         }
     }
@@ -145,6 +155,36 @@ impl Trail {
         {
             a.resume = Some(note.to_string());
         }
+    }
+
+    /// The session id, as read from the headers and the body.
+    pub fn set_session(&mut self, session: Option<&str>) {
+        if let Some(s) = session {
+            self.record.session_id = Some(capped(s, MAX_NAME));
+        }
+    }
+
+    /// The client key the request presented (its name: never the secret).
+    pub fn set_client_key(&mut self, name: &str) {
+        self.record.client_key = Some(name.to_string());
+    }
+
+    /// What the admitted request owes its key, settled when the request ends.
+    pub fn set_charge(&mut self, charge: KeyCharge) {
+        self.charge = Some(charge);
+    }
+
+    pub fn set_affinity(&mut self, affinity: Affinity) {
+        self.affinity = Some(affinity);
+    }
+
+    pub fn affinity(&self) -> Option<&Affinity> {
+        self.affinity.as_ref()
+    }
+
+    /// The session's binding decided where the request started.
+    pub fn started_by_affinity(&mut self) {
+        self.record.affinity = true;
     }
 
     /// The first content event of the stream that answers arrived now.
@@ -174,8 +214,16 @@ impl Trail {
     }
 
     /// An attempt is about to be sent.
-    pub fn begin_attempt(&mut self, endpoint: &str, format: &str, model_sent: Option<&str>, multiplier: f64) {
+    pub fn begin_attempt(
+        &mut self,
+        endpoint: &str,
+        id: EndpointId,
+        format: &str,
+        model_sent: Option<&str>,
+        multiplier: f64,
+    ) {
         let now = Instant::now();
+        self.attempt_endpoint = Some(id);
         self.record.attempts.push(AttemptRecord {
             endpoint: endpoint.to_string(),
             format: format.to_string(),
@@ -206,6 +254,7 @@ impl Trail {
         error: Option<&str>,
         transition: Option<&Transition>,
     ) {
+        self.note_failure(classification);
         let Some((index, began)) = self.current.take() else { return };
         let elapsed = began.elapsed();
         self.upstream += elapsed;
@@ -238,6 +287,7 @@ impl Trail {
         error: Option<&str>,
         transition: Option<&Transition>,
     ) {
+        self.note_failure(classification);
         let Some((index, began)) = self.current.take() else { return };
         if let Some(a) = self.record.attempts.get_mut(index) {
             a.duration_ms = ms(began.elapsed());
@@ -247,6 +297,15 @@ impl Trail {
                 a.error = error.map(|e| capped(e, MAX_TEXT));
             }
             a.breaker = transition.map(Transition::to_string);
+        }
+    }
+
+    /// A failed attempt at the session's bound endpoint unbinds it.
+    fn note_failure(&mut self, classification: Classification) {
+        let failed =
+            matches!(classification, Classification::Failure | Classification::RateLimited | Classification::Transient);
+        if failed && let (Some(a), Some(id)) = (self.affinity.as_mut(), self.attempt_endpoint) {
+            a.failed_at(id);
         }
     }
 
@@ -290,18 +349,33 @@ impl Trail {
     /// Finish and hand the record to the hub.
     pub fn finish(mut self, status: u16, tokens: Tokens, model_answered: Option<String>, snapshot: &Snapshot) {
         self.record.status = status;
+        self.set_usage(tokens, model_answered, snapshot);
+        self.submit();
+    }
+
+    /// The client went away from a committed stream: its record says so, with the usage and cost
+    /// of what was delivered (what its key is charged).
+    pub fn cut_by_client(mut self, tokens: Tokens, model_answered: Option<String>, snapshot: &Snapshot) {
+        self.set_usage(tokens, model_answered, snapshot);
+        // Dropped now: the record of a request that did not end by itself.
+    }
+
+    /// The usage, and the one computation of the cost: the record's `cost_usd` and the charge to
+    /// the client key's budgets are this number.
+    fn set_usage(&mut self, tokens: Tokens, model_answered: Option<String>, snapshot: &Snapshot) {
         self.record.tokens = tokens;
         if let Some(answered) = model_answered {
             self.record.model_answered = Some(capped(&answered, MAX_NAME));
         }
         // Relays often answer with a name the price table does not know: fall back to the model
-        // that was sent (what the endpoint bills for), then the one the client asked for.
+        // that was sent (what the endpoint bills for), then the one the client asked for, then
+        // the default price when one is set.
         let price = [&self.record.model_answered, &self.record.model_sent, &self.record.model_requested]
             .into_iter()
             .flatten()
-            .find_map(|m| snapshot.prices.price(m));
+            .find_map(|m| snapshot.prices.price(m))
+            .or(snapshot.settings.default_price);
         self.record.cost_usd = price.and_then(|p| cost::cost(&tokens, &p, self.multiplier));
-        self.submit();
     }
 
     fn submit(&mut self) {
@@ -309,6 +383,14 @@ impl Trail {
             return;
         }
         self.submitted = true;
+        if let Some(charge) = self.charge.take() {
+            charge.settle(&self.record.tokens, self.record.cost_usd);
+        }
+        let succeeded = self.record.status < 400
+            && self.record.attempts.last().is_some_and(|a| a.classification == Classification::Success);
+        if succeeded && let (Some(a), Some(id)) = (&self.affinity, self.attempt_endpoint) {
+            a.served_by(id);
+        }
         let total = self.started.elapsed();
         self.record.total_ms = ms(total);
         self.record.first_byte_ms = self.first_byte.map(ms);
@@ -372,6 +454,8 @@ fn empty_record() -> RequestRecord {
         failed_over: false,
         conversion: None,
         losses: Vec::new(),
+        client_key: None,
+        affinity: false,
     }
 }
 

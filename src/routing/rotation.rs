@@ -32,6 +32,23 @@ pub fn start_index(
     }
 }
 
+/// Session affinity (SPEC §12): the start is the endpoint the request's session is bound to,
+/// when it is among the candidates routing chose (affinity reorders, it never adds an endpoint
+/// a filter removed), under `sticky` and `round_robin`; not under `priority`, and not when a
+/// manual switch (`PUT /api/current`) sets this request's start.
+pub fn affinity_start(
+    strategy: RoutingStrategy,
+    candidates: &[EndpointId],
+    manual: Option<EndpointId>,
+    bound: Option<EndpointId>,
+) -> Option<usize> {
+    if strategy == RoutingStrategy::Priority || manual.is_some() {
+        return None;
+    }
+    let bound = bound?;
+    candidates.iter().position(|c| *c == bound)
+}
+
 /// SPEC §3: next = (position just tried + 1) mod candidates.
 pub fn advance(index: usize, candidates: usize) -> usize {
     if candidates == 0 { 0 } else { (index + 1) % candidates }
@@ -140,6 +157,18 @@ mod tests {
             assert_eq!(start_index(s, &ids, cur, Some(EndpointId(30)), 4), 2);
         }
         assert_eq!(start_index(RoutingStrategy::Priority, &[], None, None, 0), 0);
+    }
+
+    #[test]
+    fn affinity_starts_at_the_bound_candidate_only() {
+        let ids = [EndpointId(10), EndpointId(20), EndpointId(30)];
+        let bound = Some(EndpointId(30));
+        assert_eq!(affinity_start(RoutingStrategy::Sticky, &ids, None, bound), Some(2));
+        assert_eq!(affinity_start(RoutingStrategy::RoundRobin, &ids, None, bound), Some(2));
+        assert_eq!(affinity_start(RoutingStrategy::Priority, &ids, None, bound), None);
+        assert_eq!(affinity_start(RoutingStrategy::Sticky, &ids, Some(EndpointId(10)), bound), None, "manual wins");
+        assert_eq!(affinity_start(RoutingStrategy::Sticky, &ids, None, Some(EndpointId(99))), None, "filtered out");
+        assert_eq!(affinity_start(RoutingStrategy::Sticky, &ids, None, None), None);
     }
 
     #[test]

@@ -146,6 +146,8 @@ pub(crate) fn sample_record(id: &str, started_at_ms: u64) -> RequestRecord {
         failed_over: false,
         conversion: None,
         losses: Vec::new(),
+        client_key: None,
+        affinity: false,
     }
 }
 

@@ -220,6 +220,8 @@ fn synthetic(id: &str, protocol: &str, endpoint: &str, status: u16) -> RequestRe
         failed_over: false,
         conversion: None,
         losses: Vec::new(),
+        client_key: None,
+        affinity: false,
     }
 }
 
@@ -546,6 +548,7 @@ async fn live_events_show_config_changes_breaker_transitions_and_requests() {
             "tokens": {"input": null, "output": 3, "cache_read": null, "cache_write": null},
             "cost_usd": 0.001,
             "error": null,
+            "client_key": null,
         })
     );
     assert_eq!(late.expect_request("req-live-1").await["id"], "req-live-1");

@@ -4,6 +4,11 @@
 //! hit), answers a prompt from the scripted upstream behind the gateway, and after
 //! `ccmesh disconnect` its settings files are byte for byte what they were.
 //!
+//! The gateways use client keys (another key exists), so `connect` mints a key named after the
+//! client and writes it where the client reads its token (Claude Code's `ANTHROPIC_AUTH_TOKEN`,
+//! Codex's provider `experimental_bearer_token`): the clients run with a real `ccm-` key, and
+//! the records name it.
+//!
 //! One process per client (SPEC §15.16: the CI budget), installed from
 //! `tests/clients/package-lock.json` by `support::node::client_modules`.
 //!
@@ -15,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::clients::Home;
 use crate::support::gateway::TestGateway;
@@ -104,6 +109,26 @@ fn wait_with_timeout(mut child: std::process::Child, limit: Duration) -> std::pr
     std::process::Output { status, stdout: out_t.join().unwrap(), stderr: err_t.join().unwrap() }
 }
 
+/// Make the gateway one that uses client keys: a key exists (not the client's).
+async fn uses_client_keys(g: &TestGateway) {
+    let (status, v) = g.api(reqwest::Method::POST, "/api/keys", Some(json!({"name": "someone-else"}))).await;
+    assert_eq!(status, 201, "{v}");
+}
+
+/// The stored records of the requests made with the key `name`.
+async fn key_records(g: &TestGateway, name: &str) -> Vec<Value> {
+    let sink = g.gw.events.records().clone();
+    assert!(tokio::task::spawn_blocking(move || sink.flush(Duration::from_secs(10))).await.unwrap());
+    let (status, page) = g.api(reqwest::Method::GET, &format!("/api/requests?key={name}&limit=500"), None).await;
+    assert_eq!(status, 200, "{page}");
+    page["requests"].as_array().cloned().unwrap_or_default()
+}
+
+async fn detail(g: &TestGateway, summary: &Value) -> Value {
+    let id = summary["id"].as_str().unwrap();
+    g.api(reqwest::Method::GET, &format!("/api/requests/{id}"), None).await.1
+}
+
 /// Settings with what whole-file rewrites have destroyed before: hooks, permissions, a status
 /// line, an MCP server (plugins are in the unit tests: enabling one here would make Claude Code
 /// fetch its marketplace).
@@ -129,11 +154,15 @@ async fn claude_code_answers_through_the_gateway_with_only_what_connect_wrote() 
     upstream.set_default(Reply::anthropic_stream(&[ANSWER]));
     let g = TestGateway::start().await;
     g.add("claude-upstream", "anthropic", &upstream.url(), json!({})).await;
+    uses_client_keys(&g).await;
     let home = Home::new();
     let settings = home.write(".claude/settings.json", CLAUDE_SETTINGS);
 
     let (ok, out) = home.ccmesh(&["connect", "claude-code", "--server", &g.url]);
     assert!(ok, "{out}");
+    assert!(out.contains("with a client key made for it"), "{out}");
+    let written = std::fs::read_to_string(&settings).unwrap();
+    assert!(written.contains("\"ANTHROPIC_AUTH_TOKEN\": \"ccm-"), "{written}");
     let run = ClientRun {
         bin: "claude",
         args: vec!["-p".into(), "Reply with the word PONG.".into()],
@@ -157,6 +186,12 @@ async fn claude_code_answers_through_the_gateway_with_only_what_connect_wrote() 
         "the endpoint's key, not the client's"
     );
     assert!(r.header("user-agent").unwrap_or("").starts_with("claude-cli/"), "{:?}", r.header("user-agent"));
+    // Every request came with the minted key, and the records name it with Claude Code's session.
+    let records = key_records(&g, "claude-code").await;
+    assert!(records.iter().any(|r| r["status"] == 200), "{records:?}");
+    let record = detail(&g, records.iter().find(|r| r["status"] == 200).unwrap()).await;
+    assert!(record["session_id"].as_str().is_some_and(|s| !s.is_empty()), "{record}");
+    assert_eq!(key_records(&g, "someone-else").await.len(), 0);
 
     let (ok, out) = home.ccmesh(&["disconnect", "claude-code"]);
     assert!(ok, "{out}");
@@ -181,11 +216,14 @@ async fn codex_answers_through_the_gateway_with_only_what_connect_wrote() {
     upstream.set_default(Reply::responses_stream(&[ANSWER]));
     let g = TestGateway::start().await;
     g.add("codex-upstream", "responses", &upstream.url(), json!({})).await;
+    uses_client_keys(&g).await;
     let home = Home::new();
     let config = home.write(".codex/config.toml", CODEX_CONFIG);
 
     let (ok, out) = home.ccmesh(&["connect", "codex", "--server", &g.url]);
     assert!(ok, "{out}");
+    assert!(out.contains("with a client key made for it"), "{out}");
+    assert!(std::fs::read_to_string(&config).unwrap().contains("experimental_bearer_token = \"ccm-"));
     let run = ClientRun {
         bin: "codex",
         args: ["exec", "--skip-git-repo-check", "Reply with the word PONG."].map(String::from).to_vec(),
@@ -199,6 +237,10 @@ async fn codex_answers_through_the_gateway_with_only_what_connect_wrote() {
     let r = got.iter().find(|r| r.path_and_query().starts_with("/v1/responses")).expect("a Responses request");
     assert_eq!(r.header("authorization"), Some("Bearer sk-codex-upstream-secret-key-0000"));
     assert_eq!(r.json()["model"], "gpt-5.5", "the user's own model setting, untouched");
+    let records = key_records(&g, "codex").await;
+    assert!(records.iter().any(|r| r["status"] == 200), "{records:?}");
+    let record = detail(&g, records.iter().find(|r| r["status"] == 200).unwrap()).await;
+    assert!(record["session_id"].as_str().is_some_and(|s| !s.is_empty()), "Codex's prompt_cache_key: {record}");
 
     let (ok, out) = home.ccmesh(&["disconnect", "codex"]);
     assert!(ok, "{out}");

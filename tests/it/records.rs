@@ -67,6 +67,8 @@ fn synthetic(i: u64, at_ms: u64) -> RequestRecord {
         failed_over: false,
         conversion: None,
         losses: Vec::new(),
+        client_key: None,
+        affinity: false,
     };
     if i.is_multiple_of(10) {
         r.status = 503;

@@ -78,6 +78,9 @@ pub(crate) async fn run_script_with(
         .env("PYTHONUNBUFFERED", "1")
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
     // Nothing from the environment may redirect or reconfigure the SDKs.
     for (key, _) in std::env::vars_os() {
         let upper = key.to_string_lossy().to_ascii_uppercase();
@@ -470,4 +473,38 @@ async fn sdk_openai_responses() {
     assert_eq!((h["circuit"].as_str(), h["open_reason"].as_str()), (Some("open"), Some("rate_limited")), "{h}");
     let h = g.health("resp-main").await;
     assert!(h["last_error"].as_str().unwrap_or_default().contains("mid-stream"), "{h}");
+}
+
+// ================================================================================ client keys
+
+/// The gateway's client-key refusals are the SDKs' own exceptions (SPEC §12): both SDKs in one
+/// process each, every refusal a scenario step.
+#[tokio::test]
+async fn sdk_client_key_refusals_are_the_sdks_own_exceptions() {
+    let upstream = MockUpstream::start().await;
+    upstream.set_default(Reply::anthropic_message("Hello from ccmesh"));
+    let g = TestGateway::start().await;
+    g.add("claude", "anthropic", &upstream.url(), json!({"models": ["claude-*"]})).await;
+    let key = |body: Value| {
+        let g = &g;
+        async move {
+            let (status, v) = g.api(reqwest::Method::POST, "/api/keys", Some(body)).await;
+            assert_eq!(status, 201, "{v}");
+            v["secret"].as_str().unwrap().to_string()
+        }
+    };
+    let ok = key(json!({"name": "ok", "models": ["claude-*", "gpt-*"]})).await;
+    let slow = key(json!({"name": "slow", "limits": {"rpm": 1}})).await;
+    let broke = key(json!({"name": "broke", "limits": {"usd_per_day": 0}})).await;
+    // The slow key's one request this minute.
+    let r = g
+        .post_with("/v1/messages", &crate::support::gateway::claude_body("claude-x", false), &[("x-api-key", &slow)])
+        .await;
+    assert_eq!(r.status(), 200);
+    let env = [("SDK_KEY_OK", ok.clone()), ("SDK_KEY_SLOW", slow.clone()), ("SDK_KEY_BROKE", broke.clone())];
+    let run = run_script_with("client_keys.py", &g.url, &["anthropic_refusals", "openai_refusals"], &env).await;
+    // A spent budget is not retried (x-should-retry: false), though the client allows retries.
+    assert_eq!(run.sent_in("anthropic_refusals").len(), 5, "{:?}", run.sent_in("anthropic_refusals"));
+    assert_eq!(run.sent_in("openai_refusals").len(), 4, "{:?}", run.sent_in("openai_refusals"));
+    assert_eq!(upstream.request_count(), 2, "only the admitted requests reached the upstream");
 }

@@ -27,6 +27,8 @@ pub struct Filter {
     pub status_class: Option<u16>,
     pub status: Option<u16>,
     pub failed_over: Option<bool>,
+    /// The client key's name.
+    pub client_key: Option<String>,
     /// Substring of the error text (final error and failed attempts), ASCII case-insensitive.
     pub text: Option<String>,
 }
@@ -74,6 +76,8 @@ pub struct Summary {
     pub tokens: Tokens,
     pub cost_usd: Option<f64>,
     pub error: Option<String>,
+    /// The client key's name.
+    pub client_key: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -115,6 +119,10 @@ pub(super) fn where_clause(f: &Filter) -> (String, Vec<SqlValue>) {
         conds.push("status = ?");
         args.push(SqlValue::Integer(v.into()));
     }
+    if let Some(v) = &f.client_key {
+        conds.push("client_key = ?");
+        args.push(SqlValue::Text(v.clone()));
+    }
     match f.failed_over {
         Some(true) => conds.push("failed_over = 1"),
         Some(false) => conds.push("failed_over = 0"),
@@ -144,7 +152,7 @@ fn like_escape(s: &str) -> String {
 pub(super) const SUMMARY_COLUMNS: &str =
     "seq, id, started_at, protocol, endpoint, model_requested, model_sent, status, stream,
      failed_over, attempts, total_ms, first_byte_ms, overhead_ms, input_tokens, output_tokens,
-     cache_read_tokens, cache_write_tokens, cost_usd, error";
+     cache_read_tokens, cache_write_tokens, cost_usd, error, client_key";
 
 pub(super) fn tok(v: Option<i64>) -> Option<u64> {
     v.map(|n| n.max(0) as u64)
@@ -179,6 +187,7 @@ fn summary_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, Summary)> {
             },
             cost_usd: r.get(18)?,
             error: r.get(19)?,
+            client_key: r.get(20)?,
         },
     ))
 }

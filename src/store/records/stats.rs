@@ -20,6 +20,8 @@ pub enum GroupBy {
     /// The model the client asked for.
     Model,
     Protocol,
+    /// The client key's name.
+    Key,
 }
 
 impl GroupBy {
@@ -28,6 +30,7 @@ impl GroupBy {
             "endpoint" => Some(GroupBy::Endpoint),
             "model" => Some(GroupBy::Model),
             "protocol" => Some(GroupBy::Protocol),
+            "key" => Some(GroupBy::Key),
             _ => None,
         }
     }
@@ -37,6 +40,7 @@ impl GroupBy {
             GroupBy::Endpoint => "endpoint",
             GroupBy::Model => "model",
             GroupBy::Protocol => "protocol",
+            GroupBy::Key => "key",
         }
     }
 
@@ -45,6 +49,7 @@ impl GroupBy {
             GroupBy::Endpoint => "endpoint",
             GroupBy::Model => "model_requested",
             GroupBy::Protocol => "protocol",
+            GroupBy::Key => "client_key",
         }
     }
 }

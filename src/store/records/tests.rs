@@ -40,6 +40,8 @@ fn failed(id: &str, at: u64) -> RequestRecord {
 fn db() -> Connection {
     let conn = Connection::open_in_memory().unwrap();
     conn.execute_batch(SCHEMA).unwrap();
+    // The later migration that adds `client_key` to the records.
+    conn.execute_batch(crate::store::keys::SCHEMA).unwrap();
     conn
 }
 
@@ -154,6 +156,7 @@ fn every_filter_narrows() {
     let mut r = record("resp-429", 5000);
     r.protocol = "responses".into();
     r.status = 429;
+    r.client_key = Some("alice".into());
     rs.push(r);
     insert_batch(&mut c, &rs).unwrap();
     let q = |f: Filter| ids(&list(&c, &f, None, 50).unwrap()).into_iter().map(String::from).collect::<Vec<_>>();
@@ -170,6 +173,7 @@ fn every_filter_narrows() {
     assert_eq!(q(Filter { status: Some(400), ..Default::default() }), ["bad-400"]);
     assert_eq!(q(Filter { failed_over: Some(true), ..Default::default() }), ["fail-503"]);
     assert_eq!(q(Filter { failed_over: Some(false), ..Default::default() }).len(), 4);
+    assert_eq!(q(Filter { client_key: Some("alice".into()), ..Default::default() }), ["resp-429"]);
     // Text search: case-insensitive, in the final error and in failed attempts, with LIKE
     // wildcards taken literally.
     assert_eq!(q(Filter { text: Some("OVERLOADED".into()), ..Default::default() }), ["fail-503"]);
@@ -197,6 +201,7 @@ fn common_filters_use_indexes_not_scans_or_sorts() {
         (Filter { status_class: Some(5), ..Default::default() }, "requests_class"),
         (Filter { status: Some(503), ..Default::default() }, "requests_class"),
         (Filter { failed_over: Some(true), ..Default::default() }, "requests_failed_over"),
+        (Filter { client_key: Some("alice".into()), ..Default::default() }, "requests_client_key"),
         (Filter { text: Some("x".into()), ..Default::default() }, "requests_search"),
         (Filter { since_ms: Some(1), until_ms: Some(2), ..Default::default() }, "requests_time"),
     ];
@@ -376,6 +381,8 @@ fn stats_sql_matches_the_builder() {
     rs[1].endpoint = Some("b".into());
     rs[1].cost_usd = None;
     rs[1].total_ms = 50.0;
+    rs[0].client_key = Some("alice".into());
+    rs[2].client_key = Some("alice".into());
     insert_batch(&mut c, &rs).unwrap();
     let q = StatsQuery { since_ms: 0, until_ms: 10_000, group_by: Some(GroupBy::Endpoint), bucket: Some(Bucket::Day) };
     let r = stats(&c, &q).unwrap();
@@ -392,6 +399,12 @@ fn stats_sql_matches_the_builder() {
     assert_eq!(by_model.groups[0].key.as_deref(), Some("claude-sonnet-4-5"));
     let by_protocol = stats(&c, &StatsQuery { group_by: Some(GroupBy::Protocol), ..q }).unwrap();
     assert_eq!(by_protocol.groups[0].key.as_deref(), Some("claude"));
+    let by_key = stats(&c, &StatsQuery { group_by: Some(GroupBy::Key), ..q }).unwrap();
+    assert_eq!(
+        by_key.groups.iter().map(|g| (g.key.clone(), g.totals.requests)).collect::<Vec<_>>(),
+        [(Some("alice".to_string()), 2), (None, 1)]
+    );
+    assert_eq!(by_key.group_by, Some("key"));
 }
 
 #[test]

@@ -10,8 +10,8 @@ pub(super) const MAX_SEARCH_BYTES: usize = 2048;
 
 const INSERT_SUMMARY: &str = "INSERT INTO requests (id, started_at, protocol, endpoint, model_requested, model_sent,
         status, status_class, stream, failed_over, attempts, total_ms, first_byte_ms, overhead_ms,
-        input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, error, search)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)
+        input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, error, search, client_key)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)
      ON CONFLICT (id) DO NOTHING";
 
 fn sql_int(v: u64) -> i64 {
@@ -96,6 +96,7 @@ pub fn insert_batch(conn: &mut Connection, records: &[RequestRecord]) -> Result<
                 r.cost_usd,
                 r.error.as_ref().map(|e| e.message.as_str()),
                 search_text(r),
+                r.client_key,
             ])?;
             if n == 1 {
                 detail.execute(params![tx.last_insert_rowid(), json])?;

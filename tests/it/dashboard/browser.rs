@@ -8,6 +8,8 @@
 //!   open a decision trail, filter the requests, draw the statistics.
 //! - `login.mjs`: with an admin token — the login page, the session cookie (HttpOnly, not the
 //!   token), live events through the cookie, a CSRF-protected write from the page, logout.
+//! - `keys.mjs`: the Keys page adds a key (a refusal at its field first), shows its secret once,
+//!   counts its requests live, edits, disables, rotates and deletes it.
 //! - `clients.mjs`: the Clients page connects and disconnects Claude Code in a temporary home
 //!   (the file is byte for byte the original afterwards), and the add form fills an endpoint
 //!   from a preset.
@@ -378,4 +380,14 @@ async fn dashboard_clients_page_in_chromium() {
     let e = endpoint(&g, "ds-from-preset").await;
     assert_eq!(e["base_url"], "https://api.deepseek.com/anthropic");
     assert_eq!(e["model_map"]["*"], "deepseek-v4-pro");
+}
+
+#[tokio::test]
+async fn dashboard_keys_page_in_chromium() {
+    let upstream = MockUpstream::start().await;
+    upstream.set_default(Reply::anthropic_message("ok"));
+    let g = TestGateway::start().await;
+    g.add("a", "anthropic", &upstream.url(), json!({"models": ["claude-*"]})).await;
+    let out = run("keys.mjs", &g.url, Vec::new()).await;
+    check("keys.mjs", &out);
 }

@@ -76,6 +76,7 @@ impl Server {
         .args(launch.args)
         .env_remove("CCMESH_ADMIN_TOKEN")
         .env_remove("CCMESH_CONFIG")
+        .env_remove("CCMESH_OPEN_PROXY")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
         if let Some(text) = launch.config {
@@ -166,7 +167,7 @@ impl Server {
 pub fn run_cli<'a>(args: impl IntoIterator<Item = &'a str>, env: &[(&str, &str)]) -> (i32, String, String) {
     let mut cmd = Command::new(BIN);
     cmd.args(args);
-    for var in ["CCMESH_ADMIN_TOKEN", "CCMESH_ENDPOINT_API_KEY", "CCMESH_SERVER"] {
+    for var in ["CCMESH_ADMIN_TOKEN", "CCMESH_ENDPOINT_API_KEY", "CCMESH_SERVER", "CCMESH_CLIENT_KEY"] {
         cmd.env_remove(var);
     }
     for (k, v) in env {

@@ -174,6 +174,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
         user,
         output_format,
         include_encrypted_reasoning: false,
+        prompt_cache_key: None,
         losses,
     })
 }

@@ -193,6 +193,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
 
     // End user: `safety_identifier` is the newer name of `user`.
     req.user = get_str(&o, "safety_identifier").or_else(|| get_str(&o, "user")).map(str::to_owned);
+    req.prompt_cache_key = get_str(&o, "prompt_cache_key").filter(|k| !k.is_empty()).map(str::to_owned);
     if get_str(&o, "safety_identifier").is_some() && get_str(&o, "user").is_some() {
         losses.push(Loss::new("user", "dropped: `safety_identifier` is sent as the end-user id"));
     }

@@ -651,6 +651,7 @@ mod tests {
                 description: None,
             }),
             include_encrypted_reasoning: false,
+            prompt_cache_key: None,
             losses: vec![],
         }
     }

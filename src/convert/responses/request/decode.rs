@@ -594,6 +594,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
     }
 
     req.user = get_str(&root, "safety_identifier").or_else(|| get_str(&root, "user")).map(str::to_owned);
+    req.prompt_cache_key = get_str(&root, "prompt_cache_key").filter(|k| !k.is_empty()).map(str::to_owned);
 
     if let Some(include) = root.get("include").and_then(Value::as_array) {
         for (i, inc) in include.iter().enumerate() {

@@ -308,6 +308,9 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
         };
         body.insert("user".to_owned(), Value::String(sent));
     }
+    if let Some(key) = &req.prompt_cache_key {
+        body.insert("prompt_cache_key".to_owned(), Value::String(key.clone()));
+    }
     body.insert("stream".to_owned(), Value::Bool(req.stream));
     // A gateway must not make the upstream store conversations the client never asked it to.
     body.insert("store".to_owned(), Value::Bool(false));
