@@ -73,11 +73,7 @@ fn command_line(spec: &ServiceSpec) -> [String; 6] {
 }
 
 pub fn systemd_unit(spec: &ServiceSpec) -> String {
-    let exec = command_line(spec)
-        .iter()
-    .map(|a| systemd_quote(a))
-    .collect::<Vec<_>>()
-    .join(" ");
+    let exec = command_line(spec).iter().map(|a| systemd_quote(a)).collect::<Vec<_>>().join(" ");
     format!(
         "# Written by `ccmesh service install`. Remove with `systemctl --user disable --now ccmesh`\n\
          # and by deleting this file.\n\
@@ -103,10 +99,8 @@ fn xml_escape(s: &str) -> String {
 }
 
 pub fn launchd_plist(spec: &ServiceSpec) -> String {
-    let args = command_line(spec)
-        .iter()
-    .map(|a| format!("    <string>{}</string>\n", xml_escape(a)))
-    .collect::<String>();
+    let args =
+        command_line(spec).iter().map(|a| format!("    <string>{}</string>\n", xml_escape(a))).collect::<String>();
     let log = xml_escape(&spec.data_dir.join("ccmesh.log").display().to_string());
     format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
