@@ -1,0 +1,47 @@
+//! The reload trigger: how news of a configuration change made somewhere else reaches this
+//! gateway's snapshot. Whoever learns of such a change calls `ReloadTrigger::request` — the
+//! PostgreSQL change follower (`store::postgres::changes`), and any other carrier of change
+//! news (a pub/sub message). `request` never blocks and never touches the database: requests
+//! made while a reload is pending or running fold into one more reload, which then reads
+//! everything, so none is lost and a burst costs two rebuilds at most.
+//!
+//! The rebuild itself runs in `reload_loop`, on the server's background runtime, one at a
+//! time and under the admin lock, so it never races an admin write's own rebuild (an older
+//! reading can never replace a newer snapshot).
+
+use std::sync::Arc;
+
+use crate::gateway::Gateway;
+
+#[derive(Clone, Default)]
+pub struct ReloadTrigger(Arc<tokio::sync::Notify>);
+
+impl ReloadTrigger {
+    /// Ask for the snapshot to be rebuilt from the database soon. Cheap; callable from any
+    /// thread, async or not.
+    pub fn request(&self) {
+        self.0.notify_one();
+    }
+
+    async fn requested(&self) {
+        self.0.notified().await;
+    }
+}
+
+/// Rebuild the snapshot whenever the gateway's trigger is pulled. A database that cannot be
+/// read leaves the current snapshot in place (and the store reports itself degraded); the
+/// next request tries again.
+pub async fn reload_loop(gw: Arc<Gateway>) {
+    loop {
+        gw.reload_trigger.requested().await;
+        let _guard = gw.admin_lock.lock().await;
+        let gw2 = gw.clone();
+        match tokio::task::spawn_blocking(move || gw2.reload()).await {
+            Ok(Ok(())) => tracing::debug!(event = "config_followed", "configuration reloaded after a change elsewhere"),
+            Ok(Err(e)) => {
+                tracing::warn!(event = "config_reload_failed", error = %e, "cannot reload the configuration; serving the last one")
+            }
+            Err(e) => tracing::warn!(event = "config_reload_failed", error = %e, "the reload task failed"),
+        }
+    }
+}
