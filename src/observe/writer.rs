@@ -530,7 +530,7 @@ mod tests {
 
     fn stored(path: &Path) -> u64 {
         let conn = Connection::open(path).unwrap();
-        records::count(&conn).unwrap()
+        crate::store::records::count(&conn).unwrap()
     }
 
     static IDLE_RELEASES: AtomicU64 = AtomicU64::new(0);

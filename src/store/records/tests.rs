@@ -2,7 +2,7 @@ use super::query::{SUMMARY_COLUMNS, where_clause};
 use super::write::{MAX_SEARCH_BYTES, search_text};
 use super::*;
 use rusqlite::params_from_iter;
-use rusqlite::types::Value as SqlValue;
+use crate::store::sql::{Dialect, Value as SqlValue};
 
 use crate::observe::record::{AttemptRecord, Classification, RecordError};
 
@@ -206,10 +206,10 @@ fn common_filters_use_indexes_not_scans_or_sorts() {
         (Filter { since_ms: Some(1), until_ms: Some(2), ..Default::default() }, "requests_time"),
     ];
     for (f, index) in cases {
-        let (mut cond, mut args) = where_clause(&f);
+        let (mut cond, mut args) = where_clause(&f, Dialect::Sqlite);
         cond.push_str(" AND (started_at, seq) < (?, ?)");
-        args.push(SqlValue::Integer(cursor.started_at));
-        args.push(SqlValue::Integer(cursor.seq));
+        args.push(SqlValue::Int(cursor.started_at));
+        args.push(SqlValue::Int(cursor.seq));
         let sql = format!(
             "EXPLAIN QUERY PLAN SELECT {SUMMARY_COLUMNS} FROM requests WHERE {cond} ORDER BY started_at DESC, seq DESC LIMIT 51"
         );
@@ -419,9 +419,9 @@ fn read_records_uses_its_own_connection_for_files() {
     let store = Store::open(&dir.path().join("ccmesh.db")).unwrap();
     let mut writer = Connection::open(dir.path().join("ccmesh.db")).unwrap();
     insert_batch(&mut writer, &[record("f1", 1)]).unwrap();
-    assert_eq!(store.read_records(count).unwrap(), 1);
+    assert_eq!(store.read_records(|c| count(c)).unwrap(), 1);
     // Read-only: a write through it fails.
     assert!(store.read_records(|c| Ok(c.execute("DELETE FROM requests", [])?)).is_err());
     let mem = Store::open_in_memory().unwrap();
-    assert_eq!(mem.read_records(count).unwrap(), 0);
+    assert_eq!(mem.read_records(|c| count(c)).unwrap(), 0);
 }
