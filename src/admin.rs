@@ -149,6 +149,7 @@ async fn get_status(State(gw): State<Arc<Gateway>>) -> Json<Value> {
         "version": env!("CARGO_PKG_VERSION"),
         "instance_id": gw.instance_id,
         "connections": gw.open_connections.load(std::sync::atomic::Ordering::Relaxed),
+        "connections_per_thread": gw.serving_threads.get().map(|b| b.counts()).unwrap_or_default(),
         "max_connections": limits.max_connections,
         "records": gw.events.records().stats(),
     }))

@@ -39,7 +39,7 @@ pub struct Gateway {
     pub admin_lock: tokio::sync::Mutex<()>,
     /// Where this gateway listens and keeps its data, and whose home it runs in: set once it is
     /// bound, for the client settings the admin API may edit (`/api/clients`).
-    pub local: std::sync::OnceLock<crate::admin::clients::LocalHost>,
+    pub local: std::sync::OnceLock<crate::clients::host::LocalHost>,
     /// This instance's identity in the loop-detection header (SPEC §8), random per start.
     pub instance_id: String,
     /// `x-ccmesh-hop: <instance_id>`, for requests that arrive with no hop header of their own.
@@ -50,6 +50,8 @@ pub struct Gateway {
     pub login_limit: crate::admin::login_limit::LoginLimit,
     /// Client connections open now, across every serving thread.
     pub open_connections: Arc<std::sync::atomic::AtomicUsize>,
+    /// Each serving thread's share of them, once the server runs.
+    pub serving_threads: std::sync::OnceLock<Arc<crate::server::balance::Balance>>,
     /// The address this gateway listens on, once bound (for refusing endpoints that point at it).
     pub listen_addr: std::sync::OnceLock<std::net::SocketAddr>,
     /// The upstreams' model lists (`GET /v1/models`), refreshed by the server's background work.
@@ -114,6 +116,7 @@ impl Gateway {
             catalogue: Default::default(),
             config_source: std::sync::OnceLock::new(),
             open_connections: Arc::default(),
+            serving_threads: std::sync::OnceLock::new(),
             allowed_hosts: std::sync::OnceLock::new(),
             login_limit: Default::default(),
             redact_owner: {

@@ -20,7 +20,11 @@ pub struct Background {
 impl Background {
     pub fn start(gw: &Arc<Gateway>) -> Background {
         let mut tasks = JoinSet::new();
-        tasks.spawn(crate::catalogue::refresh_loop(gw.clone()));
+        let lists = gw.clone();
+        tasks.spawn(async move {
+            let up = crate::catalogue::Upstream { client: &lists.client, hop: &lists.hop_header };
+            crate::catalogue::refresh_loop(&lists.catalogue, up, || lists.snapshot_full()).await;
+        });
         tasks.spawn(crate::config::reload::reload_loop(gw.clone()));
         let follower = gw.store.postgres().map(|pg| pg.follow(gw.reload_trigger.clone()));
         if let Some(source) = gw.config_source.get() {

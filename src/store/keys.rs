@@ -62,7 +62,7 @@ pub(super) fn key(r: &Row) -> Result<ClientKey, StoreError> {
     let expires_at = match r.opt_text(4)? {
         None => None,
         Some(s) => {
-            let ms = crate::admin::requests::parse_rfc3339(&s).ok_or_else(|| corrupt("expires_at"))?;
+            let ms = crate::timefmt::parse_rfc3339(&s).ok_or_else(|| corrupt("expires_at"))?;
             Some((s, ms))
         }
     };

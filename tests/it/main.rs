@@ -33,5 +33,6 @@ mod records;
 mod resume;
 mod sdk_clients;
 mod sdk_matrix;
+mod serving_threads;
 mod soak;
 mod streaming;
