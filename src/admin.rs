@@ -145,6 +145,7 @@ async fn get_status(State(gw): State<Arc<Gateway>>) -> Json<Value> {
     let limits = gw.snapshot().settings.limits.clone();
     Json(json!({
         "storage": storage,
+        "database": gw.store.summary(),
         "cluster": "off",
         "version": env!("CARGO_PKG_VERSION"),
         "instance_id": gw.instance_id,

@@ -50,6 +50,7 @@ pub enum StoreError {
 pub mod data_dir;
 pub mod endpoints;
 pub mod keys;
+pub mod migrate;
 pub mod postgres;
 pub mod prices;
 pub mod records;
@@ -203,6 +204,20 @@ impl Store {
             }
             Backend::Postgres(pg) => pg.url().redacted(),
         }
+    }
+
+    /// What `/api/status` says of the database: the engine, where it is (no password), and on
+    /// a shared one this gateway's node number (the one its record ids carry).
+    pub fn summary(&self) -> Value {
+        let mut v = serde_json::json!({
+            "backend": if self.is_shared() { "postgres" } else { "sqlite" },
+            "location": self.describe(),
+            "shared": self.is_shared(),
+        });
+        if let Some(pg) = self.postgres() {
+            v["node"] = pg.node().into();
+        }
+        v
     }
 
     /// Secrets the logs must never show: the database password.

@@ -17,7 +17,7 @@
 //! - Migrations are numbered like SQLite's and recorded in `schema_version`; gateways starting
 //!   together take an advisory lock, so each migration runs once.
 
-mod address;
+pub mod address;
 pub mod changes;
 pub mod records;
 
@@ -213,11 +213,6 @@ impl Pg {
             wait(tx.commit())?;
             Ok(value)
         })
-    }
-
-    /// Raw access for the modules beside this one (records, migrate).
-    pub(crate) fn with<T>(&self, f: impl FnOnce(&mut Client) -> Result<T, StoreError>) -> Result<T, StoreError> {
-        self.with_client(f)
     }
 
     pub fn schema_version(&self) -> Result<i64, StoreError> {
