@@ -37,7 +37,7 @@ pub(crate) use query::tok;
 pub use query::{Cursor, Filter, Page, Summary, get, list};
 pub use stats::*;
 pub(crate) use write::insert_columns;
-pub use write::{Columns, count, detail_json, insert_batch, prune_chunk};
+pub use write::{Columns, count, count_in, detail_json, insert_batch, prune_chunk};
 
 use super::keys::RecordedCharge;
 use super::sql::{Dialect, Sql};
@@ -204,7 +204,7 @@ impl Store {
     }
 
     pub fn count_records(&self) -> Result<u64, StoreError> {
-        self.records(count)
+        self.records(count_in)
     }
 
     /// `GET /api/stats`.

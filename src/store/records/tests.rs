@@ -419,9 +419,9 @@ fn read_records_uses_its_own_connection_for_files() {
     let store = Store::open(&dir.path().join("ccmesh.db")).unwrap();
     let mut writer = Connection::open(dir.path().join("ccmesh.db")).unwrap();
     insert_batch(&mut writer, &[record("f1", 1)]).unwrap();
-    assert_eq!(store.read_records(|c| count(c)).unwrap(), 1);
+    assert_eq!(store.read_records(count).unwrap(), 1);
     // Read-only: a write through it fails.
     assert!(store.read_records(|c| Ok(c.execute("DELETE FROM requests", [])?)).is_err());
     let mem = Store::open_in_memory().unwrap();
-    assert_eq!(mem.read_records(|c| count(c)).unwrap(), 0);
+    assert_eq!(mem.read_records(count).unwrap(), 0);
 }

@@ -205,8 +205,13 @@ pub fn prune_chunk(conn: &mut Connection, cutoff_ms: i64, chunk: usize) -> Resul
     Ok(seqs.len())
 }
 
-/// Number of stored records (tests, benchmarks, status).
-pub fn count(db: &dyn Sql) -> Result<u64, StoreError> {
+/// Number of stored records in an SQLite database (tests, benchmarks).
+pub fn count(conn: &Connection) -> Result<u64, StoreError> {
+    count_in(conn)
+}
+
+/// Number of stored records, either backend (status).
+pub fn count_in(db: &dyn Sql) -> Result<u64, StoreError> {
     let n = db.row("SELECT COUNT(*) FROM requests", &[])?.map(|r| r.int(0)).transpose()?.unwrap_or(0);
     Ok(n.max(0) as u64)
 }

@@ -1,0 +1,304 @@
+//! Gateways on a real PostgreSQL (`--database postgres://…`): one serving and recording; three
+//! sharing endpoints, keys, prices and records, a change on one reaching the others' routing
+//! within a second; `ccmesh migrate` from a real SQLite data dir; the database going away and
+//! coming back under traffic; and the authoritative file every node must share.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::binary::{Launch, Server, run_cli};
+use crate::support::gateway::{claude_body, http_client};
+use crate::support::mock::{MockUpstream, Reply};
+use crate::support::postgres::{PASSWORD, Postgres};
+
+/// How long a cluster check may take in a test (the design aims at 1 s; CI machines are slow).
+const BOUND: Duration = Duration::from_secs(3);
+
+fn endpoint_config(name: &str, url: &str) -> String {
+    format!(
+        "[[endpoints]]\nname = \"{name}\"\nbase_url = \"{url}\"\napi_key = \"sk-ant-upstream-{name}-0123456789\"\nformat = \"anthropic\"\nmodels = [\"claude-*\"]\n"
+    )
+}
+
+fn on(url: &str, config: Option<&str>) -> Server {
+    let args = ["--database", url];
+    Server::launch(Launch { config, args: &args, ..Launch::default() })
+        .unwrap_or_else(|logs| panic!("ccmesh on PostgreSQL did not start: {logs}"))
+}
+
+async fn get(server: &Server, path: &str) -> Value {
+    let r = http_client().get(format!("{}{path}", server.url)).send().await.unwrap();
+    let status = r.status();
+    let v: Value = r.json().await.unwrap_or(Value::Null);
+    assert!(status.is_success(), "GET {path}: {status} {v}");
+    v
+}
+
+async fn send(server: &Server, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
+    let r = http_client().request(method, format!("{}{path}", server.url)).json(&body).send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// A proxied request; its status.
+async fn ask(server: &Server, key: Option<&str>) -> u16 {
+    let mut req = http_client().post(format!("{}/v1/messages", server.url)).json(&claude_body("claude-sonnet-4-5", false));
+    if let Some(k) = key {
+        req = req.header("x-api-key", k);
+    }
+    req.send().await.unwrap().status().as_u16()
+}
+
+/// Poll `check` until it gives a value, failing after `within`.
+async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
+    what: &str,
+    within: Duration,
+    mut check: impl FnMut() -> F,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn records(server: &Server, query: &str) -> Vec<Value> {
+    get(server, &format!("/api/requests?limit=200{query}")).await["requests"].as_array().unwrap().clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_on_postgres_serves_records_and_names_its_database_without_the_password() {
+    let Some(pg) = Postgres::start() else { return };
+    let url = pg.database("single");
+    let up = MockUpstream::start().await;
+    up.set_default(Reply::anthropic_message("hello"));
+    let server = on(&url, Some(&endpoint_config("a", &up.url())));
+    let server = &server;
+    for _ in 0..3 {
+        assert_eq!(ask(server, None).await, 200);
+    }
+    let list = eventually("three records", Duration::from_secs(10), || async move {
+        let list = records(server, "&endpoint=a&status=200").await;
+        (list.len() == 3).then_some(list)
+    })
+    .await;
+    assert!(records(server, "&endpoint=nowhere").await.is_empty(), "the filters run on PostgreSQL");
+    let detail = get(server, &format!("/api/requests/{}", list[0]["id"].as_str().unwrap())).await;
+    assert_eq!(detail["endpoint"], "a");
+    assert!(!detail["attempts"].as_array().unwrap().is_empty(), "the decision trail is stored: {detail}");
+    let stats = get(server, "/api/stats?group_by=endpoint").await;
+    assert_eq!(stats["totals"]["requests"], 3, "{stats}");
+    assert_eq!(stats["groups"][0]["key"], "a", "{stats}");
+
+    let status = get(server, "/api/status").await;
+    assert_eq!(status["storage"], "ok", "{status}");
+    assert_eq!(status["database"]["backend"], "postgres", "{status}");
+    let location = status["database"]["location"].as_str().unwrap();
+    assert!(location.starts_with("postgres://ccmesh:***@127.0.0.1:") && location.ends_with("/single"), "{location}");
+    assert!(!status.to_string().contains(PASSWORD));
+    assert!(!server.log_text().contains(PASSWORD), "the password is never logged");
+    let migrated = pg.psql("single", "SELECT version FROM schema_version").1;
+    assert_eq!(migrated, "5", "PostgreSQL's migrations are versioned like SQLite's, plus the cluster's");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_gateways_on_one_database_share_endpoints_keys_prices_and_records() {
+    let Some(pg) = Postgres::start() else { return };
+    let url = pg.database("shared");
+    let up = MockUpstream::start().await;
+    up.set_default(Reply::anthropic_message("hello"));
+    let nodes = [on(&url, None), on(&url, None), on(&url, None)];
+    let (a, b, c) = (&nodes[0], &nodes[1], &nodes[2]);
+    assert_ne!(ask(c, None).await, 200, "no endpoint yet");
+
+    // An endpoint added on B is routed by C.
+    let body = json!({"name": "shared", "base_url": up.url(), "api_key": "sk-ant-upstream-0123456789", "format": "anthropic"});
+    let (status, created) = send(b, reqwest::Method::POST, "/api/endpoints", body).await;
+    assert_eq!(status, 201, "{created}");
+    let added = Instant::now();
+    eventually("C routes to the endpoint B added", BOUND, || async move { (ask(c, None).await == 200).then_some(()) }).await;
+    let took = added.elapsed();
+    eprintln!("PostgreSQL change propagation: an endpoint added on B was routed by C after {} ms", took.as_millis());
+    assert!(took < BOUND, "{took:?}");
+
+    // Prices set on A are C's.
+    let price = json!({"input": 1.5, "output": 7.5, "cache_read": 0.15, "cache_write": 1.875});
+    let (status, _) = send(a, reqwest::Method::PUT, "/api/prices/claude-sonnet-4-5", price).await;
+    assert_eq!(status, 200);
+    eventually("C has A's price", BOUND, || async move {
+        let prices = get(c, "/api/prices").await;
+        prices.as_array().unwrap().iter().any(|p| p["model"] == "claude-sonnet-4-5" && p["input"] == 1.5).then_some(())
+    })
+    .await;
+
+    // A key made on A is enforced and accepted by B.
+    let (status, key) = send(a, reqwest::Method::POST, "/api/keys", json!({"name": "team"})).await;
+    assert_eq!(status, 201, "{key}");
+    let secret = key["secret"].as_str().unwrap().to_string();
+    eventually("B enforces A's key", BOUND, || async move { (ask(b, None).await == 401).then_some(()) }).await;
+    assert_eq!(ask(b, Some(&secret)).await, 200);
+    assert_eq!(ask(c, Some(&secret)).await, 200);
+    assert_eq!(ask(a, Some(&secret)).await, 200);
+
+    // Every node's records in one list, ids unique across nodes.
+    let list = eventually("the keyed records of all three nodes", Duration::from_secs(10), || async move {
+        let list = records(b, "&key=team&status=200").await;
+        (list.len() == 3).then_some(list)
+    })
+    .await;
+    let ids: std::collections::HashSet<&str> = list.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 3, "{list:?}");
+    let nodes: std::collections::HashSet<&str> = ids.iter().map(|id| &id[12..18]).collect();
+    assert_eq!(nodes.len(), 3, "each gateway has its own node number in its ids: {ids:?}");
+    let all = records(a, "").await;
+    assert_eq!(records(c, "").await.len(), all.len(), "every node lists the same records");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_moves_an_sqlite_installation_and_refuses_a_non_empty_target() {
+    let Some(pg) = Postgres::start() else { return };
+    let url = pg.database("moved");
+    let up = MockUpstream::start().await;
+    up.set_default(Reply::anthropic_message("hello"));
+
+    // An installation on SQLite with something of everything.
+    let data = tempfile::tempdir().unwrap();
+    let mut old = Server::launch(Launch {
+        config: Some(&endpoint_config("legacy", &up.url())),
+        data_dir: Some(data.path()),
+        ..Launch::default()
+    })
+    .unwrap();
+    let (status, key) = send(&old, reqwest::Method::POST, "/api/keys", json!({"name": "alice"})).await;
+    assert_eq!(status, 201);
+    let secret = key["secret"].as_str().unwrap().to_string();
+    let price = json!({"input": 2.0, "output": 8.0, "cache_read": 0.2, "cache_write": 2.5});
+    assert_eq!(send(&old, reqwest::Method::PUT, "/api/prices/claude-sonnet-4-5", price).await.0, 200);
+    assert_eq!(send(&old, reqwest::Method::PATCH, "/api/settings", json!({"retention_days": 9})).await.0, 200);
+    assert_eq!(ask(&old, Some(&secret)).await, 200);
+    assert_eq!(ask(&old, Some(&secret)).await, 200);
+    let running = &old;
+    let before = eventually("two records", Duration::from_secs(10), || async move {
+        let list = records(running, "").await;
+        (list.len() == 2).then_some(list)
+    })
+    .await;
+    old.terminate();
+    let (exit, _) = old.wait_exit();
+    assert!(exit.success());
+
+    let from = format!("sqlite:{}", data.path().display());
+    let (code, out, err) = run_cli(["migrate", "--from", &from, "--to", &url], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("1 endpoints") && out.contains("1 client keys") && out.contains("2 requests"), "{out}");
+    assert!(!out.contains(PASSWORD) && !err.contains(PASSWORD), "{out}{err}");
+
+    // A second run changes nothing and says why.
+    let (code, out, err) = run_cli(["migrate", "--from", &from, "--to", &url], &[]);
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("not empty") && err.contains("1 endpoints") && err.contains("nothing was copied"), "{err}");
+    assert!(!err.contains(PASSWORD), "{err}");
+
+    // A gateway on PostgreSQL now has the installation.
+    let moved = on(&url, None);
+    let moved = &moved;
+    let endpoints = get(moved, "/api/endpoints").await;
+    assert_eq!(endpoints[0]["name"], "legacy", "{endpoints}");
+    assert_eq!(get(moved, "/api/settings").await["retention_days"], 9);
+    let prices = get(moved, "/api/prices").await;
+    assert!(prices.as_array().unwrap().iter().any(|p| p["model"] == "claude-sonnet-4-5" && p["input"] == 2.0));
+    assert_eq!(ask(moved, None).await, 401, "the key came along, so keys are enforced");
+    assert_eq!(ask(moved, Some(&secret)).await, 200, "and its secret still works");
+    let after = eventually("the two moved records and a new one", Duration::from_secs(10), || async move {
+        let list = records(moved, "&key=alice").await;
+        (list.len() == 3).then_some(list)
+    })
+    .await;
+    for r in &before {
+        assert!(after.iter().any(|a| a["id"] == r["id"] && a["client_key"] == "alice"), "{r} moved with its id");
+    }
+    assert_eq!(after[0]["client_key"], "alice");
+    assert!(!before.iter().any(|r| r["id"] == after[0]["id"]), "the newest is the new one: {after:?}");
+}
+
+async fn metric(server: &Server, name: &str) -> f64 {
+    let text = http_client().get(format!("{}/metrics", server.url)).send().await.unwrap().text().await.unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_keep_succeeding_while_postgres_is_away_and_storage_recovers_after() {
+    let Some(mut pg) = Postgres::start() else { return };
+    let url = pg.database("outage");
+    let up = MockUpstream::start().await;
+    up.set_default(Reply::anthropic_message("hello"));
+    let server = on(&url, Some(&endpoint_config("a", &up.url())));
+    let server = &server;
+    assert_eq!(ask(server, None).await, 200);
+    eventually("the first record", Duration::from_secs(10), || async move {
+        (records(server, "").await.len() == 1).then_some(())
+    })
+    .await;
+
+    pg.stop();
+    let started = Instant::now();
+    for _ in 0..20 {
+        assert_eq!(ask(server, None).await, 200, "the request path never waits for the database");
+    }
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    let health = eventually("health says storage is degraded", Duration::from_secs(10), || async move {
+        let h = get(server, "/health").await;
+        h["storage"].as_str().is_some_and(|s| s.starts_with("degraded")).then_some(h)
+    })
+    .await;
+    assert_eq!(health["status"], "ok", "{health}");
+    assert!(!health.to_string().contains(PASSWORD), "{health}");
+    eventually("records that cannot be written are dropped and counted", Duration::from_secs(20), || async move {
+        (metric(server, "ccmesh_records_dropped_total").await > 0.0).then_some(())
+    })
+    .await;
+    let (status, refused) =
+        send(server, reqwest::Method::PATCH, "/api/settings", json!({"retention_days": 3})).await;
+    assert_eq!(status, 503, "a change that cannot be stored says so: {refused}");
+
+    pg.resume();
+    // Health recovers once the database answers and a record batch is written again.
+    eventually("health recovers", Duration::from_secs(10), || async move {
+        assert_eq!(ask(server, None).await, 200);
+        get(server, "/health").await.get("storage").is_none().then_some(())
+    })
+    .await;
+    eventually("records are written again", Duration::from_secs(20), || async move {
+        let list = records(server, "").await;
+        (list.len() >= 2).then_some(())
+    })
+    .await;
+    assert!(!server.log_text().contains(PASSWORD), "the password is never logged");
+}
+
+#[test]
+fn every_authoritative_gateway_on_one_database_loads_the_same_file() {
+    let Some(pg) = Postgres::start() else { return };
+    let url = pg.database("authoritative");
+    let file = |model: &str| {
+        format!("[config]\nauthoritative = true\n\n[settings]\nrouting_strategy = \"priority\"\n\n[[prices]]\nmodel = \"{model}\"\ninput = 1.0\noutput = 2.0\ncache_read = 0.1\ncache_write = 1.25\n")
+    };
+    let first = on(&url, Some(&file("claude-sonnet-4-5")));
+    let same = on(&url, Some(&file("claude-sonnet-4-5")));
+    let args = ["--database", url.as_str()];
+    let other = file("claude-opus-4-1");
+    let refused = Server::launch(Launch { config: Some(&other), args: &args, ..Launch::default() });
+    let logs = match refused {
+        Ok(_) => panic!("a gateway with a different authoritative file joined"),
+        Err(logs) => logs,
+    };
+    assert!(logs.contains("every gateway on a shared database must load the same file"), "{logs}");
+    assert!(!logs.contains(PASSWORD), "{logs}");
+    drop((first, same));
+}
