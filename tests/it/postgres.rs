@@ -156,6 +156,20 @@ async fn three_gateways_on_one_database_share_endpoints_keys_prices_and_records(
     assert_eq!(nodes.len(), 3, "each gateway has its own node number in its ids: {ids:?}");
     let all = records(a, "").await;
     assert_eq!(records(c, "").await.len(), all.len(), "every node lists the same records");
+
+    // A change whose notification never came (made by hand here, as one lost while a node's
+    // listening connection was down would be) is caught by the version poll.
+    let (ok, out) = pg.psql(
+        "shared",
+        "UPDATE endpoints SET enabled = FALSE WHERE name = 'shared'; UPDATE config_version SET version = version + 1",
+    );
+    assert!(ok, "{out}");
+    let changed = Instant::now();
+    eventually("C sees the unannounced change", BOUND, || async move {
+        (get(c, "/api/endpoints").await[0]["enabled"] == false).then_some(())
+    })
+    .await;
+    eprintln!("PostgreSQL change propagation without a notification (the poll): {} ms", changed.elapsed().as_millis());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -301,4 +315,70 @@ fn every_authoritative_gateway_on_one_database_loads_the_same_file() {
     assert!(logs.contains("every gateway on a shared database must load the same file"), "{logs}");
     assert!(!logs.contains(PASSWORD), "{logs}");
     drop((first, same));
+}
+
+/// Every page of `filter`'s list, as ids.
+fn all_ids(store: &ccmesh::store::Store, filter: &ccmesh::store::records::Filter) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store.list_records(filter, cursor, 97).unwrap();
+        ids.extend(page.requests.iter().map(|r| r.id.clone()));
+        match page.next_cursor {
+            Some(c) => cursor = Some(ccmesh::store::records::Cursor::decode(&c).unwrap()),
+            None => return ids,
+        }
+    }
+}
+
+#[test]
+fn postgres_stores_lists_counts_and_prunes_records_as_sqlite_does() {
+    use ccmesh::store::Store;
+    use ccmesh::store::records::{Bucket, Filter, GroupBy, StatsQuery};
+    let Some(pg) = Postgres::start() else { return };
+    let shared = Store::open_postgres(&pg.database("records")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let local = Store::open(&dir.path().join("ccmesh.db")).unwrap();
+    let batch: Vec<_> = (0..1200).map(|i| crate::records::synthetic(i, 1_700_000_000_000 + i * 60_000)).collect();
+    for store in [&shared, &local] {
+        let mut writer = store.record_writer().unwrap();
+        assert_eq!(writer.insert_batch(&batch).unwrap(), 1200, "more than one statement's worth, in one batch");
+        assert_eq!(writer.insert_batch(&batch[..3]).unwrap(), 0, "a stored id is skipped, not an error");
+    }
+    let filters = [
+        Filter::default(),
+        Filter { endpoint: Some("alpha".into()), ..Default::default() },
+        Filter { failed_over: Some(true), ..Default::default() },
+        Filter { failed_over: Some(false), protocol: Some("openai".into()), ..Default::default() },
+        Filter { status_class: Some(5), ..Default::default() },
+        Filter { text: Some("OVERLOADED".into()), ..Default::default() },
+        Filter { since_ms: Some(1_700_000_000_000 + 600 * 60_000), model: Some("gpt-5".into()), ..Default::default() },
+    ];
+    for f in &filters {
+        let ids = all_ids(&shared, f);
+        assert!(!ids.is_empty(), "{f:?}");
+        assert_eq!(ids, all_ids(&local, f), "{f:?}");
+    }
+    for group_by in [None, Some(GroupBy::Endpoint), Some(GroupBy::Model)] {
+        let q = StatsQuery {
+            since_ms: 1_700_000_000_000,
+            until_ms: 1_700_000_000_000 + 1200 * 60_000,
+            group_by,
+            bucket: Some(Bucket::Hour),
+        };
+        assert_eq!(shared.record_stats(&q).unwrap(), local.record_stats(&q).unwrap(), "{group_by:?}");
+    }
+    let id = &batch[10].id;
+    assert_eq!(shared.get_record(id).unwrap(), local.get_record(id).unwrap());
+
+    // Retention: the oldest first, a chunk at a time, details with them.
+    let mut writer = shared.record_writer().unwrap();
+    let cutoff: i64 = 1_700_000_000_000 + 5 * 60_000;
+    assert_eq!(writer.prune_chunk(cutoff, 2).unwrap(), 2);
+    assert_eq!(writer.prune_chunk(cutoff, 10).unwrap(), 3);
+    assert_eq!(writer.prune_chunk(cutoff, 10).unwrap(), 0);
+    assert_eq!(shared.count_records().unwrap(), 1195);
+    assert!(shared.get_record(&batch[4].id).unwrap().is_none());
+    assert!(shared.get_record(&batch[5].id).unwrap().is_some());
+    assert_eq!(pg.psql("records", "SELECT COUNT(*) FROM request_records").1, "1195");
 }
