@@ -314,7 +314,7 @@ mod tests {
         // Agrees with the formatter over many days.
         for day in (0..40_000i64).step_by(97) {
             let ms = day * 86_400_000 + 45_296_789;
-            assert_eq!(t(&records::rfc3339_ms(ms)), ms);
+            assert_eq!(t(&crate::store::records::rfc3339_ms(ms)), ms);
         }
     }
 

@@ -234,7 +234,8 @@ pub fn claim_shared(store: &Store, path: &str, bytes: &[u8], replace: bool) -> R
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
     };
-    let stored = pg.claim_file(&ours, replace).map_err(|source| ConfigFileError::Store { path: path.into(), source })?;
+    let stored =
+        pg.claim_file(&ours, replace).map_err(|source| ConfigFileError::Store { path: path.into(), source })?;
     if stored.digest != ours.digest {
         return Err(ConfigFileError::Invalid {
             path: path.into(),

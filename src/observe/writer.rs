@@ -516,9 +516,9 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rusqlite::Connection;
     use crate::clock::ManualClock;
     use crate::store::records::sample_record;
+    use rusqlite::Connection;
 
     fn config(clock: Arc<dyn Clock>) -> WriterConfig {
         WriterConfig { prune_every: None, ..WriterConfig::new(clock) }

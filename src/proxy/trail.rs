@@ -16,7 +16,6 @@ use std::time::{Duration, UNIX_EPOCH};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use tokio::time::Instant;
 
-use crate::observe::record_id::new_id;
 use crate::affinity::Affinity;
 use crate::breaker::Transition;
 use crate::endpoint::EndpointId;
@@ -24,6 +23,7 @@ use crate::keys::KeyCharge;
 use crate::observe::cost;
 use crate::observe::events::Events;
 use crate::observe::record::{AttemptRecord, Classification, RecordError, RequestRecord, Tokens};
+use crate::observe::record_id::new_id;
 use crate::snapshot::Snapshot;
 
 /// Error bodies kept in a record are cut to this many bytes.

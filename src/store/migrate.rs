@@ -46,6 +46,7 @@ fn tables() -> Vec<Table> {
 /// Rows read and written per statement (23 columns × 1000 stays under PostgreSQL's 65 535
 /// parameters).
 const CHUNK: usize = 1000;
+const _: () = assert!(CHUNK * 23 < 65_535);
 
 /// A column list on one line, its names separated by ", ".
 fn squash(columns: &str) -> String {
@@ -134,8 +135,7 @@ fn copy_table(from: &Store, dst: &dyn Sql, t: &Table) -> Result<u64, StoreError>
         let rows = from.read_records(|c| c.rows(&select, &[after.into()]))?;
         let Some(last) = rows.last() else { break };
         after = last.int(0)?;
-        let values: Vec<Value> =
-            rows.iter().flat_map(|r| r.0.iter().skip(usize::from(reads_rowid)).cloned()).collect();
+        let values: Vec<Value> = rows.iter().flat_map(|r| r.0.iter().skip(usize::from(reads_rowid)).cloned()).collect();
         dst.exec(&insert_sql(t.name, &columns, rows.len(), t.generated_always), &values)?;
         copied += rows.len() as u64;
         if rows.len() < CHUNK {
@@ -161,13 +161,18 @@ mod tests {
             select_page_sql("settings", &settings.columns, settings.key),
             "SELECT rowid AS k, key, value FROM settings WHERE rowid > ? ORDER BY rowid LIMIT 1000"
         );
-        assert!(CHUNK * 23 < 65_535);
     }
 
     #[test]
     fn generated_keys_are_overridden_and_placeholders_cover_every_row() {
-        assert_eq!(insert_sql("settings", &["key", "value"], 2, false), "INSERT INTO settings (key, value) VALUES (?, ?), (?, ?)");
-        assert_eq!(insert_sql("requests", &["seq", "id"], 1, true), "INSERT INTO requests (seq, id) OVERRIDING SYSTEM VALUE VALUES (?, ?)");
+        assert_eq!(
+            insert_sql("settings", &["key", "value"], 2, false),
+            "INSERT INTO settings (key, value) VALUES (?, ?), (?, ?)"
+        );
+        assert_eq!(
+            insert_sql("requests", &["seq", "id"], 1, true),
+            "INSERT INTO requests (seq, id) OVERRIDING SYSTEM VALUE VALUES (?, ?)"
+        );
     }
 
     #[test]

@@ -228,8 +228,10 @@ impl Pg {
     pub fn applied_file(&self) -> Result<Option<AppliedFile>, StoreError> {
         self.read(|db| {
             let row = db.row("SELECT digest, path, node, applied_at FROM config_file", &[])?;
-            row.map(|r| Ok(AppliedFile { digest: r.text(0)?, path: r.text(1)?, node: r.text(2)?, applied_at_ms: r.int(3)? }))
-                .transpose()
+            row.map(|r| {
+                Ok(AppliedFile { digest: r.text(0)?, path: r.text(1)?, node: r.text(2)?, applied_at_ms: r.int(3)? })
+            })
+            .transpose()
         })
     }
 
@@ -363,11 +365,7 @@ pub(crate) fn row(r: &tokio_postgres::Row) -> Result<Row, StoreError> {
 /// Values convert to whatever the statement's parameter is (PostgreSQL infers each one's type
 /// from where it stands), so one `Value` serves a BIGINT, a BOOLEAN or a TEXT column alike.
 impl ToSql for Value {
-    fn to_sql(
-        &self,
-        ty: &Type,
-        out: &mut bytes::BytesMut,
-    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+    fn to_sql(&self, ty: &Type, out: &mut bytes::BytesMut) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
         match self {
             Value::Null => Ok(IsNull::Yes),
             Value::Int(v) => match *ty {

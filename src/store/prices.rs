@@ -43,7 +43,10 @@ pub(super) fn list(db: &dyn Sql) -> Result<Vec<(String, Price)>, StoreError> {
         db.rows("SELECT model, input, output, cache_read, cache_write FROM prices ORDER BY lower(model), model", &[])?;
     rows.iter()
         .map(|r| {
-            Ok((r.text(0)?, Price { input: r.real(1)?, output: r.real(2)?, cache_read: r.real(3)?, cache_write: r.real(4)? }))
+            Ok((
+                r.text(0)?,
+                Price { input: r.real(1)?, output: r.real(2)?, cache_read: r.real(3)?, cache_write: r.real(4)? },
+            ))
         })
         .collect()
 }
@@ -61,7 +64,13 @@ impl Store {
             db.exec("DELETE FROM prices WHERE lower(model) = lower(?)", &[model.into()])?;
             db.exec(
                 "INSERT INTO prices (model, input, output, cache_read, cache_write) VALUES (?, ?, ?, ?, ?)",
-                &[model.into(), price.input.into(), price.output.into(), price.cache_read.into(), price.cache_write.into()],
+                &[
+                    model.into(),
+                    price.input.into(),
+                    price.output.into(),
+                    price.cache_read.into(),
+                    price.cache_write.into(),
+                ],
             )?;
             Ok(())
         })

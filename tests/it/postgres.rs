@@ -43,7 +43,8 @@ async fn send(server: &Server, method: reqwest::Method, path: &str, body: Value)
 
 /// A proxied request; its status.
 async fn ask(server: &Server, key: Option<&str>) -> u16 {
-    let mut req = http_client().post(format!("{}/v1/messages", server.url)).json(&claude_body("claude-sonnet-4-5", false));
+    let mut req =
+        http_client().post(format!("{}/v1/messages", server.url)).json(&claude_body("claude-sonnet-4-5", false));
     if let Some(k) = key {
         req = req.header("x-api-key", k);
     }
@@ -116,11 +117,13 @@ async fn three_gateways_on_one_database_share_endpoints_keys_prices_and_records(
     assert_ne!(ask(c, None).await, 200, "no endpoint yet");
 
     // An endpoint added on B is routed by C.
-    let body = json!({"name": "shared", "base_url": up.url(), "api_key": "sk-ant-upstream-0123456789", "format": "anthropic"});
+    let body =
+        json!({"name": "shared", "base_url": up.url(), "api_key": "sk-ant-upstream-0123456789", "format": "anthropic"});
     let (status, created) = send(b, reqwest::Method::POST, "/api/endpoints", body).await;
     assert_eq!(status, 201, "{created}");
     let added = Instant::now();
-    eventually("C routes to the endpoint B added", BOUND, || async move { (ask(c, None).await == 200).then_some(()) }).await;
+    eventually("C routes to the endpoint B added", BOUND, || async move { (ask(c, None).await == 200).then_some(()) })
+        .await;
     let took = added.elapsed();
     eprintln!("PostgreSQL change propagation: an endpoint added on B was routed by C after {} ms", took.as_millis());
     assert!(took < BOUND, "{took:?}");
@@ -277,8 +280,7 @@ async fn requests_keep_succeeding_while_postgres_is_away_and_storage_recovers_af
         (metric(server, "ccmesh_records_dropped_total").await > 0.0).then_some(())
     })
     .await;
-    let (status, refused) =
-        send(server, reqwest::Method::PATCH, "/api/settings", json!({"retention_days": 3})).await;
+    let (status, refused) = send(server, reqwest::Method::PATCH, "/api/settings", json!({"retention_days": 3})).await;
     assert_eq!(status, 503, "a change that cannot be stored says so: {refused}");
 
     pg.resume();
@@ -301,7 +303,9 @@ fn every_authoritative_gateway_on_one_database_loads_the_same_file() {
     let Some(pg) = Postgres::start() else { return };
     let url = pg.database("authoritative");
     let file = |model: &str| {
-        format!("[config]\nauthoritative = true\n\n[settings]\nrouting_strategy = \"priority\"\n\n[[prices]]\nmodel = \"{model}\"\ninput = 1.0\noutput = 2.0\ncache_read = 0.1\ncache_write = 1.25\n")
+        format!(
+            "[config]\nauthoritative = true\n\n[settings]\nrouting_strategy = \"priority\"\n\n[[prices]]\nmodel = \"{model}\"\ninput = 1.0\noutput = 2.0\ncache_read = 0.1\ncache_write = 1.25\n"
+        )
     };
     let first = on(&url, Some(&file("claude-sonnet-4-5")));
     let same = on(&url, Some(&file("claude-sonnet-4-5")));

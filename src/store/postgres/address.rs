@@ -122,7 +122,10 @@ mod tests {
     fn passwords_are_masked_wherever_they_are() {
         assert_eq!(redact("postgres://ccmesh:s3cret-pw@db:5432/ccmesh"), "postgres://ccmesh:***@db:5432/ccmesh");
         assert_eq!(redact("postgres://u:p%40ss@db/x?sslmode=disable"), "postgres://u:***@db/x?sslmode=disable");
-        assert_eq!(redact("postgres://u@db/x?password=abc&sslmode=disable"), "postgres://u@db/x?password=***&sslmode=disable");
+        assert_eq!(
+            redact("postgres://u@db/x?password=abc&sslmode=disable"),
+            "postgres://u@db/x?password=***&sslmode=disable"
+        );
         assert_eq!(redact("postgresql://db/x?user=u&Password=abc"), "postgresql://db/x?user=u&Password=***");
         assert_eq!(redact("host=db password=abc user=u"), "host=db password=*** user=u");
         assert_eq!(redact("postgres://u@db/x"), "postgres://u@db/x");

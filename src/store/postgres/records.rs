@@ -16,6 +16,7 @@ use crate::store::sql::{Sql, Value, numbered, values_list};
 const ROWS_PER_STATEMENT: usize = 500;
 /// The width of a `requests` row as `Columns` fills it.
 const WIDTH: usize = 22;
+const _: () = assert!(ROWS_PER_STATEMENT * WIDTH < 65_535);
 
 /// A `Columns` row as statement parameters, in `insert_columns!` order.
 fn column_values(c: Columns<'_>) -> [Value; WIDTH] {
@@ -133,7 +134,12 @@ impl RecordDb for PgRecords {
         let limit = i64::try_from(chunk).unwrap_or(i64::MAX);
         self.with(|client| {
             let rows = wait(client.query(PRUNE, &[&cutoff_ms, &limit]))?;
-            let n: i64 = rows.first().map(|r| r.try_get(0)).transpose().map_err(|e| StoreError::Corrupt(e.to_string()))?.unwrap_or(0);
+            let n: i64 = rows
+                .first()
+                .map(|r| r.try_get(0))
+                .transpose()
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?
+                .unwrap_or(0);
             Ok(n.max(0) as usize)
         })
     }
@@ -195,8 +201,7 @@ mod tests {
     }
 
     #[test]
-    fn a_full_batch_stays_under_the_parameter_limit() {
-        assert!(ROWS_PER_STATEMENT * WIDTH < 65_535);
+    fn a_row_has_as_many_values_as_columns() {
         let sample = crate::store::records::sample_record("r1", 1);
         assert_eq!(column_values(Columns::of(&sample)).len(), WIDTH);
         assert_eq!(crate::store::records::insert_columns!().split(',').count(), WIDTH);

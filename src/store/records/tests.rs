@@ -1,8 +1,8 @@
 use super::query::{SUMMARY_COLUMNS, where_clause};
 use super::write::{MAX_SEARCH_BYTES, search_text};
 use super::*;
-use rusqlite::params_from_iter;
 use crate::store::sql::{Dialect, Value as SqlValue};
+use rusqlite::params_from_iter;
 
 use crate::observe::record::{AttemptRecord, Classification, RecordError};
 

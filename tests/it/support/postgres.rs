@@ -78,7 +78,8 @@ impl Postgres {
         if is_root() {
             let mut c = Command::new("setpriv");
             let id = UNPRIVILEGED.to_string();
-            c.args(["--reuid", &id, "--regid", &id, "--clear-groups", "--pdeathsig", "INT", "--"]).arg(bin.join(program));
+            c.args(["--reuid", &id, "--regid", &id, "--clear-groups", "--pdeathsig", "INT", "--"])
+                .arg(bin.join(program));
             c
         } else {
             Command::new(bin.join(program))
