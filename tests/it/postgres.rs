@@ -298,6 +298,56 @@ async fn requests_keep_succeeding_while_postgres_is_away_and_storage_recovers_af
     assert!(!server.log_text().contains(PASSWORD), "the password is never logged");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_that_stops_answering_never_holds_up_requests() {
+    let Some(pg) = Postgres::start() else { return };
+    let url = pg.database("frozen");
+    let up = MockUpstream::start().await;
+    up.set_default(Reply::anthropic_message("hello"));
+    let server = on(&url, Some(&endpoint_config("a", &up.url())));
+    let server = &server;
+    assert_eq!(ask(server, None).await, 200);
+
+    pg.freeze();
+    let started = Instant::now();
+    for _ in 0..20 {
+        assert_eq!(ask(server, None).await, 200);
+    }
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(3), "requests waited for a database that does not answer: {took:?}");
+    eventually("health says storage is degraded", Duration::from_secs(10), || async move {
+        let h = get(server, "/health").await;
+        h["storage"].as_str().is_some_and(|s| s.contains("unreachable")).then_some(())
+    })
+    .await;
+
+    pg.thaw();
+    eventually("health recovers", Duration::from_secs(40), || async move {
+        assert_eq!(ask(server, None).await, 200);
+        get(server, "/health").await.get("storage").is_none().then_some(())
+    })
+    .await;
+}
+
+#[test]
+fn a_gateway_whose_database_cannot_be_reached_refuses_to_start_and_hides_the_password() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("postgres://ccmesh:{PASSWORD}@127.0.0.1:{closed}/nowhere");
+    let args = ["--database", url.as_str()];
+    let logs = match Server::launch(Launch { args: &args, ..Launch::default() }) {
+        Ok(_) => panic!("started without its database"),
+        Err(logs) => logs,
+    };
+    assert!(
+        logs.contains(&format!("cannot open the database postgres://ccmesh:***@127.0.0.1:{closed}/nowhere")),
+        "{logs}"
+    );
+    assert!(!logs.contains(PASSWORD), "{logs}");
+    let (code, _, err) = run_cli(["migrate", "--from", "sqlite:/no/such/dir", "--to", &url], &[]);
+    assert_ne!(code, 0);
+    assert!(!err.contains(PASSWORD), "{err}");
+}
+
 #[test]
 fn every_authoritative_gateway_on_one_database_loads_the_same_file() {
     let Some(pg) = Postgres::start() else { return };

@@ -112,6 +112,8 @@ impl Postgres {
     /// Stop the server (a fast shutdown: connections are cut, as when the database host goes
     /// away) and wait until it is gone.
     pub fn stop(&mut self) {
+        // A frozen server (a test that failed half-way) could not act on the signal.
+        self.thaw();
         let Some(mut child) = self.child.take() else { return };
         let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -158,5 +160,31 @@ impl Postgres {
 impl Drop for Postgres {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+impl Postgres {
+    /// The server's processes (the postmaster and its children), by id.
+    fn processes(&self) -> Vec<String> {
+        let Some(child) = &self.child else { return Vec::new() };
+        let parent = child.id().to_string();
+        let out = Command::new("pgrep").args(["-P", &parent]).output().unwrap();
+        std::iter::once(parent)
+            .chain(String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_string))
+            .collect()
+    }
+
+    /// Freeze the server (SIGSTOP to each of its processes): connections stay open but nothing
+    /// answers, as with a database host that hangs. `thaw` undoes it.
+    pub fn freeze(&self) {
+        for pid in self.processes() {
+            let _ = Command::new("kill").args(["-STOP", &pid]).status();
+        }
+    }
+
+    pub fn thaw(&self) {
+        for pid in self.processes() {
+            let _ = Command::new("kill").args(["-CONT", &pid]).status();
+        }
     }
 }
