@@ -368,7 +368,16 @@ fn every_authoritative_gateway_on_one_database_loads_the_same_file() {
     };
     assert!(logs.contains("every gateway on a shared database must load the same file"), "{logs}");
     assert!(!logs.contains(PASSWORD), "{logs}");
-    drop((first, same));
+
+    // The rollout: the new file on a running gateway, SIGHUP, and it is the reference.
+    std::fs::write(first.dir.join("ccmesh.toml"), &other).unwrap();
+    let hup = std::process::Command::new("kill").args(["-HUP", &first.child.id().to_string()]).status().unwrap();
+    assert!(hup.success());
+    first.wait_for_log(|v| v["fields"]["event"] == "config_reloaded");
+    let joined = on(&url, Some(&other));
+    let stale = Server::launch(Launch { config: Some(&file("claude-sonnet-4-5")), args: &args, ..Launch::default() });
+    assert!(stale.is_err(), "the old file is refused once the new one is the reference");
+    drop((first, same, joined));
 }
 
 /// Every page of `filter`'s list, as ids.
