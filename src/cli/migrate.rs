@@ -48,6 +48,9 @@ fn sqlite_file(from: &str) -> anyhow::Result<PathBuf> {
 
 fn migrate(args: &MigrateArgs) -> anyhow::Result<String> {
     let file = sqlite_file(&args.from)?;
+    // The data dir's lock: a gateway still serving it would write records the copy misses.
+    let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let _locked = crate::store::data_dir::DataDir::open(dir)?;
     let from = Store::open(&file).with_context(|| format!("cannot open {}", file.display()))?;
     let shown = crate::store::postgres::address::redact(&args.to);
     let to = Store::open_postgres(&args.to).with_context(|| format!("cannot open the database {shown}"))?;

@@ -6,8 +6,9 @@
 //! two installations has no right answer for two endpoints of one name, so it is refused with
 //! what the target holds. Everything is copied in one PostgreSQL transaction, so a migration
 //! that fails half-way (the network, a full disk) leaves the target as empty as it was, and
-//! running it again is safe. The source is only read; stop the gateway on it first, or the
-//! records it writes meanwhile stay behind.
+//! running it again is safe. The source is only read; `ccmesh migrate` holds its data dir's
+//! lock, so a gateway still serving it (whose new records the copy would miss) is named and
+//! refused.
 
 use super::sql::{Sql, Value, values_list};
 use super::{Store, StoreError};

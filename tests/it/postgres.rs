@@ -202,6 +202,10 @@ async fn migrate_moves_an_sqlite_installation_and_refuses_a_non_empty_target() {
     assert_eq!(send(&old, reqwest::Method::PATCH, "/api/settings", json!({"retention_days": 9})).await.0, 200);
     assert_eq!(ask(&old, Some(&secret)).await, 200);
     assert_eq!(ask(&old, Some(&secret)).await, 200);
+    let from = format!("sqlite:{}", data.path().display());
+    let (code, _, err) = run_cli(["migrate", "--from", &from, "--to", &url], &[]);
+    assert_ne!(code, 0, "a data dir a gateway still serves is not moved");
+    assert!(err.contains("is already serving the data dir") && err.contains("stop it first"), "{err}");
     let running = &old;
     let before = eventually("two records", Duration::from_secs(10), || async move {
         let list = records(running, "").await;
@@ -212,7 +216,6 @@ async fn migrate_moves_an_sqlite_installation_and_refuses_a_non_empty_target() {
     let (exit, _) = old.wait_exit();
     assert!(exit.success());
 
-    let from = format!("sqlite:{}", data.path().display());
     let (code, out, err) = run_cli(["migrate", "--from", &from, "--to", &url], &[]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("1 endpoints") && out.contains("1 client keys") && out.contains("2 requests"), "{out}");
