@@ -6,11 +6,13 @@ use std::sync::Arc;
 
 use tokio_postgres::Client;
 
-use super::{Pg, PgSql, wait};
+use futures_util::Stream;
+
+use super::{OP_TIMEOUT, Pg, PgSql, block_on, pg_error, row, wait};
 use crate::observe::record::{RequestRecord, Tokens};
 use crate::store::StoreError;
 use crate::store::records::{Columns, RecordDb, StatRow, StatsBuilder, StatsQuery, StatsReport, detail_json, tok};
-use crate::store::sql::{Sql, Value, numbered, values_list};
+use crate::store::sql::{Row, Sql, Value, numbered, values_list};
 
 /// Records per `INSERT`: 22 parameters each stays far below PostgreSQL's 65 535 per statement.
 const ROWS_PER_STATEMENT: usize = 500;
@@ -156,35 +158,51 @@ impl Pg {
     }
 
     /// `GET /api/stats` over PostgreSQL: the same narrow rows as SQLite's scan, folded by the
-    /// same builder.
+    /// same builder as they stream in (a range of a million records is never held in memory).
     pub fn stats(&self, q: &StatsQuery) -> Result<StatsReport, StoreError> {
-        self.read(|db| {
-            let rows = db.rows(&crate::store::records::stats_sql(q), &[q.since_ms.into(), q.until_ms.into()])?;
+        let sql = numbered(&crate::store::records::stats_sql(q));
+        self.with_client(|client| {
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&q.since_ms, &q.until_ms];
+            let rows = wait(client.query_raw(sql.as_str(), params))?;
+            let mut rows = std::pin::pin!(rows);
             let mut builder = StatsBuilder::new(*q);
-            for r in &rows {
-                let group = match r.0.get(1) {
-                    Some(Value::Text(t)) => Some(t.as_str()),
-                    _ => None,
+            loop {
+                let next = block_on(std::future::poll_fn(|cx| rows.as_mut().poll_next(cx)), OP_TIMEOUT);
+                let r = match next {
+                    None => return Err(StoreError::Unavailable(format!("no row within {}s", OP_TIMEOUT.as_secs()))),
+                    Some(None) => break,
+                    Some(Some(Err(e))) => return Err(pg_error(e)),
+                    Some(Some(Ok(r))) => row(&r)?,
                 };
-                builder.add(&StatRow {
-                    started_at_ms: r.int(0)?,
-                    group,
-                    status: u16::try_from(r.int(2)?).unwrap_or(0),
-                    has_error: r.bool(3)?,
-                    failed_over: r.bool(4)?,
-                    total_ms: r.real(5)?,
-                    tokens: Tokens {
-                        input: tok(r.opt_int(6)?),
-                        output: tok(r.opt_int(7)?),
-                        cache_read: tok(r.opt_int(8)?),
-                        cache_write: tok(r.opt_int(9)?),
-                    },
-                    cost_usd: r.opt_real(10)?,
-                });
+                add_stat_row(&mut builder, &r)?;
             }
             Ok(builder.finish())
         })
     }
+}
+
+/// One row of `stats_sql` into the builder.
+fn add_stat_row(builder: &mut StatsBuilder, r: &Row) -> Result<(), StoreError> {
+    let group = match r.0.get(1) {
+        Some(Value::Text(t)) => Some(t.as_str()),
+        _ => None,
+    };
+    builder.add(&StatRow {
+        started_at_ms: r.int(0)?,
+        group,
+        status: u16::try_from(r.int(2)?).unwrap_or(0),
+        has_error: r.bool(3)?,
+        failed_over: r.bool(4)?,
+        total_ms: r.real(5)?,
+        tokens: Tokens {
+            input: tok(r.opt_int(6)?),
+            output: tok(r.opt_int(7)?),
+            cache_read: tok(r.opt_int(8)?),
+            cache_write: tok(r.opt_int(9)?),
+        },
+        cost_usd: r.opt_real(10)?,
+    });
+    Ok(())
 }
 
 #[cfg(test)]
