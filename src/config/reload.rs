@@ -28,20 +28,31 @@ impl ReloadTrigger {
     }
 }
 
+/// After a rebuild that failed (the database went away between the news and the read), the
+/// next try; without it the news would be spent and the snapshot stale until the next change.
+const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Rebuild the snapshot whenever the gateway's trigger is pulled. A database that cannot be
-/// read leaves the current snapshot in place (and the store reports itself degraded); the
-/// next request tries again.
+/// read leaves the current snapshot in place (and the store reports itself degraded), and the
+/// rebuild is tried again every `RETRY_AFTER` until it succeeds.
 pub async fn reload_loop(gw: Arc<Gateway>) {
     loop {
         gw.reload_trigger.requested().await;
-        let _guard = gw.admin_lock.lock().await;
-        let gw2 = gw.clone();
-        match tokio::task::spawn_blocking(move || gw2.reload()).await {
-            Ok(Ok(())) => tracing::debug!(event = "config_followed", "configuration reloaded after a change elsewhere"),
-            Ok(Err(e)) => {
-                tracing::warn!(event = "config_reload_failed", error = %e, "cannot reload the configuration; serving the last one")
+        let result = {
+            let _guard = gw.admin_lock.lock().await;
+            let gw2 = gw.clone();
+            tokio::task::spawn_blocking(move || gw2.reload()).await
+        };
+        let error = match result {
+            Ok(Ok(())) => {
+                tracing::debug!(event = "config_followed", "configuration reloaded after a change elsewhere");
+                continue;
             }
-            Err(e) => tracing::warn!(event = "config_reload_failed", error = %e, "the reload task failed"),
-        }
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => e.to_string(),
+        };
+        tracing::warn!(event = "config_reload_failed", error = %error, "cannot reload the configuration; serving the last one and trying again");
+        tokio::time::sleep(RETRY_AFTER).await;
+        gw.reload_trigger.request();
     }
 }
