@@ -116,7 +116,9 @@ async fn three_gateways_on_one_database_share_endpoints_keys_prices_and_records(
     let url = pg.database("shared");
     let up = MockUpstream::start().await;
     up.set_default(Reply::anthropic_message("hello"));
-    let nodes = [on(&url, None), on(&url, None), on(&url, None)];
+    // C is told its database through the environment, as a container would be.
+    let by_env = Server::launch(Launch { env: &[("CCMESH_DATABASE_URL", &url)], ..Launch::default() }).unwrap();
+    let nodes = [on(&url, None), on(&url, None), by_env];
     let (a, b, c) = (&nodes[0], &nodes[1], &nodes[2]);
     assert_ne!(ask(c, None).await, 200, "no endpoint yet");
 
