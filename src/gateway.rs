@@ -59,6 +59,9 @@ pub struct Gateway {
     /// The config file, when it is authoritative (`config::authoritative`): what it declares is
     /// read-only in the admin API, and the server's background work reloads it.
     pub config_source: std::sync::OnceLock<crate::config::authoritative::SharedSource>,
+    /// Pulled when the configuration changed somewhere else (another gateway on a shared
+    /// database); the server's background work then rebuilds the snapshot (`config::reload`).
+    pub reload_trigger: crate::config::reload::ReloadTrigger,
     /// This gateway's entry in the process-wide set of secrets to redact.
     redact_owner: u64,
 }
@@ -121,6 +124,7 @@ impl Gateway {
                 OWNERS.fetch_add(1, Ordering::Relaxed)
             },
             local: std::sync::OnceLock::new(),
+            reload_trigger: Default::default(),
         };
         gateway.reload()?;
         gateway.seed_budgets();
@@ -153,7 +157,7 @@ impl Gateway {
 
     /// `None` while storage works; else what is wrong (SPEC §15.8).
     pub fn storage_problem(&self) -> Option<String> {
-        self.events.records().problem()
+        self.store.problem().or_else(|| self.events.records().problem())
     }
 
     /// A short-lived view of the configuration (do not hold across an `.await`).
@@ -177,7 +181,12 @@ impl Gateway {
             }),
             None => Settings::default(),
         };
-        let secrets = endpoints.iter().map(|e| e.api_key.clone()).chain(self.admin_token.clone()).collect();
+        let secrets = endpoints
+            .iter()
+            .map(|e| e.api_key.clone())
+            .chain(self.admin_token.clone())
+            .chain(self.store.secrets())
+            .collect();
         crate::redact::install(self.redact_owner, secrets);
         let ids: Vec<EndpointId> = endpoints.iter().map(|e| e.id).collect();
         let old = self.snapshot.load();

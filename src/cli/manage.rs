@@ -209,7 +209,7 @@ fn key_from_env(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<String> 
 async fn dispatch(command: Command) -> anyhow::Result<String> {
     use reqwest::Method;
     match command {
-        Command::Serve(_) => Ok(String::new()),
+        Command::Serve(_) | Command::Migrate(_) => Ok(String::new()),
         Command::Connect(args) => super::clients::connect(args).await,
         Command::Disconnect(args) => super::clients::disconnect(args).await,
         Command::Clients(args) => super::clients::list(args).await,

@@ -1,5 +1,6 @@
 //! The gateway's background work, on the runtime that runs `serve_with` (never a serving
-//! thread, never the request path): the model-list refresher and, in the authoritative-config
+//! thread, never the request path): the model-list refresher, the rebuilds the reload trigger
+//! asks for (and, on PostgreSQL, the follower that pulls it) and, in the authoritative-config
 //! mode, the config file's watcher. Owned by the server: `stop` (or dropping it) ends every
 //! task, so nothing outlives the gateway that started it.
 
@@ -11,6 +12,9 @@ use crate::gateway::Gateway;
 
 pub struct Background {
     tasks: JoinSet<()>,
+    /// On a shared PostgreSQL database: the follower of other gateways' changes (it runs on
+    /// the store's own thread; dropping it stops it).
+    _follower: Option<crate::store::postgres::changes::Follower>,
 }
 
 impl Background {
@@ -21,12 +25,14 @@ impl Background {
             let up = crate::catalogue::Upstream { client: &lists.client, hop: &lists.hop_header };
             crate::catalogue::refresh_loop(&lists.catalogue, up, || lists.snapshot_full()).await;
         });
+        tasks.spawn(crate::config::reload::reload_loop(gw.clone()));
+        let follower = gw.store.postgres().map(|pg| pg.follow(gw.reload_trigger.clone()));
         if let Some(source) = gw.config_source.get() {
             for task in crate::config::watch::tasks(gw.clone(), source.clone()) {
                 tasks.spawn(task);
             }
         }
-        Background { tasks }
+        Background { tasks, _follower: follower }
     }
 
     /// End every task and wait until they are gone. Their work is safe to cut at any point: a

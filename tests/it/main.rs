@@ -27,6 +27,7 @@ mod keys_binary;
 mod metrics_events;
 mod models;
 mod passthrough;
+mod postgres;
 mod prices;
 mod real_clients;
 mod records;
