@@ -136,7 +136,7 @@ impl Gateway {
                 let snapshot = self.snapshot();
                 for (key, at, tokens, usd) in charges {
                     if let Some(k) = snapshot.keys.find(&key) {
-                        self.limiter.charge(&k.name, tokens, usd, at);
+                        self.limiter.seed(&k.name, tokens, usd, at);
                     }
                 }
             }
