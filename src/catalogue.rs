@@ -23,10 +23,9 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use crate::endpoint::{Endpoint, EndpointId};
-use crate::gateway::Gateway;
 use crate::protocol::Format;
 use crate::proxy::upstream::{join_url, read_body, request_headers};
-use crate::snapshot::LiveEndpoint;
+use crate::snapshot::{LiveEndpoint, Snapshot};
 
 /// How often a list is fetched again.
 pub const REFRESH_EVERY: Duration = Duration::from_secs(5 * 60);
@@ -157,21 +156,22 @@ pub fn needs_upstream_list(e: &Endpoint) -> bool {
     e.enabled && (e.models.is_empty() || e.models.iter().any(|m| m.is_glob()))
 }
 
-/// Fetch every due list, then sleep until the next is due or the configuration changes.
-/// Runs until the server stops it (it is aborted between or during fetches; both are safe).
-pub async fn refresh_loop(gw: Arc<Gateway>) {
+/// Fetch every due list of the endpoints `snapshot` gives, then sleep until the next is due or
+/// the configuration changes. Runs until the server stops it (it is aborted between or during
+/// fetches; both are safe).
+pub async fn refresh_loop(catalogue: &Catalogue, up: Upstream<'_>, snapshot: impl Fn() -> Arc<Snapshot>) {
     loop {
-        let snapshot = gw.snapshot_full();
-        let due = gw.catalogue.due(&snapshot.endpoints, tokio::time::Instant::now());
+        let endpoints = snapshot();
+        let due = catalogue.due(&endpoints.endpoints, tokio::time::Instant::now());
         let fetches = due.iter().map(|e| async {
-            let result = fetch_list(&gw, e).await;
-            gw.catalogue.store(&e.config, result, tokio::time::Instant::now());
+            let result = fetch_list(up, e).await;
+            catalogue.store(&e.config, result, tokio::time::Instant::now());
         });
         futures_util::future::join_all(fetches).await;
-        let next = gw.catalogue.next_due().unwrap_or_else(|| tokio::time::Instant::now() + REFRESH_EVERY);
+        let next = catalogue.next_due().unwrap_or_else(|| tokio::time::Instant::now() + REFRESH_EVERY);
         tokio::select! {
             () = tokio::time::sleep_until(next) => {}
-            () = gw.catalogue.changed.notified() => {}
+            () = catalogue.changed.notified() => {}
         }
     }
 }
@@ -227,11 +227,18 @@ impl std::fmt::Display for ListError {
     }
 }
 
+/// What reading a model list needs of the gateway: its upstream client and its hop header.
+#[derive(Clone, Copy)]
+pub struct Upstream<'a> {
+    pub client: &'a crate::proxy::upstream::UpstreamClient,
+    pub hop: &'a HeaderValue,
+}
+
 /// One `GET` of a model list page with the endpoint's credentials: the status and body.
-pub async fn get_page(gw: &Gateway, e: &LiveEndpoint, url: &str) -> Result<(StatusCode, Bytes), ListError> {
-    let mut headers = request_headers(&HeaderMap::new(), e, &gw.hop_header);
+pub async fn get_page(up: Upstream<'_>, e: &LiveEndpoint, url: &str) -> Result<(StatusCode, Bytes), ListError> {
+    let mut headers = request_headers(&HeaderMap::new(), e, up.hop);
     headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
-    let answer = gw
+    let answer = up
         .client
         .send(Method::GET, url, headers, Bytes::new())
         .await
@@ -261,13 +268,13 @@ pub fn snippet(e: &Endpoint, body: &[u8]) -> String {
 }
 
 /// Every page of the endpoint's model list, as ids.
-async fn fetch_list(gw: &Gateway, e: &LiveEndpoint) -> Result<Vec<String>, String> {
+async fn fetch_list(up: Upstream<'_>, e: &LiveEndpoint) -> Result<Vec<String>, String> {
     let fetch = async {
         let mut ids: Vec<String> = Vec::new();
         let mut after: Option<String> = None;
         for _ in 0..MAX_PAGES {
             let url = list_url(&e.config, after.as_deref());
-            let (status, body) = get_page(gw, e, &url).await?;
+            let (status, body) = get_page(up, e, &url).await?;
             if !status.is_success() {
                 return Err(ListError::Status { status, body: snippet(&e.config, &body) });
             }

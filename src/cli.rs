@@ -6,6 +6,7 @@ pub mod clients;
 pub mod import;
 pub mod keys;
 pub mod manage;
+pub mod output;
 pub mod presets;
 pub mod records;
 pub mod serve;

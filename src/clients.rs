@@ -26,6 +26,7 @@ pub mod dotenv;
 pub mod files;
 pub mod formats;
 pub mod gemini_cli;
+pub mod host;
 pub mod json_edit;
 pub mod service;
 

@@ -39,7 +39,7 @@ pub struct Gateway {
     pub admin_lock: tokio::sync::Mutex<()>,
     /// Where this gateway listens and keeps its data, and whose home it runs in: set once it is
     /// bound, for the client settings the admin API may edit (`/api/clients`).
-    pub local: std::sync::OnceLock<crate::admin::clients::LocalHost>,
+    pub local: std::sync::OnceLock<crate::clients::host::LocalHost>,
     /// This instance's identity in the loop-detection header (SPEC §8), random per start.
     pub instance_id: String,
     /// `x-ccmesh-hop: <instance_id>`, for requests that arrive with no hop header of their own.

@@ -9,21 +9,21 @@ mod exchange;
 pub mod gate;
 pub mod gemini;
 pub mod models;
+pub mod observer;
 pub mod outcome;
 pub mod relay;
 pub mod request;
 mod respond;
 pub mod resume;
+mod run;
 pub mod trail;
 pub mod upstream;
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, header};
 use axum::response::Response;
-use bytes::Bytes;
 
 use crate::affinity;
 use crate::gateway::Gateway;
@@ -32,68 +32,13 @@ use crate::protocol::{Protocol, Route};
 use crate::routing;
 use crate::server::conn::{ReadBodyError, read_limited};
 use crate::snapshot::{LiveEndpoint, Snapshot};
+pub use request::{
+    ANTHROPIC_VERSION, Inbound, X_CCMESH_HOP, X_CCMESH_LOOP, bearer_token, is_anthropic_client, presented_credential,
+};
 use trail::Trail;
 
-/// Everything about the client's request that the attempts need, read once.
-pub struct Inbound {
-    pub route: Route,
-    pub method: Method,
-    /// The path after `/v1` (`/messages`, `/chat/completions`, `/embeddings`, ...).
-    pub rest: String,
-    /// The query string to forward (without `endpoint=`).
-    pub query: Option<String>,
-    pub headers: HeaderMap,
-    pub body: Bytes,
-    /// The requested model after `@name/` removal (what routing and `model_map` see).
-    pub model: Option<String>,
-    /// Whether the body's model must be replaced even without a map (an `@name/` prefix).
-    pub model_prefixed: bool,
-    /// Where the model value sits in `body`, for rewriting.
-    pub model_span: Option<std::ops::Range<usize>>,
-    pub stream: bool,
-    /// A Gemini client's call (SPEC §11): the model and the method came from the path.
-    pub gemini: Option<gemini::GeminiCall>,
-    /// The loop-detection header this request's upstream requests carry (SPEC §8).
-    pub hop: HeaderValue,
-    /// The client's session id (`affinity::session_id`), for session affinity and
-    /// `prompt_cache_key`.
-    pub session_id: Option<String>,
-    /// The client key's name, when keys are enforced.
-    pub client_key: Option<String>,
-}
-
 // Header names looked up on every request, parsed once (a lookup by `&str` parses the name).
-pub(crate) const ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
-const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
-const X_GOOG_API_KEY: HeaderName = HeaderName::from_static("x-goog-api-key");
 const X_CCMESH_ENDPOINT: HeaderName = HeaderName::from_static("x-ccmesh-endpoint");
-pub(crate) const X_CCMESH_HOP: HeaderName = HeaderName::from_static("x-ccmesh-hop");
-/// On a 508: the instance that found the loop.
-pub(crate) const X_CCMESH_LOOP: HeaderName = HeaderName::from_static("x-ccmesh-loop");
-
-/// The credential the client presented: `x-api-key`, `Authorization: Bearer` (the scheme in any
-/// case, RFC 9110), `x-goog-api-key`, or `?key=` in the query.
-pub fn presented_credential<'a>(headers: &'a HeaderMap, query: Option<&'a str>) -> Option<Cow<'a, str>> {
-    let header = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
-    if let Some(key) = header(&X_API_KEY).or_else(|| header(&X_GOOG_API_KEY)).filter(|k| !k.is_empty()) {
-        return Some(Cow::Borrowed(key));
-    }
-    if let Some(token) = header(&header::AUTHORIZATION).and_then(bearer_token) {
-        return Some(Cow::Borrowed(token));
-    }
-    let query = query?;
-    if !query.contains("key=") {
-        return None;
-    }
-    url::form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "key").map(|(_, v)| v).filter(|v| !v.is_empty())
-}
-
-/// The token of an `Authorization: Bearer <token>` value; the scheme is case-insensitive.
-pub fn bearer_token(value: &str) -> Option<&str> {
-    let (scheme, token) = value.trim().split_once(' ')?;
-    let token = token.trim();
-    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
-}
 
 /// Gateways a request may pass through before it is refused as a loop.
 const MAX_HOPS: usize = 5;
@@ -105,30 +50,8 @@ pub fn has_dot_segment(path: &str) -> bool {
     if !path.contains('.') && !path.contains('%') {
         return false;
     }
-    let decoded = percent_decode(path);
+    let decoded = percent_encoding::percent_decode_str(path).decode_utf8_lossy();
     decoded.split(['/', '\\']).any(|segment| segment == "." || segment == "..")
-}
-
-fn percent_decode(path: &str) -> String {
-    let bytes = path.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && let (Some(h), Some(l)) = (bytes.get(i + 1).and_then(hex), bytes.get(i + 2).and_then(hex))
-        {
-            out.push(h * 16 + l);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn hex(b: &u8) -> Option<u8> {
-    (*b as char).to_digit(16).map(|d| d as u8)
 }
 
 /// SPEC §8: the request came back to this gateway, or has passed through too many. Returns the
@@ -171,11 +94,6 @@ pub fn route_for(method: &Method, path: &str, headers: &HeaderMap) -> Option<Rou
         (&Method::POST, "messages/count_tokens") => Route::CountTokens(Protocol::Claude),
         _ => Route::PassThrough { anthropic: is_anthropic_client(headers) },
     })
-}
-
-/// Whether the client looks like an Anthropic SDK: it sends `anthropic-version` or `x-api-key`.
-fn is_anthropic_client(headers: &HeaderMap) -> bool {
-    headers.contains_key(ANTHROPIC_VERSION) || headers.contains_key(X_API_KEY)
 }
 
 /// axum handler for every `/v1/*` and `/v1beta/*` request other than `GET /v1/models`.

@@ -291,12 +291,12 @@ async fn serve_connections(
                 // The connection died before it was accepted: nothing to do.
                 Err(e) if is_connection_error(&e) => {}
                 Err(e) if out_of_descriptors(&e) && reserve.is_some() => {
+                    tracing::warn!(event = "accept_failed", error = %e, "out of file descriptors; answering with the reserve descriptor");
                     drop(reserve.take());
                     if let Ok((tcp, _)) = listener.accept().await {
                         idle_since = None;
                         tasks.spawn(serve_connection(tcp, app.clone(), admission.clone(), true, stop.clone()));
                     }
-                    tracing::warn!(event = "accept_failed", error = %e, "out of file descriptors; answering with the reserve descriptor");
                 }
                 // Out of descriptors with the reserve in use, or similar: wait a little instead
                 // of spinning on the error; closing connections frees descriptors meanwhile.

@@ -99,7 +99,8 @@ async fn real_request(gw: &Gateway, endpoint: &LiveEndpoint, model: &str) -> Res
 /// The upstream's model list: no model needed.
 async fn model_list(gw: &Gateway, endpoint: &LiveEndpoint) -> Result<(), String> {
     let url = list_url(&endpoint.config, None);
-    match get_page(gw, endpoint, &url).await {
+    let up = crate::catalogue::Upstream { client: &gw.client, hop: &gw.hop_header };
+    match get_page(up, endpoint, &url).await {
         Ok((status, _)) if status.is_success() => Ok(()),
         Ok((status @ (StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN), body)) => {
             Err(format!("key rejected (HTTP {} to GET {url}): {}", status.as_u16(), snippet(&endpoint.config, &body)))

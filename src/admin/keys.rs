@@ -170,7 +170,7 @@ pub async fn mint_for_client(gw: &Arc<Gateway>, name: &'static str, description:
 /// may see of the gateway, and nothing else.
 pub async fn me(State(gw): State<Arc<Gateway>>, headers: HeaderMap, uri: Uri) -> Response {
     let snapshot = gw.snapshot_full();
-    let credential = crate::proxy::presented_credential(&headers, uri.query());
+    let credential = crate::proxy::request::presented_credential(&headers, uri.query());
     let now = crate::keys::now_ms(&*gw.clock);
     let refused = |message: String| ApiError { status: StatusCode::UNAUTHORIZED, message, field: None }.into_response();
     match crate::keys::admit::authenticate(&snapshot.keys, credential.as_deref(), now) {

@@ -74,75 +74,7 @@ pub fn parse_time(s: &str, now_ms: i64) -> Result<i64, String> {
             return n.checked_mul(unit_ms).map(|age| now_ms - age).ok_or_else(|| format!("{s} is out of range"));
         }
     }
-    parse_rfc3339(s).ok_or_else(|| format!("'{s}' is not a time; {HELP}"))
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-pub(crate) fn parse_rfc3339(s: &str) -> Option<i64> {
-    let b = s.as_bytes();
-    let num = |range: std::ops::Range<usize>| -> Option<i64> {
-        let part = s.get(range)?;
-        part.bytes().all(|c| c.is_ascii_digit()).then(|| part.parse().ok())?
-    };
-    if b.len() < 10 || b[4] != b'-' || b[7] != b'-' {
-        return None;
-    }
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-    let month_days = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
-    if !(1..=12).contains(&mo) || d < 1 || d > month_days[(mo - 1) as usize] {
-        return None;
-    }
-    let day_ms = days_from_civil(y, mo, d) * 86_400_000;
-    if b.len() == 10 {
-        return Some(day_ms);
-    }
-    if !matches!(b[10], b'T' | b't' | b' ') || b.len() < 19 || b[13] != b':' || b[16] != b':' {
-        return None;
-    }
-    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if h > 23 || mi > 59 || sec > 60 {
-        return None;
-    }
-    let mut i = 19;
-    let mut frac_ms = 0;
-    if b.get(i) == Some(&b'.') {
-        let start = i + 1;
-        i = start;
-        while b.get(i).is_some_and(u8::is_ascii_digit) {
-            i += 1;
-        }
-        if i == start {
-            return None;
-        }
-        // Milliseconds: the first three digits, padded.
-        let digits = format!("{:0<3}", &s[start..i.min(start + 3)]);
-        frac_ms = digits.parse::<i64>().ok()?;
-    }
-    let offset_min = match s.get(i..)? {
-        "Z" | "z" => 0,
-        tz if tz.len() == 6 && (tz.starts_with('+') || tz.starts_with('-')) && tz.as_bytes()[3] == b':' => {
-            let oh = num(i + 1..i + 3)?;
-            let om = num(i + 4..i + 6)?;
-            if oh > 23 || om > 59 {
-                return None;
-            }
-            let sign = if tz.starts_with('-') { -1 } else { 1 };
-            sign * (oh * 60 + om)
-        }
-        _ => return None,
-    };
-    Some(day_ms + ((h * 60 + mi - offset_min) * 60 + sec) * 1000 + frac_ms)
+    crate::timefmt::parse_rfc3339(s).ok_or_else(|| format!("'{s}' is not a time; {HELP}"))
 }
 
 fn parse_bool(param: &str, v: &str) -> ApiResult<bool> {

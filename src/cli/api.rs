@@ -11,8 +11,22 @@
 use anyhow::{Context, anyhow, bail};
 use serde_json::Value;
 
-use super::manage::Common;
 use crate::proxy::outcome::{NetworkErrorKind, classify_network_error};
+use clap::Args;
+
+/// How a management command reaches the gateway's admin API, and how it prints.
+#[derive(Args, Debug, Clone)]
+pub struct Common {
+    /// Base URL of the running gateway.
+    #[arg(long, env = "CCMESH_SERVER", default_value = "http://127.0.0.1:3999", global = true)]
+    pub server: String,
+    /// Admin token (Authorization: Bearer).
+    #[arg(long = "admin-token", env = "CCMESH_ADMIN_TOKEN", hide_env_values = true, global = true)]
+    pub admin_token: Option<String>,
+    /// Print the API's JSON instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
 
 /// How long one admin call may take.
 const CALL_TIMEOUT_SECS: u64 = 60;

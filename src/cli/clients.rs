@@ -8,7 +8,8 @@ use anyhow::{Context, anyhow, bail};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use super::manage::{Client, Common, pretty, table};
+use super::api::{Client, Common};
+use super::output::{pretty, table};
 use crate::clients::{self, ClientKind, Environment, Target, service};
 
 #[derive(Args, Debug)]
@@ -109,7 +110,7 @@ pub(crate) async fn mint_client_key(api: &Client, client: ClientKind) -> anyhow:
     let exists = keys.as_array().is_some_and(|a| a.iter().any(|k| k["name"].as_str() == Some(name)));
     let created = if exists {
         // The client was connected before: its old secret is not retrievable, so rotate it.
-        api.call(Method::POST, &format!("/api/keys/{}/rotate", super::manage::path(name)), None).await?
+        api.call(Method::POST, &format!("/api/keys/{}/rotate", super::output::path(name)), None).await?
     } else {
         api.call(Method::POST, "/api/keys", Some(body)).await?
     };

@@ -10,7 +10,8 @@ use clap::Subcommand;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use super::manage::{Client, Common, path, pretty, table};
+use super::api::{Client, Common};
+use super::output::{path, pretty, table};
 use crate::import::{self, Plan};
 
 #[derive(Subcommand, Debug)]

@@ -5,7 +5,8 @@ use anyhow::bail;
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 
-use super::manage::{Client, Common, cell, path, pretty, table};
+use super::api::{Client, Common};
+use super::output::{cell, path, pretty, table};
 
 /// The fields `key add` and `key edit` share; on edit only the flags given change.
 #[derive(Args, Debug, Default)]

@@ -8,20 +8,8 @@ use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 
 use super::Command;
-pub(crate) use super::api::Client;
-
-#[derive(Args, Debug, Clone)]
-pub struct Common {
-    /// Base URL of the running gateway.
-    #[arg(long, env = "CCMESH_SERVER", default_value = "http://127.0.0.1:3999", global = true)]
-    pub server: String,
-    /// Admin token (Authorization: Bearer).
-    #[arg(long = "admin-token", env = "CCMESH_ADMIN_TOKEN", hide_env_values = true, global = true)]
-    pub admin_token: Option<String>,
-    /// Print the API's JSON instead of a table.
-    #[arg(long, global = true)]
-    pub json: bool,
-}
+pub(crate) use super::api::{Client, Common};
+pub(crate) use super::output::{cell, path, pretty, table};
 
 /// Where `endpoint add` (and `endpoint edit --api-key-from-env`) read a key that should stay out
 /// of shell history.
@@ -370,56 +358,6 @@ async fn set_enabled(name: String, common: Common, enabled: bool) -> anyhow::Res
     })
 }
 
-/// Endpoint names are restricted to URL-safe characters, but be safe anyway.
-pub(crate) fn path(name: &str) -> String {
-    name.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
-
-pub(crate) fn pretty(v: &Value) -> String {
-    serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
-}
-
-pub(crate) fn cell(v: &Value) -> String {
-    match v {
-        Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
-        Value::Array(items) if items.is_empty() => "*".into(),
-        Value::Array(items) => items.iter().map(cell).collect::<Vec<_>>().join(","),
-        other => other.to_string(),
-    }
-}
-
-/// Left-aligned columns sized to their widest cell.
-pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (i, c) in row.iter().enumerate() {
-            widths[i] = widths[i].max(c.chars().count());
-        }
-    }
-    let line = |cells: Vec<String>| {
-        cells
-            .iter()
-            .enumerate()
-            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
-            .collect::<Vec<_>>()
-            .join("  ")
-            .trim_end()
-            .to_string()
-    };
-    let mut out = vec![line(headers.iter().map(|h| h.to_string()).collect())];
-    out.extend(rows.iter().map(|r| line(r.clone())));
-    out.join("\n")
-}
-
 fn endpoint_table(v: &Value) -> String {
     let rows: Vec<Vec<String>> = v
         .as_array()
@@ -536,12 +474,6 @@ fn health_table(v: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tables_align_columns() {
-        let t = table(&["A", "LONGER"], &[vec!["xxxx".into(), "y".into()], vec!["z".into(), "".into()]]);
-        assert_eq!(t, "A     LONGER\nxxxx  y\nz");
-    }
 
     #[test]
     fn health_says_the_badge_and_a_cooled_down_open_endpoint_will_be_probed() {

@@ -3,7 +3,8 @@
 use anyhow::bail;
 use serde_json::{Map, Value, json};
 
-use super::manage::{Common, pretty, table};
+use super::api::Common;
+use super::output::{pretty, table};
 use crate::presets;
 
 /// The endpoint fields of preset `id`, or why it cannot be used.

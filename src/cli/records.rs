@@ -9,7 +9,8 @@ use anyhow::bail;
 use clap::Args;
 use serde_json::{Value, json};
 
-use super::manage::{Client, Common, cell, path, pretty, table};
+use super::api::{Client, Common};
+use super::output::{cell, path, pretty, table};
 
 #[derive(Args, Debug)]
 pub struct LogsArgs {

@@ -248,11 +248,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let local = listener.local_addr()?;
-    let _ = gw.local.set(crate::admin::clients::LocalHost {
+    let _ = gw.local.set(crate::clients::host::LocalHost {
         listen: local,
         data_dir: data_dir.path().to_path_buf(),
         env: crate::clients::Environment::from_process(),
-        service_managed: crate::admin::clients::started_by_service_manager(|k| std::env::var(k).ok()),
+        service_managed: crate::clients::host::started_by_service_manager(|k| std::env::var(k).ok()),
     });
     if let Some(e) = gw.snapshot().endpoints.iter().find(|e| crate::hosts::points_at(&e.config.base_url, local)) {
         bail!(

@@ -250,7 +250,7 @@ impl KeyDraft {
             self.expires_at = match v {
                 Value::Null => None,
                 Value::String(s) => {
-                    let ms = crate::admin::requests::parse_rfc3339(s.trim()).ok_or_else(|| {
+                    let ms = crate::timefmt::parse_rfc3339(s.trim()).ok_or_else(|| {
                         err(
                             "expires_at",
                             format!("'{s}' is not an RFC 3339 time (e.g. 2026-12-31T23:59:59Z) or a date"),

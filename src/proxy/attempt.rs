@@ -9,13 +9,12 @@ use std::sync::Arc;
 
 use axum::http::StatusCode;
 use axum::response::Response;
-use bytes::Bytes;
 
-use super::Inbound;
 use super::backoff::{WhenBlocked, when_blocked};
 use super::conversion::RequestConversion;
-use super::exchange::Exchanged;
 use super::outcome::{AttemptOutcome, NetworkErrorKind, Next, Verdict};
+use super::request::Inbound;
+use super::run::{Ended, Exchanged, Progress, Run};
 use super::trail::Trail;
 use crate::breaker::Denied;
 use crate::convert::{self, ir::ConvertError};
@@ -25,100 +24,6 @@ use crate::protocol::errors::{ErrorKind, GatewayError};
 use crate::protocol::{Format, Route};
 use crate::routing;
 use crate::snapshot::{LiveEndpoint, Snapshot};
-
-/// An upstream HTTP answer read in full.
-#[derive(Clone)]
-pub(super) struct Buffered {
-    pub status: StatusCode,
-    pub headers: axum::http::HeaderMap,
-    pub body: Bytes,
-}
-
-/// Everything one client request's attempts share: what was asked, where it may go, and the
-/// state that outlives a single attempt. The phases are `impl Run` blocks of their own files:
-/// this loop, one exchange (`exchange.rs`), the answer (`respond.rs`).
-pub(super) struct Run {
-    pub gw: Arc<Gateway>,
-    pub snapshot: Arc<Snapshot>,
-    pub inbound: Inbound,
-    pub explicit: bool,
-    /// The rotation state this request saw when it started (for compare-and-set).
-    pub seen_current: Option<EndpointId>,
-    pub start_endpoint: Option<EndpointId>,
-    /// Bodies with a rewritten model, per target model, so a retry does not redo the splice.
-    pub rewritten: Vec<(String, Bytes)>,
-    /// Conversion state for endpoints of another format.
-    pub conversion: RequestConversion,
-    /// The decision trail; moves into the relay when a stream is committed.
-    pub trail: Option<Trail>,
-    /// SPEC §15.1: the request's total deadline, from its arrival, for the attempts' timers.
-    pub deadline: tokio::time::Instant,
-    /// The same deadline on the gateway's clock, for the waits.
-    pub deadline_clock: std::time::Instant,
-    /// One budget per request for every wait (SPEC §15.1), never past the total deadline.
-    budget_deadline: std::time::Instant,
-    /// What the attempts so far have learnt; a resume goes on from here.
-    progress: Progress,
-    /// The request's candidates after the filters of SPEC §2, and how they are treated.
-    candidates: Vec<Arc<LiveEndpoint>>,
-    /// No breaker filter, no probe permits: an explicit endpoint, or failover off.
-    bypass_breakers: bool,
-    /// Failover is off (SPEC §2 step 1): the one endpoint's answer is the answer.
-    pinned: bool,
-    /// Set while a cut stream is being continued (`resume.rs`).
-    pub resuming: Option<super::resume::Resuming>,
-}
-
-/// How the attempts ended: an answer, or a stream that reached its first content.
-pub(super) enum Ended {
-    Answer(Response),
-    Stream(Box<super::exchange::Stream>),
-}
-
-/// The loop's own state, from one attempt to the next.
-#[derive(Default)]
-pub(super) struct Progress {
-    attempts: usize,
-    cap: Option<usize>,
-    /// The most recent upstream HTTP answer of a failed attempt (what the client gets if
-    /// nothing better comes).
-    last_answer: Option<Buffered>,
-    /// The last attempt got an HTTP answer (not a network error).
-    last_was_answer: bool,
-    /// The last answer was a 429 to a rate-limited endpoint's probe (SPEC §3: it re-enters the
-    /// backoff instead of being returned).
-    last_was_probe_429: bool,
-    last_network: Option<(NetworkErrorKind, String)>,
-    last_endpoint: Option<String>,
-    /// Endpoints out of the rest of this request (`Next::NextExcluding`).
-    excluded: Vec<EndpointId>,
-    /// An attempt was cut short by the total deadline.
-    deadline_passed: bool,
-    /// The first answer that said the request belongs elsewhere (an unknown model, a prompt too
-    /// long), and whether every attempt answered so: then that one is the client's answer.
-    first_elsewhere: Option<Buffered>,
-    only_elsewhere: bool,
-    /// The last failure was a timeout (the gateway's own answer is then 504, not 502).
-    last_timed_out: bool,
-    /// SPEC §3 (beyond): an endpoint that answered 429 with `Retry-After` is not asked again
-    /// before then within this request.
-    not_before: Vec<(EndpointId, std::time::Instant)>,
-}
-
-impl Progress {
-    fn new() -> Self {
-        Progress { only_elsewhere: true, ..Progress::default() }
-    }
-
-    /// The upstream answer the client gets when nothing better came: the first "elsewhere"
-    /// answer when every attempt answered that way, else the most recent one.
-    fn best_answer(&mut self) -> Option<Buffered> {
-        if self.only_elsewhere && self.first_elsewhere.is_some() {
-            return self.first_elsewhere.take();
-        }
-        self.last_answer.take()
-    }
-}
 
 pub async fn run(
     gw: Arc<Gateway>,

@@ -9,19 +9,18 @@ use axum::http::{HeaderValue, StatusCode};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 
-use super::attempt::{Buffered, Run};
 use super::conversion;
+use super::observer::{Committed, StreamObserver, Transform};
 use super::outcome::{
     self, AttemptOutcome, NetworkErrorKind, Next, Verdict, classify_network_error, classify_status, status_note,
 };
-use super::relay::{Committed, StreamObserver};
 use super::request::splice_model;
+use super::run::{Buffered, Exchanged, Run, Stream};
 use super::upstream::{UpstreamBodyError, UpstreamResponse, join_url, read_body, request_headers, response_headers};
 use crate::breaker::Permit;
 use crate::breaker::retry_after::parse_retry_after;
 use crate::convert::ir::{ConvertError, EncodeContext};
 use crate::convert::{StreamConversion, StreamEncoder, upstream_path};
-use crate::observe::record::Tokens;
 use crate::observe::usage;
 use crate::protocol::errors::{ErrorKind, GatewayError};
 use crate::protocol::{Format, Route};
@@ -29,35 +28,6 @@ use crate::snapshot::LiveEndpoint;
 
 /// Largest preamble held back before giving up on finding content and relaying anyway.
 const MAX_HELD_PREAMBLE: usize = 64 * 1024;
-
-/// What one attempt produced. The breaker and the trail have been told (for a committed stream,
-/// the relay tells them when it ends).
-pub(super) enum Exchanged {
-    /// An upstream answer read in full, classified; `usage` for a success; `probe`: the attempt
-    /// was a half-open breaker's probe.
-    Answer { answer: Buffered, outcome: AttemptOutcome, usage: Option<(Tokens, Option<String>)>, probe: bool },
-    /// A stream that reached its first content event: it now belongs to the client.
-    Committed(Box<Stream>),
-    /// No usable answer: a network error, a timeout, a stream that failed before content, an
-    /// answer that cannot be used, or the total deadline.
-    NoAnswer { outcome: AttemptOutcome, kind: NetworkErrorKind, detail: String },
-    /// `count_tokens` on an endpoint that lacks it: answer with the gateway's estimate.
-    Estimate,
-}
-
-/// A stream that reached its first content event, with what relaying it needs.
-pub(super) struct Stream {
-    pub status: StatusCode,
-    pub headers: axum::http::HeaderMap,
-    /// The endpoint it comes from.
-    pub endpoint: String,
-    pub endpoint_id: crate::endpoint::EndpointId,
-    /// Which attempt of the request it is.
-    pub attempt: usize,
-    pub committed: Committed,
-    pub permit: Permit,
-    pub upstream: hyper::body::Incoming,
-}
 
 /// The next data chunk of an upstream body (trailers skipped), `None` at its end.
 async fn next_data(body: &mut hyper::body::Incoming) -> Option<Result<Bytes, hyper::Error>> {
@@ -85,6 +55,53 @@ fn before_headers(kind: NetworkErrorKind) -> AttemptOutcome {
 
 /// An answer that cannot be used: asking that endpoint again cannot help.
 const UNUSABLE: AttemptOutcome = AttemptOutcome::EXCLUDED;
+
+/// A Gemini client's request on a native endpoint, and how its stream is framed.
+impl Run {
+    /// The URL for an endpoint reached without conversion: the client's path and query, except
+    /// that a Gemini client's path carries the model (`model_map`, `@NAME/` removed) and its
+    /// JSON-array stream is asked for as SSE.
+    pub(super) fn native_url(&self, endpoint: &LiveEndpoint) -> String {
+        let config = &endpoint.config;
+        let (inbound, query) = (&self.inbound, self.inbound.query.as_deref());
+        let Some(call) = &inbound.gemini else {
+            return join_url(&config.base_url, config.format, &inbound.rest, query);
+        };
+        let model = inbound.model.as_deref().unwrap_or_default();
+        let rest =
+            super::gemini::native_rest(call, &inbound.rest, model, config.map_model(model), inbound.model_prefixed);
+        join_url(&config.base_url, config.format, &rest, super::gemini::native_query(call, query).as_deref())
+    }
+
+    /// How a streamed answer reaches the client: unchanged, converted from the endpoint's
+    /// format, or — for a Gemini client that wants the JSON array — framed as the array.
+    pub(super) fn stream_transform(&mut self, format: Format, converting: bool) -> Transform {
+        let json_array = self.inbound.gemini.as_ref().is_some_and(super::gemini::GeminiCall::json_array);
+        match (converting, json_array) {
+            (false, false) => Transform::Pass,
+            (false, true) => Transform::Convert(Box::new(StreamConversion::gemini_json_array())),
+            (true, json_array) => {
+                let ctx = self.encode_context();
+                let conversion = if json_array {
+                    let encoder = StreamEncoder::Gemini(crate::convert::gemini::StreamEncoder::json_array(ctx));
+                    StreamConversion::with_encoder(format, encoder)
+                } else {
+                    StreamConversion::new(format, self.conversion.client, ctx)
+                };
+                Transform::Convert(Box::new(conversion))
+            }
+        }
+    }
+
+    /// The content type of a stream the gateway writes for the client.
+    pub(super) fn client_stream_content_type(&self) -> &'static str {
+        if self.inbound.gemini.as_ref().is_some_and(super::gemini::GeminiCall::json_array) {
+            "application/json"
+        } else {
+            "text/event-stream"
+        }
+    }
+}
 
 impl Run {
     /// The body to send to `endpoint`: the client's bytes unless its model must change.
@@ -287,7 +304,7 @@ impl Run {
                 let client = self.conversion.client;
                 let encoder = super::resume::primed_encoder(StreamEncoder::new(client, ctx), &delivered);
                 let splice = Box::new(super::resume::Splice::new(&delivered));
-                super::relay::Transform::Convert(Box::new(StreamConversion::spliced(format, encoder, splice)))
+                Transform::Convert(Box::new(StreamConversion::spliced(format, encoder, splice)))
             } else {
                 self.stream_transform(format, converting)
             };
@@ -356,7 +373,9 @@ impl Run {
         // Usage and the answering model come from the upstream's own answer, before conversion.
         let answered = outcome.is_success().then(|| usage::from_body(format, &body));
         let looped = status == StatusCode::LOOP_DETECTED
-            && headers.get(super::X_CCMESH_LOOP).is_some_and(|v| v.as_bytes() == self.gw.instance_id.as_bytes());
+            && headers
+                .get(super::request::X_CCMESH_LOOP)
+                .is_some_and(|v| v.as_bytes() == self.gw.instance_id.as_bytes());
         let mut status = status;
         if let Some((rate_limited, message)) = not_an_answer {
             // A 2xx that is no answer: if it is the last one, the client gets a native error

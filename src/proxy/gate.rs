@@ -44,7 +44,7 @@ impl Gate {
         if !snapshot.keys.enforced() {
             return Ok(Gate { key: None });
         }
-        let credential = super::presented_credential(headers, query);
+        let credential = super::request::presented_credential(headers, query);
         let key = keys::admit::authenticate(&snapshot.keys, credential.as_deref(), keys::now_ms(&*gw.clock))
             .inspect_err(|r| refused(gw, r))?;
         if let (Some(k), Some(t)) = (&key, trail) {

@@ -15,13 +15,11 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame};
 use tokio::time::{Instant, Sleep};
 
-use super::relay::Transform;
-use super::upstream::join_url;
-use super::{X_GOOG_API_KEY, percent_decode};
 use crate::convert::gemini::{self, Method as GeminiMethod};
-use crate::convert::{StreamConversion, StreamEncoder};
-use crate::protocol::{Format, Protocol, Route};
-use crate::snapshot::LiveEndpoint;
+use crate::protocol::{Protocol, Route};
+
+/// Google's API-key header (the Gemini SDKs and CLI send it).
+pub(crate) const X_GOOG_API_KEY: axum::http::HeaderName = axum::http::HeaderName::from_static("x-goog-api-key");
 
 /// A Gemini client's call, read from its path and query.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,9 +63,9 @@ fn after_version(path: &str) -> Option<&str> {
 /// `@NAME/model`.
 fn model_of(resource: &str) -> Option<String> {
     let model = if let Some(id) = resource.strip_prefix("models/") {
-        percent_decode(id)
+        percent_encoding::percent_decode_str(id).decode_utf8_lossy().into_owned()
     } else if resource.starts_with("tunedModels/") {
-        percent_decode(resource)
+        percent_encoding::percent_decode_str(resource).decode_utf8_lossy().into_owned()
     } else {
         return None;
     };
@@ -140,51 +138,6 @@ pub fn native_query<'a>(call: &GeminiCall, query: Option<&'a str>) -> Option<Cow
         }
         None => Cow::Borrowed("alt=sse"),
     })
-}
-
-impl super::attempt::Run {
-    /// The URL for an endpoint reached without conversion: the client's path and query, except
-    /// that a Gemini client's path carries the model (`model_map`, `@NAME/` removed) and its
-    /// JSON-array stream is asked for as SSE.
-    pub(super) fn native_url(&self, endpoint: &LiveEndpoint) -> String {
-        let config = &endpoint.config;
-        let (inbound, query) = (&self.inbound, self.inbound.query.as_deref());
-        let Some(call) = &inbound.gemini else {
-            return join_url(&config.base_url, config.format, &inbound.rest, query);
-        };
-        let model = inbound.model.as_deref().unwrap_or_default();
-        let rest = native_rest(call, &inbound.rest, model, config.map_model(model), inbound.model_prefixed);
-        join_url(&config.base_url, config.format, &rest, native_query(call, query).as_deref())
-    }
-
-    /// How a streamed answer reaches the client: unchanged, converted from the endpoint's
-    /// format, or — for a Gemini client that wants the JSON array — framed as the array.
-    pub(super) fn stream_transform(&mut self, format: Format, converting: bool) -> Transform {
-        let json_array = self.inbound.gemini.as_ref().is_some_and(GeminiCall::json_array);
-        match (converting, json_array) {
-            (false, false) => Transform::Pass,
-            (false, true) => Transform::Convert(Box::new(StreamConversion::gemini_json_array())),
-            (true, json_array) => {
-                let ctx = self.encode_context();
-                let conversion = if json_array {
-                    let encoder = StreamEncoder::Gemini(gemini::StreamEncoder::json_array(ctx));
-                    StreamConversion::with_encoder(format, encoder)
-                } else {
-                    StreamConversion::new(format, self.conversion.client, ctx)
-                };
-                Transform::Convert(Box::new(conversion))
-            }
-        }
-    }
-
-    /// The content type of a stream the gateway writes for the client.
-    pub(super) fn client_stream_content_type(&self) -> &'static str {
-        if self.inbound.gemini.as_ref().is_some_and(GeminiCall::json_array) {
-            "application/json"
-        } else {
-            "text/event-stream"
-        }
-    }
 }
 
 /// How long a bare error line waits after the data before it, so that it reaches the client in

@@ -63,7 +63,7 @@ pub async fn list_models(State(gw): State<Arc<Gateway>>, uri: Uri, headers: Head
     let snapshot = gw.snapshot_full();
     let query = uri.query();
     let gemini = uri.path().starts_with("/v1beta") || super::gemini::is_gemini_client(&headers, query);
-    let anthropic = super::is_anthropic_client(&headers);
+    let anthropic = super::request::is_anthropic_client(&headers);
     let protocol = if gemini {
         Protocol::Gemini
     } else if anthropic {

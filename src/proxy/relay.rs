@@ -11,7 +11,6 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll, Waker, ready};
 use std::time::Duration;
 
@@ -20,203 +19,13 @@ use hyper::body::{Body, Frame};
 use tokio::time::{Instant, Sleep};
 
 use crate::breaker::Permit;
-use crate::config::BreakerSettings;
-use crate::convert::StreamConversion;
 use crate::endpoint::EndpointId;
-use crate::gateway::Gateway;
 use crate::observe::record::Tokens;
-use crate::observe::usage::StreamUsage;
-use crate::protocol::Format;
-use crate::protocol::errors::{ErrorKind, gemini_repeat_error, stream_error_event};
-use crate::protocol::sse::SseScanner;
-use crate::protocol::stream_events::{EventKind, StreamContext, inspect_and_observe};
-use crate::routing::RotationUpdate;
-use crate::snapshot::Snapshot;
 
-use super::attempt::{Ended, Run};
+use super::observer::Committed;
 use super::outcome::{self, StreamEnd, classify_network_error};
-use super::respond;
 use super::resume::{self, Delivered};
-use super::trail::Trail;
-
-/// An error event an upstream put in its stream.
-#[derive(Clone, Debug)]
-pub struct UpstreamError {
-    /// A rate-limit error (the breaker opens as RateLimited).
-    pub rate_limited: bool,
-    pub message: String,
-}
-
-/// What the observer has seen so far in a stream.
-#[derive(Clone, Debug, Default)]
-pub struct StreamWatch {
-    pub terminal: bool,
-    /// OpenAI Chat: a `finish_reason` arrived (a clean close after it is complete).
-    pub finish: bool,
-    /// Any event other than preamble arrived.
-    pub content: bool,
-    /// The first upstream error event.
-    pub error: Option<UpstreamError>,
-    /// The stream cannot be read as its protocol's events (an event over the size limit).
-    pub malformed: Option<String>,
-}
-
-impl StreamWatch {
-    pub fn observe(&mut self, kind: &EventKind) {
-        match kind {
-            EventKind::Terminal => {
-                self.terminal = true;
-                self.content = true;
-            }
-            EventKind::ContentWithFinish => {
-                self.finish = true;
-                self.content = true;
-            }
-            EventKind::UpstreamError { rate_limited, message, .. } => {
-                if self.error.is_none() {
-                    self.error = Some(UpstreamError { rate_limited: *rate_limited, message: message.clone() });
-                }
-            }
-            EventKind::Content => self.content = true,
-            EventKind::Preamble => {}
-            EventKind::Malformed => {
-                if self.malformed.is_none() {
-                    self.malformed = Some("an upstream stream event is not valid JSON".into());
-                }
-            }
-        }
-    }
-}
-
-/// Pass the upstream's bytes through, or convert them to the client's protocol.
-pub enum Transform {
-    Pass,
-    Convert(Box<StreamConversion>),
-}
-
-/// Watches an upstream stream and produces what the client receives.
-pub struct StreamObserver {
-    /// The upstream's format.
-    pub format: Format,
-    /// The client's format.
-    pub client: Format,
-    scanner: SseScanner,
-    context: StreamContext,
-    pub watch: StreamWatch,
-    /// Token usage and the answering model, from the upstream's own events.
-    pub usage: StreamUsage,
-    transform: Transform,
-}
-
-impl StreamObserver {
-    /// `max_event`: the largest single event accepted (`limits.max_sse_event_bytes`).
-    pub fn new(format: Format, client: Format, transform: Transform, max_event: u64) -> Self {
-        Self {
-            format,
-            client,
-            scanner: SseScanner::with_limit(usize::try_from(max_event).unwrap_or(usize::MAX)),
-            context: StreamContext::default(),
-            watch: StreamWatch::default(),
-            usage: StreamUsage::default(),
-            transform,
-        }
-    }
-
-    /// Whether the client gets converted events (not the upstream's bytes).
-    pub fn converts(&self) -> bool {
-        matches!(self.transform, Transform::Convert(_))
-    }
-
-    /// Observe one upstream chunk; returns the bytes for the client (possibly none).
-    pub fn chunk(&mut self, chunk: Bytes) -> Option<Bytes> {
-        let out = self.scan(chunk);
-        if self.scanner.overflowed() && self.watch.malformed.is_none() {
-            self.watch.malformed = Some("an upstream stream event is larger than limits.max_sse_event_bytes".into());
-        }
-        out
-    }
-
-    fn scan(&mut self, chunk: Bytes) -> Option<Bytes> {
-        let (format, watch, context, usage) = (self.format, &mut self.watch, &mut self.context, &mut self.usage);
-        match &mut self.transform {
-            Transform::Pass => {
-                let gemini_client = self.client == Format::Gemini;
-                let mut repeated = Vec::new();
-                self.scanner.feed(&chunk, |event| {
-                    let kind = inspect_and_observe(format, &event, context);
-                    if gemini_client && watch.error.is_none() && matches!(kind, EventKind::UpstreamError { .. }) {
-                        gemini_repeat_error(&mut repeated, event.data);
-                    }
-                    watch.observe(&kind);
-                    usage.observe(format, &event);
-                });
-                if repeated.is_empty() {
-                    return Some(chunk);
-                }
-                let mut out = chunk.to_vec();
-                out.extend_from_slice(&repeated);
-                Some(Bytes::from(out))
-            }
-            Transform::Convert(conversion) => {
-                let mut out = Vec::new();
-                self.scanner.feed(&chunk, |event| {
-                    watch.observe(&inspect_and_observe(format, &event, context));
-                    usage.observe(format, &event);
-                    conversion.event(&event, &mut out);
-                });
-                (!out.is_empty()).then(|| Bytes::from(out))
-            }
-        }
-    }
-
-    /// The upstream ended cleanly. `Some(bytes)` = the stream is complete (after these final
-    /// bytes, possibly empty); `None` = it ended without its terminal event.
-    pub fn clean_end(&mut self) -> Option<Bytes> {
-        // Tolerance for real upstreams: a Chat stream that delivered its finish_reason and
-        // closed cleanly is complete.
-        let chat_finished = self.format == Format::Openai && self.watch.finish && self.scanner.pending_bytes() == 0;
-        if !self.watch.terminal && !chat_finished {
-            return None;
-        }
-        match &mut self.transform {
-            Transform::Pass if !self.watch.terminal => Some(Bytes::from_static(b"data: [DONE]\n\n")),
-            Transform::Pass => Some(Bytes::new()),
-            Transform::Convert(conversion) => {
-                let mut out = Vec::new();
-                conversion.finish(&mut out);
-                Some(Bytes::from(out))
-            }
-        }
-    }
-
-    /// The client protocol's error event ending the stream.
-    pub fn error_event(&mut self, message: &str) -> Bytes {
-        match &mut self.transform {
-            Transform::Pass => Bytes::from(stream_error_event(self.client, message, &self.context)),
-            Transform::Convert(conversion) => {
-                let mut out = Vec::new();
-                conversion.fail(ErrorKind::Api, message, &mut out);
-                Bytes::from(out)
-            }
-        }
-    }
-}
-
-/// A stream that reached its first content event and now belongs to the client.
-pub struct Committed {
-    pub gw: Arc<Gateway>,
-    pub snapshot: Arc<Snapshot>,
-    pub breaker_settings: BreakerSettings,
-    pub idle_timeout: Option<Duration>,
-    /// `timeouts.<protocol>.max_stream_duration_secs`, counted from the commit.
-    pub max_duration: Option<Duration>,
-    pub held: Vec<Bytes>,
-    pub observer: StreamObserver,
-    pub rotation: Option<RotationUpdate>,
-    /// The request's decision trail, closed when the stream ends (or dropped with it, which
-    /// records the client going away).
-    pub trail: Option<Trail>,
-}
+use super::run::{Ended, Run};
 
 struct RelayState {
     c: Committed,
@@ -557,7 +366,8 @@ impl Drop for RelayState {
     fn drop(&mut self) {
         if let Some(trail) = self.c.trail.take() {
             let usage = &self.c.observer.usage;
-            respond::stream_cut_by_client(trail, &self.c.snapshot, self.carried.plus(usage.tokens()), usage.model());
+            let model = usage.model().map(str::to_string);
+            trail.cut_by_client(self.carried.plus(usage.tokens()), model, &self.c.snapshot);
         }
     }
 }
@@ -590,11 +400,10 @@ impl RelayState {
         {
             update.apply(&self.c.gw.rotation);
         }
-        if let Some(trail) = self.c.trail.take() {
+        if let Some(mut trail) = self.c.trail.take() {
             let usage = &self.c.observer.usage;
-            let tokens = self.carried.plus(usage.tokens());
-            let class = outcome.classification();
-            respond::stream_ended(trail, &self.c.snapshot, class, note, transition.as_ref(), tokens, usage.model());
+            trail.stream_ended(outcome.classification(), note, transition.as_ref());
+            trail.close_stream(&self.c.snapshot, note, self.carried.plus(usage.tokens()), usage.model());
         }
     }
 
@@ -631,8 +440,7 @@ impl RelayState {
         let event = withheld.unwrap_or_else(|| self.c.observer.error_event(message));
         self.pending.push_back(event);
         if let Some(trail) = self.c.trail.take() {
-            let usage = &self.c.observer.usage;
-            respond::stream_closed(trail, &self.c.snapshot, Some(message), self.carried, usage.model());
+            trail.close_stream(&self.c.snapshot, Some(message), self.carried, self.c.observer.usage.model());
         }
     }
 

@@ -1,14 +1,84 @@
-//! Reading what the gateway needs from a client's request body without re-encoding it:
-//! the model, the stream flag and the session fields (`affinity`), and a model rewrite that
-//! keeps every other byte.
+//! The client's request as the gateway reads it (`Inbound`): what it needs from the body
+//! without re-encoding it — the model, the stream flag and the session fields (`affinity`) —,
+//! a model rewrite that keeps every other byte, the credential the client presented, and the
+//! header names the request path looks up.
 
+use std::borrow::Cow;
 use std::ops::Range;
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, header};
 
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::gemini::{self, X_GOOG_API_KEY};
+use crate::protocol::Route;
 use crate::protocol::errors::{ErrorKind, GatewayError};
+
+// Header names looked up on every request, parsed once (a lookup by `&str` parses the name).
+pub const ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
+const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+pub const X_CCMESH_HOP: HeaderName = HeaderName::from_static("x-ccmesh-hop");
+/// On a 508: the instance that found the loop.
+pub const X_CCMESH_LOOP: HeaderName = HeaderName::from_static("x-ccmesh-loop");
+
+/// Everything about the client's request that the attempts need, read once.
+pub struct Inbound {
+    pub route: Route,
+    pub method: Method,
+    /// The path after `/v1` (`/messages`, `/chat/completions`, `/embeddings`, ...).
+    pub rest: String,
+    /// The query string to forward (without `endpoint=`).
+    pub query: Option<String>,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    /// The requested model after `@name/` removal (what routing and `model_map` see).
+    pub model: Option<String>,
+    /// Whether the body's model must be replaced even without a map (an `@name/` prefix).
+    pub model_prefixed: bool,
+    /// Where the model value sits in `body`, for rewriting.
+    pub model_span: Option<std::ops::Range<usize>>,
+    pub stream: bool,
+    /// A Gemini client's call (SPEC §11): the model and the method came from the path.
+    pub gemini: Option<gemini::GeminiCall>,
+    /// The loop-detection header this request's upstream requests carry (SPEC §8).
+    pub hop: HeaderValue,
+    /// The client's session id (`affinity::session_id`), for session affinity and
+    /// `prompt_cache_key`.
+    pub session_id: Option<String>,
+    /// The client key's name, when keys are enforced.
+    pub client_key: Option<String>,
+}
+
+/// The credential the client presented: `x-api-key`, `Authorization: Bearer` (the scheme in any
+/// case, RFC 9110), `x-goog-api-key`, or `?key=` in the query.
+pub fn presented_credential<'a>(headers: &'a HeaderMap, query: Option<&'a str>) -> Option<Cow<'a, str>> {
+    let header = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    if let Some(key) = header(&X_API_KEY).or_else(|| header(&X_GOOG_API_KEY)).filter(|k| !k.is_empty()) {
+        return Some(Cow::Borrowed(key));
+    }
+    if let Some(token) = header(&header::AUTHORIZATION).and_then(bearer_token) {
+        return Some(Cow::Borrowed(token));
+    }
+    let query = query?;
+    if !query.contains("key=") {
+        return None;
+    }
+    url::form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "key").map(|(_, v)| v).filter(|v| !v.is_empty())
+}
+
+/// The token of an `Authorization: Bearer <token>` value; the scheme is case-insensitive.
+pub fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// Whether the client looks like an Anthropic SDK: it sends `anthropic-version` or `x-api-key`.
+pub fn is_anthropic_client(headers: &HeaderMap) -> bool {
+    headers.contains_key(ANTHROPIC_VERSION) || headers.contains_key(X_API_KEY)
+}
 
 /// What routing needs from a JSON body.
 #[derive(Debug)]

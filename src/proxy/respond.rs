@@ -9,14 +9,12 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
-use super::attempt::{Buffered, Run};
-use super::exchange::Stream;
 use super::relay;
+use super::run::{Buffered, Run, Stream};
 use super::trail::Trail;
 use super::upstream::response_headers;
-use crate::breaker::Transition;
 use crate::convert::count_tokens;
-use crate::observe::record::{Classification, Tokens};
+use crate::observe::record::Tokens;
 use crate::protocol::Protocol;
 use crate::protocol::errors::{ErrorKind, GatewayError};
 use crate::snapshot::Snapshot;
@@ -43,36 +41,6 @@ pub fn refuse(error: GatewayError, protocol: Protocol, mut trail: Trail, snapsho
     response
 }
 
-/// The client of a committed stream went away: the record closed with what was delivered.
-/// `tokens` include those of the attempts a resume continued.
-pub fn stream_cut_by_client(trail: Trail, snapshot: &Snapshot, tokens: Tokens, model: Option<&str>) {
-    trail.cut_by_client(tokens, model.map(str::to_string), snapshot);
-}
-
-/// A committed stream ended: its attempt's final outcome, its usage and model, the record closed.
-/// `tokens`: the stream's usage, with that of the attempts a resume continued; `model`: the
-/// answering model.
-pub fn stream_ended(
-    mut trail: Trail,
-    snapshot: &Snapshot,
-    class: Classification,
-    error: Option<&str>,
-    transition: Option<&Transition>,
-    tokens: Tokens,
-    model: Option<&str>,
-) {
-    trail.stream_ended(class, error, transition);
-    stream_closed(trail, snapshot, error, tokens, model);
-}
-
-/// A committed stream's record closed (its last attempt already settled).
-pub fn stream_closed(mut trail: Trail, snapshot: &Snapshot, error: Option<&str>, tokens: Tokens, model: Option<&str>) {
-    if let Some(message) = error {
-        trail.set_error("stream", None, message, None);
-    }
-    trail.finish(200, tokens, model.map(str::to_string), snapshot);
-}
-
 impl Run {
     /// An upstream's answer (a success, a neutral answer, or the last failure) to the client.
     /// `usage`: tokens and model of a successful answer.
@@ -89,7 +57,7 @@ impl Run {
             // An upstream that rejects a key often quotes it: the client must not receive the
             // endpoint's key (SPEC §15.6). Only error bodies are scanned.
             let query = self.inbound.query.as_deref();
-            let credential = super::presented_credential(&self.inbound.headers, query);
+            let credential = super::request::presented_credential(&self.inbound.headers, query);
             if let Some(clean) = crate::redact::current().scrub_bytes(&body, credential.as_deref()) {
                 body = Bytes::from(clean);
             }

@@ -355,6 +355,15 @@ impl Trail {
 
     /// The client went away from a committed stream: its record says so, with the usage and cost
     /// of what was delivered (what its key is charged).
+    /// A committed stream's record closed, its last attempt already settled: the stream's error,
+    /// its usage (with that of the attempts a resume continued) and the answering model.
+    pub fn close_stream(mut self, snapshot: &Snapshot, error: Option<&str>, tokens: Tokens, model: Option<&str>) {
+        if let Some(message) = error {
+            self.set_error("stream", None, message, None);
+        }
+        self.finish(200, tokens, model.map(str::to_string), snapshot);
+    }
+
     pub fn cut_by_client(mut self, tokens: Tokens, model_answered: Option<String>, snapshot: &Snapshot) {
         self.set_usage(tokens, model_answered, snapshot);
         // Dropped now: the record of a request that did not end by itself.

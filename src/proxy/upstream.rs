@@ -268,8 +268,8 @@ pub fn request_headers(client: &HeaderMap, endpoint: &LiveEndpoint, hop: &Header
         }
         out.append(name.clone(), value.clone());
     }
-    if endpoint.config.format == Format::Anthropic && !out.contains_key(&super::ANTHROPIC_VERSION) {
-        out.insert(super::ANTHROPIC_VERSION, HeaderValue::from_static("2023-06-01"));
+    if endpoint.config.format == Format::Anthropic && !out.contains_key(&super::request::ANTHROPIC_VERSION) {
+        out.insert(super::request::ANTHROPIC_VERSION, HeaderValue::from_static("2023-06-01"));
     }
     out.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
     for (name, value) in &endpoint.extra_headers {
@@ -277,7 +277,7 @@ pub fn request_headers(client: &HeaderMap, endpoint: &LiveEndpoint, hop: &Header
     }
     let (name, value) = &endpoint.auth;
     out.insert(name.clone(), value.clone());
-    out.insert(super::X_CCMESH_HOP, hop.clone());
+    out.insert(super::request::X_CCMESH_HOP, hop.clone());
     // The client's `Host` was dropped above and endpoints cannot set one (`reserved_header`).
     if let Some(host) = &endpoint.host {
         out.insert(header::HOST, host.clone());

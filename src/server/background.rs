@@ -16,7 +16,11 @@ pub struct Background {
 impl Background {
     pub fn start(gw: &Arc<Gateway>) -> Background {
         let mut tasks = JoinSet::new();
-        tasks.spawn(crate::catalogue::refresh_loop(gw.clone()));
+        let lists = gw.clone();
+        tasks.spawn(async move {
+            let up = crate::catalogue::Upstream { client: &lists.client, hop: &lists.hop_header };
+            crate::catalogue::refresh_loop(&lists.catalogue, up, || lists.snapshot_full()).await;
+        });
         if let Some(source) = gw.config_source.get() {
             for task in crate::config::watch::tasks(gw.clone(), source.clone()) {
                 tasks.spawn(task);

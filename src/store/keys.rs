@@ -47,7 +47,7 @@ fn row_to_key(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<ClientKey, Store
         let expires_at = match expires {
             None => None,
             Some(s) => {
-                let ms = crate::admin::requests::parse_rfc3339(&s).ok_or_else(|| corrupt("expires_at"))?;
+                let ms = crate::timefmt::parse_rfc3339(&s).ok_or_else(|| corrupt("expires_at"))?;
                 Some((s, ms))
             }
         };

@@ -229,19 +229,28 @@ async fn every_refusal_speaks_each_protocols_native_shape_and_touches_no_breaker
             says: "usd_per_day",
         },
     ];
-    for (protocol, path) in
-        [("claude", "/v1/messages"), ("openai", "/v1/chat/completions"), ("responses", "/v1/responses")]
-    {
+    for (protocol, path) in [
+        ("claude", "/v1/messages"),
+        ("openai", "/v1/chat/completions"),
+        ("responses", "/v1/responses"),
+        ("gemini", "/v1beta/models/{model}:generateContent"),
+    ] {
         for c in &cases {
             let body = match protocol {
                 "claude" => claude_body(c.model, false),
                 "openai" => chat_body(c.model, false),
+                "gemini" => json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}),
                 _ => responses_body(c.model, false),
             };
+            let path = path.replace("{model}", c.model);
             let mut req = g.http.post(format!("{}{path}", g.url)).json(&body);
             if let Some(k) = c.key {
                 // Each protocol's own credential header.
-                req = if protocol == "claude" { req.header("x-api-key", k) } else { req.bearer_auth(k) };
+                req = match protocol {
+                    "claude" => req.header("x-api-key", k),
+                    "gemini" => req.header("x-goog-api-key", k),
+                    _ => req.bearer_auth(k),
+                };
             }
             for (h, v) in &c.headers {
                 req = req.header(*h, *v);
@@ -252,7 +261,15 @@ async fn every_refusal_speaks_each_protocols_native_shape_and_touches_no_breaker
             let v: Value = r.json().await.unwrap();
             assert_eq!(status, c.status, "{protocol} {}: {v}", c.what);
             let (ty, code) = shape(protocol, &v);
-            if protocol == "claude" {
+            if protocol == "gemini" {
+                let want = match c.status {
+                    401 => "UNAUTHENTICATED",
+                    403 => "PERMISSION_DENIED",
+                    _ => "RESOURCE_EXHAUSTED",
+                };
+                assert_eq!(v["error"]["status"], want, "{protocol} {}: {v}", c.what);
+                assert_eq!(v["error"]["code"], c.status, "{protocol} {}: {v}", c.what);
+            } else if protocol == "claude" {
                 assert_eq!(ty, c.claude, "{protocol} {}: {v}", c.what);
             } else {
                 assert_eq!((ty.as_str(), code.as_str()), c.openai, "{protocol} {}: {v}", c.what);
@@ -294,7 +311,8 @@ async fn every_refusal_speaks_each_protocols_native_shape_and_touches_no_breaker
     // The records name the key, never its secret.
     flush(&g).await;
     let (_, page) = g.api(Method::GET, "/api/requests?key=only-claude&limit=50", None).await;
-    assert_eq!(page["requests"].as_array().unwrap().len(), 6, "{page}");
+    // Two refusals (model, explicit endpoint) in each of the four protocols.
+    assert_eq!(page["requests"].as_array().unwrap().len(), 8, "{page}");
     assert!(
         page["requests"].as_array().unwrap().iter().all(|r| r["client_key"] == "only-claude" && r["status"] == 403)
     );

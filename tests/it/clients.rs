@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ccmesh::admin::clients::LocalHost;
 use ccmesh::clients::Environment;
+use ccmesh::clients::host::LocalHost;
 use reqwest::Method;
 use serde_json::{Value, json};
 

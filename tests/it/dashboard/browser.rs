@@ -334,7 +334,7 @@ async fn screenshots() {
     )
     .unwrap();
     g.gw.local
-        .set(ccmesh::admin::clients::LocalHost {
+        .set(ccmesh::clients::host::LocalHost {
             listen: g.url.trim_start_matches("http://").parse().unwrap(),
             data_dir: home.data.clone(),
             env: Some(env),
@@ -367,7 +367,7 @@ async fn dashboard_clients_page_in_chromium() {
     let original = "{\n  \"env\": {\"ANTHROPIC_API_KEY\": \"sk-ant-the-users-own-0001\"},\n  \"hooks\": {}\n}\n";
     let settings = home.write(".claude/settings.json", original);
     g.gw.local
-        .set(ccmesh::admin::clients::LocalHost {
+        .set(ccmesh::clients::host::LocalHost {
             listen: g.url.trim_start_matches("http://").parse().unwrap(),
             data_dir: home.data.clone(),
             env: Some(ccmesh::clients::Environment::with_home(&home.home)),
