@@ -39,6 +39,8 @@ pub mod scripts;
 pub mod sync;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+
+use tokio::sync::Notify;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -110,6 +112,14 @@ pub struct Core {
     probes: Mutex<Probes>,
     /// The generation of each protocol's session bindings (a manual switch moves to the next).
     generations: [AtomicI64; Protocol::COUNT],
+    /// The newest config version this node has seen (`sync::NEVER_SEEN` before the first poll).
+    pub(crate) seen_config: AtomicI64,
+    /// Another node changed the configuration: the poller runs the reload hook.
+    pub(crate) reload_wanted: Notify,
+    /// Poll now rather than at the next tick (the subscription just came back).
+    pub(crate) poll_now: Notify,
+    /// Redis was away (or lost its data): re-publish what this node holds before the next poll.
+    pub(crate) needs_republish: AtomicBool,
 }
 
 #[derive(Default)]
@@ -125,6 +135,7 @@ pub struct Cluster {
     pub limiter: Arc<limiter::ClusterLimiter>,
     pub bindings: Arc<bindings::ClusterBindings>,
     queue: Mutex<Option<mpsc::Receiver<Work>>>,
+    reload: Mutex<sync::ReloadHook>,
 }
 
 impl Cluster {
@@ -145,12 +156,17 @@ impl Cluster {
             subscribed: AtomicBool::new(false),
             probes: Mutex::new(Probes::default()),
             generations: Default::default(),
+            seen_config: sync::new_seen_config(),
+            reload_wanted: Notify::new(),
+            poll_now: Notify::new(),
+            needs_republish: AtomicBool::new(false),
         });
         Ok(Arc::new(Cluster {
             limiter: Arc::new(limiter::ClusterLimiter::new(core.clone())),
             bindings: Arc::new(bindings::ClusterBindings::new(core.clone())),
             core,
             queue: Mutex::new(Some(rx)),
+            reload: Mutex::new(Arc::new(sync::reload_from_store)),
         }))
     }
 
@@ -162,6 +178,36 @@ impl Cluster {
     /// `ccmesh_cluster_fallbacks_total`, by op.
     pub fn fallbacks(&self) -> Vec<(&'static str, u64)> {
         Op::ALL.iter().map(|op| (op.as_str(), self.core.fallbacks[op.index()].load(Ordering::Relaxed))).collect()
+    }
+
+    /// This node's configuration changed (an admin write): every other node reloads within
+    /// `POLL_EVERY` at worst, within milliseconds through the channel.
+    pub fn config_changed(&self) {
+        self.core.enqueue(Work::BumpConfig);
+    }
+
+    /// Replace what a node runs when another node changed the configuration (by default
+    /// `sync::reload_from_store`: rebuild the snapshot from this node's store). For a shared
+    /// store that must do more than re-read itself.
+    pub fn on_config_change(&self, hook: sync::ReloadHook) {
+        *self.reload.lock().unwrap_or_else(|p| p.into_inner()) = hook;
+    }
+
+    pub(crate) fn reload_hook(&self) -> sync::ReloadHook {
+        self.reload.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// What `/api/status` says: `ok`, or `degraded: …`.
+    pub fn status(&self) -> String {
+        match self.problem() {
+            None => "ok".to_string(),
+            Some(p) => format!("degraded: {p}"),
+        }
+    }
+
+    /// Where Redis is, without any password.
+    pub fn shown_target(&self) -> String {
+        self.core.redis.target().shown()
     }
 
     /// The queue, for the one background worker that drains it.
@@ -215,6 +261,19 @@ impl Core {
 
     pub(crate) fn set_generation(&self, p: Protocol, generation: i64) {
         self.generations[p.index()].store(generation, Ordering::Release);
+    }
+
+    /// A round-robin ticket from the cluster's counter, within the short timeout; `local` when
+    /// Redis does not answer.
+    pub async fn round_robin_ticket(&self, p: Protocol, local: impl FnOnce() -> u64) -> u64 {
+        let command = ["HINCRBY".to_string(), self.names.round_robin(), p.as_str().to_string(), "1".to_string()];
+        match self.redis.call(&command, self.timeout).await.ok().and_then(|v| v.int()) {
+            Some(n) => u64::try_from(n - 1).unwrap_or(0),
+            None => {
+                self.fell_back(Op::Rotation);
+                local()
+            }
+        }
     }
 
     pub(crate) fn background_timeout(&self) -> Duration {

@@ -57,6 +57,8 @@ pub struct Gateway {
     /// The config file, when it is authoritative (`config::authoritative`): what it declares is
     /// read-only in the admin API, and the server's background work reloads it.
     pub config_source: std::sync::OnceLock<crate::config::authoritative::SharedSource>,
+    /// The cluster layer (`serve --redis`): shared breakers, rotation, limits and bindings.
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
     /// This gateway's entry in the process-wide set of secrets to redact.
     redact_owner: u64,
 }
@@ -85,6 +87,19 @@ impl Gateway {
         admin_token: Option<String>,
         records: RecordSink,
     ) -> Result<Arc<Gateway>, StoreError> {
+        Gateway::in_cluster(store, clock, client, admin_token, records, None)
+    }
+
+    /// `new`, as a node of `cluster` when there is one: the limiter and the session bindings are
+    /// the cluster's, and the breakers and the rotation hand their decisions to it.
+    pub fn in_cluster(
+        store: Store,
+        clock: Arc<dyn Clock>,
+        client: crate::proxy::upstream::UpstreamClient,
+        admin_token: Option<String>,
+        records: RecordSink,
+        cluster: Option<Arc<crate::cluster::Cluster>>,
+    ) -> Result<Arc<Gateway>, StoreError> {
         let events = Events::new(records);
         let instance_id = random_hex(8);
         let hop_header = HeaderValue::from_str(&instance_id).unwrap_or_else(|_| HeaderValue::from_static("0"));
@@ -97,8 +112,14 @@ impl Gateway {
             }),
             breakers: Breakers::new(clock.clone(), Arc::new(events.clone())),
             rotation: Rotation::default(),
-            limiter: Arc::new(crate::keys::MemoryLimiter::new()),
-            sessions: Arc::new(crate::affinity::MemoryBindings::new()),
+            limiter: match &cluster {
+                Some(c) => c.limiter.clone(),
+                None => Arc::new(crate::keys::MemoryLimiter::new()),
+            },
+            sessions: match &cluster {
+                Some(c) => c.bindings.clone(),
+                None => Arc::new(crate::affinity::MemoryBindings::new()),
+            },
             clock,
             events,
             store,
@@ -118,7 +139,13 @@ impl Gateway {
                 OWNERS.fetch_add(1, Ordering::Relaxed)
             },
             local: std::sync::OnceLock::new(),
+            cluster: cluster.clone(),
         };
+        if let Some(c) = &cluster {
+            let hooks = Arc::new(crate::cluster::hooks::Hooks(c.core.clone()));
+            gateway.breakers.share(hooks.clone());
+            gateway.rotation.share(hooks);
+        }
         gateway.reload()?;
         gateway.seed_budgets();
         Ok(Arc::new(gateway))

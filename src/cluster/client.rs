@@ -2,15 +2,18 @@
 //! (scripts, a few plain commands, pub/sub), each with its own timeout, behind the fallback
 //! breaker (`fallback.rs`). Why hand-written rather than the `redis` crate: docs/cluster.md.
 //!
-//! Connections are pooled: a call takes an idle one (or opens one), and gives it back only when
-//! the call completed. A call cut short — its timeout, or its request going away — drops its
+//! Connections are pooled per thread: each serving thread runs its own runtime, and a socket is
+//! driven by the runtime that opened it, so a call takes an idle connection its own thread
+//! opened (or opens one), and gives it back only when the call completed. A call cut short — its timeout, or its request going away — drops its
 //! connection with it, so a late reply can never be read as the answer to the next command. No
 //! lock is held across an `.await`: the pool and the breaker are locked only to take or put.
 //!
 //! The URL: `redis://[[user]:password@]host[:port][/db]`. The password is used to log in and
 //! never shown: everything this module says about the server names only `host:port`.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -21,7 +24,7 @@ use super::resp::{self, Value};
 use super::scripts::Script;
 use crate::clock::Clock;
 
-/// Connections kept open between calls; more are opened under load and closed after.
+/// Connections kept open between calls, per thread; more are opened under load and closed after.
 const MAX_IDLE: usize = 32;
 
 /// Where Redis is.
@@ -187,7 +190,7 @@ impl Conn {
 /// The pool, the fallback breaker and the last problem, shared by every caller.
 pub struct Redis {
     target: Target,
-    idle: Mutex<Vec<Conn>>,
+    idle: Mutex<HashMap<ThreadId, Vec<Conn>>>,
     breaker: Mutex<CallBreaker>,
     problem: Mutex<Option<String>>,
     clock: Arc<dyn Clock>,
@@ -197,7 +200,7 @@ impl Redis {
     pub fn new(target: Target, clock: Arc<dyn Clock>) -> Redis {
         Redis {
             target,
-            idle: Mutex::new(Vec::new()),
+            idle: Mutex::new(HashMap::new()),
             breaker: Mutex::new(CallBreaker::default()),
             problem: Mutex::new(None),
             clock,
@@ -223,7 +226,8 @@ impl Redis {
         if !self.breaker.lock().unwrap_or_else(|p| p.into_inner()).allow(self.clock.now()) {
             return Err(CallError::Unavailable);
         }
-        let pooled = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let thread = std::thread::current().id();
+        let pooled = self.idle.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&thread).and_then(Vec::pop);
         let attempt = async {
             let mut conn = match pooled {
                 Some(conn) => conn,
@@ -280,8 +284,9 @@ impl Redis {
 
     fn give_back(&self, conn: Conn) {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        if idle.len() < MAX_IDLE {
-            idle.push(conn);
+        let mine = idle.entry(std::thread::current().id()).or_default();
+        if mine.len() < MAX_IDLE {
+            mine.push(conn);
         }
     }
 

@@ -1,6 +1,6 @@
 //! The gateway's background work, on the runtime that runs `serve_with` (never a serving
-//! thread, never the request path): the model-list refresher and, in the authoritative-config
-//! mode, the config file's watcher. Owned by the server: `stop` (or dropping it) ends every
+//! thread, never the request path): the model-list refresher, in a cluster the sync with Redis
+//! (`cluster::sync`) and, in the authoritative-config mode, the config file's watcher. Owned by the server: `stop` (or dropping it) ends every
 //! task, so nothing outlives the gateway that started it.
 
 use std::sync::Arc;
@@ -21,6 +21,9 @@ impl Background {
             let up = crate::catalogue::Upstream { client: &lists.client, hop: &lists.hop_header };
             crate::catalogue::refresh_loop(&lists.catalogue, up, || lists.snapshot_full()).await;
         });
+        for task in crate::cluster::sync::tasks(gw) {
+            tasks.spawn(task);
+        }
         if let Some(source) = gw.config_source.get() {
             for task in crate::config::watch::tasks(gw.clone(), source.clone()) {
                 tasks.spawn(task);
