@@ -39,8 +39,11 @@ pub type ReloadHook = Arc<dyn Fn(&Gateway) + Send + Sync>;
 
 /// The hook when none is set: rebuild the snapshot from this node's store.
 pub fn reload_from_store(gw: &Gateway) {
-    if let Err(e) = gw.reload() {
-        tracing::warn!(event = "cluster_reload_failed", error = %e, "another node changed the configuration; reloading it failed");
+    match gw.reload() {
+        Ok(()) => tracing::info!(event = "cluster_config_reloaded", "another node changed the configuration; reloaded it"),
+        Err(e) => {
+            tracing::warn!(event = "cluster_reload_failed", error = %e, "another node changed the configuration; reloading it failed")
+        }
     }
 }
 

@@ -12,6 +12,7 @@ mod breaker_flow;
 mod cli;
 mod client_keys;
 mod clients;
+mod cluster;
 mod connectivity;
 mod conversion;
 mod dashboard;

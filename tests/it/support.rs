@@ -3,3 +3,4 @@ pub mod gateway;
 pub mod mock;
 pub mod node;
 pub mod python;
+pub mod redis;
