@@ -115,7 +115,7 @@ async fn perform(gw: &Gateway, cluster: &Cluster, work: Work) {
         }
         Work::ProbeReleased { endpoint } => {
             let keys = [names.probe(&endpoint)];
-            if let Err(e) = core.redis.eval(&scripts::RELEASE_PROBE, &keys, &[core.node.clone()], timeout).await {
+            if let Err(e) = core.redis.eval(&scripts::RELEASE_PROBE, &keys, std::slice::from_ref(&core.node), timeout).await {
                 failed(Op::Probe, e);
             }
         }

@@ -891,6 +891,7 @@ mod tests {
             breakers: vec![("b".into(), Circuit::Closed), ("a".into(), Circuit::Open)],
             records_dropped: 3,
             keys: Vec::new(),
+            cluster_fallbacks: Vec::new(),
         });
         let expected = r#"# HELP ccmesh_requests_total Client requests finished, by inbound protocol, final endpoint and status class of the answer.
 # TYPE ccmesh_requests_total counter
@@ -1293,4 +1294,17 @@ ccmesh_records_dropped_total 3
         );
         assert!(text.contains("ccmesh_request_duration_seconds_count{protocol=\"claude\"} 4000\n"));
     }
+
+    #[test]
+    fn cluster_fallbacks_appear_only_in_a_cluster() {
+        let m = Metrics::new();
+        assert!(!m.render_scrape(&Scrape::default()).contains("ccmesh_cluster_fallbacks_total"));
+        let text = m.render_scrape(&Scrape { cluster_fallbacks: vec![("admit", 2), ("poll", 0)], ..Scrape::default() });
+        assert_eq!(
+            lines_of(&text, "ccmesh_cluster_fallbacks_total"),
+            ["ccmesh_cluster_fallbacks_total{op=\"admit\"} 2", "ccmesh_cluster_fallbacks_total{op=\"poll\"} 0"]
+        );
+        assert!(text.contains("# TYPE ccmesh_cluster_fallbacks_total counter"));
+    }
+
 }
