@@ -280,3 +280,59 @@ impl Core {
         BACKGROUND_TIMEOUT.max(self.timeout)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    fn cluster(url: &str, clock: Arc<dyn Clock>) -> Arc<Cluster> {
+        let options = Options { url: url.into(), prefix: "t".into(), timeout: Duration::from_millis(200) };
+        Cluster::new(&options, "node-1", clock).unwrap()
+    }
+
+    #[test]
+    fn deadlines_in_redis_time_are_read_through_the_measured_offset() {
+        let clock = Arc::new(ManualClock::new());
+        let c = cluster("redis://127.0.0.1:6379", Arc::new(clock.clone()));
+        let core = &c.core;
+        // Redis's clock runs 2.5 s ahead of this node's.
+        core.set_offset_ms(2_500);
+        let until = core.now_ms() + 2_500 + 10_000;
+        assert_eq!(core.remaining(until), Duration::from_secs(10));
+        clock.advance(Duration::from_secs(4));
+        assert_eq!(core.remaining(until), Duration::from_secs(6));
+        clock.advance(Duration::from_secs(7));
+        assert_eq!(core.remaining(until), Duration::ZERO, "an ended verdict has no time left, never a negative one");
+        // Behind, too.
+        core.set_offset_ms(-1_000);
+        assert_eq!(core.remaining(core.now_ms() - 1_000 + 500), Duration::from_millis(500));
+    }
+
+    #[tokio::test]
+    async fn a_redis_that_does_not_answer_is_stopped_being_asked_and_its_password_never_shown() {
+        // A port nothing listens on: every call is refused at once.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let c = cluster(&format!("redis://:hunter2-secret@127.0.0.1:{port}"), Arc::new(crate::clock::SystemClock));
+        let redis = &c.core.redis;
+        assert_eq!(c.problem(), None);
+        for _ in 0..fallback::FAILURES_TO_OPEN {
+            assert!(matches!(redis.call(&["PING"], Duration::from_millis(200)).await, Err(client::CallError::Connection(_))));
+        }
+        assert_eq!(redis.call(&["PING"], Duration::from_millis(200)).await, Err(client::CallError::Unavailable));
+        let problem = c.problem().unwrap();
+        assert!(problem.contains(&format!("127.0.0.1:{port}")), "{problem}");
+        assert!(!problem.contains("hunter2") && !c.status().contains("hunter2") && !c.shown_target().contains("hunter2"));
+        assert!(c.status().starts_with("degraded: "));
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_drops_work_and_counts_it() {
+        let c = cluster("redis://127.0.0.1:6379", Arc::new(crate::clock::SystemClock));
+        for _ in 0..QUEUE + 3 {
+            c.config_changed();
+        }
+        let dropped = c.fallbacks().into_iter().find(|(op, _)| *op == "queue").unwrap().1;
+        assert_eq!(dropped, 3);
+    }
+}
