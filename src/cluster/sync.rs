@@ -290,6 +290,8 @@ async fn poller(gw: Arc<Gateway>, cluster: Arc<Cluster>) {
             _ = tokio::time::sleep(POLL_EVERY) => {}
             _ = core.poll_now.notified() => {}
             _ = core.reload_wanted.notified() => {
+                // Under the admin lock: an older reading never replaces an admin write's rebuild.
+                let _guard = gw.admin_lock.lock().await;
                 let gw = gw.clone();
                 let hook = cluster.reload_hook();
                 let _ = tokio::task::spawn_blocking(move || hook(&gw)).await;

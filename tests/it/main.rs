@@ -16,6 +16,7 @@ mod cluster;
 mod connectivity;
 mod conversion;
 mod dashboard;
+mod deploy;
 mod explicit_and_routing;
 mod failover;
 mod faults;
