@@ -13,6 +13,7 @@ mod cli;
 mod client_keys;
 mod clients;
 mod cluster;
+mod cluster_scripts;
 mod connectivity;
 mod conversion;
 mod dashboard;
