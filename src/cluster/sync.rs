@@ -74,9 +74,26 @@ pub async fn join(gw: &Gateway) {
     }
 }
 
+/// Charges and lease returns in flight at once: they are most of the work (two per request with
+/// a key) and their order does not matter, so they go side by side; everything else is sent in
+/// the order it was decided (an open before its close).
+const UNORDERED_IN_FLIGHT: usize = 32;
+
 async fn worker(gw: Arc<Gateway>, cluster: Arc<Cluster>, mut queue: tokio::sync::mpsc::Receiver<Work>) {
+    // Owned here: dropping the worker (the server's stop) ends them too.
+    let mut unordered = tokio::task::JoinSet::new();
     while let Some(work) = queue.recv().await {
-        perform(&gw, &cluster, work).await;
+        while unordered.try_join_next().is_some() {}
+        match work {
+            Work::Charge { .. } | Work::Release { .. } => {
+                while unordered.len() >= UNORDERED_IN_FLIGHT {
+                    unordered.join_next().await;
+                }
+                let (gw, cluster) = (gw.clone(), cluster.clone());
+                unordered.spawn(async move { perform(&gw, &cluster, work).await });
+            }
+            ordered => perform(&gw, &cluster, ordered).await,
+        }
     }
 }
 

@@ -305,3 +305,44 @@ async fn a_redis_outage_is_served_on_local_state_and_the_cluster_converges_after
         until(BOUND, "the verdict made during the outage reaches the others", || is_open(n, "a")).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_robin_and_session_bindings_are_shared() {
+    let Some(redis) = RedisServer::start("cluster rotation") else { return };
+    let (a, b) = (MockUpstream::start().await, MockUpstream::start().await);
+    a.set_default(Reply::anthropic_message("from a"));
+    b.set_default(Reply::anthropic_message("from b"));
+    let config = config(&a, &b, 60, "").replace("routing_strategy = \"priority\"", "routing_strategy = \"round_robin\"");
+    let nodes = three_nodes(&redis, &config);
+
+    // One counter for the cluster: requests alternate across nodes, not per node.
+    let mut served = Vec::new();
+    for i in 0..6 {
+        served.push(ask(&nodes[i % 3], None).await);
+    }
+    let via_a = served.iter().filter(|(_, e)| e == "a").count();
+    assert_eq!(via_a, 3, "{served:?}");
+    assert!(served.windows(2).all(|w| w[0].1 != w[1].1), "each request takes the next endpoint: {served:?}");
+
+    // A session bound on one node keeps its endpoint on the others.
+    let in_session = |node: &Server| {
+        let url = format!("{}/v1/messages", node.url);
+        async move {
+            let r = http_client()
+                .post(url)
+                .header("x-claude-code-session-id", "session-shared-across-nodes")
+                .json(&claude_body("claude-sonnet-4-5", false))
+                .send()
+                .await
+                .unwrap();
+            r.headers()["x-ccmesh-endpoint"].to_str().unwrap().to_string()
+        }
+    };
+    let bound = in_session(&nodes[0]).await;
+    let key = "ccmesh:binding:";
+    until(BOUND, "the binding reaches Redis", || async { redis.command(&["KEYS", "ccmesh:binding:*"]).is_some_and(|r| r.contains(key)) })
+        .await;
+    for n in nodes.iter().cycle().skip(1).take(5) {
+        assert_eq!(in_session(n).await, bound, "the session stays on its endpoint on every node");
+    }
+}
