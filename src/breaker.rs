@@ -132,7 +132,12 @@ impl BreakerCell {
         if let Some(t) = transition {
             self.registry.sink.transition(endpoint, &t);
         }
-        result.map(|grant| Permit { cell: self.clone(), grant: Some(grant), endpoint: endpoint.to_string(), claimed: false })
+        result.map(|grant| Permit {
+            cell: self.clone(),
+            grant: Some(grant),
+            endpoint: endpoint.to_string(),
+            claimed: false,
+        })
     }
 
     /// `try_acquire`, and in a cluster the cluster-wide claim of a half-open probe: a probe

@@ -40,9 +40,9 @@ pub mod sync;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
-use tokio::sync::Notify;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::Notify;
 
 use tokio::sync::mpsc;
 
@@ -317,12 +317,17 @@ mod tests {
         let redis = &c.core.redis;
         assert_eq!(c.problem(), None);
         for _ in 0..fallback::FAILURES_TO_OPEN {
-            assert!(matches!(redis.call(&["PING"], Duration::from_millis(200)).await, Err(client::CallError::Connection(_))));
+            assert!(matches!(
+                redis.call(&["PING"], Duration::from_millis(200)).await,
+                Err(client::CallError::Connection(_))
+            ));
         }
         assert_eq!(redis.call(&["PING"], Duration::from_millis(200)).await, Err(client::CallError::Unavailable));
         let problem = c.problem().unwrap();
         assert!(problem.contains(&format!("127.0.0.1:{port}")), "{problem}");
-        assert!(!problem.contains("hunter2") && !c.status().contains("hunter2") && !c.shown_target().contains("hunter2"));
+        assert!(
+            !problem.contains("hunter2") && !c.status().contains("hunter2") && !c.shown_target().contains("hunter2")
+        );
         assert!(c.status().starts_with("degraded: "));
     }
 

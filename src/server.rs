@@ -89,7 +89,12 @@ async fn metrics(axum::extract::State(gw): axum::extract::State<Arc<Gateway>>) -
     let now = crate::keys::now_ms(&*gw.clock);
     let keys = snapshot.keys.all().iter().map(|k| (k.name.clone(), gw.limiter.usage(&k.name, now))).collect();
     let cluster_fallbacks = gw.cluster.as_ref().map(|c| c.fallbacks()).unwrap_or_default();
-    let body = metrics.render_scrape(&Scrape { breakers, records_dropped: gw.events.records().dropped(), keys, cluster_fallbacks });
+    let body = metrics.render_scrape(&Scrape {
+        breakers,
+        records_dropped: gw.events.records().dropped(),
+        keys,
+        cluster_fallbacks,
+    });
     ([(axum::http::header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response()
 }
 

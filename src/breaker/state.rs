@@ -86,11 +86,18 @@ pub enum Denied {
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum TransitionCause {
-    ConsecutiveFailures { count: u32 },
-    ErrorRate { failures: u32, total: u32 },
+    ConsecutiveFailures {
+        count: u32,
+    },
+    ErrorRate {
+        failures: u32,
+        total: u32,
+    },
     CooldownElapsed,
     ProbeFailed,
-    ProbesSucceeded { count: u32 },
+    ProbesSucceeded {
+        count: u32,
+    },
     ManualReset,
     /// Another node of the cluster opened or closed it.
     Cluster,
@@ -1562,7 +1569,13 @@ mod tests {
     // ---- cluster verdicts --------------------------------------------------------------
 
     fn learned(reason: OpenReason, from: Circuit, cooldown: Duration) -> Transition {
-        Transition { from, to: Circuit::Open, reason: Some(reason), cause: TransitionCause::Cluster, cooldown: Some(cooldown) }
+        Transition {
+            from,
+            to: Circuit::Open,
+            reason: Some(reason),
+            cause: TransitionCause::Cluster,
+            cooldown: Some(cooldown),
+        }
     }
 
     #[test]
@@ -1618,7 +1631,8 @@ mod tests {
     fn closed_elsewhere_closes_here_and_clears_the_counters() {
         let mut h = H::new();
         h.b.apply_open(OpenReason::RateLimited, h.at(5_000), h.at(0));
-        let closed = |cause| Transition { from: Circuit::Open, to: Circuit::Closed, reason: None, cause, cooldown: None };
+        let closed =
+            |cause| Transition { from: Circuit::Open, to: Circuit::Closed, reason: None, cause, cooldown: None };
         assert_eq!(h.b.apply_closed(false), Some(closed(TransitionCause::Cluster)));
         assert!(!h.view(0).from_cluster);
         assert_eq!(h.b.apply_closed(false), None, "already closed: nothing to say");

@@ -50,7 +50,8 @@ impl ClusterBindings {
 
     /// The background's half of `bind`; `endpoint` is the name.
     pub(crate) async fn bind_shared(&self, key: &SessionKey, endpoint: EndpointId, name: &str) {
-        let command = ["SET".to_string(), self.redis_key(key), name.to_string(), "PX".into(), BINDING_TTL_MS.to_string()];
+        let command =
+            ["SET".to_string(), self.redis_key(key), name.to_string(), "PX".into(), BINDING_TTL_MS.to_string()];
         if self.core.redis.call(&command, self.core.background_timeout()).await.is_err() {
             self.core.fell_back(Op::Binding);
             self.local.bind(key, endpoint, self.core.now_ms());

@@ -72,7 +72,11 @@ impl Target {
 
     /// What may be shown: `host:port`.
     pub fn shown(&self) -> String {
-        if self.host.contains(':') { format!("[{}]:{}", self.host, self.port) } else { format!("{}:{}", self.host, self.port) }
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
     }
 }
 
@@ -264,7 +268,13 @@ impl Redis {
 
     /// Run a script by its digest, sending its text once if Redis does not know it yet (a
     /// restarted Redis forgets every script).
-    pub async fn eval(&self, script: &Script, keys: &[String], args: &[String], timeout: Duration) -> Result<Value, CallError> {
+    pub async fn eval(
+        &self,
+        script: &Script,
+        keys: &[String],
+        args: &[String],
+        timeout: Duration,
+    ) -> Result<Value, CallError> {
         let mut command: Vec<&[u8]> = Vec::with_capacity(3 + keys.len() + args.len());
         let numkeys = keys.len().to_string();
         command.push(b"EVALSHA");

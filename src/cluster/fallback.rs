@@ -16,9 +16,13 @@ pub const COOLDOWN: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
-    Closed { failures: u32 },
+    Closed {
+        failures: u32,
+    },
     /// No call until `until`; then one trial, and `until` moves a cooldown on.
-    Open { until: Instant },
+    Open {
+        until: Instant,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -87,7 +87,8 @@ impl ClusterLimiter {
     /// The background's half of `charge`.
     pub(crate) async fn charge_shared(&self, key: &str, tokens: u64, usd: f64) {
         let args = scripts::charge_args(None, tokens, usd);
-        let reply = self.core.redis.eval(&scripts::CHARGE, &self.keys(key), &args, self.core.background_timeout()).await;
+        let reply =
+            self.core.redis.eval(&scripts::CHARGE, &self.keys(key), &args, self.core.background_timeout()).await;
         if reply.is_err() {
             self.core.fell_back(Op::Charge);
         }
@@ -193,7 +194,8 @@ mod tests {
         let limit = admission(&refused).unwrap().unwrap_err();
         assert_eq!((limit.kind, limit.limit, limit.retry_after_ms), (LimitKind::UsdPerDay, 5.0, 3_600_000));
         assert_eq!((limit.used, limit.resets_at_ms), (5.0123, Some(1_800_003_600_000)));
-        let rpm = Value::Array(vec![Value::Int(0), bulk("rpm"), bulk("60"), bulk("60"), bulk("12000"), bulk(""), bulk("1")]);
+        let rpm =
+            Value::Array(vec![Value::Int(0), bulk("rpm"), bulk("60"), bulk("60"), bulk("12000"), bulk(""), bulk("1")]);
         assert_eq!(admission(&rpm).unwrap().unwrap_err().resets_at_ms, None);
         assert_eq!(admission(&Value::Nil), None);
         assert_eq!(admission(&Value::Array(vec![Value::Int(0), bulk("surprise")])), None);

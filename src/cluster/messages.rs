@@ -69,7 +69,11 @@ mod tests {
     fn every_message_reads_back() {
         assert_eq!(
             parse("open|kimi.2|rate_limited:1800000000123"),
-            Some(Message::Open { endpoint: "kimi.2".into(), reason: OpenReason::RateLimited, until_ms: 1_800_000_000_123 })
+            Some(Message::Open {
+                endpoint: "kimi.2".into(),
+                reason: OpenReason::RateLimited,
+                until_ms: 1_800_000_000_123
+            })
         );
         assert_eq!(parse("closed|a"), Some(Message::Closed { endpoint: "a".into() }));
         assert_eq!(parse("reset|a"), Some(Message::Reset { endpoint: "a".into() }));
@@ -83,7 +87,16 @@ mod tests {
 
     #[test]
     fn what_does_not_parse_is_ignored() {
-        for bad in ["", "open|a", "open|a|weird:1", "open|a|broken:x", "closed|a|b", "current|smtp|a", "bindings|claude|x", "hello|a"] {
+        for bad in [
+            "",
+            "open|a",
+            "open|a|weird:1",
+            "open|a|broken:x",
+            "closed|a|b",
+            "current|smtp|a",
+            "bindings|claude|x",
+            "hello|a",
+        ] {
             assert_eq!(parse(bad), None, "{bad}");
         }
         assert_eq!(parse_verdict("broken:42"), Some((OpenReason::Broken, 42)));

@@ -391,7 +391,13 @@ mod tests {
     fn admission_arguments_say_no_limit_with_an_empty_string() {
         let limits = KeyLimits { rpm: Some(60), usd_per_day: Some(5.0), ..KeyLimits::default() };
         assert_eq!(admit_args(None, "node:7", 1_000, &limits), ["0", "node:7", "1000", "60", "", "", "5", "", ""]);
-        let limits = KeyLimits { tpm: Some(9), concurrency: Some(2), usd_per_5h: Some(0.25), usd_per_month: Some(100.5), ..KeyLimits::default() };
+        let limits = KeyLimits {
+            tpm: Some(9),
+            concurrency: Some(2),
+            usd_per_5h: Some(0.25),
+            usd_per_month: Some(100.5),
+            ..KeyLimits::default()
+        };
         assert_eq!(admit_args(Some(42), "m", 1, &limits), ["42", "m", "1", "", "9", "2", "", "0.25", "100.5"]);
     }
 

@@ -40,7 +40,9 @@ pub type ReloadHook = Arc<dyn Fn(&Gateway) + Send + Sync>;
 /// The hook when none is set: rebuild the snapshot from this node's store.
 pub fn reload_from_store(gw: &Gateway) {
     match gw.reload() {
-        Ok(()) => tracing::info!(event = "cluster_config_reloaded", "another node changed the configuration; reloaded it"),
+        Ok(()) => {
+            tracing::info!(event = "cluster_config_reloaded", "another node changed the configuration; reloaded it")
+        }
         Err(e) => {
             tracing::warn!(event = "cluster_reload_failed", error = %e, "another node changed the configuration; reloading it failed")
         }
@@ -49,6 +51,8 @@ pub fn reload_from_store(gw: &Gateway) {
 
 /// How long the subscriber waits before connecting again after losing its connection.
 const RESUBSCRIBE_AFTER: Duration = Duration::from_millis(200);
+/// A subscription silent this long is pinged; silent for as long again, it is replaced.
+const SUBSCRIPTION_QUIET: Duration = Duration::from_secs(5);
 
 /// The background tasks of a gateway in a cluster (none without one).
 pub fn tasks(gw: &Arc<Gateway>) -> Vec<Task> {
@@ -69,8 +73,12 @@ pub fn tasks(gw: &Arc<Gateway>) -> Vec<Task> {
 pub async fn join(gw: &Gateway) {
     let Some(cluster) = &gw.cluster else { return };
     match poll_once(gw, &cluster.core).await {
-        Ok(()) => tracing::info!(event = "cluster_joined", redis = %cluster.core.redis.target().shown(), node = %cluster.core.node, "joined the cluster"),
-        Err(e) => tracing::warn!(event = "cluster_degraded", redis = %cluster.core.redis.target().shown(), error = %e, "Redis does not answer; serving with local state until it does"),
+        Ok(()) => {
+            tracing::info!(event = "cluster_joined", redis = %cluster.core.redis.target().shown(), node = %cluster.core.node, "joined the cluster")
+        }
+        Err(e) => {
+            tracing::warn!(event = "cluster_degraded", redis = %cluster.core.redis.target().shown(), error = %e, "Redis does not answer; serving with local state until it does")
+        }
     }
 }
 
@@ -103,7 +111,8 @@ async fn perform(gw: &Gateway, cluster: &Cluster, work: Work) {
     let names = &core.names;
     let timeout = core.background_timeout();
     let channel = names.channel();
-    let name_of = |id: EndpointId| gw.snapshot().endpoints.iter().find(|e| e.config.id == id).map(|e| e.config.name.clone());
+    let name_of =
+        |id: EndpointId| gw.snapshot().endpoints.iter().find(|e| e.config.id == id).map(|e| e.config.name.clone());
     let verdict_keys = |endpoint: &str| [names.verdicts(), names.half_open(), names.probe(endpoint)];
     let failed = |op: Op, e: CallError| {
         core.fell_back(op);
@@ -132,7 +141,9 @@ async fn perform(gw: &Gateway, cluster: &Cluster, work: Work) {
         }
         Work::ProbeReleased { endpoint } => {
             let keys = [names.probe(&endpoint)];
-            if let Err(e) = core.redis.eval(&scripts::RELEASE_PROBE, &keys, std::slice::from_ref(&core.node), timeout).await {
+            if let Err(e) =
+                core.redis.eval(&scripts::RELEASE_PROBE, &keys, std::slice::from_ref(&core.node), timeout).await
+            {
                 failed(Op::Probe, e);
             }
         }
@@ -242,9 +253,24 @@ async fn subscriber(gw: Arc<Gateway>, cluster: Arc<Cluster>) {
                 core.subscribed.store(true, Ordering::Release);
                 // What was said while nobody listened is the next poll's to catch up.
                 core.poll_now.notify_one();
+                let mut pinged = false;
                 loop {
-                    match conn.read().await {
+                    // A quiet channel is asked for a PONG: a connection that a network failure
+                    // left half-open (no reset ever arrives) is noticed and replaced.
+                    let read = match tokio::time::timeout(SUBSCRIPTION_QUIET, conn.read()).await {
+                        Ok(read) => read,
+                        Err(_) if pinged => Err(CallError::Timeout),
+                        Err(_) => {
+                            pinged = true;
+                            match conn.send(&["PING"]).await {
+                                Ok(()) => continue,
+                                Err(e) => Err(e),
+                            }
+                        }
+                    };
+                    match read {
                         Ok(v) => {
+                            pinged = false;
                             let items = v.items();
                             if items.first().and_then(Value::text).as_deref() == Some("message")
                                 && let Some(m) = items.get(2).and_then(Value::text).and_then(|p| messages::parse(&p))
@@ -260,7 +286,9 @@ async fn subscriber(gw: Arc<Gateway>, cluster: Arc<Cluster>) {
                 }
                 core.subscribed.store(false, Ordering::Release);
             }
-            Err(e) => tracing::debug!(event = "cluster_subscribe_failed", error = %e, "cannot subscribe to the cluster's channel"),
+            Err(e) => {
+                tracing::debug!(event = "cluster_subscribe_failed", error = %e, "cannot subscribe to the cluster's channel")
+            }
         }
         core.needs_republish.store(true, Ordering::Release);
         tokio::time::sleep(RESUBSCRIBE_AFTER).await;
@@ -298,7 +326,9 @@ async fn poller(gw: Arc<Gateway>, cluster: Arc<Cluster>) {
         }
         if problem.is_some() != core.problem().is_some() {
             match &problem {
-                Some(p) => tracing::warn!(event = "cluster_degraded", problem = %p, "the cluster state is degraded: serving with local state"),
+                Some(p) => {
+                    tracing::warn!(event = "cluster_degraded", problem = %p, "the cluster state is degraded: serving with local state")
+                }
                 None => tracing::info!(event = "cluster_recovered", "the cluster state is shared again"),
             }
         }
@@ -395,7 +425,12 @@ async fn republish(gw: &Gateway, cluster: &Cluster) -> Result<(), CallError> {
         let name = &e.config.name;
         let reason = view.open_reason.unwrap_or(crate::breaker::OpenReason::Broken);
         let keys = [names.verdicts(), names.half_open(), names.probe(name)];
-        let args = [name.clone(), reason.as_str().to_string(), view.cooldown_remaining.as_millis().to_string(), names.channel()];
+        let args = [
+            name.clone(),
+            reason.as_str().to_string(),
+            view.cooldown_remaining.as_millis().to_string(),
+            names.channel(),
+        ];
         core.redis.eval(&scripts::OPEN, &keys, &args, timeout).await?;
     }
     for p in Protocol::ALL {
@@ -406,7 +441,10 @@ async fn republish(gw: &Gateway, cluster: &Cluster) -> Result<(), CallError> {
     }
     let name_of = |id: EndpointId| snapshot.endpoints.iter().find(|e| e.config.id == id).map(|e| e.config.name.clone());
     cluster.bindings.republish(name_of).await;
-    tracing::info!(event = "cluster_republished", "re-published this node's open breakers, current endpoints and bindings");
+    tracing::info!(
+        event = "cluster_republished",
+        "re-published this node's open breakers, current endpoints and bindings"
+    );
     Ok(())
 }
 

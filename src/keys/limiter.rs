@@ -290,7 +290,13 @@ impl KeyState {
         Ok(())
     }
 
-    fn admit(&mut self, limits: &KeyLimits, now: i64, lease_ttl_ms: u64, id: Option<LeaseId>) -> Result<LeaseId, Limit> {
+    fn admit(
+        &mut self,
+        limits: &KeyLimits,
+        now: i64,
+        lease_ttl_ms: u64,
+        id: Option<LeaseId>,
+    ) -> Result<LeaseId, Limit> {
         self.prune(now);
         self.check(limits, now)?;
         let cap = limits.rpm.map_or(LOG_WITHOUT_LIMIT, |r| r as usize);
@@ -385,7 +391,14 @@ impl MemoryLimiter {
 
     /// `admit` with a lease id of the caller's (a cluster numbers its leases itself, so that one
     /// id names the lease both here and in Redis).
-    pub fn admit_as(&self, key: &str, limits: &KeyLimits, now_ms: i64, lease_ttl_ms: u64, id: LeaseId) -> Result<LeaseId, Limit> {
+    pub fn admit_as(
+        &self,
+        key: &str,
+        limits: &KeyLimits,
+        now_ms: i64,
+        lease_ttl_ms: u64,
+        id: LeaseId,
+    ) -> Result<LeaseId, Limit> {
         self.with(key, |s| s.admit(limits, now_ms, lease_ttl_ms, Some(id)))
     }
 

@@ -1306,5 +1306,4 @@ ccmesh_records_dropped_total 3
         );
         assert!(text.contains("# TYPE ccmesh_cluster_fallbacks_total counter"));
     }
-
 }

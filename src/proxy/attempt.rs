@@ -59,7 +59,9 @@ pub async fn run(
             session,
         };
         let affinity = match &gw.cluster {
-            Some(cluster) => crate::cluster::bindings::ClusterBindings::look_up(&cluster.bindings, key, &snapshot).await,
+            Some(cluster) => {
+                crate::cluster::bindings::ClusterBindings::look_up(&cluster.bindings, key, &snapshot).await
+            }
             None => crate::affinity::Affinity::look_up(gw.sessions.clone(), key, gw.clock.clone()),
         };
         trail.set_affinity(affinity);

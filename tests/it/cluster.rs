@@ -80,7 +80,8 @@ async fn health_of(node: &Server, endpoint: &str) -> Value {
 
 /// A Claude request through `node`: its status and the endpoint that answered.
 async fn ask(node: &Server, key: Option<&str>) -> (u16, String) {
-    let mut req = http_client().post(format!("{}/v1/messages", node.url)).json(&claude_body("claude-sonnet-4-5", false));
+    let mut req =
+        http_client().post(format!("{}/v1/messages", node.url)).json(&claude_body("claude-sonnet-4-5", false));
     if let Some(k) = key {
         req = req.header("x-api-key", k);
     }
@@ -259,12 +260,12 @@ async fn a_config_change_on_one_node_reaches_the_others() {
     assert_eq!(patched.status(), 200);
     let changed = Instant::now();
     for n in &nodes[1..] {
-        until(BOUND, "the other nodes reload", || async {
-            n.log_text().contains("\"cluster_config_reloaded\"")
-        })
-        .await;
+        until(BOUND, "the other nodes reload", || async { n.log_text().contains("\"cluster_config_reloaded\"") }).await;
     }
-    eprintln!("cluster config notification: both other nodes reloaded {} ms after the change", changed.elapsed().as_millis());
+    eprintln!(
+        "cluster config notification: both other nodes reloaded {} ms after the change",
+        changed.elapsed().as_millis()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -296,7 +297,8 @@ async fn a_redis_outage_is_served_on_local_state_and_the_cluster_converges_after
     redis.restart();
     for n in &nodes {
         let health = format!("{}/health", n.url);
-        until(Duration::from_secs(5), "health recovers", || async { get(&health).await.get("cluster").is_none() }).await;
+        until(Duration::from_secs(5), "health recovers", || async { get(&health).await.get("cluster").is_none() })
+            .await;
         let status = get(&format!("{}/api/status", n.url)).await;
         assert_eq!(status["cluster"], "ok");
     }
@@ -312,7 +314,8 @@ async fn round_robin_and_session_bindings_are_shared() {
     let (a, b) = (MockUpstream::start().await, MockUpstream::start().await);
     a.set_default(Reply::anthropic_message("from a"));
     b.set_default(Reply::anthropic_message("from b"));
-    let config = config(&a, &b, 60, "").replace("routing_strategy = \"priority\"", "routing_strategy = \"round_robin\"");
+    let config =
+        config(&a, &b, 60, "").replace("routing_strategy = \"priority\"", "routing_strategy = \"round_robin\"");
     let nodes = three_nodes(&redis, &config);
 
     // One counter for the cluster: requests alternate across nodes, not per node.
@@ -340,8 +343,10 @@ async fn round_robin_and_session_bindings_are_shared() {
     };
     let bound = in_session(&nodes[0]).await;
     let key = "ccmesh:binding:";
-    until(BOUND, "the binding reaches Redis", || async { redis.command(&["KEYS", "ccmesh:binding:*"]).is_some_and(|r| r.contains(key)) })
-        .await;
+    until(BOUND, "the binding reaches Redis", || async {
+        redis.command(&["KEYS", "ccmesh:binding:*"]).is_some_and(|r| r.contains(key))
+    })
+    .await;
     for n in nodes.iter().cycle().skip(1).take(5) {
         assert_eq!(in_session(n).await, bound, "the session stays on its endpoint on every node");
     }

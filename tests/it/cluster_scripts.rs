@@ -58,7 +58,11 @@ async fn breaker_verdicts_probes_and_the_current_endpoint() {
     assert_eq!(redis.eval(&scripts::CLAIM_PROBE, &probe, &claim("n1"), T).await.unwrap(), Value::Int(0));
     let other = redis.eval(&scripts::CLAIM_PROBE, &probe, &claim("n2"), T).await.unwrap().int().unwrap();
     assert!(other > 4_000 && other <= 5_000, "{other}");
-    assert_eq!(redis.eval(&scripts::CLAIM_PROBE, &probe, &claim("n1"), T).await.unwrap(), Value::Int(0), "the owner again");
+    assert_eq!(
+        redis.eval(&scripts::CLAIM_PROBE, &probe, &claim("n1"), T).await.unwrap(),
+        Value::Int(0),
+        "the owner again"
+    );
     assert_eq!(redis.eval(&scripts::REFRESH_PROBE, &probe, &claim("n2"), T).await.unwrap(), Value::Int(0));
     assert_eq!(redis.eval(&scripts::RELEASE_PROBE, &probe, &strings(&["n2"]), T).await.unwrap(), Value::Int(0));
     assert_eq!(redis.eval(&scripts::RELEASE_PROBE, &probe, &strings(&["n1"]), T).await.unwrap(), Value::Int(1));
@@ -69,7 +73,11 @@ async fn breaker_verdicts_probes_and_the_current_endpoint() {
     let success = |node: &str| strings(&["a", node, "2", &channel]);
     let one = redis.eval(&scripts::PROBE_SUCCEEDED, &success_keys, &success("n2"), T).await.unwrap();
     assert_eq!(one, Value::Array(vec![Value::Int(0), Value::Int(1)]));
-    assert_eq!(redis.call(&["GET", n.probe("a").as_str()], T).await.unwrap(), Value::Nil, "the claim went back for the next probe");
+    assert_eq!(
+        redis.call(&["GET", n.probe("a").as_str()], T).await.unwrap(),
+        Value::Nil,
+        "the claim went back for the next probe"
+    );
     let two = redis.eval(&scripts::PROBE_SUCCEEDED, &success_keys, &success("n1"), T).await.unwrap();
     assert_eq!(two, Value::Array(vec![Value::Int(1), Value::Int(2)]));
     assert_eq!(redis.call(&["HGET", n.verdicts().as_str(), "a"], T).await.unwrap(), Value::Nil);
@@ -79,7 +87,11 @@ async fn breaker_verdicts_probes_and_the_current_endpoint() {
     let mv = |seen: &str, to: &str| strings(&["claude", seen, to, &channel]);
     let text = |v: Value| v.text().unwrap();
     assert_eq!(text(redis.eval(&scripts::MOVE_CURRENT, &current, &mv("", "a"), T).await.unwrap()), "a");
-    assert_eq!(text(redis.eval(&scripts::MOVE_CURRENT, &current, &mv("", "b"), T).await.unwrap()), "a", "saw none: too late");
+    assert_eq!(
+        text(redis.eval(&scripts::MOVE_CURRENT, &current, &mv("", "b"), T).await.unwrap()),
+        "a",
+        "saw none: too late"
+    );
     assert_eq!(text(redis.eval(&scripts::MOVE_CURRENT, &current, &mv("a", "b"), T).await.unwrap()), "b");
     // Re-publishing after an outage sets a current endpoint only where none is.
     let set = |to: &str, only_if_unset: &str| strings(&["claude", to, &channel, only_if_unset]);
@@ -133,6 +145,10 @@ async fn a_client_keys_windows_at_explicit_times() {
     let month = KeyLimits { usd_per_month: Some(1.0), usd_per_5h: Some(5.0), ..KeyLimits::default() };
     assert_eq!(admit(feb + 1_000, "n:10", 1, &month).await, Ok(()), "a new month, a new budget");
     let february = usage(feb + 1_000).await;
-    assert_eq!((february.usd_day, february.usd_month, february.usd_5h), (0.0, 0.0, 1.0), "the last 5 hours reach into January");
+    assert_eq!(
+        (february.usd_day, february.usd_month, february.usd_5h),
+        (0.0, 0.0, 1.0),
+        "the last 5 hours reach into January"
+    );
     assert_eq!(february.month_resets_at_ms, feb + 28 * 86_400_000);
 }

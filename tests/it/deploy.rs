@@ -72,7 +72,10 @@ fn map(lines: &mut [Line], i: &mut usize, indent: usize) -> Value {
         assert_eq!(line.indent, indent, "bad indentation: {}", line.raw);
         let (key, rest) = match line.text.split_once(": ") {
             Some((k, r)) => (k.to_string(), r.trim().to_string()),
-            None => (line.text.strip_suffix(':').unwrap_or_else(|| panic!("not `key: value`: {}", line.raw)).to_string(), String::new()),
+            None => (
+                line.text.strip_suffix(':').unwrap_or_else(|| panic!("not `key: value`: {}", line.raw)).to_string(),
+                String::new(),
+            ),
         };
         *i += 1;
         let value = if rest == "|" {
@@ -204,10 +207,14 @@ fn serve_help() -> String {
 }
 
 fn check_serve_args(help: &str, args: &Value, what: &str) {
-    let args: Vec<&str> = args.as_array().unwrap_or_else(|| panic!("{what}: no args")).iter().filter_map(Value::as_str).collect();
+    let args: Vec<&str> =
+        args.as_array().unwrap_or_else(|| panic!("{what}: no args")).iter().filter_map(Value::as_str).collect();
     assert_eq!(args.first(), Some(&"serve"), "{what}");
     for flag in args.iter().filter(|a| a.starts_with("--")) {
-        assert!(help.contains(&format!("{flag} ")) || help.contains(&format!("{flag}\n")), "{what}: serve has no {flag}");
+        assert!(
+            help.contains(&format!("{flag} ")) || help.contains(&format!("{flag}\n")),
+            "{what}: serve has no {flag}"
+        );
     }
     assert!(args.windows(2).any(|w| w == ["--listen", "0.0.0.0:3999"]), "{what}: listens beyond loopback");
 }
@@ -227,10 +234,18 @@ fn check_env_names<'a>(help: &str, names: impl IntoIterator<Item = &'a String>, 
 fn check_config_file(toml_text: &str, env: &[String], what: &str) {
     for part in toml_text.split("${").skip(1) {
         let name = part.split('}').next().unwrap();
-        assert!(env.iter().any(|e| e == name), "{what}: the config file reads ${{{name}}}, which the gateway is not given");
+        assert!(
+            env.iter().any(|e| e == name),
+            "{what}: the config file reads ${{{name}}}, which the gateway is not given"
+        );
     }
-    let v: toml::Value = toml::from_str(toml_text).unwrap_or_else(|e| panic!("{what}: the config file is not TOML: {e}"));
-    assert_eq!(v["config"]["authoritative"].as_bool(), Some(true), "{what}: every node loads the same, authoritative file");
+    let v: toml::Value =
+        toml::from_str(toml_text).unwrap_or_else(|e| panic!("{what}: the config file is not TOML: {e}"));
+    assert_eq!(
+        v["config"]["authoritative"].as_bool(),
+        Some(true),
+        "{what}: every node loads the same, authoritative file"
+    );
     assert!(v["keys"].as_array().is_some_and(|k| !k.is_empty()), "{what}: a public gateway needs client keys");
     assert!(toml_text.contains("${ANTHROPIC_API_KEY}"), "{what}: secrets come from the environment");
 }
