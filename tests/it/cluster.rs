@@ -171,21 +171,36 @@ async fn one_half_open_probe_for_the_whole_cluster_and_its_success_closes_it_for
     let Some(redis) = RedisServer::start("cluster probe") else { return };
     let (a, b) = (MockUpstream::start().await, MockUpstream::start().await);
     b.set_default(Reply::anthropic_message("from b"));
-    let nodes = three_nodes(&redis, &config(&a, &b, 1, ""));
+    let nodes = three_nodes(&redis, &config(&a, &b, 2, ""));
+    let cooldown_over = |n: &Server| {
+        let n = n.url.clone();
+        async move {
+            let all = get(&format!("{n}/api/health")).await;
+            all.as_array().unwrap().iter().any(|e| e["name"] == "a" && e["cooldown_remaining_ms"] == 0)
+        }
+    };
 
     trip_a(&nodes[0], &a).await;
     for n in &nodes {
         until(BOUND, "every node holds the verdict", || is_open(n, "a")).await;
     }
-    // The cooldown ends; a slow success is ready for the one probe.
+    // A failed probe through another node reopens a for every node.
+    for n in &nodes {
+        until(BOUND, "the cooldown is over everywhere", || cooldown_over(n)).await;
+    }
+    assert_eq!(ask(&nodes[1], None).await, (200, "b".to_string()), "the probe failed over");
+    for n in [&nodes[0], &nodes[2]] {
+        until(BOUND, "the failed probe's verdict reaches the others", || async {
+            let h = health_of(n, "a").await;
+            h["circuit"] == "open" && h["cooldown_remaining_ms"].as_u64().unwrap_or(0) > 0
+        })
+        .await;
+    }
+    // The cooldown ends again; a slow success is ready for the one probe.
     a.set_default(Reply::anthropic_message("from a").after(Duration::from_millis(1500)));
     let sent_to_a = a.request_count();
     for n in &nodes {
-        until(BOUND, "the cooldown is over everywhere", || async {
-            let h = health_of(n, "a").await;
-            h["cooldown_remaining_ms"] == 0
-        })
-        .await;
+        until(BOUND, "the cooldown is over everywhere", || cooldown_over(n)).await;
     }
     // 30 concurrent requests, 10 per node: one probe goes to a, all the rest to b.
     let storm = (0..30).map(|i| {
