@@ -17,6 +17,8 @@ use crate::support::redis::RedisServer;
 /// SPEC §13's staleness bound is 1 s; tests allow 3 s on a loaded CI machine (SPEC §15.16).
 const BOUND: Duration = Duration::from_secs(3);
 const KEY_SECRET: &str = "ccm-cluster-test-secret-0123456789abcdef";
+const BUDGET_SECRET: &str = "ccm-cluster-test-budget-0123456789abcdef";
+const LEASE_SECRET: &str = "ccm-cluster-test-leases-0123456789abcdef";
 
 /// The configuration every node loads: `a` first under `priority`, `b` behind it.
 fn config(a: &MockUpstream, b: &MockUpstream, cooldown_secs: u64, extra: &str) -> String {
@@ -56,6 +58,8 @@ fn node(redis: &RedisServer, config: &str) -> Server {
         ("CCMESH_REDIS_URL", url.as_str()),
         ("CCMESH_REDIS_TIMEOUT_MS", "1000"),
         ("CCMESH_TEST_CLUSTER_KEY", KEY_SECRET),
+        ("CCMESH_TEST_BUDGET_KEY", BUDGET_SECRET),
+        ("CCMESH_TEST_LEASE_KEY", LEASE_SECRET),
     ];
     Server::launch(Launch { config: Some(config), env: &env, ..Launch::default() })
         .unwrap_or_else(|logs| panic!("a node did not start: {logs}"))
@@ -222,7 +226,7 @@ async fn one_half_open_probe_for_the_whole_cluster_and_its_success_closes_it_for
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_rpm_limit_and_a_budget_hold_for_the_cluster_not_per_node() {
+async fn limits_budgets_and_leases_hold_for_the_cluster_not_per_node() {
     let Some(redis) = RedisServer::start("cluster limits") else { return };
     let (a, b) = (MockUpstream::start().await, MockUpstream::start().await);
     a.set_default(Reply::anthropic_message("from a"));
@@ -231,6 +235,16 @@ async fn an_rpm_limit_and_a_budget_hold_for_the_cluster_not_per_node() {
 name = "storm"
 secret = "${CCMESH_TEST_CLUSTER_KEY}"
 limits = { rpm = 60 }
+
+[[keys]]
+name = "budget"
+secret = "${CCMESH_TEST_BUDGET_KEY}"
+limits = { usd_per_day = 0.000001 }
+
+[[keys]]
+name = "leases"
+secret = "${CCMESH_TEST_LEASE_KEY}"
+limits = { concurrency = 2 }
 "#;
     let nodes = three_nodes(&redis, &config(&a, &b, 60, keys));
 
@@ -242,23 +256,28 @@ limits = { rpm = 60 }
     assert_eq!((admitted, limited), (60, 30), "{answers:?}");
 
     // A budget: what A charges, B sees (usage and refusal).
-    let budget = r#"
-[[keys]]
-name = "budget"
-secret = "${CCMESH_TEST_CLUSTER_KEY}"
-limits = { usd_per_day = 0.000001 }
-"#;
-    drop(nodes);
-    redis.command(&["FLUSHALL"]);
-    let nodes = three_nodes(&redis, &config(&a, &b, 60, budget));
-    assert_eq!(ask(&nodes[0], Some(KEY_SECRET)).await.0, 200, "the first request fits the budget");
+    assert_eq!(ask(&nodes[0], Some(BUDGET_SECRET)).await.0, 200, "the first request fits the budget");
     let key_on_b = format!("{}/api/keys/budget", nodes[1].url);
     until(BOUND, "B sees what A charged", || async {
         get(&key_on_b).await["usage"]["usd_per_day"]["used"].as_f64().unwrap_or(0.0) > 0.0
     })
     .await;
-    assert_eq!(ask(&nodes[1], Some(KEY_SECRET)).await.0, 429, "B refuses: the budget is spent cluster-wide");
-    assert_eq!(ask(&nodes[2], Some(KEY_SECRET)).await.0, 429);
+    assert_eq!(ask(&nodes[1], Some(BUDGET_SECRET)).await.0, 429, "B refuses: the budget is spent cluster-wide");
+    assert_eq!(ask(&nodes[2], Some(BUDGET_SECRET)).await.0, 429);
+
+    // Concurrency leases: two slow requests in flight across the cluster, the rest refused, and
+    // the slots back once they end (their leases given back from the background).
+    a.set_default(Reply::anthropic_message("slow").after(Duration::from_millis(800)));
+    let held = (0..6).map(|i| ask(&nodes[i % 3], Some(LEASE_SECRET)));
+    let answers = futures_util::future::join_all(held).await;
+    let admitted = answers.iter().filter(|(s, _)| *s == 200).count();
+    assert_eq!(admitted, 2, "{answers:?}");
+    a.set_default(Reply::anthropic_message("from a"));
+    until(BOUND, "the leases come back", || async {
+        let (two, three) = tokio::join!(ask(&nodes[1], Some(LEASE_SECRET)), ask(&nodes[2], Some(LEASE_SECRET)));
+        two.0 == 200 && three.0 == 200
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -364,5 +383,39 @@ async fn round_robin_and_session_bindings_are_shared() {
     .await;
     for n in nodes.iter().cycle().skip(1).take(5) {
         assert_eq!(in_session(n).await, bound, "the session stays on its endpoint on every node");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_password_logs_in_and_is_never_shown() {
+    const PASSWORD: &str = "redis-password-never-shown-4f1c";
+    let Some(redis) = RedisServer::start_with("cluster password", Some(PASSWORD)) else { return };
+    let (a, b) = (MockUpstream::start().await, MockUpstream::start().await);
+    a.set_default(Reply::anthropic_message("from a"));
+    let config = config(&a, &b, 60, "");
+    let launch = |url: String| {
+        let env = [("CCMESH_REDIS_URL", url.as_str())];
+        Server::launch(Launch { config: Some(&config), env: &env, ..Launch::default() })
+            .unwrap_or_else(|logs| panic!("{logs}"))
+    };
+    let good = launch(format!("redis://:{PASSWORD}@127.0.0.1:{}", redis.port));
+    good.wait_for_log(|v| v["fields"]["event"] == "cluster_joined");
+    let status = get(&format!("{}/api/status", good.url)).await;
+    assert_eq!(status["cluster"], "ok", "{status}");
+    assert_eq!(ask(&good, None).await.0, 200);
+
+    let wrong = launch(format!("redis://:{PASSWORD}-but-wrong@127.0.0.1:{}", redis.port));
+    let health = format!("{}/health", wrong.url);
+    until(BOUND, "a refused login is a degraded cluster", || async { get(&health).await["cluster"] == "degraded" })
+        .await;
+    let status = get(&format!("{}/api/status", wrong.url)).await;
+    let said = status["cluster"].as_str().unwrap();
+    assert!(said.starts_with("degraded: ") && said.contains(&format!("127.0.0.1:{}", redis.port)), "{said}");
+    assert_eq!(ask(&wrong, None).await.0, 200, "served on local state");
+    for node in [&good, &wrong] {
+        let metrics = http_client().get(format!("{}/metrics", node.url)).send().await.unwrap().text().await.unwrap();
+        for text in [node.log_text(), get(&format!("{}/api/status", node.url)).await.to_string(), metrics] {
+            assert!(!text.contains(PASSWORD), "the Redis password was shown: {text}");
+        }
     }
 }

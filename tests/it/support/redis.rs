@@ -14,6 +14,8 @@ pub struct RedisServer {
     child: Option<Child>,
     pub port: u16,
     dir: tempfile::TempDir,
+    /// `requirepass`, when the test wants a login.
+    password: Option<String>,
 }
 
 /// Where `redis-server` is, if anywhere on PATH.
@@ -25,13 +27,19 @@ fn binary() -> Option<std::path::PathBuf> {
 impl RedisServer {
     /// A running Redis, or `None` when the machine has none (the caller returns: skipped).
     pub fn start(test: &str) -> Option<RedisServer> {
+        Self::start_with(test, None)
+    }
+
+    /// `start`, with a password clients must log in with.
+    pub fn start_with(test: &str, password: Option<&str>) -> Option<RedisServer> {
         if binary().is_none() {
             assert!(std::env::var_os("CI").is_none(), "{test}: redis-server is not installed, and CI is set");
             eprintln!("{test}: skipped: redis-server not installed");
             return None;
         }
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut server = RedisServer { child: None, port, dir: tempfile::tempdir().unwrap() };
+        let password = password.map(str::to_string);
+        let mut server = RedisServer { child: None, port, dir: tempfile::tempdir().unwrap(), password };
         server.restart();
         Some(server)
     }
@@ -49,6 +57,7 @@ impl RedisServer {
             let child = Command::new(&binary)
                 .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
                 .args(["--protected-mode", "yes", "--daemonize", "no", "--loglevel", "warning"])
+                .args(self.password.iter().flat_map(|p| ["--requirepass", p.as_str()]))
                 .arg("--dir")
                 .arg(self.dir.path())
                 .stdout(Stdio::null())
@@ -81,7 +90,8 @@ impl RedisServer {
             {
                 return false;
             }
-            if self.command(&["PING"]).is_some_and(|r| r.starts_with("+PONG")) {
+            // A server with a password answers NOAUTH: it is up all the same.
+            if self.command(&["PING"]).is_some_and(|r| r.starts_with("+PONG") || r.starts_with("-NOAUTH")) {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(20));
