@@ -419,3 +419,39 @@ async fn a_redis_password_logs_in_and_is_never_shown() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_switch_and_a_failover_move_the_current_endpoint_of_every_node() {
+    let Some(redis) = RedisServer::start("cluster current") else { return };
+    let (a, b) = (MockUpstream::start().await, MockUpstream::start().await);
+    a.set_default(Reply::anthropic_message("from a"));
+    b.set_default(Reply::anthropic_message("from b"));
+    let config = config(&a, &b, 60, "").replace("routing_strategy = \"priority\"", "routing_strategy = \"sticky\"");
+    let nodes = three_nodes(&redis, &config);
+    for n in &nodes {
+        assert_eq!(ask(n, None).await, (200, "a".to_string()));
+    }
+    let switched = http_client()
+        .put(format!("{}/api/current", nodes[0].url))
+        .json(&serde_json::json!({"protocol": "claude", "endpoint": "b"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(switched.status(), 200);
+    let current_of = |n: &Server| {
+        let url = format!("{}/api/current", n.url);
+        async move { get(&url).await }
+    };
+    for n in &nodes[1..] {
+        until(BOUND, "the switch reaches every node", || async { current_of(n).await.to_string().contains("\"b\"") })
+            .await;
+        assert_eq!(ask(n, None).await, (200, "b".to_string()), "sticky on the cluster's current endpoint");
+    }
+    // A failover on one node moves it for all (SPEC §3's compare-and-set, in Redis).
+    b.set_default(Reply::anthropic_error(503, "overloaded_error", "b is down"));
+    assert_eq!(ask(&nodes[2], None).await, (200, "a".to_string()));
+    b.set_default(Reply::anthropic_message("from b"));
+    for n in &nodes[..2] {
+        until(BOUND, "the move reaches every node", || async { ask(n, None).await == (200, "a".to_string()) }).await;
+    }
+}
