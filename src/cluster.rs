@@ -135,7 +135,6 @@ pub struct Cluster {
     pub limiter: Arc<limiter::ClusterLimiter>,
     pub bindings: Arc<bindings::ClusterBindings>,
     queue: Mutex<Option<mpsc::Receiver<Work>>>,
-    reload: Mutex<sync::ReloadHook>,
 }
 
 impl Cluster {
@@ -166,7 +165,6 @@ impl Cluster {
             bindings: Arc::new(bindings::ClusterBindings::new(core.clone())),
             core,
             queue: Mutex::new(Some(rx)),
-            reload: Mutex::new(Arc::new(sync::reload_from_store)),
         }))
     }
 
@@ -184,17 +182,6 @@ impl Cluster {
     /// `POLL_EVERY` at worst, within milliseconds through the channel.
     pub fn config_changed(&self) {
         self.core.enqueue(Work::BumpConfig);
-    }
-
-    /// Replace what a node runs when another node changed the configuration (by default
-    /// `sync::reload_from_store`: rebuild the snapshot from this node's store). For a shared
-    /// store that must do more than re-read itself.
-    pub fn on_config_change(&self, hook: sync::ReloadHook) {
-        *self.reload.lock().unwrap_or_else(|p| p.into_inner()) = hook;
-    }
-
-    pub(crate) fn reload_hook(&self) -> sync::ReloadHook {
-        self.reload.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// What `/api/status` says: `ok`, or `degraded: …`.

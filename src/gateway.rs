@@ -228,3 +228,31 @@ impl Gateway {
         Ok(())
     }
 }
+
+/// What the cluster's background work needs of this node (`cluster::sync`).
+impl crate::cluster::sync::Node for Gateway {
+    fn configuration(&self) -> Arc<Snapshot> {
+        self.snapshot_full()
+    }
+
+    fn rotation(&self) -> &Rotation {
+        &self.rotation
+    }
+
+    fn admin_lock(&self) -> &tokio::sync::Mutex<()> {
+        &self.admin_lock
+    }
+
+    fn reload_after_change_elsewhere(&self) {
+        match self.reload() {
+            Ok(()) => {
+                tracing::info!(event = "cluster_config_reloaded", "another node changed the configuration; reloaded it")
+            }
+            Err(e) => tracing::warn!(
+                event = "cluster_reload_failed",
+                error = %e,
+                "another node changed the configuration; reloading it failed"
+            ),
+        }
+    }
+}

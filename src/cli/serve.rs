@@ -263,7 +263,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         _ => None,
     };
     let gw = Gateway::in_cluster(store, clock, client, token, records, cluster)?;
-    crate::cluster::sync::join(&gw).await;
+    if let Some(cluster) = &gw.cluster {
+        crate::cluster::sync::join(&*gw, cluster).await;
+    }
     if let Some(source) = config_source {
         let _ = gw.config_source.set(source);
     }

@@ -10,10 +10,9 @@
 //!   outage re-publishes what this node holds before applying what Redis says;
 //! - **the refresher** extends this node's half-open probe claims while the probes run.
 //!
-//! Configuration changes: an admin write on any node bumps the shared version (`config_changed`),
-//! and every other node, told by a message or by the poll, runs its reload hook — by default
-//! `Gateway::reload`, which rebuilds the snapshot from the node's own store. A shared store
-//! (PostgreSQL) replaces the hook with `Cluster::on_config_change` if it needs more than that.
+//! Configuration changes: an admin write on any node bumps the shared version
+//! (`Cluster::config_changed`), and every other node, told by a message or by the poll, calls
+//! `Node::reload_after_change_elsewhere` — the gateway's rebuilds its snapshot from its store.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -28,25 +27,24 @@ use super::messages::{self, Message};
 use super::resp::Value;
 use super::{Cluster, Core, POLL_EVERY, Work, scripts};
 use crate::endpoint::EndpointId;
-use crate::gateway::Gateway;
 use crate::protocol::Protocol;
+use crate::routing::Rotation;
+use crate::snapshot::Snapshot;
 
 pub type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// What a node runs when another node changed the configuration. It runs on a blocking thread
-/// (it may read a database) and must not panic; errors are its own to log.
-pub type ReloadHook = Arc<dyn Fn(&Gateway) + Send + Sync>;
-
-/// The hook when none is set: rebuild the snapshot from this node's store.
-pub fn reload_from_store(gw: &Gateway) {
-    match gw.reload() {
-        Ok(()) => {
-            tracing::info!(event = "cluster_config_reloaded", "another node changed the configuration; reloaded it")
-        }
-        Err(e) => {
-            tracing::warn!(event = "cluster_reload_failed", error = %e, "another node changed the configuration; reloading it failed")
-        }
-    }
+/// What the background work needs of the node it runs in (the `Gateway` implements it, so this
+/// module does not import the gateway that holds it).
+pub trait Node: Send + Sync + 'static {
+    /// The configuration now (endpoint names ↔ ids, the breakers).
+    fn configuration(&self) -> Arc<Snapshot>;
+    fn rotation(&self) -> &Rotation;
+    /// Serialises snapshot rebuilds (admin writes take it too).
+    fn admin_lock(&self) -> &tokio::sync::Mutex<()>;
+    /// Another node changed the configuration: rebuild this node's snapshot from wherever the
+    /// configuration lives. Called on a blocking thread (it may read a database), under
+    /// `admin_lock`; errors are its own to log. This is the one hook a shared store needs.
+    fn reload_after_change_elsewhere(&self);
 }
 
 /// How long the subscriber waits before connecting again after losing its connection.
@@ -54,9 +52,8 @@ const RESUBSCRIBE_AFTER: Duration = Duration::from_millis(200);
 /// A subscription silent this long is pinged; silent for as long again, it is replaced.
 const SUBSCRIPTION_QUIET: Duration = Duration::from_secs(5);
 
-/// The background tasks of a gateway in a cluster (none without one).
-pub fn tasks(gw: &Arc<Gateway>) -> Vec<Task> {
-    let Some(cluster) = gw.cluster.clone() else { return Vec::new() };
+/// The background tasks of a node of `cluster`.
+pub fn tasks(gw: Arc<dyn Node>, cluster: Arc<Cluster>) -> Vec<Task> {
     let mut tasks: Vec<Task> = Vec::new();
     if let Some(queue) = cluster.take_queue() {
         tasks.push(Box::pin(worker(gw.clone(), cluster.clone(), queue)));
@@ -70,8 +67,7 @@ pub fn tasks(gw: &Arc<Gateway>) -> Vec<Task> {
 /// The first poll, before serving: a node that starts (or restarts) learns the cluster's
 /// verdicts — with their remaining time — before its first request. Redis not answering is
 /// logged, not fatal: the node serves with local state and the poller keeps trying.
-pub async fn join(gw: &Gateway) {
-    let Some(cluster) = &gw.cluster else { return };
+pub async fn join(gw: &dyn Node, cluster: &Cluster) {
     match poll_once(gw, &cluster.core).await {
         Ok(()) => {
             tracing::info!(event = "cluster_joined", redis = %cluster.core.redis.target().shown(), node = %cluster.core.node, "joined the cluster")
@@ -87,7 +83,7 @@ pub async fn join(gw: &Gateway) {
 /// the order it was decided (an open before its close).
 const UNORDERED_IN_FLIGHT: usize = 32;
 
-async fn worker(gw: Arc<Gateway>, cluster: Arc<Cluster>, mut queue: tokio::sync::mpsc::Receiver<Work>) {
+async fn worker(gw: Arc<dyn Node>, cluster: Arc<Cluster>, mut queue: tokio::sync::mpsc::Receiver<Work>) {
     // Owned here: dropping the worker (the server's stop) ends them too.
     let mut unordered = tokio::task::JoinSet::new();
     while let Some(work) = queue.recv().await {
@@ -98,21 +94,21 @@ async fn worker(gw: Arc<Gateway>, cluster: Arc<Cluster>, mut queue: tokio::sync:
                     unordered.join_next().await;
                 }
                 let (gw, cluster) = (gw.clone(), cluster.clone());
-                unordered.spawn(async move { perform(&gw, &cluster, work).await });
+                unordered.spawn(async move { perform(&*gw, &cluster, work).await });
             }
-            ordered => perform(&gw, &cluster, ordered).await,
+            ordered => perform(&*gw, &cluster, ordered).await,
         }
     }
 }
 
 /// Send one piece of this node's work to Redis.
-async fn perform(gw: &Gateway, cluster: &Cluster, work: Work) {
+async fn perform(gw: &dyn Node, cluster: &Cluster, work: Work) {
     let core = &cluster.core;
     let names = &core.names;
     let timeout = core.background_timeout();
     let channel = names.channel();
     let name_of =
-        |id: EndpointId| gw.snapshot().endpoints.iter().find(|e| e.config.id == id).map(|e| e.config.name.clone());
+        |id: EndpointId| gw.configuration().endpoints.iter().find(|e| e.config.id == id).map(|e| e.config.name.clone());
     let verdict_keys = |endpoint: &str| [names.verdicts(), names.half_open(), names.probe(endpoint)];
     let failed = |op: Op, e: CallError| {
         core.fell_back(op);
@@ -193,20 +189,20 @@ async fn perform(gw: &Gateway, cluster: &Cluster, work: Work) {
 }
 
 /// The current endpoint the cluster names, as this node's mirror.
-fn mirror_current(gw: &Gateway, protocol: Protocol, name: &str) {
-    let snapshot = gw.snapshot();
+fn mirror_current(gw: &dyn Node, protocol: Protocol, name: &str) {
+    let snapshot = gw.configuration();
     let id = snapshot.find(name).map(|e| e.config.id);
     if name.is_empty() || id.is_some() {
-        gw.rotation.mirror_current(protocol, id);
+        gw.rotation().mirror_current(protocol, id);
     }
 }
 
 /// Apply one message from another node (or this one's own, which changes nothing).
-fn apply(gw: &Gateway, core: &Core, message: Message) {
+fn apply(gw: &dyn Node, core: &Core, message: Message) {
     match message {
         Message::Open { endpoint, reason, until_ms } => {
             core.probe_news(&endpoint);
-            if let Some(e) = gw.snapshot().find(&endpoint) {
+            if let Some(e) = gw.configuration().find(&endpoint) {
                 let remaining = core.remaining(until_ms);
                 if !remaining.is_zero() {
                     e.breaker.apply_open(&endpoint, reason, remaining);
@@ -227,9 +223,9 @@ fn apply(gw: &Gateway, core: &Core, message: Message) {
     }
 }
 
-fn closed(gw: &Gateway, core: &Core, endpoint: &str, reset: bool) {
+fn closed(gw: &dyn Node, core: &Core, endpoint: &str, reset: bool) {
     core.probe_news(endpoint);
-    if let Some(e) = gw.snapshot().find(endpoint) {
+    if let Some(e) = gw.configuration().find(endpoint) {
         e.breaker.apply_closed(endpoint, reset);
     }
 }
@@ -245,7 +241,7 @@ fn config_version_seen(core: &Core, version: i64) {
 /// `seen_config` before the first poll: the version found then is the one this node started with.
 pub(crate) const NEVER_SEEN: i64 = i64::MIN;
 
-async fn subscriber(gw: Arc<Gateway>, cluster: Arc<Cluster>) {
+async fn subscriber(gw: Arc<dyn Node>, cluster: Arc<Cluster>) {
     let core = &cluster.core;
     loop {
         match subscribe(core).await {
@@ -275,7 +271,7 @@ async fn subscriber(gw: Arc<Gateway>, cluster: Arc<Cluster>) {
                             if items.first().and_then(Value::text).as_deref() == Some("message")
                                 && let Some(m) = items.get(2).and_then(Value::text).and_then(|p| messages::parse(&p))
                             {
-                                apply(&gw, core, m);
+                                apply(&*gw, core, m);
                             }
                         }
                         Err(e) => {
@@ -308,13 +304,13 @@ async fn subscribe(core: &Core) -> Result<Conn, CallError> {
     tokio::time::timeout(timeout, connect).await.unwrap_or(Err(CallError::Timeout))
 }
 
-async fn poller(gw: Arc<Gateway>, cluster: Arc<Cluster>) {
+async fn poller(gw: Arc<dyn Node>, cluster: Arc<Cluster>) {
     let core = &cluster.core;
     loop {
-        if core.needs_republish.swap(false, Ordering::AcqRel) && republish(&gw, &cluster).await.is_err() {
+        if core.needs_republish.swap(false, Ordering::AcqRel) && republish(&*gw, &cluster).await.is_err() {
             core.needs_republish.store(true, Ordering::Release);
         }
-        let result = poll_once(&gw, core).await;
+        let result = poll_once(&*gw, core).await;
         let problem = match (&result, core.subscribed.load(Ordering::Acquire)) {
             (Err(e), _) => Some(format!("cannot read the shared state: {e}")),
             (Ok(()), false) => Some("not subscribed to the cluster's changes".to_string()),
@@ -338,10 +334,9 @@ async fn poller(gw: Arc<Gateway>, cluster: Arc<Cluster>) {
             _ = core.poll_now.notified() => {}
             _ = core.reload_wanted.notified() => {
                 // Under the admin lock: an older reading never replaces an admin write's rebuild.
-                let _guard = gw.admin_lock.lock().await;
+                let _guard = gw.admin_lock().lock().await;
                 let gw = gw.clone();
-                let hook = cluster.reload_hook();
-                let _ = tokio::task::spawn_blocking(move || hook(&gw)).await;
+                let _ = tokio::task::spawn_blocking(move || gw.reload_after_change_elsewhere()).await;
             }
         }
     }
@@ -349,7 +344,7 @@ async fn poller(gw: Arc<Gateway>, cluster: Arc<Cluster>) {
 
 /// One poll: the server's time, every verdict, the current endpoints, the bindings' generations
 /// and the config version, applied to this node's mirrors.
-async fn poll_once(gw: &Gateway, core: &Core) -> Result<(), CallError> {
+async fn poll_once(gw: &dyn Node, core: &Core) -> Result<(), CallError> {
     let names = &core.names;
     let keys = [names.verdicts(), names.current(), names.binding_generation(), names.config_version()];
     let before = core.now_ms();
@@ -362,7 +357,7 @@ async fn poll_once(gw: &Gateway, core: &Core) -> Result<(), CallError> {
     core.set_offset_ms(offset(secs, micros, before, after));
     let verdicts: std::collections::HashMap<String, String> =
         items.get(2).map(Value::pairs).unwrap_or_default().into_iter().collect();
-    let snapshot = gw.snapshot_full();
+    let snapshot = gw.configuration();
     for e in &snapshot.endpoints {
         let name = &e.config.name;
         match verdicts.get(name).and_then(|v| messages::parse_verdict(v)) {
@@ -412,11 +407,11 @@ pub fn offset(secs: i64, micros: i64, before_ms: i64, after_ms: i64) -> i64 {
 /// breakers with their remaining time (a later deadline there wins), the current endpoints
 /// where none is set, bindings made meanwhile where the session has none. Nothing expired is
 /// sent.
-async fn republish(gw: &Gateway, cluster: &Cluster) -> Result<(), CallError> {
+async fn republish(gw: &dyn Node, cluster: &Cluster) -> Result<(), CallError> {
     let core = &cluster.core;
     let names = &core.names;
     let timeout = core.background_timeout();
-    let snapshot = gw.snapshot_full();
+    let snapshot = gw.configuration();
     for e in &snapshot.endpoints {
         let view = e.breaker.view();
         if view.circuit != crate::breaker::Circuit::Open || view.cooldown_remaining.is_zero() {
@@ -434,7 +429,7 @@ async fn republish(gw: &Gateway, cluster: &Cluster) -> Result<(), CallError> {
         core.redis.eval(&scripts::OPEN, &keys, &args, timeout).await?;
     }
     for p in Protocol::ALL {
-        let Some(current) = gw.rotation.current(p) else { continue };
+        let Some(current) = gw.rotation().current(p) else { continue };
         let Some(e) = snapshot.endpoints.iter().find(|e| e.config.id == current) else { continue };
         let args = [p.as_str().to_string(), e.config.name.clone(), names.channel(), "1".to_string()];
         core.redis.eval(&scripts::SET_CURRENT, &[names.current()], &args, timeout).await?;

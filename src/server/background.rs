@@ -21,8 +21,10 @@ impl Background {
             let up = crate::catalogue::Upstream { client: &lists.client, hop: &lists.hop_header };
             crate::catalogue::refresh_loop(&lists.catalogue, up, || lists.snapshot_full()).await;
         });
-        for task in crate::cluster::sync::tasks(gw) {
-            tasks.spawn(task);
+        if let Some(cluster) = &gw.cluster {
+            for task in crate::cluster::sync::tasks(gw.clone(), cluster.clone()) {
+                tasks.spawn(task);
+            }
         }
         if let Some(source) = gw.config_source.get() {
             for task in crate::config::watch::tasks(gw.clone(), source.clone()) {
