@@ -111,6 +111,12 @@ impl From<StoreError> for ApiError {
                 field: Some("name".into()),
             },
             StoreError::NotFound(name) => ApiError::not_found(&name),
+            // A shared database that went away: the change can be made again once it is back.
+            StoreError::Unavailable(why) => Self {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                message: format!("the database is unreachable ({why}); nothing was changed, try again when it is back"),
+                field: None,
+            },
             other => {
                 tracing::error!(event = "store_error", error = %other, "database error in the admin API");
                 ApiError::internal(format!("{other}"))
@@ -127,6 +133,7 @@ impl IntoResponse for ApiError {
             StatusCode::UNAUTHORIZED => "unauthorized",
             StatusCode::FORBIDDEN => "forbidden",
             StatusCode::CONFLICT => "conflict",
+            StatusCode::SERVICE_UNAVAILABLE => "unavailable",
             _ => "internal_error",
         };
         (self.status, Json(json!({"error": {"type": kind, "message": self.message, "field": self.field}})))
@@ -145,10 +152,12 @@ async fn get_status(State(gw): State<Arc<Gateway>>) -> Json<Value> {
     let limits = gw.snapshot().settings.limits.clone();
     Json(json!({
         "storage": storage,
+        "database": gw.store.summary(),
         "cluster": gw.cluster.as_ref().map_or_else(|| "off".to_string(), |c| c.status()),
         "version": env!("CARGO_PKG_VERSION"),
         "instance_id": gw.instance_id,
         "connections": gw.open_connections.load(std::sync::atomic::Ordering::Relaxed),
+        "connections_per_thread": gw.serving_threads.get().map(|b| b.counts()).unwrap_or_default(),
         "max_connections": limits.max_connections,
         "records": gw.events.records().stats(),
     }))

@@ -6,6 +6,7 @@ pub mod clients;
 pub mod import;
 pub mod keys;
 pub mod manage;
+pub mod migrate;
 pub mod output;
 pub mod presets;
 pub mod records;
@@ -74,6 +75,9 @@ pub enum Command {
     /// source; a second import updates by name).
     #[command(subcommand)]
     Import(import::ImportCommand),
+    /// Move an installation from its SQLite data dir into PostgreSQL (an empty database), for
+    /// gateways that share one: `--from sqlite:PATH --to postgres://…`.
+    Migrate(migrate::MigrateArgs),
     /// Run the gateway as a login service.
     #[command(subcommand)]
     Service(clients::ServiceCommand),
@@ -83,6 +87,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Migrate(args) => migrate::run(args),
         other => manage::run(other),
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod authoritative;
 pub mod file;
+pub mod reload;
 pub mod retry_rules;
 pub mod settings;
 pub mod watch;

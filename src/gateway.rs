@@ -50,6 +50,8 @@ pub struct Gateway {
     pub login_limit: crate::admin::login_limit::LoginLimit,
     /// Client connections open now, across every serving thread.
     pub open_connections: Arc<std::sync::atomic::AtomicUsize>,
+    /// Each serving thread's share of them, once the server runs.
+    pub serving_threads: std::sync::OnceLock<Arc<crate::server::balance::Balance>>,
     /// The address this gateway listens on, once bound (for refusing endpoints that point at it).
     pub listen_addr: std::sync::OnceLock<std::net::SocketAddr>,
     /// The upstreams' model lists (`GET /v1/models`), refreshed by the server's background work.
@@ -57,6 +59,10 @@ pub struct Gateway {
     /// The config file, when it is authoritative (`config::authoritative`): what it declares is
     /// read-only in the admin API, and the server's background work reloads it.
     pub config_source: std::sync::OnceLock<crate::config::authoritative::SharedSource>,
+    /// Pulled when the configuration changed somewhere else (another gateway on a shared
+    /// database, or news through Redis); the server's background work then rebuilds the snapshot
+    /// (`config::reload`).
+    pub reload_trigger: crate::config::reload::ReloadTrigger,
     /// The cluster layer (`serve --redis`): shared breakers, rotation, limits and bindings.
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
     /// This gateway's entry in the process-wide set of secrets to redact.
@@ -132,6 +138,7 @@ impl Gateway {
             catalogue: Default::default(),
             config_source: std::sync::OnceLock::new(),
             open_connections: Arc::default(),
+            serving_threads: std::sync::OnceLock::new(),
             allowed_hosts: std::sync::OnceLock::new(),
             login_limit: Default::default(),
             redact_owner: {
@@ -139,6 +146,7 @@ impl Gateway {
                 OWNERS.fetch_add(1, Ordering::Relaxed)
             },
             local: std::sync::OnceLock::new(),
+            reload_trigger: Default::default(),
             cluster: cluster.clone(),
         };
         if let Some(c) = &cluster {
@@ -177,7 +185,7 @@ impl Gateway {
 
     /// `None` while storage works; else what is wrong (SPEC §15.8).
     pub fn storage_problem(&self) -> Option<String> {
-        self.events.records().problem()
+        self.store.problem().or_else(|| self.events.records().problem())
     }
 
     /// A short-lived view of the configuration (do not hold across an `.await`).
@@ -201,7 +209,12 @@ impl Gateway {
             }),
             None => Settings::default(),
         };
-        let secrets = endpoints.iter().map(|e| e.api_key.clone()).chain(self.admin_token.clone()).collect();
+        let secrets = endpoints
+            .iter()
+            .map(|e| e.api_key.clone())
+            .chain(self.admin_token.clone())
+            .chain(self.store.secrets())
+            .collect();
         crate::redact::install(self.redact_owner, secrets);
         let ids: Vec<EndpointId> = endpoints.iter().map(|e| e.id).collect();
         let old = self.snapshot.load();
@@ -239,20 +252,12 @@ impl crate::cluster::sync::Node for Gateway {
         &self.rotation
     }
 
-    fn admin_lock(&self) -> &tokio::sync::Mutex<()> {
-        &self.admin_lock
-    }
-
-    fn reload_after_change_elsewhere(&self) {
-        match self.reload() {
-            Ok(()) => {
-                tracing::info!(event = "cluster_config_reloaded", "another node changed the configuration; reloaded it")
-            }
-            Err(e) => tracing::warn!(
-                event = "cluster_reload_failed",
-                error = %e,
-                "another node changed the configuration; reloading it failed"
-            ),
-        }
+    fn config_changed_elsewhere(&self, version: i64) {
+        tracing::info!(
+            event = "cluster_config_changed",
+            version,
+            "another node changed the configuration; rebuilding the snapshot"
+        );
+        self.reload_trigger.request();
     }
 }

@@ -7,5 +7,6 @@ pub mod events;
 pub mod live;
 pub mod metrics;
 pub mod record;
+pub mod record_id;
 pub mod usage;
 pub mod writer;

@@ -161,7 +161,11 @@ pub async fn handle(State(gw): State<Arc<Gateway>>, request: Request) -> Respons
     };
     match prepare(&gw, &snapshot, route, gemini_call, parts, body, hop, gate, &mut trail).await {
         Ok((inbound, candidates, is_explicit)) => {
-            attempt::run(gw, snapshot, inbound, candidates, is_explicit, trail).await
+            // The attempt loop's state (~10 KB) is written straight into its heap slot, allocated
+            // first: held inline, it would be copied whole when the server boxes this handler's
+            // future, and boxed the usual way, when moved into the box.
+            let slot = Box::new_uninit();
+            Box::into_pin(Box::write(slot, attempt::run(gw, snapshot, inbound, candidates, is_explicit, trail))).await
         }
         // The client went away while sending: nobody to answer; the dropped trail records it.
         // (Should a client still be there after all, it learns what happened.)

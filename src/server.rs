@@ -22,29 +22,34 @@ use crate::gateway::Gateway;
 use crate::{admin, dashboard, proxy};
 
 pub mod background;
+pub mod balance;
 pub mod conn;
 mod stop;
+use balance::Balance;
 use conn::{Activity, ConnTimers, Counted, TimedIo};
 use stop::{Stop, StopSignal};
 
 /// What every serving thread needs to admit a connection: the limits in force now (read from
-/// the live settings for each new connection) and the count of client connections open across
-/// all threads.
+/// the live settings for each new connection), the count of client connections open across
+/// all threads, and each thread's share of them (`balance.rs`).
 #[derive(Clone)]
 pub struct Admission {
     limits: Arc<dyn Fn() -> Limits + Send + Sync>,
     open: Arc<AtomicUsize>,
+    balance: Arc<Balance>,
 }
 
 impl Admission {
+    /// For one serving thread.
     pub fn new(limits: impl Fn() -> Limits + Send + Sync + 'static) -> Admission {
-        Admission { limits: Arc::new(limits), open: Arc::new(AtomicUsize::new(0)) }
+        Admission { limits: Arc::new(limits), open: Arc::new(AtomicUsize::new(0)), balance: Arc::new(Balance::new(1)) }
     }
 
-    fn for_gateway(gw: &Arc<Gateway>) -> Admission {
+    fn for_gateway(gw: &Arc<Gateway>, threads: usize) -> Admission {
         let open = gw.open_connections.clone();
+        let balance = gw.serving_threads.get_or_init(|| Arc::new(Balance::new(threads))).clone();
         let gw = gw.clone();
-        Admission { limits: Arc::new(move || gw.snapshot().settings.limits.clone()), open }
+        Admission { limits: Arc::new(move || gw.snapshot().settings.limits.clone()), open, balance }
     }
 }
 
@@ -163,7 +168,7 @@ pub async fn serve_with(
     workers: usize,
 ) -> std::io::Result<()> {
     let gw_events = gw.events.clone();
-    let admission = Admission::for_gateway(&gw);
+    let admission = Admission::for_gateway(&gw, workers.max(1));
     let app = router(gw.clone());
     let stop = StopSignal::new();
     // However this function ends (even dropped mid-wait), no serving thread outlives it.
@@ -173,7 +178,7 @@ pub async fn serve_with(
     }
     let listener = listener.into_std()?;
     let mut pool = Vec::new();
-    for n in 0..workers.max(1) {
+    for n in 0..admission.balance.threads() {
         pool.push(Worker::start(
             n,
             listener.try_clone()?,
@@ -252,7 +257,7 @@ impl Worker {
             runtime.block_on(async move {
                 match TcpListener::from_std(listener) {
                     Ok(listener) => {
-                        serve_connections(listener, app, admission, stop, not_listening_tx, on_idle).await
+                        serve_connections(listener, n, app, admission, stop, not_listening_tx, on_idle).await
                     }
                     Err(e) => {
                         tracing::error!(event = "accept_failed", error = %e, "a serving thread cannot use the listener");
@@ -269,6 +274,7 @@ impl Worker {
 /// drop them (`Stop::Now`).
 async fn serve_connections(
     listener: TcpListener,
+    thread: usize,
     app: Router,
     admission: Admission,
     stop: Arc<StopSignal>,
@@ -291,11 +297,20 @@ async fn serve_connections(
         if reserve.is_none() {
             reserve = reserve_descriptor();
         }
+        // Holding more than its share, the thread leaves new connections to the others until a
+        // count changes (looked at again after starting to wait, so no change is missed).
+        let balance = &admission.balance;
+        let rebalanced = (!balance.may_accept(thread)).then(|| balance.changed());
+        let rebalanced = rebalanced.filter(|_| !balance.may_accept(thread));
+        let accepting = rebalanced.is_none();
+        let rebalanced = futures_util::future::OptionFuture::from(rebalanced);
         tokio::select! {
-            accepted = listener.accept() => match accepted {
+            accepted = listener.accept(), if accepting => match accepted {
                 Ok((tcp, _)) => {
                     idle_since = None;
-                    tasks.spawn(serve_connection(tcp, app.clone(), admission.clone(), false, stop.clone()));
+                    // Counted at once, not when the task first runs: a burst is accepted in one go.
+                    let on_thread = admission.balance.opened(thread);
+                    tasks.spawn(serve_connection(tcp, on_thread, app.clone(), admission.clone(), false, stop.clone()));
                 }
                 // The connection died before it was accepted: nothing to do.
                 Err(e) if is_connection_error(&e) => {}
@@ -304,7 +319,8 @@ async fn serve_connections(
                     drop(reserve.take());
                     if let Ok((tcp, _)) = listener.accept().await {
                         idle_since = None;
-                        tasks.spawn(serve_connection(tcp, app.clone(), admission.clone(), true, stop.clone()));
+                        let on_thread = admission.balance.opened(thread);
+                        tasks.spawn(serve_connection(tcp, on_thread, app.clone(), admission.clone(), true, stop.clone()));
                     }
                 }
                 // Out of descriptors with the reserve in use, or similar: wait a little instead
@@ -314,6 +330,7 @@ async fn serve_connections(
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
+            _ = rebalanced, if !accepting => {}
             _ = watch.changed_from(Stop::Running) => {}
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {
                 if tasks.is_empty() {
@@ -361,6 +378,7 @@ fn reserve_descriptor() -> Option<std::fs::File> {
 /// treated as past the connection cap whatever the count says.
 async fn serve_connection(
     tcp: TcpStream,
+    _on_thread: balance::OpenOnThread,
     app: Router,
     admission: Admission,
     past_descriptors: bool,
@@ -438,7 +456,7 @@ mod tests {
         let seen = steps.clone();
         let on_idle = move |step| seen.lock().unwrap().push(step);
         let serving =
-            tokio::spawn(serve_connections(listener, app, patient(), stop.clone(), not_listening_tx, on_idle));
+            tokio::spawn(serve_connections(listener, 0, app, patient(), stop.clone(), not_listening_tx, on_idle));
         let taken = || steps.lock().unwrap().clone();
 
         // Never busy yet: nothing to give back, however long nothing happens.

@@ -1,15 +1,19 @@
-//! SQLite storage of endpoints and settings. Never used on the request path: the admin API
-//! writes here, then rebuilds the in-memory snapshot the proxy reads.
+//! Storage of endpoints, settings, prices, client keys and request records: embedded SQLite
+//! (the default, one gateway per data dir) or PostgreSQL (`--database postgres://…`, shared by
+//! several gateways). Never used on the request path: the admin API writes here, then rebuilds
+//! the in-memory snapshot the proxy reads; records arrive through the writer thread.
+//!
+//! One `Store` type for both: the configuration tables are written once against `sql::Sql`
+//! (`endpoints`, `prices`, `keys`, the settings here), the request records have a module per
+//! backend around shared pure parts (`records`, `postgres::records`).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::Connection;
 use serde_json::Value;
 
-use crate::endpoint::{Endpoint, EndpointDraft, EndpointId, ModelPattern, TestResult, TestStatus};
-use crate::protocol::Format;
+use sql::Sql;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -19,8 +23,22 @@ pub enum StoreError {
     NotFound(String),
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    #[error("database error: {0}")]
+    Postgres(String),
+    /// The database cannot be reached now (PostgreSQL down, the network cut): the gateway goes
+    /// on serving from its snapshot, and the write or read can be tried again later.
+    #[error("the database is unreachable: {0}")]
+    Unavailable(String),
+    /// A uniqueness rule refused a write; says which (a column or an index name).
+    #[error("a unique value is taken ({0})")]
+    Unique(String),
     #[error("corrupt stored value: {0}")]
     Corrupt(String),
+    #[error("{0}")]
+    Unsupported(&'static str),
+    /// A database URL or option that cannot be used, and why.
+    #[error("{0}")]
+    Invalid(String),
     #[error("a client key named '{0}' already exists")]
     KeyDuplicate(String),
     #[error("no client key named '{0}'")]
@@ -30,50 +48,41 @@ pub enum StoreError {
 }
 
 pub mod data_dir;
+pub mod endpoints;
 pub mod keys;
+pub mod migrate;
+pub mod postgres;
 pub mod prices;
 pub mod records;
+pub mod sql;
 
-/// Schema migrations, applied in order; `PRAGMA user_version` records how many ran. Each later
-/// migration lives beside the code that uses its tables.
-const MIGRATIONS: &[&str] = &[V1_ENDPOINTS_AND_SETTINGS, records::SCHEMA, prices::SCHEMA, keys::SCHEMA];
-
-const V1_ENDPOINTS_AND_SETTINGS: &str = r#"
-CREATE TABLE endpoints (
-    id               INTEGER PRIMARY KEY,
-    name             TEXT NOT NULL UNIQUE COLLATE NOCASE,
-    base_url         TEXT NOT NULL,
-    api_key          TEXT NOT NULL,
-    format           TEXT NOT NULL,
-    models           TEXT NOT NULL DEFAULT '[]',
-    model_map        TEXT NOT NULL DEFAULT '{}',
-    enabled          INTEGER NOT NULL DEFAULT 1,
-    fast             INTEGER NOT NULL DEFAULT 0,
-    fast_sort_order  INTEGER NOT NULL DEFAULT 0,
-    sort_order       INTEGER NOT NULL DEFAULT 0,
-    headers          TEXT NOT NULL DEFAULT '{}',
-    test_model       TEXT,
-    test_status      TEXT NOT NULL DEFAULT 'untested',
-    test_at          TEXT,
-    test_latency_ms  INTEGER,
-    test_error       TEXT
-);
-CREATE TABLE settings (
-    key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-"#;
+/// SQLite's schema migrations, applied in order; `PRAGMA user_version` records how many ran.
+/// Each lives beside the code that uses its tables (PostgreSQL's, numbered alike, in
+/// `postgres::MIGRATIONS`).
+const MIGRATIONS: &[&str] = &[endpoints::SCHEMA, records::SCHEMA, prices::SCHEMA, keys::SCHEMA];
 
 /// A handle to the database. Cheap to clone; calls are blocking and belong on a blocking thread.
 #[derive(Clone)]
 pub struct Store {
-    conn: Arc<Mutex<Connection>>,
+    backend: Backend,
+}
+
+#[derive(Clone)]
+enum Backend {
+    Sqlite(Arc<Mutex<Connection>>),
+    Postgres(Arc<postgres::Pg>),
 }
 
 impl Store {
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         let conn = Connection::open(path)?;
         Self::init(conn)
+    }
+
+    /// Connect to PostgreSQL (`postgres://user:password@host:port/db`), apply its migrations
+    /// and take a node number for record ids.
+    pub fn open_postgres(url: &str) -> Result<Store, StoreError> {
+        Ok(Store { backend: Backend::Postgres(Arc::new(postgres::Pg::open(url)?)) })
     }
 
     /// Open a database that cannot be written (a read-only data dir or file system): the gateway
@@ -90,7 +99,7 @@ impl Store {
                 MIGRATIONS.len()
             )));
         }
-        Ok(Store { conn: Arc::new(Mutex::new(conn)) })
+        Ok(Store { backend: Backend::Sqlite(Arc::new(Mutex::new(conn))) })
     }
 
     pub fn open_in_memory() -> Result<Store, StoreError> {
@@ -103,192 +112,139 @@ impl Store {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         migrate(&mut conn)?;
-        Ok(Store { conn: Arc::new(Mutex::new(conn)) })
+        Ok(Store { backend: Backend::Sqlite(Arc::new(Mutex::new(conn))) })
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T, StoreError>) -> Result<T, StoreError> {
-        let mut conn = self.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        f(&mut conn)
+    /// Run `f` on the SQLite connection; `None` on PostgreSQL.
+    fn sqlite<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T, StoreError>) -> Option<Result<T, StoreError>> {
+        match &self.backend {
+            Backend::Sqlite(conn) => {
+                let mut conn = conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                Some(f(&mut conn))
+            }
+            Backend::Postgres(_) => None,
+        }
+    }
+
+    /// The PostgreSQL backend, when that is what this store is.
+    pub fn postgres(&self) -> Option<&Arc<postgres::Pg>> {
+        match &self.backend {
+            Backend::Postgres(pg) => Some(pg),
+            Backend::Sqlite(_) => None,
+        }
+    }
+
+    /// Read with either backend's connection.
+    pub(crate) fn read<T>(&self, f: impl FnOnce(&dyn Sql) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(conn) => {
+                let conn = conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                f(&*conn)
+            }
+            Backend::Postgres(pg) => pg.read(f),
+        }
+    }
+
+    /// Change the configuration in one transaction. On PostgreSQL the same transaction bumps
+    /// the configuration version and notifies the other gateways (`postgres::changes`).
+    pub(crate) fn write<T>(&self, f: impl FnOnce(&dyn Sql) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(conn) => {
+                let mut conn = conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let tx = conn.transaction().map_err(sql::sqlite_error)?;
+                let value = f(&*tx)?;
+                tx.commit().map_err(sql::sqlite_error)?;
+                Ok(value)
+            }
+            Backend::Postgres(pg) => pg.write(f),
+        }
     }
 
     pub fn schema_version(&self) -> Result<i64, StoreError> {
-        self.with(|c| Ok(c.pragma_query_value(None, "user_version", |r| r.get(0))?))
-    }
-
-    pub fn list_endpoints(&self) -> Result<Vec<Endpoint>, StoreError> {
-        self.with(|c| {
-            let mut stmt = c.prepare(
-                "SELECT id, name, base_url, api_key, format, models, model_map, enabled, fast,
-                        fast_sort_order, sort_order, headers, test_model, test_status, test_at,
-                        test_latency_ms, test_error, price_multiplier
-                 FROM endpoints ORDER BY sort_order, name",
-            )?;
-            let rows = stmt.query_map([], row_to_raw)?;
-            rows.map(|r| r.map_err(StoreError::from).and_then(RawEndpoint::into_endpoint)).collect()
-        })
-    }
-
-    pub fn get_endpoint(&self, name: &str) -> Result<Endpoint, StoreError> {
-        self.list_endpoints()?
-            .into_iter()
-            .find(|e| e.name == name)
-            .ok_or_else(|| StoreError::NotFound(name.to_string()))
-    }
-
-    /// Insert a new endpoint; `sort_order` defaults to after all others, and a fast endpoint
-    /// without `fast_sort_order` joins the end of the fast queue.
-    pub fn insert_endpoint(&self, draft: &EndpointDraft) -> Result<Endpoint, StoreError> {
-        self.with(|c| {
-            let tx = c.transaction()?;
-            if name_taken(&tx, &draft.name, None)? {
-                return Err(StoreError::Duplicate(draft.name.clone()));
+        match &self.backend {
+            Backend::Sqlite(conn) => {
+                let conn = conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                Ok(conn.pragma_query_value(None, "user_version", |r| r.get(0))?)
             }
-            let sort_order = match draft.sort_order {
-                Some(s) => s,
-                None => tx.query_row("SELECT COALESCE(MAX(sort_order) + 1, 0) FROM endpoints", [], |r| r.get(0))?,
-            };
-            let fast_sort_order = fast_position(&tx, draft, None)?;
-            tx.execute(
-                "INSERT INTO endpoints (name, base_url, api_key, format, models, model_map, enabled, fast,
-                     fast_sort_order, sort_order, headers, test_model, price_multiplier)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-                params![
-                    draft.name,
-                    draft.base_url,
-                    draft.api_key,
-                    draft.format.as_str(),
-                    json_text(&draft.models),
-                    json_text(&draft.model_map),
-                    draft.enabled,
-                    draft.fast,
-                    fast_sort_order,
-                    sort_order,
-                    json_text(&draft.headers),
-                    draft.test_model,
-                    draft.price_multiplier,
-                ],
-            )?;
-            tx.commit()?;
-            Ok(())
-        })?;
-        self.get_endpoint(&draft.name)
+            Backend::Postgres(pg) => pg.schema_version(),
+        }
     }
 
-    /// Replace the writable fields of the endpoint currently named `name` (renames allowed).
-    pub fn update_endpoint(&self, name: &str, draft: &EndpointDraft) -> Result<Endpoint, StoreError> {
-        self.with(|c| {
-            let tx = c.transaction()?;
-            let id: i64 = tx
-                .query_row("SELECT id FROM endpoints WHERE name = ?1", [name], |r| r.get(0))
-                .optional()?
-                .ok_or_else(|| StoreError::NotFound(name.to_string()))?;
-            if name_taken(&tx, &draft.name, Some(id))? {
-                return Err(StoreError::Duplicate(draft.name.clone()));
+    /// How many configuration changes the database has seen (PostgreSQL; SQLite, with one
+    /// gateway per database, has no one to tell and says 0). A snapshot built after reading
+    /// version `v` holds at least every change up to `v`.
+    pub fn config_version(&self) -> Result<i64, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(_) => Ok(0),
+            Backend::Postgres(pg) => pg.config_version(),
+        }
+    }
+
+    /// Whether several gateways may share this database.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.backend, Backend::Postgres(_))
+    }
+
+    /// `None` while the database answers; else why it does not (a PostgreSQL that cannot be
+    /// reached). SQLite's troubles show through the record writer instead.
+    pub fn problem(&self) -> Option<String> {
+        self.postgres().and_then(|pg| pg.problem())
+    }
+
+    /// Where the data lives, safe to print: `sqlite:PATH`, or the PostgreSQL URL with its
+    /// password masked.
+    pub fn describe(&self) -> String {
+        match &self.backend {
+            Backend::Sqlite(conn) => {
+                let conn = conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                match conn.path().filter(|p| !p.is_empty()) {
+                    Some(p) => format!("sqlite:{p}"),
+                    None => "sqlite::memory:".to_string(),
+                }
             }
-            let fast_sort_order = fast_position(&tx, draft, Some(id))?;
-            let sort_order: i64 = match draft.sort_order {
-                Some(s) => s,
-                None => tx.query_row("SELECT sort_order FROM endpoints WHERE id = ?1", [id], |r| r.get(0))?,
-            };
-            tx.execute(
-                "UPDATE endpoints SET name = ?1, base_url = ?2, api_key = ?3, format = ?4, models = ?5,
-                     model_map = ?6, enabled = ?7, fast = ?8, fast_sort_order = ?9, sort_order = ?10,
-                     headers = ?11, test_model = ?12, price_multiplier = ?13
-                 WHERE id = ?14",
-                params![
-                    draft.name,
-                    draft.base_url,
-                    draft.api_key,
-                    draft.format.as_str(),
-                    json_text(&draft.models),
-                    json_text(&draft.model_map),
-                    draft.enabled,
-                    draft.fast,
-                    fast_sort_order,
-                    sort_order,
-                    json_text(&draft.headers),
-                    draft.test_model,
-                    draft.price_multiplier,
-                    id,
-                ],
-            )?;
-            tx.commit()?;
-            Ok(())
-        })?;
-        self.get_endpoint(&draft.name)
+            Backend::Postgres(pg) => pg.url().redacted(),
+        }
     }
 
-    pub fn delete_endpoint(&self, name: &str) -> Result<(), StoreError> {
-        self.with(|c| {
-            let n = c.execute("DELETE FROM endpoints WHERE name = ?1", [name])?;
-            if n == 0 { Err(StoreError::NotFound(name.to_string())) } else { Ok(()) }
-        })
+    /// What `/api/status` says of the database: the engine, where it is (no password), and on
+    /// a shared one this gateway's node number (the one its record ids carry).
+    pub fn summary(&self) -> Value {
+        let mut v = serde_json::json!({
+            "backend": if self.is_shared() { "postgres" } else { "sqlite" },
+            "location": self.describe(),
+            "shared": self.is_shared(),
+        });
+        if let Some(pg) = self.postgres() {
+            v["node"] = pg.node().into();
+        }
+        v
     }
 
-    /// Exactly `names` are fast, in this order; every other endpoint leaves the queue.
-    pub fn set_fast_queue(&self, names: &[String]) -> Result<(), StoreError> {
-        self.with(|c| {
-            let tx = c.transaction()?;
-            check_names(&tx, names)?;
-            tx.execute("UPDATE endpoints SET fast = 0, fast_sort_order = 0", [])?;
-            for (i, name) in names.iter().enumerate() {
-                tx.execute(
-                    "UPDATE endpoints SET fast = 1, fast_sort_order = ?1 WHERE name = ?2",
-                    params![i as i64, name],
-                )?;
-            }
-            tx.commit()?;
-            Ok(())
-        })
-    }
-
-    /// Global order: the named endpoints first, in this order; the others keep their relative
-    /// order after them.
-    pub fn set_order(&self, names: &[String]) -> Result<(), StoreError> {
-        let current = self.list_endpoints()?;
-        self.with(|c| {
-            let tx = c.transaction()?;
-            check_names(&tx, names)?;
-            let rest = current.iter().map(|e| &e.name).filter(|n| !names.contains(n));
-            for (i, name) in names.iter().chain(rest).enumerate() {
-                tx.execute("UPDATE endpoints SET sort_order = ?1 WHERE name = ?2", params![i as i64, name])?;
-            }
-            tx.commit()?;
-            Ok(())
-        })
-    }
-
-    pub fn save_test_result(&self, name: &str, test: &TestResult) -> Result<(), StoreError> {
-        self.with(|c| {
-            let n = c.execute(
-                "UPDATE endpoints SET test_status = ?1, test_at = ?2, test_latency_ms = ?3, test_error = ?4
-                 WHERE name = ?5",
-                params![test.status.as_str(), test.at, test.latency_ms.map(|v| v as i64), test.error, name],
-            )?;
-            if n == 0 { Err(StoreError::NotFound(name.to_string())) } else { Ok(()) }
-        })
+    /// Secrets the logs must never show: the database password.
+    pub fn secrets(&self) -> Vec<String> {
+        self.postgres().and_then(|pg| pg.url().password().map(str::to_string)).into_iter().collect()
     }
 
     /// The stored settings document, if any (merged over the defaults by the caller).
     pub fn load_settings(&self) -> Result<Option<Value>, StoreError> {
-        self.with(|c| {
-            let text: Option<String> =
-                c.query_row("SELECT value FROM settings WHERE key = 'settings'", [], |r| r.get(0)).optional()?;
-            text.map(|t| serde_json::from_str(&t).map_err(|e| StoreError::Corrupt(format!("settings: {e}"))))
-                .transpose()
-        })
+        self.read(load_settings)
     }
 
     pub fn save_settings(&self, doc: &Value) -> Result<(), StoreError> {
-        self.with(|c| {
-            c.execute(
-                "INSERT INTO settings (key, value) VALUES ('settings', ?1)
-                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                [doc.to_string()],
+        self.write(|db| {
+            db.exec(
+                "INSERT INTO settings (key, value) VALUES ('settings', ?)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                &[doc.to_string().into()],
             )?;
             Ok(())
         })
     }
+}
+
+pub(crate) fn load_settings(db: &dyn Sql) -> Result<Option<Value>, StoreError> {
+    let text = db.row("SELECT value FROM settings WHERE key = 'settings'", &[])?.map(|r| r.text(0)).transpose()?;
+    text.map(|t| serde_json::from_str(&t).map_err(|e| StoreError::Corrupt(format!("settings: {e}")))).transpose()
 }
 
 /// A path as the path part of an SQLite `file:` URI (`?` and `#` would end it; `%` escapes).
@@ -316,152 +272,10 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn name_taken(c: &Connection, name: &str, except: Option<i64>) -> Result<bool, StoreError> {
-    let found: Option<i64> =
-        c.query_row("SELECT id FROM endpoints WHERE name = ?1", [name], |r| r.get(0)).optional()?;
-    Ok(matches!(found, Some(id) if Some(id) != except))
-}
-
-fn check_names(c: &Connection, names: &[String]) -> Result<(), StoreError> {
-    for name in names {
-        let exists: Option<i64> =
-            c.query_row("SELECT id FROM endpoints WHERE name = ?1", [name], |r| r.get(0)).optional()?;
-        if exists.is_none() {
-            return Err(StoreError::NotFound(name.clone()));
-        }
-    }
-    Ok(())
-}
-
-/// Where a (possibly newly) fast endpoint sits in the fast queue.
-fn fast_position(c: &Connection, draft: &EndpointDraft, id: Option<i64>) -> Result<i64, StoreError> {
-    if let Some(pos) = draft.fast_sort_order {
-        return Ok(pos);
-    }
-    if !draft.fast {
-        return Ok(0);
-    }
-    // Already fast: keep its place.
-    if let Some(id) = id {
-        let (was_fast, pos): (bool, i64) =
-            c.query_row("SELECT fast, fast_sort_order FROM endpoints WHERE id = ?1", [id], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })?;
-        if was_fast {
-            return Ok(pos);
-        }
-    }
-    Ok(c.query_row(
-        "SELECT COALESCE(MAX(fast_sort_order) + 1, 0) FROM endpoints WHERE fast = 1 AND id IS NOT ?1",
-        [id],
-        |r| r.get(0),
-    )?)
-}
-
-fn json_text<T: serde::Serialize>(v: &T) -> String {
-    serde_json::to_string(v).unwrap_or_else(|_| "null".into())
-}
-
-struct RawEndpoint {
-    id: i64,
-    name: String,
-    base_url: String,
-    api_key: String,
-    format: String,
-    models: String,
-    model_map: String,
-    enabled: bool,
-    fast: bool,
-    fast_sort_order: i64,
-    sort_order: i64,
-    headers: String,
-    test_model: Option<String>,
-    test_status: String,
-    test_at: Option<String>,
-    test_latency_ms: Option<i64>,
-    test_error: Option<String>,
-    price_multiplier: f64,
-}
-
-fn row_to_raw(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawEndpoint> {
-    Ok(RawEndpoint {
-        id: r.get(0)?,
-        name: r.get(1)?,
-        base_url: r.get(2)?,
-        api_key: r.get(3)?,
-        format: r.get(4)?,
-        models: r.get(5)?,
-        model_map: r.get(6)?,
-        enabled: r.get(7)?,
-        fast: r.get(8)?,
-        fast_sort_order: r.get(9)?,
-        sort_order: r.get(10)?,
-        headers: r.get(11)?,
-        test_model: r.get(12)?,
-        test_status: r.get(13)?,
-        test_at: r.get(14)?,
-        test_latency_ms: r.get(15)?,
-        test_error: r.get(16)?,
-        price_multiplier: r.get(17)?,
-    })
-}
-
-impl RawEndpoint {
-    fn into_endpoint(self) -> Result<Endpoint, StoreError> {
-        let corrupt = |what: &str| StoreError::Corrupt(format!("endpoint '{}': {what}", self.name));
-        let format = Format::parse(&self.format).ok_or_else(|| corrupt("format"))?;
-        let models: Vec<String> = serde_json::from_str(&self.models).map_err(|_| corrupt("models"))?;
-        let map: BTreeMap<String, String> = serde_json::from_str(&self.model_map).map_err(|_| corrupt("model_map"))?;
-        let headers: BTreeMap<String, String> = serde_json::from_str(&self.headers).map_err(|_| corrupt("headers"))?;
-        Ok(Endpoint {
-            id: EndpointId(self.id),
-            name: self.name,
-            base_url: self.base_url,
-            api_key: self.api_key,
-            format,
-            models: models.into_iter().map(ModelPattern::new).collect(),
-            model_map: map.into_iter().map(|(k, v)| (ModelPattern::new(k), v)).collect(),
-            enabled: self.enabled,
-            fast: self.fast,
-            fast_sort_order: self.fast_sort_order,
-            sort_order: self.sort_order,
-            headers,
-            test_model: self.test_model,
-            test: TestResult {
-                status: TestStatus::parse(&self.test_status),
-                at: self.test_at,
-                latency_ms: self.test_latency_ms.map(|v| v.max(0) as u64),
-                error: self.test_error,
-            },
-            price_multiplier: self.price_multiplier,
-        })
-    }
-}
-
-impl Endpoint {
-    /// The writable fields, for read-modify-write updates.
-    pub fn to_draft(&self) -> EndpointDraft {
-        EndpointDraft {
-            name: self.name.clone(),
-            base_url: self.base_url.clone(),
-            api_key: self.api_key.clone(),
-            format: self.format,
-            models: self.models.iter().map(|m| m.as_str().to_string()).collect(),
-            model_map: self.model_map.iter().map(|(k, v)| (k.as_str().to_string(), v.clone())).collect(),
-            enabled: self.enabled,
-            fast: self.fast,
-            fast_sort_order: self.fast.then_some(self.fast_sort_order),
-            sort_order: Some(self.sort_order),
-            headers: self.headers.clone(),
-            test_model: self.test_model.clone(),
-            price_multiplier: self.price_multiplier,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::endpoint::{EndpointDraft, TestResult, TestStatus};
     use serde_json::json;
 
     fn draft(name: &str, extra: Value) -> EndpointDraft {
@@ -482,7 +296,8 @@ mod tests {
         drop(s);
         let s = Store::open(&path).unwrap();
         assert_eq!(s.list_endpoints().unwrap().len(), 1);
-        let mode: String = s.with(|c| Ok(c.pragma_query_value(None, "journal_mode", |r| r.get(0))?)).unwrap();
+        let mode: String =
+            s.sqlite(|c| Ok(c.pragma_query_value(None, "journal_mode", |r| r.get(0))?)).unwrap().unwrap();
         assert_eq!(mode, "wal");
     }
 

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use super::{ApiError, ApiResult};
 use crate::gateway::Gateway;
 use crate::protocol::Protocol;
-use crate::store::records::{self, Bucket, Cursor, Filter, GroupBy, StatsQuery};
+use crate::store::records::{Bucket, Cursor, Filter, GroupBy, StatsQuery};
 
 /// Page size when `limit` is not given, and its maximum.
 pub const DEFAULT_LIMIT: usize = 50;
@@ -218,10 +218,10 @@ pub fn parse_stats_query(raw: Option<&str>, now_ms: i64) -> ApiResult<StatsQuery
 /// Run a record query on a blocking thread, on its own read connection.
 async fn query<T: Send + 'static>(
     gw: &Arc<Gateway>,
-    op: impl FnOnce(&rusqlite::Connection) -> Result<T, crate::store::StoreError> + Send + 'static,
+    op: impl FnOnce(&crate::store::Store) -> Result<T, crate::store::StoreError> + Send + 'static,
 ) -> ApiResult<T> {
     let store = gw.store.clone();
-    Ok(tokio::task::spawn_blocking(move || store.read_records(op))
+    Ok(tokio::task::spawn_blocking(move || op(&store))
         .await
         .map_err(|e| ApiError::internal(format!("query task failed: {e}")))??)
 }
@@ -229,14 +229,14 @@ async fn query<T: Send + 'static>(
 /// `GET /api/requests`.
 pub async fn list_requests(State(gw): State<Arc<Gateway>>, RawQuery(raw): RawQuery) -> ApiResult<Json<Value>> {
     let q = parse_list_query(raw.as_deref(), now_ms(&gw))?;
-    let page = query(&gw, move |c| records::list(c, &q.filter, q.cursor, q.limit)).await?;
+    let page = query(&gw, move |s| s.list_records(&q.filter, q.cursor, q.limit)).await?;
     Ok(Json(json!(page)))
 }
 
 /// `GET /api/requests/{id}`.
 pub async fn get_request(State(gw): State<Arc<Gateway>>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
     let key = id.clone();
-    match query(&gw, move |c| records::get(c, &key)).await? {
+    match query(&gw, move |s| s.get_record(&key)).await? {
         Some(record) => Ok(Json(record)),
         None => Err(ApiError {
             status: StatusCode::NOT_FOUND,
@@ -251,7 +251,7 @@ pub async fn get_request(State(gw): State<Arc<Gateway>>, Path(id): Path<String>)
 /// `GET /api/stats`.
 pub async fn get_stats(State(gw): State<Arc<Gateway>>, RawQuery(raw): RawQuery) -> ApiResult<Json<Value>> {
     let q = parse_stats_query(raw.as_deref(), now_ms(&gw))?;
-    let report = query(&gw, move |c| records::stats(c, &q)).await?;
+    let report = query(&gw, move |s| s.record_stats(&q)).await?;
     Ok(Json(json!(report)))
 }
 
@@ -314,7 +314,7 @@ mod tests {
         // Agrees with the formatter over many days.
         for day in (0..40_000i64).step_by(97) {
             let ms = day * 86_400_000 + 45_296_789;
-            assert_eq!(t(&records::rfc3339_ms(ms)), ms);
+            assert_eq!(t(&crate::store::records::rfc3339_ms(ms)), ms);
         }
     }
 

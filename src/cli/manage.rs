@@ -209,7 +209,7 @@ fn key_from_env(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<String> 
 async fn dispatch(command: Command) -> anyhow::Result<String> {
     use reqwest::Method;
     match command {
-        Command::Serve(_) => Ok(String::new()),
+        Command::Serve(_) | Command::Migrate(_) => Ok(String::new()),
         Command::Connect(args) => super::clients::connect(args).await,
         Command::Disconnect(args) => super::clients::disconnect(args).await,
         Command::Clients(args) => super::clients::list(args).await,
@@ -400,25 +400,10 @@ fn every_model_warning(e: &Value) -> Option<String> {
 }
 
 fn endpoint_detail(e: &Value) -> String {
-    let fields = [
-        "name",
-        "format",
-        "base_url",
-        "api_key",
-        "models",
-        "model_map",
-        "enabled",
-        "fast",
-        "fast_sort_order",
-        "sort_order",
-        "headers",
-        "test_model",
-        "test_status",
-        "test_at",
-        "test_latency_ms",
-        "test_error",
-    ];
-    let rows: Vec<Vec<String>> = fields.iter().map(|f| vec![format!("{f}:"), cell(&e[*f])]).collect();
+    // Every field a draft sets, then the last test: the same list the API validates.
+    let shown = ["test_status", "test_at", "test_latency_ms", "test_error"];
+    let fields = crate::endpoint::draft::FIELDS.iter().chain(&shown);
+    let rows: Vec<Vec<String>> = fields.map(|f| vec![format!("{f}:"), cell(&e[*f])]).collect();
     table(&["", ""], &rows).trim_start().to_string()
 }
 

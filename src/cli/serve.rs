@@ -23,6 +23,11 @@ pub struct ServeArgs {
     /// Directory for the SQLite database (default: the platform data directory + ccmesh).
     #[arg(long, env = "CCMESH_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Keep endpoints, settings, prices, client keys and request records in PostgreSQL
+    /// (`postgres://user:password@host:port/database`) instead of the data dir's SQLite file,
+    /// so several gateways share them. The password is never logged or shown.
+    #[arg(long, env = "CCMESH_DATABASE_URL", hide_env_values = true)]
+    pub database: Option<String>,
     /// TOML file whose endpoints and settings are upserted by name at start.
     #[arg(long, env = "CCMESH_CONFIG")]
     pub config: Option<String>,
@@ -187,15 +192,26 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let data_dir = DataDir::open(&data_dir)?;
     let db_path = data_dir.path().join("ccmesh.db");
-    let storage_problem = match data_dir.writable(&db_path) {
-        Ok(()) => None,
-        Err(e) => {
+    let postgres = args.database.as_deref().map(str::trim).filter(|u| !u.is_empty());
+    let storage_problem = match (postgres, data_dir.writable(&db_path)) {
+        (Some(_), _) | (None, Ok(())) => None,
+        (None, Err(e)) => {
             let problem = format!("the data dir {} is not writable ({e})", data_dir.path().display());
             tracing::warn!(event = "storage_degraded", problem = %problem, "the gateway serves with the stored configuration, but cannot keep records or changes");
             Some(problem)
         }
     };
-    let store = if storage_problem.is_some() {
+    let store = if let Some(url) = postgres {
+        let shown = crate::store::postgres::address::redact(url);
+        // The password joins the log redactor's secrets before anything can log it (the
+        // gateway's own entry takes over once it exists).
+        if let Ok(parsed) = crate::store::postgres::PgUrl::parse(url) {
+            crate::redact::install(0, parsed.password().map(str::to_string).into_iter().collect());
+        }
+        let store = Store::open_postgres(url).with_context(|| format!("cannot open the database {shown}"))?;
+        tracing::info!(event = "database_opened", database = %store.describe(), node = store.postgres().map_or(0, |pg| pg.node()), "configuration and records are in PostgreSQL, shared with every gateway on it");
+        store
+    } else if storage_problem.is_some() {
         Store::open_read_only(&db_path)
             .with_context(|| format!("cannot open the database {} read-only", db_path.display()))?
     } else {
@@ -243,8 +259,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let (records, writer) = if storage_problem.is_some() {
         (crate::observe::writer::RecordSink::disabled(), None)
     } else {
-        let (records, writer) = crate::observe::writer::start(&db_path, writer_config)
-            .with_context(|| format!("cannot start the request-record writer on {}", db_path.display()))?;
+        let (records, writer) = crate::observe::writer::start_on(&store, writer_config)
+            .with_context(|| format!("cannot start the request-record writer on {}", store.describe()))?;
         (records, Some(writer))
     };
     if let Some(problem) = storage_problem {

@@ -60,8 +60,9 @@ fn systemd_quote(arg: &str) -> String {
     if escaped.chars().any(|c| c.is_whitespace() || c == '"') { format!("\"{escaped}\"") } else { escaped }
 }
 
-pub fn systemd_unit(spec: &ServiceSpec) -> String {
-    let exec = [
+/// What the service manager runs: the same for every manager, quoted the manager's way.
+fn command_line(spec: &ServiceSpec) -> [String; 6] {
+    [
         spec.binary.display().to_string(),
         "serve".into(),
         "--listen".into(),
@@ -69,10 +70,10 @@ pub fn systemd_unit(spec: &ServiceSpec) -> String {
         "--data-dir".into(),
         spec.data_dir.display().to_string(),
     ]
-    .iter()
-    .map(|a| systemd_quote(a))
-    .collect::<Vec<_>>()
-    .join(" ");
+}
+
+pub fn systemd_unit(spec: &ServiceSpec) -> String {
+    let exec = command_line(spec).iter().map(|a| systemd_quote(a)).collect::<Vec<_>>().join(" ");
     format!(
         "# Written by `ccmesh service install`. Remove with `systemctl --user disable --now ccmesh`\n\
          # and by deleting this file.\n\
@@ -98,17 +99,8 @@ fn xml_escape(s: &str) -> String {
 }
 
 pub fn launchd_plist(spec: &ServiceSpec) -> String {
-    let args = [
-        spec.binary.display().to_string(),
-        "serve".into(),
-        "--listen".into(),
-        spec.listen.clone(),
-        "--data-dir".into(),
-        spec.data_dir.display().to_string(),
-    ]
-    .iter()
-    .map(|a| format!("    <string>{}</string>\n", xml_escape(a)))
-    .collect::<String>();
+    let args =
+        command_line(spec).iter().map(|a| format!("    <string>{}</string>\n", xml_escape(a))).collect::<String>();
     let log = xml_escape(&spec.data_dir.join("ccmesh.log").display().to_string());
     format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\

@@ -12,7 +12,9 @@
 //!
 //! Configuration changes: an admin write on any node bumps the shared version
 //! (`Cluster::config_changed`), and every other node, told by a message or by the poll, calls
-//! `Node::reload_after_change_elsewhere` — the gateway's rebuilds its snapshot from its store.
+//! `Node::config_changed_elsewhere` — the gateway pulls its reload trigger, and its snapshot is
+//! rebuilt from its store (on a shared PostgreSQL, the change itself; on SQLite per node, each
+//! node's own file).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -39,12 +41,10 @@ pub trait Node: Send + Sync + 'static {
     /// The configuration now (endpoint names ↔ ids, the breakers).
     fn configuration(&self) -> Arc<Snapshot>;
     fn rotation(&self) -> &Rotation;
-    /// Serialises snapshot rebuilds (admin writes take it too).
-    fn admin_lock(&self) -> &tokio::sync::Mutex<()>;
-    /// Another node changed the configuration: rebuild this node's snapshot from wherever the
-    /// configuration lives. Called on a blocking thread (it may read a database), under
-    /// `admin_lock`; errors are its own to log. This is the one hook a shared store needs.
-    fn reload_after_change_elsewhere(&self);
+    /// Another node changed the configuration (to `version`): have this node's snapshot rebuilt
+    /// from wherever the configuration lives. Must not block: the gateway pulls its reload
+    /// trigger (`config::reload`), whose loop rebuilds off the request path.
+    fn config_changed_elsewhere(&self, version: i64);
 }
 
 /// How long the subscriber waits before connecting again after losing its connection.
@@ -332,12 +332,7 @@ async fn poller(gw: Arc<dyn Node>, cluster: Arc<Cluster>) {
         tokio::select! {
             _ = tokio::time::sleep(POLL_EVERY) => {}
             _ = core.poll_now.notified() => {}
-            _ = core.reload_wanted.notified() => {
-                // Under the admin lock: an older reading never replaces an admin write's rebuild.
-                let _guard = gw.admin_lock().lock().await;
-                let gw = gw.clone();
-                let _ = tokio::task::spawn_blocking(move || gw.reload_after_change_elsewhere()).await;
-            }
+            _ = core.reload_wanted.notified() => gw.config_changed_elsewhere(core.seen_config.load(Ordering::Acquire)),
         }
     }
 }

@@ -210,10 +210,47 @@ pub fn load_and_apply(
     let bytes = std::fs::read(path).map_err(|source| ConfigFileError::Read { path: shown.clone(), source })?;
     let text = String::from_utf8_lossy(&bytes);
     let file = super::file::parse(&shown, &text, env)?;
+    claim_shared(store, &shown, &bytes, false)?;
     apply(&file, &shown, store)?;
     let mut source = ConfigSource::new(path.to_path_buf(), Declared::of(&file), bytes, poll_every, on_sighup);
     source.first_stamp = first_stamp;
     Ok((file, source))
+}
+
+/// On a database several gateways share, every one must load the same file (SPEC §15.13):
+/// otherwise each start or reload would replace the others' configuration with its own, and
+/// which one holds would depend on who started last. The database keeps the SHA-256 of the
+/// file applied last; a start with a different file is refused (`replace` false), and a reload
+/// of a changed file on a running gateway makes it the new reference (`replace` true) — the
+/// way to roll out a new file: SIGHUP one running gateway, then restart or reload the others
+/// with the same file. Without a shared database this does nothing.
+pub fn claim_shared(store: &Store, path: &str, bytes: &[u8], replace: bool) -> Result<(), ConfigFileError> {
+    let Some(pg) = store.postgres() else { return Ok(()) };
+    let ours = crate::store::postgres::AppliedFile {
+        digest: crate::clients::files::sha256_hex(bytes),
+        path: path.to_string(),
+        node: format!("node {}", pg.node()),
+        applied_at_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+    };
+    let stored =
+        pg.claim_file(&ours, replace).map_err(|source| ConfigFileError::Store { path: path.into(), source })?;
+    if stored.digest != ours.digest {
+        return Err(ConfigFileError::Invalid {
+            path: path.into(),
+            message: format!(
+                "this file differs from the authoritative config the other gateways on {} run (sha256 {}…, applied by {} from {} at {}); \
+                 every gateway on a shared database must load the same file: deploy that file here, or apply this one with SIGHUP on a running gateway first",
+                store.describe(),
+                &stored.digest[..stored.digest.len().min(12)],
+                stored.node,
+                stored.path,
+                crate::store::records::rfc3339_ms(stored.applied_at_ms),
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Make the database hold what `file` declares (see the module's rules).

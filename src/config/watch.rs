@@ -100,8 +100,9 @@ async fn apply_file(gw: &Arc<Gateway>, source: &SharedSource, trigger: &'static 
     let endpoints = file.endpoints.len();
     let path_for_write = shown.clone();
     let applied = crate::admin::write(gw, "config_file", move |g| {
-        authoritative::apply(&file, &path_for_write, &g.store)
-            .map_err(|e| crate::admin::ApiError::bad_request(e.to_string()))
+        let refused = |e: super::file::ConfigFileError| crate::admin::ApiError::bad_request(e.to_string());
+        authoritative::claim_shared(&g.store, &path_for_write, &bytes, true).map_err(refused)?;
+        authoritative::apply(&file, &path_for_write, &g.store).map_err(refused)
     })
     .await;
     match applied {

@@ -42,7 +42,8 @@ fn err(field: &str, message: impl Into<String>) -> FieldError {
     FieldError { field: field.to_string(), message: message.into() }
 }
 
-const FIELDS: &[&str] = &[
+/// The fields a draft may set, in the order they are shown.
+pub const FIELDS: &[&str] = &[
     "name",
     "base_url",
     "api_key",
@@ -59,7 +60,8 @@ const FIELDS: &[&str] = &[
 ];
 /// A relay billing more than 100× the list price is surely a typo.
 const MAX_PRICE_MULTIPLIER: f64 = 100.0;
-const READ_ONLY: &[&str] = &["test_status", "test_at", "test_latency_ms", "test_error", "id", "serves_every_model"];
+/// Fields the gateway sets; shown, never taken from a draft.
+pub const READ_ONLY: &[&str] = &["test_status", "test_at", "test_latency_ms", "test_error", "id", "serves_every_model"];
 
 impl EndpointDraft {
     /// Validate a create request: `name`, `base_url`, `api_key` and `format` are required.

@@ -1,5 +1,6 @@
-//! The request-record writer: a bounded channel into one SQLite writer thread that inserts in
-//! batches inside transactions. A full channel never blocks a request: the record is dropped
+//! The request-record writer: a bounded channel into one writer thread (its own connection to
+//! SQLite's file, or to PostgreSQL: `store::records::RecordDb`) that inserts in batches inside
+//! transactions. A full channel never blocks a request: the record is dropped
 //! and counted (shown in `GET /api/records/status` and the metrics).
 //!
 //! Why this shape:
@@ -27,13 +28,13 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-use rusqlite::{Connection, OptionalExtension};
 use serde::Serialize;
 
 use super::record::RequestRecord;
 use crate::clock::Clock;
 use crate::config::Settings;
-use crate::store::{Store, StoreError, records};
+use crate::store::records::RecordDb;
+use crate::store::{Store, StoreError};
 
 /// The request path's handle: cheap to clone, `submit` never blocks.
 #[derive(Clone)]
@@ -245,15 +246,18 @@ impl Drop for WriterHandle {
     }
 }
 
-/// Open the database at `db_path` (applying migrations if needed) and start the writer thread.
+/// Open the SQLite database at `db_path` (applying migrations if needed) and start the writer
+/// thread.
 pub fn start(db_path: &Path, config: WriterConfig) -> Result<(RecordSink, WriterHandle), WriterError> {
     // Migrations run through the store so the writer never sees a database without its tables.
-    drop(Store::open(db_path)?);
-    let conn = Connection::open(db_path)?;
-    conn.pragma_update(None, "journal_mode", "WAL")?;
-    conn.pragma_update(None, "synchronous", "NORMAL")?;
-    conn.busy_timeout(Duration::from_secs(5))?;
+    let store = Store::open(db_path)?;
+    start_on(&store, config)
+}
 
+/// Start the writer thread on a connection of its own to `store`'s database (SQLite's file,
+/// or PostgreSQL).
+pub fn start_on(store: &Store, config: WriterConfig) -> Result<(RecordSink, WriterHandle), WriterError> {
+    let conn = store.record_writer()?;
     let capacity = config.capacity.max(1);
     let (tx, rx) = mpsc::sync_channel::<Msg>(capacity);
     let counters = Arc::new(Counters::default());
@@ -282,7 +286,7 @@ pub fn start(db_path: &Path, config: WriterConfig) -> Result<(RecordSink, Writer
 }
 
 struct Worker {
-    conn: Connection,
+    conn: Box<dyn RecordDb>,
     counters: Arc<Counters>,
     batch_max: usize,
     linger: Duration,
@@ -437,9 +441,9 @@ impl Worker {
         if batch.is_empty() {
             return;
         }
-        let result = records::insert_batch(&mut self.conn, batch).or_else(|e| {
+        let result = self.conn.insert_batch(batch).or_else(|e| {
             tracing::warn!(event = "record_write_retry", error = %e, records = batch.len(), "retrying a record batch");
-            records::insert_batch(&mut self.conn, batch)
+            self.conn.insert_batch(batch)
         });
         match result {
             Ok(_) => {
@@ -467,26 +471,20 @@ impl Worker {
     /// SQLite's page cache (2 MB by default, full after a few thousand records) is rebuilt from
     /// the OS's file cache on the next write; the allocator's share goes back with `on_idle`.
     fn release_idle_memory(&mut self) {
-        if let Err(e) = self.conn.execute_batch("PRAGMA shrink_memory") {
-            tracing::debug!(error = %e, "shrink_memory failed");
-        }
+        self.conn.release_memory();
         (self.on_idle)();
     }
 
-    fn begin_pass(&self) -> PrunePass {
+    fn begin_pass(&mut self) -> PrunePass {
         let retention = self.retention.unwrap_or_else(|| self.retention_setting());
         let now_ms = self.clock.wall().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
         PrunePass { cutoff_ms: now_ms.saturating_sub(retention.as_millis() as i64), deleted: 0 }
     }
 
     /// The `retention_days` setting as stored now (the default when unset or unreadable).
-    fn retention_setting(&self) -> Duration {
-        let stored: Result<Option<String>, rusqlite::Error> =
-            self.conn.query_row("SELECT value FROM settings WHERE key = 'settings'", [], |r| r.get(0)).optional();
-        let parsed = match stored {
-            Ok(Some(text)) => serde_json::from_str::<serde_json::Value>(&text)
-                .map_err(|e| e.to_string())
-                .and_then(|doc| Settings::default().patched(&doc).map_err(|e| e.0)),
+    fn retention_setting(&mut self) -> Duration {
+        let parsed = match self.conn.settings() {
+            Ok(Some(doc)) => Settings::default().patched(&doc).map_err(|e| e.0),
             Ok(None) => Ok(Settings::default()),
             Err(e) => Err(e.to_string()),
         };
@@ -501,7 +499,7 @@ impl Worker {
 
     /// Delete one chunk; true while there may be more.
     fn prune_step(&mut self, pass: &mut PrunePass) -> bool {
-        match records::prune_chunk(&mut self.conn, pass.cutoff_ms, self.prune_chunk) {
+        match self.conn.prune_chunk(pass.cutoff_ms, self.prune_chunk) {
             Ok(n) => {
                 pass.deleted += n as u64;
                 self.counters.pruned.fetch_add(n as u64, Ordering::Relaxed);
@@ -520,6 +518,7 @@ mod tests {
     use super::*;
     use crate::clock::ManualClock;
     use crate::store::records::sample_record;
+    use rusqlite::Connection;
 
     fn config(clock: Arc<dyn Clock>) -> WriterConfig {
         WriterConfig { prune_every: None, ..WriterConfig::new(clock) }
@@ -531,7 +530,7 @@ mod tests {
 
     fn stored(path: &Path) -> u64 {
         let conn = Connection::open(path).unwrap();
-        records::count(&conn).unwrap()
+        crate::store::records::count(&conn).unwrap()
     }
 
     static IDLE_RELEASES: AtomicU64 = AtomicU64::new(0);

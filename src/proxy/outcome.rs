@@ -241,6 +241,30 @@ pub fn not_an_answer(body: &[u8]) -> Option<(bool, String)> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Some((false, "the upstream answered 2xx with an empty body".into()));
     }
+    // Every answer passes here, so the usual one — an object with no error — is checked without
+    // building it: the two keys that matter are read, the rest is only validated. Anything else
+    // (another JSON value, a repeated key, an error to describe) takes the full reading.
+    let starts_as_object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    if starts_as_object && let Ok(envelope) = serde_json::from_slice::<AnswerEnvelope<'_>>(body) {
+        let failed = envelope.status.as_deref() == Some("failed");
+        if envelope.error.is_none() && !failed {
+            return None;
+        }
+    }
+    not_an_answer_read_in_full(body)
+}
+
+/// The top-level keys of an answer that make it no answer; every other key is skipped unread.
+#[derive(serde::Deserialize)]
+struct AnswerEnvelope<'a> {
+    /// `null` reads as `None`, as an answer with `"error": null` is an answer.
+    #[serde(default, borrow)]
+    error: Option<&'a serde_json::value::RawValue>,
+    #[serde(default, borrow)]
+    status: Option<std::borrow::Cow<'a, str>>,
+}
+
+fn not_an_answer_read_in_full(body: &[u8]) -> Option<(bool, String)> {
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
         let start: String = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
         return Some((false, format!("the upstream answered 2xx with a body that is not JSON: {start}")));
@@ -576,6 +600,27 @@ mod tests {
         // Real answers, with `error: null` as some APIs send it.
         assert!(not_an_answer(br#"{"id":"msg_1","type":"message","content":[]}"#).is_none());
         assert!(not_an_answer(br#"{"id":"resp_1","status":"completed","error":null,"output":[]}"#).is_none());
+        // The shapes the quick check leaves to the full reading decide the same way.
+        assert!(not_an_answer(br#"[{"error":"x"}]"#).is_none(), "an array is JSON with no top-level error");
+        assert!(not_an_answer(br#"{"error":null,"error":{"message":"late"}}"#).unwrap().1.contains("late"));
+        assert!(not_an_answer(br#"{"status":7,"content":[]}"#).is_none());
+        assert!(not_an_answer(br#"{"status":"fail\u0065d"}"#).is_some(), "an escaped status is read");
+        assert!(not_an_answer(br#"{"id":"msg_1","content":[}"#).unwrap().1.contains("not JSON"));
+    }
+
+    proptest::proptest! {
+        /// The quick check and the full reading agree on every body.
+        #[test]
+        fn the_quick_check_agrees_with_the_full_reading(
+            keys in proptest::collection::vec(
+                proptest::sample::select(vec!["error", "status", "id", "content", "usage"]), 0..5),
+            values in proptest::collection::vec(
+                proptest::sample::select(vec!["null", "\"failed\"", "\"completed\"", "{\"message\":\"m\"}", "7", "[]", "{"]), 0..5),
+        ) {
+            let fields: Vec<String> = keys.iter().zip(&values).map(|(k, v)| format!("\"{k}\":{v}")).collect();
+            let body = format!("{{{}}}", fields.join(","));
+            proptest::prop_assert_eq!(not_an_answer(body.as_bytes()), not_an_answer_read_in_full(body.as_bytes()), "{}", body);
+        }
     }
 
     #[test]

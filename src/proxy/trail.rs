@@ -11,7 +11,6 @@
 //! client: everything except waiting on upstreams and deliberate waits (rate-limit backoff,
 //! the same-endpoint retry delay).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, UNIX_EPOCH};
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
@@ -24,6 +23,7 @@ use crate::keys::KeyCharge;
 use crate::observe::cost;
 use crate::observe::events::Events;
 use crate::observe::record::{AttemptRecord, Classification, RecordError, RequestRecord, Tokens};
+use crate::observe::record_id::new_id;
 use crate::snapshot::Snapshot;
 
 /// Error bodies kept in a record are cut to this many bytes.
@@ -72,25 +72,6 @@ pub struct Trail {
     /// The request's session, when affinity applies.
     affinity: Option<Affinity>,
     submitted: bool,
-}
-
-/// A time-ordered id: unix milliseconds, then a process-wide counter (hex).
-fn new_id(unix_ms: u64) -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff;
-    let mut id = String::with_capacity(20);
-    push_hex(&mut id, unix_ms, 12);
-    push_hex(&mut id, n, 8);
-    id
-}
-
-/// The low `digits` hex digits of `n`, zero-padded (what `{n:0digits$x}` gives for values that
-/// fit), without `format!` on the request path.
-fn push_hex(out: &mut String, n: u64, digits: u32) {
-    for shift in (0..digits).rev() {
-        let nibble = ((n >> (shift * 4)) & 0xf) as u32;
-        out.push(char::from_digit(nibble, 16).unwrap_or('0'));
-    }
 }
 
 /// Milliseconds with three decimals (microsecond resolution), as Server-Timing wants them.
@@ -480,22 +461,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ids_are_time_ordered_and_unique() {
-        let a = new_id(1_700_000_000_000);
-        let b = new_id(1_700_000_000_000);
-        let c = new_id(1_700_000_000_001);
-        assert!(a < b && b < c, "{a} {b} {c}");
-        assert_eq!(a.len(), 20);
-        assert!(a.starts_with(&format!("{:012x}", 1_700_000_000_000u64)), "{a}");
-    }
-
-    #[test]
-    fn hex_and_milliseconds_are_written_as_format_would() {
-        for (n, digits) in [(0u64, 8), (0xdead_beef, 8), (1_700_000_000_000, 12), (15, 3)] {
-            let mut out = String::new();
-            push_hex(&mut out, n, digits);
-            assert_eq!(out, format!("{n:0width$x}", width = digits as usize));
-        }
+    fn milliseconds_are_written_as_format_would() {
         for (us, want) in
             [(0u64, "0.000"), (7, "0.007"), (1_234, "1.234"), (90_050, "90.050"), (12_345_678, "12345.678")]
         {

@@ -1,6 +1,8 @@
 //! The gateway's background work, on the runtime that runs `serve_with` (never a serving
-//! thread, never the request path): the model-list refresher, in a cluster the sync with Redis
-//! (`cluster::sync`) and, in the authoritative-config mode, the config file's watcher. Owned by the server: `stop` (or dropping it) ends every
+//! thread, never the request path): the model-list refresher, the rebuilds the reload trigger
+//! asks for (and, on PostgreSQL, the follower that pulls it), in a cluster the sync with Redis
+//! (`cluster::sync`) and, in the authoritative-config mode, the config file's watcher. Owned by
+//! the server: `stop` (or dropping it) ends every
 //! task, so nothing outlives the gateway that started it.
 
 use std::sync::Arc;
@@ -11,6 +13,9 @@ use crate::gateway::Gateway;
 
 pub struct Background {
     tasks: JoinSet<()>,
+    /// On a shared PostgreSQL database: the follower of other gateways' changes (it runs on
+    /// the store's own thread; dropping it stops it).
+    _follower: Option<crate::store::postgres::changes::Follower>,
 }
 
 impl Background {
@@ -21,6 +26,8 @@ impl Background {
             let up = crate::catalogue::Upstream { client: &lists.client, hop: &lists.hop_header };
             crate::catalogue::refresh_loop(&lists.catalogue, up, || lists.snapshot_full()).await;
         });
+        tasks.spawn(crate::config::reload::reload_loop(gw.clone()));
+        let follower = gw.store.postgres().map(|pg| pg.follow(gw.reload_trigger.clone()));
         if let Some(cluster) = &gw.cluster {
             for task in crate::cluster::sync::tasks(gw.clone(), cluster.clone()) {
                 tasks.spawn(task);
@@ -31,7 +38,7 @@ impl Background {
                 tasks.spawn(task);
             }
         }
-        Background { tasks }
+        Background { tasks, _follower: follower }
     }
 
     /// End every task and wait until they are gone. Their work is safe to cut at any point: a

@@ -1,8 +1,7 @@
-//! Model price overrides in SQLite (on top of the built-in table in `observe::cost`), and the
-//! per-endpoint price multiplier column.
+//! Model price overrides in the database (on top of the built-in table in `observe::cost`), and
+//! the per-endpoint price multiplier column.
 
-use rusqlite::params;
-
+use super::sql::Sql;
 use super::{Store, StoreError};
 use crate::observe::cost::{Price, PriceTable};
 
@@ -19,6 +18,19 @@ CREATE TABLE prices (
 ALTER TABLE endpoints ADD COLUMN price_multiplier REAL NOT NULL DEFAULT 1.0;
 "#;
 
+/// PostgreSQL's migration 3: the same.
+pub const PG_SCHEMA: &str = r#"
+CREATE TABLE prices (
+    model        TEXT NOT NULL,
+    input        DOUBLE PRECISION NOT NULL CHECK (input >= 0),
+    output       DOUBLE PRECISION NOT NULL CHECK (output >= 0),
+    cache_read   DOUBLE PRECISION NOT NULL CHECK (cache_read >= 0),
+    cache_write  DOUBLE PRECISION NOT NULL CHECK (cache_write >= 0)
+);
+CREATE UNIQUE INDEX prices_model ON prices (lower(model));
+ALTER TABLE endpoints ADD COLUMN price_multiplier DOUBLE PRECISION NOT NULL DEFAULT 1.0;
+"#;
+
 impl PriceTable {
     /// The built-in table with the overrides stored in the database.
     pub fn load(store: &Store) -> Result<Self, StoreError> {
@@ -26,40 +38,47 @@ impl PriceTable {
     }
 }
 
+pub(super) fn list(db: &dyn Sql) -> Result<Vec<(String, Price)>, StoreError> {
+    let rows =
+        db.rows("SELECT model, input, output, cache_read, cache_write FROM prices ORDER BY lower(model), model", &[])?;
+    rows.iter()
+        .map(|r| {
+            Ok((
+                r.text(0)?,
+                Price { input: r.real(1)?, output: r.real(2)?, cache_read: r.real(3)?, cache_write: r.real(4)? },
+            ))
+        })
+        .collect()
+}
+
 impl Store {
     /// Every stored override, by name.
     pub fn list_prices(&self) -> Result<Vec<(String, Price)>, StoreError> {
-        self.with(|c| {
-            let mut stmt =
-                c.prepare("SELECT model, input, output, cache_read, cache_write FROM prices ORDER BY model")?;
-            let rows = stmt.query_map([], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    Price { input: r.get(1)?, output: r.get(2)?, cache_read: r.get(3)?, cache_write: r.get(4)? },
-                ))
-            })?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
-        })
+        self.read(list)
     }
 
     /// Create or replace the override for `model` (a name differing only in case replaces it,
     /// taking the new spelling).
     pub fn upsert_price(&self, model: &str, price: &Price) -> Result<(), StoreError> {
-        self.with(|c| {
-            let tx = c.transaction()?;
-            tx.execute("DELETE FROM prices WHERE model = ?1", [model])?;
-            tx.execute(
-                "INSERT INTO prices (model, input, output, cache_read, cache_write) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![model, price.input, price.output, price.cache_read, price.cache_write],
+        self.write(|db| {
+            db.exec("DELETE FROM prices WHERE lower(model) = lower(?)", &[model.into()])?;
+            db.exec(
+                "INSERT INTO prices (model, input, output, cache_read, cache_write) VALUES (?, ?, ?, ?, ?)",
+                &[
+                    model.into(),
+                    price.input.into(),
+                    price.output.into(),
+                    price.cache_read.into(),
+                    price.cache_write.into(),
+                ],
             )?;
-            tx.commit()?;
             Ok(())
         })
     }
 
     /// Remove the override for `model` (case-insensitive); `false` when there was none.
     pub fn delete_price(&self, model: &str) -> Result<bool, StoreError> {
-        self.with(|c| Ok(c.execute("DELETE FROM prices WHERE model = ?1", [model])? > 0))
+        self.write(|db| Ok(db.exec("DELETE FROM prices WHERE lower(model) = lower(?)", &[model.into()])? > 0))
     }
 }
 

@@ -1,6 +1,8 @@
-//! Request records in SQLite: the schema (migration 2), batch insert (called only by the
-//! writer thread, `observe::writer`), the list/detail/statistics queries of the admin API and
-//! retention pruning.
+//! Request records: the schema (migration 2), batch insert (called only by the writer thread,
+//! `observe::writer`), the list/detail/statistics queries of the admin API and retention
+//! pruning. This module is SQLite's and holds what both backends share (the columns a record
+//! fills, the filters, the cursor, the statistics' arithmetic); `postgres::records` has
+//! PostgreSQL's batch insert, pruning and statistics scan, with the same layout below.
 //!
 //! Layout, and why:
 //! - `requests` holds one narrow row per record: the columns the filters, the list and the
@@ -31,13 +33,18 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use rusqlite::{Connection, OpenFlags};
 
+pub(crate) use query::tok;
 pub use query::{Cursor, Filter, Page, Summary, get, list};
 pub use stats::*;
-pub use write::{count, insert_batch, prune_chunk};
+pub(crate) use write::insert_columns;
+pub use write::{Columns, count, count_in, detail_json, insert_batch, prune_chunk};
 
-use super::{Store, StoreError};
+use super::keys::RecordedCharge;
+use super::sql::{Dialect, Sql};
+use super::{Backend, Store, StoreError};
+use crate::observe::record::RequestRecord;
 #[cfg(test)]
-use crate::observe::record::{RequestRecord, Tokens};
+use crate::observe::record::Tokens;
 
 /// Migration 2.
 pub const SCHEMA: &str = r#"
@@ -79,6 +86,47 @@ CREATE TABLE request_records (
 );
 "#;
 
+/// PostgreSQL's migration 2: the same tables and indexes. `seq` comes from one sequence for
+/// every gateway on the database, so the cursor `(started_at, seq)` orders their records alike.
+pub const PG_SCHEMA: &str = r#"
+CREATE TABLE requests (
+    seq                 BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id                  TEXT NOT NULL,
+    started_at          BIGINT NOT NULL,
+    protocol            TEXT NOT NULL,
+    endpoint            TEXT,
+    model_requested     TEXT,
+    model_sent          TEXT,
+    status              BIGINT NOT NULL,
+    status_class        BIGINT NOT NULL,
+    stream              BOOLEAN NOT NULL,
+    failed_over         BOOLEAN NOT NULL,
+    attempts            BIGINT NOT NULL,
+    total_ms            DOUBLE PRECISION NOT NULL,
+    first_byte_ms       DOUBLE PRECISION,
+    overhead_ms         DOUBLE PRECISION NOT NULL,
+    input_tokens        BIGINT,
+    output_tokens       BIGINT,
+    cache_read_tokens   BIGINT,
+    cache_write_tokens  BIGINT,
+    cost_usd            DOUBLE PRECISION,
+    error               TEXT,
+    search              TEXT
+);
+CREATE UNIQUE INDEX requests_id ON requests (id);
+CREATE INDEX requests_time ON requests (started_at, seq);
+CREATE INDEX requests_endpoint ON requests (endpoint, started_at, seq);
+CREATE INDEX requests_model ON requests (model_requested, started_at, seq);
+CREATE INDEX requests_protocol ON requests (protocol, started_at, seq);
+CREATE INDEX requests_class ON requests (status_class, started_at, seq);
+CREATE INDEX requests_failed_over ON requests (started_at, seq) WHERE failed_over;
+CREATE INDEX requests_search ON requests (started_at, seq) WHERE search IS NOT NULL;
+CREATE TABLE request_records (
+    seq     BIGINT PRIMARY KEY,
+    record  TEXT NOT NULL
+);
+"#;
+
 /// `2026-11-29T10:00:00.123Z`.
 pub fn rfc3339_ms(ms: i64) -> String {
     let secs = crate::timefmt::rfc3339(UNIX_EPOCH + Duration::from_secs(ms.div_euclid(1000).max(0) as u64));
@@ -86,12 +134,125 @@ pub fn rfc3339_ms(ms: i64) -> String {
     format!("{base}.{:03}Z", ms.rem_euclid(1000))
 }
 
+/// The database connection of the record writer thread (`observe::writer`), one per backend.
+pub trait RecordDb: Send {
+    /// Insert in one transaction; how many were new (a record whose id is stored is skipped).
+    fn insert_batch(&mut self, records: &[RequestRecord]) -> Result<usize, StoreError>;
+    /// Delete at most `chunk` records older than `cutoff_ms`, oldest first; how many went.
+    fn prune_chunk(&mut self, cutoff_ms: i64, chunk: usize) -> Result<usize, StoreError>;
+    /// The stored settings document (for `retention_days`, read at prune time).
+    fn settings(&mut self) -> Result<Option<serde_json::Value>, StoreError>;
+    /// Give cached memory back while idle.
+    fn release_memory(&mut self) {}
+}
+
+/// SQLite's writer connection.
+pub struct SqliteRecords(pub Connection);
+
+impl RecordDb for SqliteRecords {
+    fn insert_batch(&mut self, records: &[RequestRecord]) -> Result<usize, StoreError> {
+        insert_batch(&mut self.0, records)
+    }
+
+    fn prune_chunk(&mut self, cutoff_ms: i64, chunk: usize) -> Result<usize, StoreError> {
+        prune_chunk(&mut self.0, cutoff_ms, chunk)
+    }
+
+    fn settings(&mut self) -> Result<Option<serde_json::Value>, StoreError> {
+        super::load_settings(&self.0)
+    }
+
+    /// SQLite's page cache (2 MB by default, full after a few thousand records) is rebuilt from
+    /// the OS's file cache on the next write.
+    fn release_memory(&mut self) {
+        if let Err(e) = self.0.execute_batch("PRAGMA shrink_memory") {
+            tracing::debug!(error = %e, "shrink_memory failed");
+        }
+    }
+}
+
 impl Store {
-    /// Run record queries on a connection of their own: under WAL, readers never wait for the
-    /// writer thread and never hold up admin writes on the shared connection. (An in-memory
-    /// store has no file to open a second connection to, so it uses the shared one.)
+    /// A connection of its own for the record writer thread.
+    pub fn record_writer(&self) -> Result<Box<dyn RecordDb>, StoreError> {
+        match &self.backend {
+            Backend::Postgres(pg) => Ok(Box::new(pg.record_writer())),
+            Backend::Sqlite(_) => {
+                let path = self.sqlite_path()?.ok_or(StoreError::Unsupported(
+                    "an in-memory database has no file for the record writer to open",
+                ))?;
+                let conn = Connection::open(path)?;
+                conn.pragma_update(None, "journal_mode", "WAL")?;
+                conn.pragma_update(None, "synchronous", "NORMAL")?;
+                conn.busy_timeout(Duration::from_secs(5))?;
+                Ok(Box::new(SqliteRecords(conn)))
+            }
+        }
+    }
+
+    fn sqlite_path(&self) -> Result<Option<String>, StoreError> {
+        self.sqlite(|c| Ok(c.path().filter(|p| !p.is_empty()).map(str::to_string))).transpose().map(Option::flatten)
+    }
+
+    /// One page of `GET /api/requests`.
+    pub fn list_records(&self, filter: &Filter, cursor: Option<Cursor>, limit: usize) -> Result<Page, StoreError> {
+        self.records(|db| list(db, filter, cursor, limit))
+    }
+
+    /// One record with its decision trail (`GET /api/requests/{id}`).
+    pub fn get_record(&self, id: &str) -> Result<Option<serde_json::Value>, StoreError> {
+        self.records(|db| get(db, id))
+    }
+
+    pub fn count_records(&self) -> Result<u64, StoreError> {
+        self.records(count_in)
+    }
+
+    /// `GET /api/stats`.
+    pub fn record_stats(&self, q: &StatsQuery) -> Result<StatsReport, StoreError> {
+        match &self.backend {
+            Backend::Postgres(pg) => pg.stats(q),
+            Backend::Sqlite(_) => self.read_records(|c| stats(c, q)),
+        }
+    }
+
+    /// What the recorded requests of every key charged since `since_ms`, in time order: what a
+    /// start seeds the budgets with, so a restart does not hand out a day's budget again.
+    pub fn recorded_charges(&self, since_ms: i64) -> Result<Vec<RecordedCharge>, StoreError> {
+        self.records(|db| {
+            // When the request ended, in whole milliseconds (SQLite's CAST truncates; so does
+            // PostgreSQL's trunc, where its CAST would round).
+            let total = match db.dialect() {
+                Dialect::Sqlite => "CAST(total_ms AS INTEGER)",
+                Dialect::Postgres => "CAST(trunc(total_ms) AS BIGINT)",
+            };
+            let rows = db.rows(
+                &format!(
+                    "SELECT client_key, started_at + {total}, COALESCE(input_tokens, 0) + COALESCE(output_tokens, 0),
+                            COALESCE(cost_usd, 0)
+                     FROM requests WHERE client_key IS NOT NULL AND started_at >= ? ORDER BY started_at"
+                ),
+                &[since_ms.into()],
+            )?;
+            rows.iter().map(|r| Ok((r.text(0)?, r.int(1)?, r.int(2)?.max(0) as u64, r.real(3)?))).collect()
+        })
+    }
+
+    /// Run a record query on a connection where it cannot hold up the configuration's.
+    fn records<T>(&self, f: impl FnOnce(&dyn Sql) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        match &self.backend {
+            Backend::Postgres(pg) => pg.read(f),
+            Backend::Sqlite(_) => self.read_records(|c| f(c)),
+        }
+    }
+
+    /// SQLite: run record queries on a connection of their own: under WAL, readers never wait
+    /// for the writer thread and never hold up admin writes on the shared connection. (An
+    /// in-memory store has no file to open a second connection to, so it uses the shared one.)
     pub fn read_records<T>(&self, f: impl FnOnce(&Connection) -> Result<T, StoreError>) -> Result<T, StoreError> {
-        let path = self.with(|c| Ok(c.path().filter(|p| !p.is_empty()).map(str::to_string)))?;
+        if self.postgres().is_some() {
+            return Err(StoreError::Unsupported("read_records is SQLite's; use the Store's record queries"));
+        }
+        let path = self.sqlite_path()?;
         match path {
             Some(path) => {
                 let conn = Connection::open_with_flags(
@@ -101,7 +262,7 @@ impl Store {
                 conn.busy_timeout(Duration::from_secs(5))?;
                 f(&conn)
             }
-            None => self.with(|c| f(c)),
+            None => self.sqlite(|c| f(c)).unwrap_or(Err(StoreError::Unsupported("not SQLite"))),
         }
     }
 }

@@ -294,7 +294,7 @@ async fn a_config_change_on_one_node_reaches_the_others() {
     assert_eq!(patched.status(), 200);
     let changed = Instant::now();
     for n in &nodes[1..] {
-        until(BOUND, "the other nodes reload", || async { n.log_text().contains("\"cluster_config_reloaded\"") }).await;
+        until(BOUND, "the other nodes reload", || async { n.log_text().contains("\"cluster_config_changed\"") }).await;
     }
     eprintln!(
         "cluster config notification: both other nodes reloaded {} ms after the change",

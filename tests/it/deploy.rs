@@ -219,13 +219,9 @@ fn check_serve_args(help: &str, args: &Value, what: &str) {
     assert!(args.windows(2).any(|w| w == ["--listen", "0.0.0.0:3999"]), "{what}: listens beyond loopback");
 }
 
-/// Every `CCMESH_*` name is one `serve` reads. `CCMESH_DATABASE_URL` belongs to the PostgreSQL
-/// store, which a build may not have yet; everything else must be there.
+/// Every `CCMESH_*` name is one `serve` reads.
 fn check_env_names<'a>(help: &str, names: impl IntoIterator<Item = &'a String>, what: &str) {
     for name in names.into_iter().filter(|n| n.starts_with("CCMESH_")) {
-        if name == "CCMESH_DATABASE_URL" && !help.contains("--database") {
-            continue;
-        }
         assert!(help.contains(&format!("[env: {name}")), "{what}: serve reads no {name}");
     }
 }

@@ -29,7 +29,7 @@ fn now_ms() -> u64 {
 
 /// A synthetic record: even `i` on endpoint `alpha`, odd on `beta`; every tenth failed over
 /// from `alpha` to `beta` and still failed (503, overloaded).
-fn synthetic(i: u64, at_ms: u64) -> RequestRecord {
+pub(crate) fn synthetic(i: u64, at_ms: u64) -> RequestRecord {
     let endpoint = if i.is_multiple_of(2) { "alpha" } else { "beta" };
     let mut r = RequestRecord {
         id: format!("syn{i:05}"),

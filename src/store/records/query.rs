@@ -1,13 +1,12 @@
 //! Reading request records: the filtered, cursor-paged list and one record's detail.
 
-use rusqlite::types::Value as SqlValue;
-use rusqlite::{Connection, OptionalExtension, params_from_iter};
 use serde::Serialize;
 use serde_json::Value;
 
 use super::rfc3339_ms;
 use crate::observe::record::Tokens;
 use crate::store::StoreError;
+use crate::store::sql::{Dialect, Row, Sql, Value as SqlValue};
 
 // ---------------------------------------------------------------------------------------------
 // Listing
@@ -86,17 +85,17 @@ pub struct Page {
     pub next_cursor: Option<String>,
 }
 
-/// The WHERE clause of a filter (`1` when there is none) and its parameters.
-pub(super) fn where_clause(f: &Filter) -> (String, Vec<SqlValue>) {
+/// The WHERE clause of a filter (`1 = 1` when there is none) and its parameters.
+pub(crate) fn where_clause(f: &Filter, dialect: Dialect) -> (String, Vec<SqlValue>) {
     let mut conds: Vec<&str> = Vec::new();
     let mut args: Vec<SqlValue> = Vec::new();
     if let Some(v) = f.since_ms {
         conds.push("started_at >= ?");
-        args.push(SqlValue::Integer(v));
+        args.push(SqlValue::Int(v));
     }
     if let Some(v) = f.until_ms {
         conds.push("started_at < ?");
-        args.push(SqlValue::Integer(v));
+        args.push(SqlValue::Int(v));
     }
     if let Some(v) = &f.endpoint {
         conds.push("endpoint = ?");
@@ -113,28 +112,35 @@ pub(super) fn where_clause(f: &Filter) -> (String, Vec<SqlValue>) {
     // An exact status also constrains the class, so the class index (ordered by time) serves it.
     if let Some(class) = f.status_class.or(f.status.map(|s| s / 100)) {
         conds.push("status_class = ?");
-        args.push(SqlValue::Integer(class.into()));
+        args.push(SqlValue::Int(class.into()));
     }
     if let Some(v) = f.status {
         conds.push("status = ?");
-        args.push(SqlValue::Integer(v.into()));
+        args.push(SqlValue::Int(v.into()));
     }
     if let Some(v) = &f.client_key {
         conds.push("client_key = ?");
         args.push(SqlValue::Text(v.clone()));
     }
-    match f.failed_over {
-        Some(true) => conds.push("failed_over = 1"),
-        Some(false) => conds.push("failed_over = 0"),
-        None => {}
+    // Spelled as each partial index `requests_failed_over` is, so the planner sees it applies.
+    match (f.failed_over, dialect) {
+        (Some(true), Dialect::Sqlite) => conds.push("failed_over = 1"),
+        (Some(false), Dialect::Sqlite) => conds.push("failed_over = 0"),
+        (Some(true), Dialect::Postgres) => conds.push("failed_over"),
+        (Some(false), Dialect::Postgres) => conds.push("NOT failed_over"),
+        (None, _) => {}
     }
     if let Some(q) = &f.text {
         // Stated separately so the planner sees the partial index `requests_search` applies.
         conds.push("search IS NOT NULL");
-        conds.push("search LIKE ? ESCAPE '\\'");
+        // SQLite's LIKE ignores ASCII case; PostgreSQL's ILIKE is its equivalent.
+        conds.push(match dialect {
+            Dialect::Sqlite => "search LIKE ? ESCAPE '\\'",
+            Dialect::Postgres => "search ILIKE ? ESCAPE '\\'",
+        });
         args.push(SqlValue::Text(format!("%{}%", like_escape(q))));
     }
-    let sql = if conds.is_empty() { "1".to_string() } else { conds.join(" AND ") };
+    let sql = if conds.is_empty() { "1 = 1".to_string() } else { conds.join(" AND ") };
     (sql, args)
 }
 
@@ -154,59 +160,55 @@ pub(super) const SUMMARY_COLUMNS: &str =
      failed_over, attempts, total_ms, first_byte_ms, overhead_ms, input_tokens, output_tokens,
      cache_read_tokens, cache_write_tokens, cost_usd, error, client_key";
 
-pub(super) fn tok(v: Option<i64>) -> Option<u64> {
+pub(crate) fn tok(v: Option<i64>) -> Option<u64> {
     v.map(|n| n.max(0) as u64)
 }
 
-fn summary_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, Summary)> {
-    let started_at: i64 = r.get(2)?;
-    let status: i64 = r.get(7)?;
-    let attempts: i64 = r.get(10)?;
+fn summary_row(r: &Row) -> Result<(i64, Summary), StoreError> {
+    let started_at = r.int(2)?;
     Ok((
-        r.get(0)?,
+        r.int(0)?,
         Summary {
-            id: r.get(1)?,
+            id: r.text(1)?,
             started_at: rfc3339_ms(started_at),
             started_at_ms: started_at,
-            protocol: r.get(3)?,
-            endpoint: r.get(4)?,
-            model_requested: r.get(5)?,
-            model_sent: r.get(6)?,
-            status: u16::try_from(status).unwrap_or(0),
-            stream: r.get(8)?,
-            failed_over: r.get(9)?,
-            attempts: u32::try_from(attempts).unwrap_or(0),
-            total_ms: r.get(11)?,
-            first_byte_ms: r.get(12)?,
-            overhead_ms: r.get(13)?,
+            protocol: r.text(3)?,
+            endpoint: r.opt_text(4)?,
+            model_requested: r.opt_text(5)?,
+            model_sent: r.opt_text(6)?,
+            status: u16::try_from(r.int(7)?).unwrap_or(0),
+            stream: r.bool(8)?,
+            failed_over: r.bool(9)?,
+            attempts: u32::try_from(r.int(10)?).unwrap_or(0),
+            total_ms: r.real(11)?,
+            first_byte_ms: r.opt_real(12)?,
+            overhead_ms: r.real(13)?,
             tokens: Tokens {
-                input: tok(r.get(14)?),
-                output: tok(r.get(15)?),
-                cache_read: tok(r.get(16)?),
-                cache_write: tok(r.get(17)?),
+                input: tok(r.opt_int(14)?),
+                output: tok(r.opt_int(15)?),
+                cache_read: tok(r.opt_int(16)?),
+                cache_write: tok(r.opt_int(17)?),
             },
-            cost_usd: r.get(18)?,
-            error: r.get(19)?,
-            client_key: r.get(20)?,
+            cost_usd: r.opt_real(18)?,
+            error: r.opt_text(19)?,
+            client_key: r.opt_text(20)?,
         },
     ))
 }
 
 /// One page of records, newest first, after `cursor` (exclusive).
-pub fn list(conn: &Connection, filter: &Filter, cursor: Option<Cursor>, limit: usize) -> Result<Page, StoreError> {
-    let (mut cond, mut args) = where_clause(filter);
+pub fn list(db: &dyn Sql, filter: &Filter, cursor: Option<Cursor>, limit: usize) -> Result<Page, StoreError> {
+    let (mut cond, mut args) = where_clause(filter, db.dialect());
     if let Some(c) = cursor {
         cond.push_str(" AND (started_at, seq) < (?, ?)");
-        args.push(SqlValue::Integer(c.started_at));
-        args.push(SqlValue::Integer(c.seq));
+        args.push(SqlValue::Int(c.started_at));
+        args.push(SqlValue::Int(c.seq));
     }
     let sql = format!(
         "SELECT {SUMMARY_COLUMNS} FROM requests WHERE {cond} ORDER BY started_at DESC, seq DESC LIMIT {}",
         limit.saturating_add(1)
     );
-    let mut stmt = conn.prepare(&sql)?;
-    let mut rows: Vec<(i64, Summary)> =
-        stmt.query_map(params_from_iter(args), summary_row)?.collect::<Result<_, _>>()?;
+    let mut rows: Vec<(i64, Summary)> = db.rows(&sql, &args)?.iter().map(summary_row).collect::<Result<_, _>>()?;
     let next_cursor = if rows.len() > limit {
         rows.truncate(limit);
         rows.last().map(|(seq, s)| Cursor { started_at: s.started_at_ms, seq: *seq }.encode())
@@ -218,14 +220,11 @@ pub fn list(conn: &Connection, filter: &Filter, cursor: Option<Cursor>, limit: u
 
 /// The full stored record (with the decision trail), plus `started_at` (RFC 3339) and
 /// `status_class` for the reader's convenience; `None` if there is no such id.
-pub fn get(conn: &Connection, id: &str) -> Result<Option<Value>, StoreError> {
-    let text: Option<String> = conn
-        .query_row(
-            "SELECT d.record FROM requests r JOIN request_records d ON d.seq = r.seq WHERE r.id = ?1",
-            [id],
-            |r| r.get(0),
-        )
-        .optional()?;
+pub fn get(db: &dyn Sql, id: &str) -> Result<Option<Value>, StoreError> {
+    let text = db
+        .row("SELECT d.record FROM requests r JOIN request_records d ON d.seq = r.seq WHERE r.id = ?", &[id.into()])?
+        .map(|r| r.text(0))
+        .transpose()?;
     let Some(text) = text else { return Ok(None) };
     let mut v: Value =
         serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("request record {id}: {e}")))?;

@@ -392,16 +392,20 @@ impl StatsBuilder {
     }
 }
 
+/// The rows the statistics read, in `StatRow` order; `?` placeholders for since and until.
+pub(crate) fn stats_sql(q: &StatsQuery) -> String {
+    let group_col = q.group_by.map(GroupBy::column).unwrap_or("NULL");
+    format!(
+        "SELECT started_at, {group_col}, status, error IS NOT NULL, failed_over, total_ms,
+                input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd
+         FROM requests WHERE started_at >= ? AND started_at < ?"
+    )
+}
+
 /// Statistics over `[since, until)`: one pass over the range's rows through the time index,
 /// reading only narrow columns; percentiles are exact.
 pub fn stats(conn: &Connection, q: &StatsQuery) -> Result<StatsReport, StoreError> {
-    let group_col = q.group_by.map(GroupBy::column).unwrap_or("NULL");
-    let sql = format!(
-        "SELECT started_at, {group_col}, status, error IS NOT NULL, failed_over, total_ms,
-                input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd
-         FROM requests WHERE started_at >= ?1 AND started_at < ?2"
-    );
-    let mut stmt = conn.prepare(&sql)?;
+    let mut stmt = conn.prepare(&stats_sql(q))?;
     let mut rows = stmt.query(params![q.since_ms, q.until_ms])?;
     let mut builder = StatsBuilder::new(*q);
     while let Some(r) = rows.next()? {

@@ -1,8 +1,8 @@
 use super::query::{SUMMARY_COLUMNS, where_clause};
 use super::write::{MAX_SEARCH_BYTES, search_text};
 use super::*;
+use crate::store::sql::{Dialect, Value as SqlValue};
 use rusqlite::params_from_iter;
-use rusqlite::types::Value as SqlValue;
 
 use crate::observe::record::{AttemptRecord, Classification, RecordError};
 
@@ -206,10 +206,10 @@ fn common_filters_use_indexes_not_scans_or_sorts() {
         (Filter { since_ms: Some(1), until_ms: Some(2), ..Default::default() }, "requests_time"),
     ];
     for (f, index) in cases {
-        let (mut cond, mut args) = where_clause(&f);
+        let (mut cond, mut args) = where_clause(&f, Dialect::Sqlite);
         cond.push_str(" AND (started_at, seq) < (?, ?)");
-        args.push(SqlValue::Integer(cursor.started_at));
-        args.push(SqlValue::Integer(cursor.seq));
+        args.push(SqlValue::Int(cursor.started_at));
+        args.push(SqlValue::Int(cursor.seq));
         let sql = format!(
             "EXPLAIN QUERY PLAN SELECT {SUMMARY_COLUMNS} FROM requests WHERE {cond} ORDER BY started_at DESC, seq DESC LIMIT 51"
         );

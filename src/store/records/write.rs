@@ -1,18 +1,92 @@
-//! Writing request records: the batch insert of the writer thread and retention pruning.
+//! Writing request records: what a record's `requests` row holds (`Columns`, for both
+//! backends), SQLite's batch insert of the writer thread and retention pruning.
 
 use rusqlite::{Connection, params};
 
 use crate::observe::record::RequestRecord;
 use crate::store::StoreError;
+use crate::store::sql::Sql;
 
 /// The searchable error text of a record is cut to this many bytes.
 pub(super) const MAX_SEARCH_BYTES: usize = 2048;
 
-const INSERT_SUMMARY: &str = "INSERT INTO requests (id, started_at, protocol, endpoint, model_requested, model_sent,
-        status, status_class, stream, failed_over, attempts, total_ms, first_byte_ms, overhead_ms,
-        input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, error, search, client_key)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)
-     ON CONFLICT (id) DO NOTHING";
+/// The `requests` columns a record fills, in the order of `Columns`' fields.
+macro_rules! insert_columns {
+    () => {
+        "id, started_at, protocol, endpoint, model_requested, model_sent, status, status_class, stream,
+         failed_over, attempts, total_ms, first_byte_ms, overhead_ms, input_tokens, output_tokens,
+         cache_read_tokens, cache_write_tokens, cost_usd, error, search, client_key"
+    };
+}
+pub(crate) use insert_columns;
+
+const INSERT_SUMMARY: &str = concat!(
+    "INSERT INTO requests (",
+    insert_columns!(),
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)
+     ON CONFLICT (id) DO NOTHING"
+);
+
+/// One record's `requests` row: the narrow columns the filters, the list and the statistics
+/// read. Both backends insert exactly these, so a change of what is stored is made here.
+pub struct Columns<'a> {
+    pub id: &'a str,
+    pub started_at: i64,
+    pub protocol: &'a str,
+    pub endpoint: Option<&'a str>,
+    pub model_requested: Option<&'a str>,
+    pub model_sent: Option<&'a str>,
+    pub status: i64,
+    pub status_class: i64,
+    pub stream: bool,
+    pub failed_over: bool,
+    pub attempts: i64,
+    pub total_ms: f64,
+    pub first_byte_ms: Option<f64>,
+    pub overhead_ms: f64,
+    pub input_tokens: Option<i64>,
+    pub output_tokens: Option<i64>,
+    pub cache_read_tokens: Option<i64>,
+    pub cache_write_tokens: Option<i64>,
+    pub cost_usd: Option<f64>,
+    pub error: Option<&'a str>,
+    pub search: Option<String>,
+    pub client_key: Option<&'a str>,
+}
+
+impl<'a> Columns<'a> {
+    pub fn of(r: &'a RequestRecord) -> Columns<'a> {
+        Columns {
+            id: &r.id,
+            started_at: sql_int(r.started_at_ms),
+            protocol: &r.protocol,
+            endpoint: r.endpoint.as_deref(),
+            model_requested: r.model_requested.as_deref(),
+            model_sent: r.model_sent.as_deref(),
+            status: i64::from(r.status),
+            status_class: class_digit(r.status),
+            stream: r.stream,
+            failed_over: r.failed_over,
+            attempts: sql_int(r.attempts.len() as u64),
+            total_ms: r.total_ms,
+            first_byte_ms: r.first_byte_ms,
+            overhead_ms: r.overhead_ms,
+            input_tokens: r.tokens.input.map(sql_int),
+            output_tokens: r.tokens.output.map(sql_int),
+            cache_read_tokens: r.tokens.cache_read.map(sql_int),
+            cache_write_tokens: r.tokens.cache_write.map(sql_int),
+            cost_usd: r.cost_usd,
+            error: r.error.as_ref().map(|e| e.message.as_str()),
+            search: search_text(r),
+            client_key: r.client_key.as_deref(),
+        }
+    }
+}
+
+/// The stored detail: the whole record as JSON.
+pub fn detail_json(r: &RequestRecord) -> Result<String, StoreError> {
+    serde_json::to_string(r).map_err(|e| StoreError::Corrupt(format!("record {}: {e}", r.id)))
+}
 
 fn sql_int(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
@@ -73,30 +147,31 @@ pub fn insert_batch(conn: &mut Connection, records: &[RequestRecord]) -> Result<
         let mut summary = tx.prepare_cached(INSERT_SUMMARY)?;
         let mut detail = tx.prepare_cached("INSERT INTO request_records (seq, record) VALUES (?1, ?2)")?;
         for r in records {
-            let json = serde_json::to_string(r).map_err(|e| StoreError::Corrupt(format!("record {}: {e}", r.id)))?;
+            let json = detail_json(r)?;
+            let c = Columns::of(r);
             let n = summary.execute(params![
-                r.id,
-                sql_int(r.started_at_ms),
-                r.protocol,
-                r.endpoint,
-                r.model_requested,
-                r.model_sent,
-                r.status,
-                class_digit(r.status),
-                r.stream,
-                r.failed_over,
-                sql_int(r.attempts.len() as u64),
-                r.total_ms,
-                r.first_byte_ms,
-                r.overhead_ms,
-                r.tokens.input.map(sql_int),
-                r.tokens.output.map(sql_int),
-                r.tokens.cache_read.map(sql_int),
-                r.tokens.cache_write.map(sql_int),
-                r.cost_usd,
-                r.error.as_ref().map(|e| e.message.as_str()),
-                search_text(r),
-                r.client_key,
+                c.id,
+                c.started_at,
+                c.protocol,
+                c.endpoint,
+                c.model_requested,
+                c.model_sent,
+                c.status,
+                c.status_class,
+                c.stream,
+                c.failed_over,
+                c.attempts,
+                c.total_ms,
+                c.first_byte_ms,
+                c.overhead_ms,
+                c.input_tokens,
+                c.output_tokens,
+                c.cache_read_tokens,
+                c.cache_write_tokens,
+                c.cost_usd,
+                c.error,
+                c.search,
+                c.client_key,
             ])?;
             if n == 1 {
                 detail.execute(params![tx.last_insert_rowid(), json])?;
@@ -130,8 +205,13 @@ pub fn prune_chunk(conn: &mut Connection, cutoff_ms: i64, chunk: usize) -> Resul
     Ok(seqs.len())
 }
 
-/// Number of stored records (tests, benchmarks, status).
+/// Number of stored records in an SQLite database (tests, benchmarks).
 pub fn count(conn: &Connection) -> Result<u64, StoreError> {
-    let n: i64 = conn.query_row("SELECT COUNT(*) FROM requests", [], |r| r.get(0))?;
+    count_in(conn)
+}
+
+/// Number of stored records, either backend (status).
+pub fn count_in(db: &dyn Sql) -> Result<u64, StoreError> {
+    let n = db.row("SELECT COUNT(*) FROM requests", &[])?.map(|r| r.int(0)).transpose()?.unwrap_or(0);
     Ok(n.max(0) as u64)
 }

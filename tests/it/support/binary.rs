@@ -77,6 +77,7 @@ impl Server {
         .env_remove("CCMESH_ADMIN_TOKEN")
         .env_remove("CCMESH_CONFIG")
         .env_remove("CCMESH_OPEN_PROXY")
+        .env_remove("CCMESH_DATABASE_URL")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
         if let Some(text) = launch.config {
@@ -167,7 +168,9 @@ impl Server {
 pub fn run_cli<'a>(args: impl IntoIterator<Item = &'a str>, env: &[(&str, &str)]) -> (i32, String, String) {
     let mut cmd = Command::new(BIN);
     cmd.args(args);
-    for var in ["CCMESH_ADMIN_TOKEN", "CCMESH_ENDPOINT_API_KEY", "CCMESH_SERVER", "CCMESH_CLIENT_KEY"] {
+    for var in
+        ["CCMESH_ADMIN_TOKEN", "CCMESH_ENDPOINT_API_KEY", "CCMESH_SERVER", "CCMESH_CLIENT_KEY", "CCMESH_DATABASE_URL"]
+    {
         cmd.env_remove(var);
     }
     for (k, v) in env {
