@@ -384,6 +384,21 @@ async fn round_robin_and_session_bindings_are_shared() {
     for n in nodes.iter().cycle().skip(1).take(5) {
         assert_eq!(in_session(n).await, bound, "the session stays on its endpoint on every node");
     }
+
+    // A manual switch on one node drops the protocol's bindings for all: the next binding, made
+    // on another node, is of the next generation.
+    let switched = http_client()
+        .put(format!("{}/api/current", nodes[1].url))
+        .json(&serde_json::json!({"protocol": "claude", "endpoint": "a"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(switched.status(), 200);
+    until(BOUND, "another node binds the session anew, in the next generation", || async {
+        in_session(&nodes[2]).await;
+        redis.command(&["KEYS", "ccmesh:binding:1:claude:*"]).is_some_and(|r| r.contains("ccmesh:binding:1:claude:"))
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
