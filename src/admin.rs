@@ -153,7 +153,7 @@ async fn get_status(State(gw): State<Arc<Gateway>>) -> Json<Value> {
     Json(json!({
         "storage": storage,
         "database": gw.store.summary(),
-        "cluster": "off",
+        "cluster": gw.cluster.as_ref().map_or_else(|| "off".to_string(), |c| c.status()),
         "version": env!("CARGO_PKG_VERSION"),
         "instance_id": gw.instance_id,
         "connections": gw.open_connections.load(std::sync::atomic::Ordering::Relaxed),
@@ -208,6 +208,9 @@ pub async fn write<T: Send + 'static>(
     .await
     .map_err(|e| ApiError::internal(format!("admin task failed: {e}")))??;
     gw.events.config_changed(what);
+    if let Some(cluster) = &gw.cluster {
+        cluster.config_changed();
+    }
     Ok(result)
 }
 

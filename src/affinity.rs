@@ -15,6 +15,9 @@
 //!   endpoint. A failure there unbinds, failover goes on as usual, and whichever endpoint then
 //!   serves is bound. `PUT /api/current` drops the protocol's bindings: the operator's switch
 //!   wins over remembered sessions.
+//! - **In a cluster** (`cluster::bindings`) the bindings live in Redis with their TTL; a request
+//!   looks its session up there within a short timeout, and the memory bindings here hold what a
+//!   node bound while Redis was away (re-published when it is back).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -122,6 +125,13 @@ impl MemoryBindings {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Take every live binding out, with when it expires (a cluster re-publishing what it bound
+    /// while Redis was away).
+    pub fn drain(&self, now_ms: i64) -> Vec<(SessionKey, EndpointId, i64)> {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        map.drain().filter(|(_, (_, expires))| *expires > now_ms).map(|(k, (e, x))| (k, e, x)).collect()
+    }
 }
 
 impl SessionBindings for MemoryBindings {
@@ -176,6 +186,16 @@ impl Affinity {
     /// Look the session up (refreshing its binding).
     pub fn look_up(bindings: Arc<dyn SessionBindings>, key: SessionKey, clock: Arc<dyn Clock>) -> Affinity {
         let bound = bindings.bound(&key, crate::keys::now_ms(&*clock));
+        Affinity { bindings, key, bound, clock }
+    }
+
+    /// A session already looked up elsewhere (a cluster's shared bindings).
+    pub fn found(
+        bindings: Arc<dyn SessionBindings>,
+        key: SessionKey,
+        bound: Option<EndpointId>,
+        clock: Arc<dyn Clock>,
+    ) -> Affinity {
         Affinity { bindings, key, bound, clock }
     }
 

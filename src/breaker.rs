@@ -4,14 +4,21 @@
 //! a half-open probe permit is returned however a request ends (success, failure, neutral,
 //! cancellation or panic).
 //!
-//! Breakers live in memory only and sit behind this narrow API, so a shared (multi-node)
-//! implementation can replace the registry without touching routing.
+//! Breakers live in memory and sit behind this narrow API. In a cluster the registry is given a
+//! `Shared` (`crate::cluster`): what a breaker decides — opened until when, closed by its probes,
+//! reset — is handed to it to publish, verdicts of other nodes come back through `apply_open` /
+//! `apply_closed`, and a half-open probe is claimed cluster-wide before it is sent (`acquire`).
+//! None of that blocks: publishing is queued for the cluster's background work, and only the
+//! rare probe claim waits for an answer, within the cluster's short timeout.
 
 pub mod retry_after;
 pub mod state;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 
@@ -25,6 +32,22 @@ use crate::endpoint::EndpointId;
 /// breaker defines what it needs, so it depends on nothing above it.
 pub trait TransitionSink: Send + Sync + 'static {
     fn transition(&self, endpoint: &str, transition: &Transition);
+}
+
+/// The cluster-wide part of the breakers, when there is one. Every method but `claim_probe` only
+/// queues work and returns at once; `until_ms` is wall-clock unix milliseconds.
+pub trait Shared: Send + Sync + 'static {
+    /// This node opened the breaker (a trip, or a failed probe) until `until_ms`.
+    fn opened(&self, endpoint: &str, reason: OpenReason, until_ms: i64);
+    /// This node closed it (its probes succeeded), or an operator reset it (`reset`).
+    fn closed(&self, endpoint: &str, reset: bool);
+    /// A probe this node claimed succeeded; `threshold` successes across the cluster close it.
+    fn probe_succeeded(&self, endpoint: &str, threshold: u32);
+    /// A probe this node claimed ended without a verdict (neutral, cancelled): the claim goes back.
+    fn probe_released(&self, endpoint: &str);
+    /// Claim the one half-open probe of the cluster: `false` when another node holds it. Fails
+    /// open: when the cluster cannot answer in time, the claim is granted (a local probe).
+    fn claim_probe<'a>(&'a self, endpoint: &'a str) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>>;
 }
 
 /// A sink that drops every transition (tests of the breaker alone).
@@ -46,6 +69,7 @@ pub struct BreakerShared {
     clock: Arc<dyn Clock>,
     sink: Arc<dyn TransitionSink>,
     changed: Notify,
+    shared: OnceLock<Arc<dyn Shared>>,
 }
 
 pub struct Breakers {
@@ -56,7 +80,7 @@ pub struct Breakers {
 impl Breakers {
     pub fn new(clock: Arc<dyn Clock>, sink: Arc<dyn TransitionSink>) -> Self {
         Self {
-            shared: Arc::new(BreakerShared { clock, sink, changed: Notify::new() }),
+            shared: Arc::new(BreakerShared { clock, sink, changed: Notify::new(), shared: OnceLock::new() }),
             cells: Mutex::new(HashMap::new()),
         }
     }
@@ -77,6 +101,11 @@ impl Breakers {
     pub fn retain(&self, live: &[EndpointId]) {
         let mut cells = self.cells.lock().unwrap_or_else(|p| p.into_inner());
         cells.retain(|id, _| live.contains(id));
+    }
+
+    /// Share the verdicts with a cluster (once, before serving).
+    pub fn share(&self, shared: Arc<dyn Shared>) {
+        let _ = self.shared.shared.set(shared);
     }
 
     /// Wakes when any breaker changes in a way that could admit a waiting request.
@@ -103,15 +132,61 @@ impl BreakerCell {
         if let Some(t) = transition {
             self.registry.sink.transition(endpoint, &t);
         }
-        result.map(|grant| Permit { cell: self.clone(), grant: Some(grant), endpoint: endpoint.to_string() })
+        result.map(|grant| Permit {
+            cell: self.clone(),
+            grant: Some(grant),
+            endpoint: endpoint.to_string(),
+            claimed: false,
+        })
     }
 
+    /// `try_acquire`, and in a cluster the cluster-wide claim of a half-open probe: a probe
+    /// another node holds is denied here as a busy probe, and the local permit goes back.
+    pub async fn acquire(self: &Arc<Self>, endpoint: &str, explicit: bool) -> Result<Permit, Denied> {
+        let mut permit = self.try_acquire(endpoint, explicit)?;
+        let Some(shared) = self.registry.shared.get().filter(|_| permit.is_probe()) else {
+            return Ok(permit);
+        };
+        if shared.claim_probe(endpoint).await {
+            permit.claimed = true;
+            return Ok(permit);
+        }
+        let reason = self.lock().half_open_reason().unwrap_or(OpenReason::Broken);
+        if let Some(grant) = permit.grant.take() {
+            self.lock().release(grant);
+        }
+        Err(Denied::ProbeBusy { reason })
+    }
+
+    /// An operator's reset: here, and in a cluster on every node.
     pub fn reset(&self, endpoint: &str) {
         let transition = self.lock().reset();
         if let Some(t) = transition {
             self.registry.sink.transition(endpoint, &t);
         }
+        if let Some(shared) = self.registry.shared.get() {
+            shared.closed(endpoint, true);
+        }
         self.registry.changed.notify_waiters();
+    }
+
+    /// Another node's verdict: Open until `remaining` from now (a later deadline wins).
+    pub fn apply_open(&self, endpoint: &str, reason: OpenReason, remaining: Duration) {
+        let now = self.registry.clock.now();
+        let until = now.checked_add(remaining).unwrap_or(now);
+        let transition = self.lock().apply_open(reason, until, now);
+        if let Some(t) = transition {
+            self.registry.sink.transition(endpoint, &t);
+        }
+    }
+
+    /// Another node closed it (its probes succeeded) or reset it.
+    pub fn apply_closed(&self, endpoint: &str, reset: bool) {
+        let transition = self.lock().apply_closed(reset);
+        if let Some(t) = transition {
+            self.registry.sink.transition(endpoint, &t);
+            self.registry.changed.notify_waiters();
+        }
     }
 
     pub fn view(&self) -> BreakerView {
@@ -127,6 +202,8 @@ pub struct Permit {
     cell: Arc<BreakerCell>,
     grant: Option<Grant>,
     endpoint: String,
+    /// The probe was claimed cluster-wide: its end is the cluster's to hear.
+    claimed: bool,
 }
 
 impl Permit {
@@ -144,14 +221,45 @@ impl Permit {
         let shared = &self.cell.registry;
         let (now, wall) = (shared.clock.now(), shared.clock.wall());
         let was_probe = grant.is_probe();
+        let success = outcome == Outcome::Success;
         let transition = self.cell.lock().record(grant, outcome, note, now, wall, settings);
         if let Some(t) = &transition {
             shared.sink.transition(&self.endpoint, t);
+        }
+        if let Some(cluster) = shared.shared.get() {
+            self.tell_cluster(cluster.as_ref(), transition.as_ref(), success, wall, settings);
         }
         if was_probe || transition.is_some() {
             shared.changed.notify_waiters();
         }
         transition
+    }
+}
+
+impl Permit {
+    /// What the cluster hears of this outcome: a trip or a failed probe publishes the deadline, a
+    /// close by probes closes it everywhere, a claimed probe's success is counted cluster-wide,
+    /// and a claimed probe that ended without a verdict gives its claim back.
+    fn tell_cluster(
+        &self,
+        cluster: &dyn Shared,
+        transition: Option<&Transition>,
+        success: bool,
+        wall: std::time::SystemTime,
+        settings: &BreakerSettings,
+    ) {
+        match transition {
+            Some(t) if t.to == Circuit::Open => {
+                let cooldown = t.cooldown.unwrap_or_default();
+                let until = wall + cooldown;
+                let until_ms = until.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+                cluster.opened(&self.endpoint, t.reason.unwrap_or(OpenReason::Broken), until_ms);
+            }
+            Some(t) if t.to == Circuit::Closed => cluster.closed(&self.endpoint, false),
+            _ if self.claimed && success => cluster.probe_succeeded(&self.endpoint, settings.success_threshold),
+            _ if self.claimed => cluster.probe_released(&self.endpoint),
+            _ => {}
+        }
     }
 }
 

@@ -60,8 +60,11 @@ pub struct Gateway {
     /// read-only in the admin API, and the server's background work reloads it.
     pub config_source: std::sync::OnceLock<crate::config::authoritative::SharedSource>,
     /// Pulled when the configuration changed somewhere else (another gateway on a shared
-    /// database); the server's background work then rebuilds the snapshot (`config::reload`).
+    /// database, or news through Redis); the server's background work then rebuilds the snapshot
+    /// (`config::reload`).
     pub reload_trigger: crate::config::reload::ReloadTrigger,
+    /// The cluster layer (`serve --redis`): shared breakers, rotation, limits and bindings.
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
     /// This gateway's entry in the process-wide set of secrets to redact.
     redact_owner: u64,
 }
@@ -90,6 +93,19 @@ impl Gateway {
         admin_token: Option<String>,
         records: RecordSink,
     ) -> Result<Arc<Gateway>, StoreError> {
+        Gateway::in_cluster(store, clock, client, admin_token, records, None)
+    }
+
+    /// `new`, as a node of `cluster` when there is one: the limiter and the session bindings are
+    /// the cluster's, and the breakers and the rotation hand their decisions to it.
+    pub fn in_cluster(
+        store: Store,
+        clock: Arc<dyn Clock>,
+        client: crate::proxy::upstream::UpstreamClient,
+        admin_token: Option<String>,
+        records: RecordSink,
+        cluster: Option<Arc<crate::cluster::Cluster>>,
+    ) -> Result<Arc<Gateway>, StoreError> {
         let events = Events::new(records);
         let instance_id = random_hex(8);
         let hop_header = HeaderValue::from_str(&instance_id).unwrap_or_else(|_| HeaderValue::from_static("0"));
@@ -102,8 +118,14 @@ impl Gateway {
             }),
             breakers: Breakers::new(clock.clone(), Arc::new(events.clone())),
             rotation: Rotation::default(),
-            limiter: Arc::new(crate::keys::MemoryLimiter::new()),
-            sessions: Arc::new(crate::affinity::MemoryBindings::new()),
+            limiter: match &cluster {
+                Some(c) => c.limiter.clone(),
+                None => Arc::new(crate::keys::MemoryLimiter::new()),
+            },
+            sessions: match &cluster {
+                Some(c) => c.bindings.clone(),
+                None => Arc::new(crate::affinity::MemoryBindings::new()),
+            },
             clock,
             events,
             store,
@@ -125,7 +147,13 @@ impl Gateway {
             },
             local: std::sync::OnceLock::new(),
             reload_trigger: Default::default(),
+            cluster: cluster.clone(),
         };
+        if let Some(c) = &cluster {
+            let hooks = Arc::new(crate::cluster::hooks::Hooks(c.core.clone()));
+            gateway.breakers.share(hooks.clone());
+            gateway.rotation.share(hooks);
+        }
         gateway.reload()?;
         gateway.seed_budgets();
         Ok(Arc::new(gateway))
@@ -143,7 +171,7 @@ impl Gateway {
                 let snapshot = self.snapshot();
                 for (key, at, tokens, usd) in charges {
                     if let Some(k) = snapshot.keys.find(&key) {
-                        self.limiter.charge(&k.name, tokens, usd, at);
+                        self.limiter.seed(&k.name, tokens, usd, at);
                     }
                 }
             }
@@ -211,5 +239,25 @@ impl Gateway {
         self.events.metrics().configure(&self.snapshot.load());
         self.catalogue.endpoints_changed();
         Ok(())
+    }
+}
+
+/// What the cluster's background work needs of this node (`cluster::sync`).
+impl crate::cluster::sync::Node for Gateway {
+    fn configuration(&self) -> Arc<Snapshot> {
+        self.snapshot_full()
+    }
+
+    fn rotation(&self) -> &Rotation {
+        &self.rotation
+    }
+
+    fn config_changed_elsewhere(&self, version: i64) {
+        tracing::info!(
+            event = "cluster_config_changed",
+            version,
+            "another node changed the configuration; rebuilding the snapshot"
+        );
+        self.reload_trigger.request();
     }
 }

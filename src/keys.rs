@@ -25,7 +25,7 @@ use std::time::UNIX_EPOCH;
 
 pub use admit::{Admission, KeySet, Refusal};
 pub use key::{ClientKey, KeyDraft, KeyLimits};
-pub use limiter::{KeyUsage, Lease, Limit, LimitKind, Limiter, MemoryLimiter};
+pub use limiter::{KeyUsage, Lease, LeaseId, Limit, LimitKind, Limiter, MemoryLimiter};
 
 use crate::clock::Clock;
 use crate::observe::record::Tokens;

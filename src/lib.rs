@@ -16,6 +16,8 @@ pub mod cli;
 pub mod clients;
 /// Time source (injectable for exact tests).
 pub mod clock;
+/// Several gateways sharing breakers, rotation, limits and bindings through Redis (`--redis`).
+pub mod cluster;
 /// Settings (per-protocol breaker and timeouts) and the `--config` file.
 pub mod config;
 /// Protocol conversion through one intermediate representation.

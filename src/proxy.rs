@@ -275,6 +275,7 @@ async fn prepare(
     let explicit_endpoint = explicit.endpoint.map(|e| e.as_ref());
     let admitted = gate
         .admit(gw, snapshot, route.protocol(), model.as_deref(), explicit_endpoint, trail)
+        .await
         .map_err(|r| r.to_error())?;
 
     let (candidates, is_explicit): (Vec<Arc<LiveEndpoint>>, bool) = match explicit.endpoint {

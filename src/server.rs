@@ -93,7 +93,13 @@ async fn metrics(axum::extract::State(gw): axum::extract::State<Arc<Gateway>>) -
     let breakers = snapshot.endpoints.iter().map(|e| (e.config.name.clone(), e.breaker.view().circuit)).collect();
     let now = crate::keys::now_ms(&*gw.clock);
     let keys = snapshot.keys.all().iter().map(|k| (k.name.clone(), gw.limiter.usage(&k.name, now))).collect();
-    let body = metrics.render_scrape(&Scrape { breakers, records_dropped: gw.events.records().dropped(), keys });
+    let cluster_fallbacks = gw.cluster.as_ref().map(|c| c.fallbacks()).unwrap_or_default();
+    let body = metrics.render_scrape(&Scrape {
+        breakers,
+        records_dropped: gw.events.records().dropped(),
+        keys,
+        cluster_fallbacks,
+    });
     ([(axum::http::header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response()
 }
 
@@ -103,6 +109,9 @@ async fn health(axum::extract::State(gw): axum::extract::State<Arc<Gateway>>) ->
     let mut body = serde_json::json!({"status": "ok"});
     if let Some(problem) = gw.storage_problem() {
         body["storage"] = serde_json::Value::String(format!("degraded: {problem}"));
+    }
+    if gw.cluster.as_ref().is_some_and(|c| c.problem().is_some()) {
+        body["cluster"] = serde_json::Value::String("degraded".into());
     }
     axum::Json(body)
 }

@@ -26,7 +26,8 @@ pub async fn get_health(State(gw): State<Arc<Gateway>>) -> Json<Value> {
 
 pub fn endpoint_health(e: &LiveEndpoint) -> Value {
     let v = e.breaker.view();
-    if !v.has_data {
+    // A verdict learned from the cluster is state, even on a node that has sent nothing yet.
+    if !v.has_data && !v.from_cluster {
         let (status, circuit) = match e.config.test.status {
             TestStatus::Available => ("healthy", "closed"),
             TestStatus::Unavailable => ("unhealthy", "open"),
@@ -72,7 +73,8 @@ pub fn endpoint_health(e: &LiveEndpoint) -> Value {
         "cooldown_remaining_ms": v.cooldown_remaining.as_millis() as u64,
         "badge": badge(v.circuit, v.consecutive_failures),
         "probe_due": v.circuit == Circuit::Open && v.cooldown_remaining.is_zero(),
-        "source": "live",
+        // SPEC §15.13: a state learned from another node of the cluster says so.
+        "source": if v.from_cluster { "cluster" } else { "live" },
     })
 }
 

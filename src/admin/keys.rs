@@ -66,6 +66,15 @@ pub fn key_json(gw: &Gateway, key: &ClientKey) -> Value {
     v
 }
 
+/// `key_json`, with the usage of the whole cluster when there is one (one short Redis read).
+pub async fn key_json_shared(gw: &Gateway, key: &ClientKey) -> Value {
+    let Some(cluster) = &gw.cluster else { return key_json(gw, key) };
+    let now = crate::keys::now_ms(&*gw.clock);
+    let mut v = key.to_json(now);
+    v["usage"] = usage_json(key, &cluster.limiter.usage_shared(&key.name, now).await);
+    v
+}
+
 /// Endpoint names in `draft.endpoints` must exist now (a typo would silently allow nothing).
 fn check_endpoints(gw: &Gateway, draft: &KeyDraft) -> ApiResult<()> {
     let snapshot = gw.snapshot();
@@ -97,7 +106,7 @@ pub async fn list_keys(State(gw): State<Arc<Gateway>>) -> Json<Value> {
 pub async fn get_key(State(gw): State<Arc<Gateway>>, Path(name): Path<String>) -> ApiResult<Json<Value>> {
     let snapshot = gw.snapshot_full();
     let key = snapshot.keys.find(&name).ok_or_else(|| key_not_found(&name))?;
-    Ok(Json(key_json(&gw, key)))
+    Ok(Json(key_json_shared(&gw, key).await))
 }
 
 pub async fn create_key(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes) -> ApiResult<Response> {
@@ -174,7 +183,7 @@ pub async fn me(State(gw): State<Arc<Gateway>>, headers: HeaderMap, uri: Uri) ->
     let now = crate::keys::now_ms(&*gw.clock);
     let refused = |message: String| ApiError { status: StatusCode::UNAUTHORIZED, message, field: None }.into_response();
     match crate::keys::admit::authenticate(&snapshot.keys, credential.as_deref(), now) {
-        Ok(Some(key)) => Json(key_json(&gw, &key)).into_response(),
+        Ok(Some(key)) => Json(key_json_shared(&gw, &key).await).into_response(),
         Ok(None) => refused(
             "this gateway uses no client keys, so there is no key to describe; GET /api/me answers the holder of a client key".into(),
         ),

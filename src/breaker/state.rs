@@ -13,6 +13,11 @@
 //!    └──────────────────────── success_threshold successes ─────────────────────────────┘
 //!  reset(): any state → Closed
 //! ```
+//!
+//! In a cluster (`crate::cluster`) other nodes' verdicts arrive through `apply_open` (Open until
+//! a deadline, unless this breaker already holds a later one) and `apply_closed` (their probes
+//! closed it, or an operator reset it). Failures are still counted here, per node: only the
+//! verdicts are shared.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant, SystemTime};
@@ -81,12 +86,21 @@ pub enum Denied {
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum TransitionCause {
-    ConsecutiveFailures { count: u32 },
-    ErrorRate { failures: u32, total: u32 },
+    ConsecutiveFailures {
+        count: u32,
+    },
+    ErrorRate {
+        failures: u32,
+        total: u32,
+    },
     CooldownElapsed,
     ProbeFailed,
-    ProbesSucceeded { count: u32 },
+    ProbesSucceeded {
+        count: u32,
+    },
     ManualReset,
+    /// Another node of the cluster opened or closed it.
+    Cluster,
 }
 
 impl OpenReason {
@@ -119,6 +133,7 @@ impl TransitionCause {
             TransitionCause::ProbeFailed => "probe_failed",
             TransitionCause::ProbesSucceeded { .. } => "probes_succeeded",
             TransitionCause::ManualReset => "manual_reset",
+            TransitionCause::Cluster => "cluster",
         }
     }
 }
@@ -162,6 +177,8 @@ pub struct BreakerView {
     pub cooldown_remaining: Duration,
     /// Any outcome recorded since start.
     pub has_data: bool,
+    /// The state was learned from another node of the cluster (health's `"source": "cluster"`).
+    pub from_cluster: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -290,6 +307,8 @@ pub struct Breaker {
     last_error: Option<String>,
     last_failure_at: Option<SystemTime>,
     last_success_at: Option<SystemTime>,
+    /// The current state came from another node (`apply_open`), not from this node's outcomes.
+    from_cluster: bool,
 }
 
 impl Default for Breaker {
@@ -313,6 +332,7 @@ impl Breaker {
             last_error: None,
             last_failure_at: None,
             last_success_at: None,
+            from_cluster: false,
         }
     }
 
@@ -458,6 +478,59 @@ impl Breaker {
         })
     }
 
+    /// Another node's verdict: Open with `reason` until `until` — unless this breaker is already
+    /// Open until later (a later deadline always wins, never the reverse; a deadline less than
+    /// `JITTER` later is the same verdict seen through a slightly different clock offset). A
+    /// verdict that has already ended changes nothing. A probe of this node in flight loses its
+    /// permit (the epoch moves), so its outcome cannot close what another node just opened.
+    pub fn apply_open(&mut self, reason: OpenReason, until: Instant, now: Instant) -> Option<Transition> {
+        /// Deadlines closer than this are one verdict.
+        const JITTER: Duration = Duration::from_millis(20);
+        if until <= now {
+            return None;
+        }
+        let from = self.circuit();
+        if let State::Open { until: held, .. } = self.state {
+            if until > held + JITTER {
+                self.state = State::Open { reason, until };
+                self.from_cluster = true;
+            }
+            return None;
+        }
+        self.state = State::Open { reason, until };
+        self.epoch += 1;
+        self.from_cluster = true;
+        Some(Transition {
+            from,
+            to: Circuit::Open,
+            reason: Some(reason),
+            cause: TransitionCause::Cluster,
+            cooldown: Some(until.saturating_duration_since(now)),
+        })
+    }
+
+    /// Another node closed it (enough probes succeeded there) or an operator reset it there:
+    /// Closed with this node's counters cleared too, as after a local reset.
+    pub fn apply_closed(&mut self, reset: bool) -> Option<Transition> {
+        let from = self.circuit();
+        let changed = from != Circuit::Closed || self.consecutive_failures > 0;
+        if from != Circuit::Closed {
+            self.state = State::Closed;
+            self.epoch += 1;
+        }
+        self.clear_counters();
+        let cause = if reset { TransitionCause::ManualReset } else { TransitionCause::Cluster };
+        changed.then_some(Transition { from, to: Circuit::Closed, reason: None, cause, cooldown: None })
+    }
+
+    /// Why a half-open breaker had opened (what a request denied its probe is told).
+    pub fn half_open_reason(&self) -> Option<OpenReason> {
+        match self.state {
+            State::HalfOpen { reason, .. } => Some(reason),
+            _ => None,
+        }
+    }
+
     pub fn view(&self, now: Instant) -> BreakerView {
         let (open_reason, cooldown_remaining) = match self.state {
             State::Open { reason, until } => (Some(reason), until.saturating_duration_since(now)),
@@ -475,6 +548,7 @@ impl Breaker {
             last_success_at: self.last_success_at,
             cooldown_remaining,
             has_data: self.requests > 0,
+            from_cluster: self.from_cluster,
         }
     }
 
@@ -583,6 +657,7 @@ impl Breaker {
         };
         self.state = State::Open { reason, until: add_saturating(now, cooldown) };
         self.epoch += 1;
+        self.from_cluster = false;
         Transition { from, to: Circuit::Open, reason: Some(reason), cause, cooldown: Some(cooldown) }
     }
 
@@ -602,6 +677,7 @@ impl Breaker {
     }
 
     fn clear_counters(&mut self) {
+        self.from_cluster = false;
         self.consecutive_failures = 0;
         self.consecutive_broken = 0;
         self.window.clear();
@@ -857,6 +933,7 @@ mod tests {
                 last_success_at: None,
                 cooldown_remaining: Duration::ZERO,
                 has_data: false,
+                from_cluster: false,
             }
         );
         assert_eq!(Breaker::default().view(h.at(0)), h.view(0));
@@ -1487,6 +1564,84 @@ mod tests {
         // Even past the cooldown it stays Open until a routed request probes it.
         assert_eq!(h.hit_explicit(70_000, S, &openai()), None);
         assert_eq!(h.circuit(), Circuit::Open);
+    }
+
+    // ---- cluster verdicts --------------------------------------------------------------
+
+    fn learned(reason: OpenReason, from: Circuit, cooldown: Duration) -> Transition {
+        Transition {
+            from,
+            to: Circuit::Open,
+            reason: Some(reason),
+            cause: TransitionCause::Cluster,
+            cooldown: Some(cooldown),
+        }
+    }
+
+    #[test]
+    fn a_later_deadline_wins_and_an_earlier_one_never_shortens() {
+        let mut h = H::new();
+        let t = h.b.apply_open(OpenReason::Broken, h.at(30_000), h.at(0));
+        assert_eq!(t, Some(learned(OpenReason::Broken, Circuit::Closed, secs(30))));
+        let v = h.view(0);
+        assert!(v.from_cluster && v.circuit == Circuit::Open);
+        assert_eq!(v.cooldown_remaining, secs(30));
+        // An earlier deadline (a node that saw the trip late, or a stale poll) changes nothing.
+        assert_eq!(h.b.apply_open(OpenReason::RateLimited, h.at(10_000), h.at(1_000)), None);
+        assert_eq!(h.view(1_000).cooldown_remaining, secs(29));
+        assert_eq!(h.view(1_000).open_reason, Some(OpenReason::Broken));
+        // A later one extends it, without another transition.
+        assert_eq!(h.b.apply_open(OpenReason::Broken, h.at(90_000), h.at(2_000)), None);
+        assert_eq!(h.view(2_000).cooldown_remaining, secs(88));
+        // Nor does a local trip's deadline lose to an earlier verdict.
+        let mut h = H::new();
+        h.trip_broken(0);
+        assert_eq!(h.b.apply_open(OpenReason::Broken, h.at(5_000), h.at(0)), None);
+        assert_eq!(h.view(0).cooldown_remaining, secs(60));
+        assert!(!h.view(0).from_cluster, "still this node's own verdict");
+    }
+
+    #[test]
+    fn an_expired_verdict_is_not_applied() {
+        let mut h = H::new();
+        assert_eq!(h.b.apply_open(OpenReason::Broken, h.at(1_000), h.at(1_000)), None);
+        assert_eq!(h.circuit(), Circuit::Closed);
+    }
+
+    #[test]
+    fn a_verdict_takes_the_probe_of_this_node_away() {
+        let mut h = H::new();
+        h.trip_broken(0);
+        let probe = h.enter_half_open(60_000);
+        let t = h.b.apply_open(OpenReason::Broken, h.at(120_000), h.at(60_001));
+        assert_eq!(t, Some(learned(OpenReason::Broken, Circuit::HalfOpen, secs(59) + Duration::from_millis(999))));
+        // The probe's success cannot close what another node opened.
+        assert_eq!(h.record(probe, 60_002, S, &openai()), None);
+        assert_eq!(h.circuit(), Circuit::Open);
+        // After the learned cooldown, it probes as usual and closes locally.
+        let probe = h.enter_half_open(120_000);
+        assert_eq!(h.record(probe, 120_001, S, &openai()), None);
+        let probe = h.acquire(120_002);
+        assert!(probe.is_probe());
+        assert_eq!(h.record(probe, 120_003, S, &openai()), Some(closed_by_probes(2)));
+        assert!(!h.view(120_003).from_cluster);
+    }
+
+    #[test]
+    fn closed_elsewhere_closes_here_and_clears_the_counters() {
+        let mut h = H::new();
+        h.b.apply_open(OpenReason::RateLimited, h.at(5_000), h.at(0));
+        let closed =
+            |cause| Transition { from: Circuit::Open, to: Circuit::Closed, reason: None, cause, cooldown: None };
+        assert_eq!(h.b.apply_closed(false), Some(closed(TransitionCause::Cluster)));
+        assert!(!h.view(0).from_cluster);
+        assert_eq!(h.b.apply_closed(false), None, "already closed: nothing to say");
+        // A reset elsewhere clears this node's consecutive run too.
+        assert_eq!(h.feed(1, "BB", &openai()), None);
+        let t = h.b.apply_closed(true).unwrap();
+        assert_eq!((t.from, t.cause), (Circuit::Closed, TransitionCause::ManualReset));
+        assert_eq!(h.view(1).consecutive_failures, 0);
+        assert_eq!(h.feed(2, "BBB", &openai()), None, "the run starts over: 3 of 4");
     }
 
     // ---- reset ------------------------------------------------------------------------

@@ -58,6 +58,17 @@ pub struct ServeArgs {
     /// refused until a client key exists or require_client_key is on.
     #[arg(long, env = "CCMESH_OPEN_PROXY")]
     pub open_proxy: bool,
+    /// Share breaker verdicts, the rotation, client-key limits and session bindings with the
+    /// other gateways using this Redis (or Valkey): `redis://[:password@]host:port[/db]`
+    /// (docs/cluster.md). The password is never logged or shown.
+    #[arg(long, env = "CCMESH_REDIS_URL", hide_env_values = true)]
+    pub redis: Option<String>,
+    /// What every Redis key of this deployment starts with (several deployments, one Redis).
+    #[arg(long, env = "CCMESH_REDIS_PREFIX", default_value = crate::cluster::names::DEFAULT_PREFIX)]
+    pub redis_prefix: String,
+    /// How long a request waits for Redis before it uses this node's local state instead.
+    #[arg(long, env = "CCMESH_REDIS_TIMEOUT_MS", default_value_t = 100)]
+    pub redis_timeout_ms: u64,
 }
 
 pub fn run(args: ServeArgs) -> ExitCode {
@@ -255,7 +266,22 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(problem) = storage_problem {
         records.report_problem(problem);
     }
-    let gw = Gateway::new(store, clock, client, token, records)?;
+    let cluster = match &args.redis {
+        Some(url) if !url.is_empty() => {
+            let options = crate::cluster::Options {
+                url: url.clone(),
+                prefix: args.redis_prefix.clone(),
+                timeout: Duration::from_millis(args.redis_timeout_ms.clamp(1, 10_000)),
+            };
+            let node = crate::gateway::random_hex(8);
+            Some(crate::cluster::Cluster::new(&options, &node, clock.clone()).map_err(anyhow::Error::msg)?)
+        }
+        _ => None,
+    };
+    let gw = Gateway::in_cluster(store, clock, client, token, records, cluster)?;
+    if let Some(cluster) = &gw.cluster {
+        crate::cluster::sync::join(&*gw, cluster).await;
+    }
     if let Some(source) = config_source {
         let _ = gw.config_source.set(source);
     }

@@ -24,6 +24,10 @@
 //! **Leases** are returned when the request ends (the `Lease` guard's drop) and expire after the
 //! TTL given at admission (the request's total deadline plus its longest stream), so a slot held
 //! by a holder that vanished — a crashed node, in a cluster — comes back by itself.
+//!
+//! **In a cluster** (`cluster::limiter`) the check-and-count is one script in Redis, awaited by
+//! the gate within a short timeout; this trait's methods are then the node's local side — what
+//! it counts of its own traffic, and what it falls back to when Redis does not answer.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
@@ -112,6 +116,11 @@ pub trait Limiter: Send + Sync + 'static {
     fn usage(&self, key: &str, now_ms: i64) -> KeyUsage;
     /// Forget every key not named (deleted keys).
     fn retain(&self, keys: &[String]);
+    /// Charge what the stored records say was spent before this start (`Gateway::new`). A
+    /// cluster keeps this local: every node seeding the shared budgets would count it again.
+    fn seed(&self, key: &str, tokens: u64, usd: f64, at_ms: i64) {
+        self.charge(key, tokens, usd, at_ms);
+    }
 }
 
 /// A concurrency lease: given back when dropped (the request's end, however it ends).
@@ -122,6 +131,11 @@ pub struct Lease {
 }
 
 impl Lease {
+    /// A lease `limiter` gave out as `id` (and takes back when this is dropped).
+    pub fn new(limiter: Arc<dyn Limiter>, key: &str, id: LeaseId) -> Lease {
+        Lease { limiter, key: Arc::from(key), id }
+    }
+
     pub fn key(&self) -> &str {
         &self.key
     }
@@ -276,7 +290,13 @@ impl KeyState {
         Ok(())
     }
 
-    fn admit(&mut self, limits: &KeyLimits, now: i64, lease_ttl_ms: u64) -> Result<LeaseId, Limit> {
+    fn admit(
+        &mut self,
+        limits: &KeyLimits,
+        now: i64,
+        lease_ttl_ms: u64,
+        id: Option<LeaseId>,
+    ) -> Result<LeaseId, Limit> {
         self.prune(now);
         self.check(limits, now)?;
         let cap = limits.rpm.map_or(LOG_WITHOUT_LIMIT, |r| r as usize);
@@ -286,10 +306,13 @@ impl KeyState {
         // Concurrent callers read the clock before taking the lock: keep the log in order.
         let at = self.requests.back().map_or(now, |last| now.max(*last));
         self.requests.push_back(at);
-        self.next_lease += 1;
+        let id = id.unwrap_or_else(|| {
+            self.next_lease += 1;
+            self.next_lease
+        });
         let expires = now.saturating_add(i64::try_from(lease_ttl_ms).unwrap_or(i64::MAX));
-        self.leases.push((self.next_lease, expires));
-        Ok(self.next_lease)
+        self.leases.push((id, expires));
+        Ok(id)
     }
 
     fn charge(&mut self, tokens: u64, usd: f64, at: i64) {
@@ -366,6 +389,19 @@ impl MemoryLimiter {
         map.entry(key.to_string()).or_default().clone()
     }
 
+    /// `admit` with a lease id of the caller's (a cluster numbers its leases itself, so that one
+    /// id names the lease both here and in Redis).
+    pub fn admit_as(
+        &self,
+        key: &str,
+        limits: &KeyLimits,
+        now_ms: i64,
+        lease_ttl_ms: u64,
+        id: LeaseId,
+    ) -> Result<LeaseId, Limit> {
+        self.with(key, |s| s.admit(limits, now_ms, lease_ttl_ms, Some(id)))
+    }
+
     fn with<T>(&self, key: &str, f: impl FnOnce(&mut KeyState) -> T) -> T {
         let state = self.state(key);
         let mut guard = state.lock().unwrap_or_else(|p| p.into_inner());
@@ -375,7 +411,7 @@ impl MemoryLimiter {
 
 impl Limiter for MemoryLimiter {
     fn admit(&self, key: &str, limits: &KeyLimits, now_ms: i64, lease_ttl_ms: u64) -> Result<LeaseId, Limit> {
-        self.with(key, |s| s.admit(limits, now_ms, lease_ttl_ms))
+        self.with(key, |s| s.admit(limits, now_ms, lease_ttl_ms, None))
     }
 
     fn release(&self, key: &str, lease: LeaseId) {

@@ -176,6 +176,12 @@ const KEY_IN_FLIGHT: Desc = Desc {
     kind: "gauge",
     labels: &["key"],
 };
+const CLUSTER_FALLBACKS: Desc = Desc {
+    name: "ccmesh_cluster_fallbacks_total",
+    help: "Redis calls of the cluster layer that fell back to this node's local state (no answer in time, an error, or Redis's breaker open), by call.",
+    kind: "counter",
+    labels: &["op"],
+};
 const DROPPED: Desc = Desc {
     name: "ccmesh_records_dropped_total",
     help: "Request records lost: the record writer could not keep up (full queue) or could not write them.",
@@ -468,6 +474,8 @@ pub struct Scrape {
     pub records_dropped: u64,
     /// Every client key with its use of its windows now.
     pub keys: Vec<(String, crate::keys::KeyUsage)>,
+    /// In a cluster: the fallbacks to local state so far, by call (empty without one).
+    pub cluster_fallbacks: Vec<(&'static str, u64)>,
 }
 
 impl Metrics {
@@ -667,6 +675,12 @@ impl Metrics {
             }
         }
 
+        if !scrape.cluster_fallbacks.is_empty() {
+            header(&mut out, &CLUSTER_FALLBACKS);
+            for (op, n) in &scrape.cluster_fallbacks {
+                sample(&mut out, CLUSTER_FALLBACKS.name, CLUSTER_FALLBACKS.labels, &[op], None, n);
+            }
+        }
         header(&mut out, &DROPPED);
         sample(&mut out, DROPPED.name, &[], &[], None, scrape.records_dropped);
         out
@@ -877,6 +891,7 @@ mod tests {
             breakers: vec![("b".into(), Circuit::Closed), ("a".into(), Circuit::Open)],
             records_dropped: 3,
             keys: Vec::new(),
+            cluster_fallbacks: Vec::new(),
         });
         let expected = r#"# HELP ccmesh_requests_total Client requests finished, by inbound protocol, final endpoint and status class of the answer.
 # TYPE ccmesh_requests_total counter
@@ -1278,5 +1293,17 @@ ccmesh_records_dropped_total 3
             ]
         );
         assert!(text.contains("ccmesh_request_duration_seconds_count{protocol=\"claude\"} 4000\n"));
+    }
+
+    #[test]
+    fn cluster_fallbacks_appear_only_in_a_cluster() {
+        let m = Metrics::new();
+        assert!(!m.render_scrape(&Scrape::default()).contains("ccmesh_cluster_fallbacks_total"));
+        let text = m.render_scrape(&Scrape { cluster_fallbacks: vec![("admit", 2), ("poll", 0)], ..Scrape::default() });
+        assert_eq!(
+            lines_of(&text, "ccmesh_cluster_fallbacks_total"),
+            ["ccmesh_cluster_fallbacks_total{op=\"admit\"} 2", "ccmesh_cluster_fallbacks_total{op=\"poll\"} 0"]
+        );
+        assert!(text.contains("# TYPE ccmesh_cluster_fallbacks_total counter"));
     }
 }

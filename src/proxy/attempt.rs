@@ -58,7 +58,13 @@ pub async fn run(
             client: inbound.client_key.clone().unwrap_or_else(|| "-".to_string()),
             session,
         };
-        trail.set_affinity(crate::affinity::Affinity::look_up(gw.sessions.clone(), key, gw.clock.clone()));
+        let affinity = match &gw.cluster {
+            Some(cluster) => {
+                crate::cluster::bindings::ClusterBindings::look_up(&cluster.bindings, key, &snapshot).await
+            }
+            None => crate::affinity::Affinity::look_up(gw.sessions.clone(), key, gw.clock.clone()),
+        };
+        trail.set_affinity(affinity);
     }
     let mut run = Run {
         gw: gw.clone(),
@@ -78,7 +84,14 @@ pub async fn run(
         bypass_breakers: explicit,
         pinned: false,
         resuming: None,
+        round_robin_ticket: None,
     };
+    if let Some(cluster) = &gw.cluster
+        && settings.routing_strategy == crate::config::RoutingStrategy::RoundRobin
+    {
+        let local = || gw.rotation.next_round_robin(protocol);
+        run.round_robin_ticket = Some(cluster.core.round_robin_ticket(protocol, local).await);
+    }
 
     // Endpoints of another format need the request converted. Do it once per format and
     // model now: one the request cannot be converted for is not a candidate, and if none is
@@ -250,7 +263,7 @@ impl Run {
                             continue;
                         }
                         skipped_in_a_row = 0;
-                        let permit = match endpoint.breaker.try_acquire(&endpoint.config.name, explicit) {
+                        let permit = match endpoint.breaker.acquire(&endpoint.config.name, explicit).await {
                             Ok(permit) => permit,
                             Err(denied) => {
                                 denied_in_a_row.push(denied);
@@ -496,7 +509,8 @@ impl Run {
         let strategy = self.snapshot.settings.routing_strategy;
         let manual = self.gw.rotation.take_manual(protocol);
         let ticket = if strategy == crate::config::RoutingStrategy::RoundRobin {
-            self.gw.rotation.next_round_robin(protocol)
+            let rotation = &self.gw.rotation;
+            self.round_robin_ticket.take().unwrap_or_else(|| rotation.next_round_robin(protocol))
         } else {
             0
         };

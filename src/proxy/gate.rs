@@ -61,7 +61,7 @@ impl Gate {
     /// Authorize `model` (after `@name/` removal) and the explicit endpoint, if any, then count
     /// the request against the key's limits. The concurrency lease and what the request will
     /// owe go into the trail, which settles them when the request ends.
-    pub fn admit(
+    pub async fn admit(
         self,
         gw: &Gateway,
         snapshot: &Snapshot,
@@ -71,7 +71,7 @@ impl Gate {
         trail: &mut Trail,
     ) -> Result<Admitted, Refusal> {
         let Some(key) = self.key else { return Ok(Admitted::default()) };
-        let check = || {
+        let check = async {
             keys::admit::authorize(&key, model, |m| snapshot.priced(m))?;
             if let Some(e) = explicit
                 && !key.allows_endpoint(&e.config.name)
@@ -84,11 +84,16 @@ impl Gate {
             }
             let timeouts = snapshot.settings.timeouts(protocol);
             let lease_ttl = lease_ttl(timeouts.total, timeouts.max_stream_duration);
-            let lease = keys::limiter::admit(&gw.limiter, &key, keys::now_ms(&*gw.clock), lease_ttl)
-                .map_err(|limit| Refusal::Limit { key: key.name.clone(), limit })?;
-            Ok(KeyCharge::new(lease, gw.clock.clone()))
+            let now = keys::now_ms(&*gw.clock);
+            // In a cluster the one check-and-count is Redis's (within the short timeout).
+            let lease = match &gw.cluster {
+                Some(cluster) => cluster.limiter.admit(&gw.limiter, &key, now, lease_ttl).await,
+                None => keys::limiter::admit(&gw.limiter, &key, now, lease_ttl),
+            }
+            .map_err(|limit| Refusal::Limit { key: key.name.clone(), limit })?;
+            Ok::<_, Refusal>(KeyCharge::new(lease, gw.clock.clone()))
         };
-        match check() {
+        match check.await {
             Ok(charge) => {
                 trail.set_charge(charge);
                 Ok(Admitted { key: Some(key) })

@@ -61,6 +61,8 @@ pub(super) struct Run {
     pub pinned: bool,
     /// Set while a cut stream is being continued (`resume.rs`).
     pub resuming: Option<super::resume::Resuming>,
+    /// In a cluster under round-robin: the ticket taken from the shared counter.
+    pub round_robin_ticket: Option<u64>,
 }
 
 /// How the attempts ended: an answer, or a stream that reached its first content.

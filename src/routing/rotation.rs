@@ -2,8 +2,14 @@
 //! identity, so edits to the list cannot make it point at the wrong endpoint), where a request
 //! starts under each routing strategy, how it advances, how many attempts it may make, and the
 //! compare-and-set that moves the current endpoint after a success elsewhere.
+//!
+//! In a cluster the current endpoint and the round-robin counter are shared (`crate::cluster`):
+//! `Rotation` stays the local mirror every read goes to, a move that won the local
+//! compare-and-set is handed to the `SharedRotation` to repeat atomically in Redis (whose answer
+//! then sets the mirror), and moves made by other nodes arrive through `mirror_current`.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use crate::config::RoutingStrategy;
 use crate::endpoint::EndpointId;
@@ -59,6 +65,15 @@ pub fn attempt_cap(candidates: usize, explicit: bool) -> usize {
     if explicit { 3 } else { (candidates * 2).max(1) }
 }
 
+/// Where a cluster hears of this node's moves; both only queue work and return at once.
+pub trait SharedRotation: Send + Sync + 'static {
+    /// A success moved the current endpoint from `seen` to `to` here: the same compare-and-set,
+    /// cluster-wide.
+    fn moved(&self, protocol: Protocol, seen: Option<EndpointId>, to: EndpointId);
+    /// An operator made `to` current (`PUT /api/current`).
+    fn switched(&self, protocol: Protocol, to: EndpointId);
+}
+
 /// The current endpoint per inbound protocol, by identity (0 = none yet), the
 /// round-robin counters, and the one-shot start set by `PUT /api/current`.
 #[derive(Default)]
@@ -66,6 +81,7 @@ pub struct Rotation {
     current: [AtomicI64; Protocol::COUNT],
     manual_next: [AtomicI64; Protocol::COUNT],
     round_robin: [AtomicU64; Protocol::COUNT],
+    shared: OnceLock<Arc<dyn SharedRotation>>,
 }
 
 impl Rotation {
@@ -76,13 +92,36 @@ impl Rotation {
     /// Move the current endpoint to `to` only if it is still `seen` (what this request saw
     /// when it started), so concurrent requests never leapfrog each other.
     pub fn compare_and_set(&self, p: Protocol, seen: Option<EndpointId>, to: EndpointId) -> bool {
-        self.current[p.index()].compare_exchange(raw(seen), to.0, Ordering::AcqRel, Ordering::Acquire).is_ok()
+        let moved =
+            self.current[p.index()].compare_exchange(raw(seen), to.0, Ordering::AcqRel, Ordering::Acquire).is_ok();
+        if moved && let Some(shared) = self.shared.get() {
+            shared.moved(p, seen, to);
+        }
+        moved
     }
 
     /// A manual switch: the current endpoint, and the next request's start under every strategy.
     pub fn set_manual(&self, p: Protocol, to: EndpointId) {
         self.current[p.index()].store(to.0, Ordering::Release);
         self.manual_next[p.index()].store(to.0, Ordering::Release);
+        if let Some(shared) = self.shared.get() {
+            shared.switched(p, to);
+        }
+    }
+
+    /// Share the moves with a cluster (once, before serving).
+    pub fn share(&self, shared: Arc<dyn SharedRotation>) {
+        let _ = self.shared.set(shared);
+    }
+
+    /// What the cluster says is current (another node's move, or Redis's answer to ours).
+    pub fn mirror_current(&self, p: Protocol, current: Option<EndpointId>) {
+        self.current[p.index()].store(raw(current), Ordering::Release);
+    }
+
+    /// The cluster's round-robin counter, as last seen (for `peek_round_robin`).
+    pub fn mirror_round_robin(&self, p: Protocol, next: u64) {
+        self.round_robin[p.index()].store(next, Ordering::Relaxed);
     }
 
     pub fn take_manual(&self, p: Protocol) -> Option<EndpointId> {

@@ -1,7 +1,8 @@
 //! The gateway's background work, on the runtime that runs `serve_with` (never a serving
 //! thread, never the request path): the model-list refresher, the rebuilds the reload trigger
-//! asks for (and, on PostgreSQL, the follower that pulls it) and, in the authoritative-config
-//! mode, the config file's watcher. Owned by the server: `stop` (or dropping it) ends every
+//! asks for (and, on PostgreSQL, the follower that pulls it), in a cluster the sync with Redis
+//! (`cluster::sync`) and, in the authoritative-config mode, the config file's watcher. Owned by
+//! the server: `stop` (or dropping it) ends every
 //! task, so nothing outlives the gateway that started it.
 
 use std::sync::Arc;
@@ -27,6 +28,11 @@ impl Background {
         });
         tasks.spawn(crate::config::reload::reload_loop(gw.clone()));
         let follower = gw.store.postgres().map(|pg| pg.follow(gw.reload_trigger.clone()));
+        if let Some(cluster) = &gw.cluster {
+            for task in crate::cluster::sync::tasks(gw.clone(), cluster.clone()) {
+                tasks.spawn(task);
+            }
+        }
         if let Some(source) = gw.config_source.get() {
             for task in crate::config::watch::tasks(gw.clone(), source.clone()) {
                 tasks.spawn(task);

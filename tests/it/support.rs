@@ -4,3 +4,4 @@ pub mod mock;
 pub mod node;
 pub mod postgres;
 pub mod python;
+pub mod redis;
