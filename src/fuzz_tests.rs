@@ -260,10 +260,11 @@ proptest! {
             let _ = crate::convert::decode_error(format, status, &body);
             let _ = crate::convert::decode_count_tokens_response(format, &body);
             let _ = crate::observe::usage::from_body(format, &body);
+            let read = crate::observe::usage::read_answer(format, &body);
+            let _ = crate::proxy::outcome::not_an_answer(&body, read.envelope.as_ref());
         }
         let _ = crate::proxy::outcome::model_unknown(status, &body, &["claude-x", ""]);
         let _ = crate::proxy::outcome::context_window_exceeded(status, &body);
-        let _ = crate::proxy::outcome::not_an_answer(&body);
     }
 
     /// A decoded request re-encoded for every format (what a converted request goes through).

@@ -27,31 +27,76 @@ use serde::Deserialize;
 
 use super::record::Tokens;
 use crate::protocol::Format;
-use crate::protocol::lenient::{Count, Lenient, Text};
+use crate::protocol::lenient::{Count, Lenient, NotNull, Text};
 use crate::protocol::sse::SseEvent;
 
 /// Usage and the answering model from a complete (non-streaming) answer body. A body that is
 /// not the format's answer (an error, not JSON) gives unknown tokens and no model.
 pub fn from_body(format: Format, body: &[u8]) -> (Tokens, Option<String>) {
+    let read = read_answer(format, body);
+    (read.tokens, read.model)
+}
+
+/// What one read of a non-streaming answer gives: its usage and model, and the top-level keys
+/// that say whether it is an answer at all (`proxy::outcome::not_an_answer` decides).
+#[derive(Debug, Default)]
+pub struct AnswerRead {
+    pub tokens: Tokens,
+    pub model: Option<String>,
+    /// `None` unless the body read as one JSON object (anything else is left to a full reading).
+    pub envelope: Option<Envelope>,
+}
+
+/// An answer's top-level `error` (present and not `null`) and `status`.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Envelope {
+    pub error: bool,
+    pub status: Option<String>,
+}
+
+/// Read a non-streaming answer once (`format` = the upstream's format): a body that is not
+/// JSON, or not an object, gives no usage and no envelope.
+pub fn read_answer(format: Format, body: &[u8]) -> AnswerRead {
+    // A struct also reads from a JSON array (field by position): only an object counts.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return AnswerRead::default();
+    }
+    fn read<'a, T: Deserialize<'a> + Answer>(body: &'a [u8]) -> AnswerRead {
+        match serde_json::from_slice::<T>(body) {
+            Ok(answer) => answer.into_read(),
+            Err(_) => AnswerRead::default(),
+        }
+    }
     match format {
-        Format::Anthropic => match serde_json::from_slice::<AnthropicMessage>(body) {
-            Ok(m) => (m.usage.0.map(|u| u.tokens()).unwrap_or_default(), model_name(m.model)),
-            Err(_) => (Tokens::default(), None),
-        },
-        Format::Openai => match serde_json::from_slice::<ChatBody>(body) {
-            Ok(b) => (b.usage.0.map(|u| u.tokens()).unwrap_or_default(), model_name(b.model)),
-            Err(_) => (Tokens::default(), None),
-        },
-        Format::Responses => match serde_json::from_slice::<ResponseObject>(body) {
-            Ok(r) => (r.usage.0.map(|u| u.tokens()).unwrap_or_default(), model_name(r.model)),
-            Err(_) => (Tokens::default(), None),
-        },
-        Format::Gemini => match serde_json::from_slice::<GeminiBody>(body) {
-            Ok(b) => (b.usage.0.map(|u| u.tokens()).unwrap_or_default(), model_name(b.model)),
-            Err(_) => (Tokens::default(), None),
-        },
+        Format::Anthropic => read::<AnthropicMessage>(body),
+        Format::Openai => read::<ChatBody>(body),
+        Format::Responses => read::<ResponseObject>(body),
+        Format::Gemini => read::<GeminiBody>(body),
     }
 }
+
+/// The answer body of each format, as one read sees it.
+trait Answer {
+    fn into_read(self) -> AnswerRead;
+}
+
+macro_rules! answer_body {
+    ($body:ty) => {
+        impl Answer for $body {
+            fn into_read(self) -> AnswerRead {
+                AnswerRead {
+                    tokens: self.usage.0.map(|u| u.tokens()).unwrap_or_default(),
+                    model: model_name(self.model),
+                    envelope: Some(Envelope { error: self.error.0, status: self.status.0 }),
+                }
+            }
+        }
+    };
+}
+answer_body!(AnthropicMessage);
+answer_body!(ChatBody);
+answer_body!(ResponseObject);
+answer_body!(GeminiBody);
 
 /// A Chat stream's model is on every chunk; it is read from the first chunks only, so a vendor
 /// that never names its model does not cost a parse per chunk for the whole stream.
@@ -243,6 +288,9 @@ impl AnthropicUsage {
 struct AnthropicMessage {
     model: Text,
     usage: Lenient<AnthropicUsage>,
+    /// Read for `Envelope`.
+    error: NotNull,
+    status: Text,
 }
 
 #[derive(Deserialize, Default)]
@@ -291,6 +339,9 @@ impl ChatUsage {
 struct ChatBody {
     model: Text,
     usage: Lenient<ChatUsage>,
+    /// Read for `Envelope`.
+    error: NotNull,
+    status: Text,
 }
 
 #[derive(Deserialize, Default)]
@@ -329,6 +380,9 @@ impl ResponsesUsage {
 struct ResponseObject {
     model: Text,
     usage: Lenient<ResponsesUsage>,
+    /// Read for `Envelope`.
+    error: NotNull,
+    status: Text,
 }
 
 #[derive(Deserialize, Default)]
@@ -372,6 +426,9 @@ struct GeminiBody {
     model: Text,
     #[serde(rename = "usageMetadata")]
     usage: Lenient<GeminiUsage>,
+    /// Read for `Envelope`.
+    error: NotNull,
+    status: Text,
 }
 
 /// The model name, if the upstream gave a non-empty one.

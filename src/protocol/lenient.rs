@@ -345,6 +345,16 @@ impl<'de: 'a, 'a> Deserialize<'de> for Lax<'a> {
     }
 }
 
+/// Whether a key holds anything but `null`; the value itself is skipped unread.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct NotNull(pub bool);
+
+impl<'de> Deserialize<'de> for NotNull {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Option::<IgnoredAny>::deserialize(d).map(|v| NotNull(v.is_some()))
+    }
+}
+
 /// Whether a value carries anything: false for null, `""`, `[]`, `{}`, `false`.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NonEmpty(pub bool);

@@ -179,6 +179,7 @@ impl Run {
         status: u16,
         body: &[u8],
         endpoint: &LiveEndpoint,
+        envelope: Option<&usage::Envelope>,
     ) -> (AttemptOutcome, Option<(bool, String)>) {
         let settings = &self.snapshot.settings;
         if let Some(rule) = crate::config::retry_rules::first_match(&settings.retry_rules, status, body) {
@@ -187,7 +188,7 @@ impl Run {
         let base = classify_status(status, self.inbound.route, settings.auth_errors_fail_over);
         let inference = matches!(self.inbound.route, Route::Protocol(_));
         if base.is_success() {
-            if inference && let Some((rate_limited, message)) = outcome::not_an_answer(body) {
+            if inference && let Some((rate_limited, message)) = outcome::not_an_answer(body, envelope) {
                 let outcome = if rate_limited { AttemptOutcome::rate_limited(None) } else { AttemptOutcome::FAILURE };
                 return (outcome, Some((rate_limited, message)));
             }
@@ -349,7 +350,10 @@ impl Run {
                 return self.no_answer(permit, AttemptOutcome::EXCLUDED, kind, note, code, "timeout");
             }
         };
-        let (mut outcome, not_an_answer) = self.classify_answer(status.as_u16(), &body, endpoint);
+        // A 2xx answer is read once: for whether it is an answer at all and for its usage.
+        let read = status.is_success().then(|| usage::read_answer(format, &body));
+        let envelope = read.as_ref().and_then(|r| r.envelope.as_ref());
+        let (mut outcome, not_an_answer) = self.classify_answer(status.as_u16(), &body, endpoint, envelope);
         if let Some(resuming) = &mut self.resuming
             && resuming.prefilled
             && status == StatusCode::BAD_REQUEST
@@ -371,7 +375,10 @@ impl Run {
             );
         }
         // Usage and the answering model come from the upstream's own answer, before conversion.
-        let answered = outcome.is_success().then(|| usage::from_body(format, &body));
+        let answered = outcome.is_success().then(|| match read {
+            Some(read) => (read.tokens, read.model),
+            None => usage::from_body(format, &body),
+        });
         let looped = status == StatusCode::LOOP_DETECTED
             && headers
                 .get(super::request::X_CCMESH_LOOP)

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use crate::breaker::Outcome;
 use crate::observe::record::Classification;
+use crate::observe::usage::Envelope;
 use crate::protocol::Route;
 
 /// What an attempt's result means: for the endpoint (`verdict`, what its breaker records) and
@@ -237,31 +238,20 @@ pub fn context_window_exceeded(status: u16, body: &[u8]) -> bool {
 /// SPEC §4 (beyond): a 2xx on an inference path that is no answer — an empty body, one that is
 /// not JSON, a top-level non-null `error`, a Responses `status: "failed"` — with whether it is a
 /// rate-limit error and what the upstream said. Some relays report failures this way.
-pub fn not_an_answer(body: &[u8]) -> Option<(bool, String)> {
+/// `envelope`: the answer's top-level keys from the one read that also takes its usage
+/// (`usage::read_answer`); the usual answer — an object with no error — is decided from it, and
+/// anything else (no envelope: not an object, a repeated key) by reading the body in full.
+pub fn not_an_answer(body: &[u8], envelope: Option<&Envelope>) -> Option<(bool, String)> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Some((false, "the upstream answered 2xx with an empty body".into()));
     }
-    // Every answer passes here, so the usual one — an object with no error — is checked without
-    // building it: the two keys that matter are read, the rest is only validated. Anything else
-    // (another JSON value, a repeated key, an error to describe) takes the full reading.
-    let starts_as_object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
-    if starts_as_object && let Ok(envelope) = serde_json::from_slice::<AnswerEnvelope<'_>>(body) {
-        let failed = envelope.status.as_deref() == Some("failed");
-        if envelope.error.is_none() && !failed {
-            return None;
-        }
+    if let Some(envelope) = envelope
+        && !envelope.error
+        && envelope.status.as_deref() != Some("failed")
+    {
+        return None;
     }
     not_an_answer_read_in_full(body)
-}
-
-/// The top-level keys of an answer that make it no answer; every other key is skipped unread.
-#[derive(serde::Deserialize)]
-struct AnswerEnvelope<'a> {
-    /// `null` reads as `None`, as an answer with `"error": null` is an answer.
-    #[serde(default, borrow)]
-    error: Option<&'a serde_json::value::RawValue>,
-    #[serde(default, borrow)]
-    status: Option<std::borrow::Cow<'a, str>>,
 }
 
 fn not_an_answer_read_in_full(body: &[u8]) -> Option<(bool, String)> {
@@ -583,29 +573,41 @@ mod tests {
         assert!(!context_window_exceeded(500, yes[0]));
     }
 
+    /// `not_an_answer` as the request path calls it, after the one read of the answer, which is
+    /// the same whatever the upstream's format.
+    fn checked(body: &[u8]) -> Option<(bool, String)> {
+        use crate::observe::usage::read_answer;
+        use crate::protocol::Format;
+        let results: Vec<_> = [Format::Anthropic, Format::Openai, Format::Responses, Format::Gemini]
+            .into_iter()
+            .map(|format| not_an_answer(body, read_answer(format, body).envelope.as_ref()))
+            .collect();
+        assert!(results.windows(2).all(|w| w[0] == w[1]), "{results:?}");
+        results.into_iter().next().unwrap()
+    }
+
     #[test]
     fn a_2xx_that_is_no_answer_is_recognised() {
-        assert!(not_an_answer(b"").is_some());
-        assert!(not_an_answer(b"  \n").is_some());
-        assert!(not_an_answer(b"<html>gateway</html>").unwrap().1.contains("not JSON"));
-        let (limited, message) =
-            not_an_answer(br#"{"error":{"type":"rate_limit_error","message":"slow down"}}"#).unwrap();
+        assert!(checked(b"").is_some());
+        assert!(checked(b"  \n").is_some());
+        assert!(checked(b"<html>gateway</html>").unwrap().1.contains("not JSON"));
+        let (limited, message) = checked(br#"{"error":{"type":"rate_limit_error","message":"slow down"}}"#).unwrap();
         assert!(limited && message.contains("slow down"));
-        let (limited, _) = not_an_answer(br#"{"error":{"message":"boom","type":"server_error"}}"#).unwrap();
+        let (limited, _) = checked(br#"{"error":{"message":"boom","type":"server_error"}}"#).unwrap();
         assert!(!limited);
         assert!(
-            not_an_answer(br#"{"object":"response","status":"failed","error":{"code":"server_error","message":"x"}}"#)
+            checked(br#"{"object":"response","status":"failed","error":{"code":"server_error","message":"x"}}"#)
                 .is_some()
         );
         // Real answers, with `error: null` as some APIs send it.
-        assert!(not_an_answer(br#"{"id":"msg_1","type":"message","content":[]}"#).is_none());
-        assert!(not_an_answer(br#"{"id":"resp_1","status":"completed","error":null,"output":[]}"#).is_none());
+        assert!(checked(br#"{"id":"msg_1","type":"message","content":[]}"#).is_none());
+        assert!(checked(br#"{"id":"resp_1","status":"completed","error":null,"output":[]}"#).is_none());
         // The shapes the quick check leaves to the full reading decide the same way.
-        assert!(not_an_answer(br#"[{"error":"x"}]"#).is_none(), "an array is JSON with no top-level error");
-        assert!(not_an_answer(br#"{"error":null,"error":{"message":"late"}}"#).unwrap().1.contains("late"));
-        assert!(not_an_answer(br#"{"status":7,"content":[]}"#).is_none());
-        assert!(not_an_answer(br#"{"status":"fail\u0065d"}"#).is_some(), "an escaped status is read");
-        assert!(not_an_answer(br#"{"id":"msg_1","content":[}"#).unwrap().1.contains("not JSON"));
+        assert!(checked(br#"[{"error":"x"}]"#).is_none(), "an array is JSON with no top-level error");
+        assert!(checked(br#"{"error":null,"error":{"message":"late"}}"#).unwrap().1.contains("late"));
+        assert!(checked(br#"{"status":7,"content":[]}"#).is_none());
+        assert!(checked(br#"{"status":"fail\u0065d"}"#).is_some(), "an escaped status is read");
+        assert!(checked(br#"{"id":"msg_1","content":[}"#).unwrap().1.contains("not JSON"));
     }
 
     proptest::proptest! {
@@ -619,7 +621,7 @@ mod tests {
         ) {
             let fields: Vec<String> = keys.iter().zip(&values).map(|(k, v)| format!("\"{k}\":{v}")).collect();
             let body = format!("{{{}}}", fields.join(","));
-            proptest::prop_assert_eq!(not_an_answer(body.as_bytes()), not_an_answer_read_in_full(body.as_bytes()), "{}", body);
+            proptest::prop_assert_eq!(checked(body.as_bytes()), not_an_answer_read_in_full(body.as_bytes()), "{}", body);
         }
     }
 
