@@ -60,7 +60,8 @@ pub async fn run(
         };
         let affinity = match &gw.cluster {
             Some(cluster) => {
-                crate::cluster::bindings::ClusterBindings::look_up(&cluster.bindings, key, &snapshot).await
+                // Cluster calls are boxed so their state does not widen every request's future.
+                Box::pin(crate::cluster::bindings::ClusterBindings::look_up(&cluster.bindings, key, &snapshot)).await
             }
             None => crate::affinity::Affinity::look_up(gw.sessions.clone(), key, gw.clock.clone()),
         };
@@ -90,7 +91,7 @@ pub async fn run(
         && settings.routing_strategy == crate::config::RoutingStrategy::RoundRobin
     {
         let local = || gw.rotation.next_round_robin(protocol);
-        run.round_robin_ticket = Some(cluster.core.round_robin_ticket(protocol, local).await);
+        run.round_robin_ticket = Some(Box::pin(cluster.core.round_robin_ticket(protocol, local)).await);
     }
 
     // Endpoints of another format need the request converted. Do it once per format and

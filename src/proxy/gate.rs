@@ -87,7 +87,9 @@ impl Gate {
             let now = keys::now_ms(&*gw.clock);
             // In a cluster the one check-and-count is Redis's (within the short timeout).
             let lease = match &gw.cluster {
-                Some(cluster) => cluster.limiter.admit(&gw.limiter, &key, now, lease_ttl).await,
+                // Boxed: the Redis call's state would otherwise sit inline in every request's
+                // future, clustered or not, and be copied with it (see `proxy::handle`).
+                Some(cluster) => Box::pin(cluster.limiter.admit(&gw.limiter, &key, now, lease_ttl)).await,
                 None => keys::limiter::admit(&gw.limiter, &key, now, lease_ttl),
             }
             .map_err(|limit| Refusal::Limit { key: key.name.clone(), limit })?;
