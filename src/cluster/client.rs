@@ -60,7 +60,7 @@ impl Target {
             "" => 0,
             n => n.parse().map_err(|_| format!("--redis: the database must be a number, not '{n}'"))?,
         };
-        let decode = |s: &str| percent_decode(s);
+        let decode = |s: &str| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned();
         Ok(Target {
             host,
             port: url.port().unwrap_or(6379),
@@ -78,25 +78,6 @@ impl Target {
             format!("{}:{}", self.host, self.port)
         }
     }
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%'
-            && let (Some(h), Some(l)) = (bytes.get(i + 1).and_then(|b| hex(*b)), bytes.get(i + 2).and_then(|b| hex(*b)))
-        {
-            out.push((h * 16 + l) as u8);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Why a call did not give an answer.
