@@ -236,10 +236,18 @@ impl Redis {
         if !self.breaker.lock().unwrap_or_else(|p| p.into_inner()).allow(self.clock.now()) {
             return Err(CallError::Unavailable);
         }
-        let result = match tokio::time::timeout(timeout, self.routed(args)).await {
+        // The node the call waits on, to forget its slots if it fails (its timeout included).
+        let waiting_on = Mutex::new(None);
+        let result = match tokio::time::timeout(timeout, self.routed(args, &waiting_on)).await {
             Ok(r) => r,
             Err(_) => Err(CallError::Timeout),
         };
+        if result.is_err()
+            && let Some(node) = waiting_on.into_inner().unwrap_or_else(|p| p.into_inner())
+            && node != self.seed
+        {
+            self.slots.lock().unwrap_or_else(|p| p.into_inner()).forget(&node);
+        }
         match result {
             Ok(Value::Error(e)) => {
                 if reply_means_down(&e) {
@@ -261,11 +269,17 @@ impl Redis {
     }
 
     /// Send to the node that serves the command's key, following a bounded number of redirects.
-    async fn routed<A: AsRef<[u8]> + Sync>(&self, args: &[A]) -> Result<Value, CallError> {
+    async fn routed<A: AsRef<[u8]> + Sync>(
+        &self,
+        args: &[A],
+        waiting_on: &Mutex<Option<Arc<Node>>>,
+    ) -> Result<Value, CallError> {
         let mut node = self.node_for(args);
         let mut asking = false;
         for _ in 0..=MAX_REDIRECTS {
+            *waiting_on.lock().unwrap_or_else(|p| p.into_inner()) = Some(node.clone());
             let value = self.call_on(&node, args, asking).await?;
+            *waiting_on.lock().unwrap_or_else(|p| p.into_inner()) = None;
             let Value::Error(e) = &value else { return Ok(value) };
             let Some(redirect) = slots::parse_redirect(e, &node) else { return Ok(value) };
             asking = matches!(redirect, Redirect::Ask { .. });
@@ -389,7 +403,7 @@ mod tests {
     }
 
     /// A stand-in cluster node on 127.0.0.1: answers each command with what `reply` says (raw
-    /// RESP), and logs `(its port, the command, whether ASKING came first on that connection)`.
+    /// RESP; nothing: it closes the connection), and logs `(its port, the command, whether ASKING came first on that connection)`.
     type Log = Arc<Mutex<Vec<(u16, String, bool)>>>;
 
     async fn fake_node(
@@ -416,7 +430,11 @@ mod tests {
                                 continue;
                             }
                             log.lock().unwrap().push((port, name, asking));
-                            socket.write_all(reply(&args, asking).as_bytes()).await.unwrap();
+                            let answer = reply(&args, asking);
+                            if answer.is_empty() {
+                                return; // a node that went away
+                            }
+                            socket.write_all(answer.as_bytes()).await.unwrap();
                             asking = false;
                         }
                         let mut chunk = [0u8; 4096];
@@ -527,5 +545,34 @@ mod tests {
         assert_eq!(redis.eval(&script, &keys, &[], T).await, Ok(Value::Int(42)));
         let seen: Vec<(u16, String)> = log.lock().unwrap().iter().map(|(p, c, _)| (*p, c.clone())).collect();
         assert_eq!(seen, [(pa, "EVALSHA".into()), (pb, "EVALSHA".into()), (pb, "EVAL".into())]);
+    }
+
+    #[tokio::test]
+    async fn a_node_that_fails_is_forgotten_and_its_slots_asked_of_the_seed_again() {
+        let (a, pa, b, pb) = listeners().await;
+        let log = Log::default();
+        let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen_by_a = asked.clone();
+        let slot = slots::key_slot(b"k");
+        // A redirects the first call to B; after B has gone (a failover), A serves the slot.
+        fake_node(a, log.clone(), move |_, _| {
+            if seen_by_a.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0 {
+                format!("-MOVED {slot} 127.0.0.1:{pb}\r\n")
+            } else {
+                ":2\r\n".into()
+            }
+        })
+        .await;
+        let served = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        fake_node(b, log.clone(), move |_, _| {
+            if served.swap(true, std::sync::atomic::Ordering::Relaxed) { String::new() } else { ":1\r\n".into() }
+        })
+        .await;
+        let redis = client(pa);
+        assert_eq!(redis.call(&["INCR", "k"], T).await, Ok(Value::Int(1)));
+        assert!(matches!(redis.call(&["INCR", "k"], T).await, Err(CallError::Connection(_))));
+        assert_eq!(redis.call(&["INCR", "k"], T).await, Ok(Value::Int(2)), "asked of the seed again");
+        let ports: Vec<u16> = log.lock().unwrap().iter().map(|(p, _, _)| *p).collect();
+        assert_eq!(ports, [pa, pb, pb, pa]);
     }
 }

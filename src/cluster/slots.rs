@@ -176,6 +176,14 @@ impl SlotMap {
         };
         self.owners[usize::from(slot)] = at;
     }
+
+    /// `node` failed: its slots are unknown again, so the next calls ask the seed, which
+    /// redirects to whoever serves them now (a replica promoted in its place).
+    pub fn forget(&mut self, node: &Node) {
+        if let Some(at) = self.index.get(node).copied() {
+            self.owners.iter_mut().filter(|o| **o == at).for_each(|o| *o = 0);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -300,6 +308,11 @@ mod tests {
         // A failover: the slot moves.
         map.learn(12739, &node("127.0.0.1", 7005));
         assert_eq!(map.owner(12739).as_deref(), Some(&node("127.0.0.1", 7005)));
+        // A node that failed is forgotten: its slots are asked of the seed again.
+        map.forget(&node("127.0.0.1", 7001));
+        assert_eq!(map.owner(16383), None);
+        assert_eq!(map.owner(0).as_deref(), Some(&node("127.0.0.1", 7000)));
+        map.forget(&node("never-heard-of", 1));
         // Out of range is ignored, never a panic.
         map.learn(16384, &node("x", 1));
         assert_eq!(map.owner(16384), None);
