@@ -17,7 +17,8 @@
 //! reply sends it there once (after `ASKING`) without teaching the map — at most
 //! `MAX_REDIRECTS` per call, within the call's one timeout. Connections are pooled per thread and
 //! per node; scripts are cached by each node, so `EVALSHA`'s fallback to `EVAL` happens per node.
-//! A standalone Redis never redirects: the map stays empty and every call goes to the seed.
+//! A node that fails (its timeout included) has its slots forgotten, so after a failover the seed
+//! is asked again and redirects to the promoted master. A standalone Redis never redirects: the map stays empty and every call goes to the seed.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -193,11 +194,14 @@ impl Conn {
     }
 }
 
+/// Idle connections are this thread's, to this node.
+type PoolKey = (ThreadId, Arc<Node>);
+
 /// The pool, the slot map, the fallback breaker and the last problem, shared by every caller.
 pub struct Redis {
     target: Target,
     seed: Arc<Node>,
-    idle: Mutex<HashMap<(ThreadId, Arc<Node>), Vec<Conn>>>,
+    idle: Mutex<HashMap<PoolKey, Vec<Conn>>>,
     slots: Mutex<SlotMap>,
     breaker: Mutex<CallBreaker>,
     problem: Mutex<Option<String>>,
@@ -349,7 +353,7 @@ impl Redis {
         }
     }
 
-    fn give_back(&self, pool_key: (ThreadId, Arc<Node>), conn: Conn) {
+    fn give_back(&self, pool_key: PoolKey, conn: Conn) {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         let mine = idle.entry(pool_key).or_default();
         if mine.len() < MAX_IDLE {

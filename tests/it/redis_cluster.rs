@@ -17,10 +17,6 @@ use crate::support::redis::RedisCluster;
 
 const T: Duration = Duration::from_secs(2);
 
-fn strings(args: &[&str]) -> Vec<String> {
-    args.iter().map(|s| s.to_string()).collect()
-}
-
 /// A bulk reply's text, as `RedisServer::command` returns it raw (`$N\r\ntext\r\n`).
 fn bulk_text(raw: &str) -> &str {
     raw.split("\r\n").nth(1).unwrap_or("")
