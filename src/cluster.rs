@@ -36,6 +36,7 @@ pub mod messages;
 pub mod names;
 pub mod resp;
 pub mod scripts;
+pub mod slots;
 pub mod sync;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};

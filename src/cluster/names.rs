@@ -84,18 +84,6 @@ impl Names {
     }
 }
 
-/// The part of a key Redis Cluster hashes: between the first `{` and the next `}`, when that is
-/// not empty; else the whole key.
-pub fn hash_tag(key: &str) -> &str {
-    if let Some(open) = key.find('{')
-        && let Some(len) = key[open + 1..].find('}')
-        && len > 0
-    {
-        return &key[open + 1..open + 1 + len];
-    }
-    key
-}
-
 /// 128 bits of the session id's SHA-256, in hex.
 fn session_digest(session: &str) -> String {
     let digest = ring::digest::digest(&ring::digest::SHA256, session.as_bytes());
@@ -105,6 +93,7 @@ fn session_digest(session: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::slots::{hash_tag, key_slot};
 
     #[test]
     fn breaker_and_routing_state_share_one_slot() {
@@ -120,7 +109,8 @@ mod tests {
         ];
         for key in &shared {
             assert!(key.starts_with("ccmesh:{cluster}:"), "{key}");
-            assert_eq!(hash_tag(key), "cluster");
+            assert_eq!(hash_tag(key.as_bytes()), b"cluster");
+            assert_eq!(key_slot(key.as_bytes()), key_slot(b"cluster"), "one slot: one node serves it");
         }
         assert_eq!(n.probe("kimi"), "ccmesh:{cluster}:probe:kimi", "endpoints by name");
     }
@@ -130,8 +120,8 @@ mod tests {
         let n = Names::new("team-a:");
         let keys: Vec<String> = ["requests", "leases", "tokens", "spend"].iter().map(|w| n.key("alice", w)).collect();
         assert_eq!(keys[0], "team-a:{key:alice}:requests");
-        assert!(keys.iter().all(|k| hash_tag(k) == "key:alice"));
-        assert_ne!(hash_tag(&n.key("bob", "requests")), hash_tag(&keys[0]));
+        assert!(keys.iter().all(|k| hash_tag(k.as_bytes()) == b"key:alice"));
+        assert_ne!(hash_tag(n.key("bob", "requests").as_bytes()), hash_tag(keys[0].as_bytes()));
     }
 
     #[test]
@@ -144,13 +134,5 @@ mod tests {
         assert!(digest.chars().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(k, n.binding(4, Protocol::Claude, "alice", "a session id\twith anything"));
         assert_ne!(k, n.binding(3, Protocol::Claude, "alice", "another"));
-    }
-
-    #[test]
-    fn hash_tags_follow_redis_cluster_rules() {
-        assert_eq!(hash_tag("a{b}c"), "b");
-        assert_eq!(hash_tag("a{}c{d}"), "a{}c{d}", "an empty tag hashes the whole key");
-        assert_eq!(hash_tag("plain"), "plain");
-        assert_eq!(hash_tag("{x}{y}"), "x");
     }
 }

@@ -23,7 +23,7 @@ pub struct Script {
 }
 
 impl Script {
-    const fn new(text: &'static str) -> Script {
+    pub(crate) const fn new(text: &'static str) -> Script {
         Script { text, sha: OnceLock::new() }
     }
 

@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::support::binary::{Launch, Server};
 use crate::support::gateway::{claude_body, http_client};
 use crate::support::mock::{MockUpstream, Reply};
-use crate::support::redis::RedisServer;
+use crate::support::redis::{RedisCluster, RedisServer};
 
 /// SPEC §13's staleness bound is 1 s; tests allow 3 s on a loaded CI machine (SPEC §15.16).
 const BOUND: Duration = Duration::from_secs(3);
@@ -51,11 +51,14 @@ format = "anthropic"
 }
 
 fn node(redis: &RedisServer, config: &str) -> Server {
-    let url = redis.url();
+    node_at(&redis.url(), config)
+}
+
+fn node_at(url: &str, config: &str) -> Server {
     // A request waits up to 100 ms for Redis by default; three gateways, Redis and the test on
     // two loaded CI cores can take longer, and a fallback would count a limit per node.
     let env = [
-        ("CCMESH_REDIS_URL", url.as_str()),
+        ("CCMESH_REDIS_URL", url),
         ("CCMESH_REDIS_TIMEOUT_MS", "1000"),
         ("CCMESH_TEST_CLUSTER_KEY", KEY_SECRET),
         ("CCMESH_TEST_BUDGET_KEY", BUDGET_SECRET),
@@ -468,5 +471,63 @@ async fn a_manual_switch_and_a_failover_move_the_current_endpoint_of_every_node(
     b.set_default(Reply::anthropic_message("from b"));
     for n in &nodes[..2] {
         until(BOUND, "the move reaches every node", || async { ask(n, None).await == (200, "a".to_string()) }).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_redis_cluster_given_one_node_verdicts_and_limits_are_shared_without_falling_back() {
+    let Some(redis) = RedisCluster::start("redis cluster") else { return };
+    // The seed does not serve the breaker state's slot: every node is redirected to learn it.
+    let seed = redis.url_of_a_node_without("{cluster}");
+    let (a, b) = (MockUpstream::start().await, MockUpstream::start().await);
+    b.set_default(Reply::anthropic_message("from b"));
+    let keys = r#"
+[[keys]]
+name = "storm"
+secret = "${CCMESH_TEST_CLUSTER_KEY}"
+limits = { rpm = 20 }
+
+[[keys]]
+name = "free"
+secret = "${CCMESH_TEST_LEASE_KEY}"
+"#;
+    let config = config(&a, &b, 60, keys);
+    let nodes: Vec<Server> = std::thread::scope(|s| {
+        let started: Vec<_> = (0..2).map(|_| s.spawn(|| node_at(&seed, &config))).collect();
+        started.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+
+    // A breaker opened through A (two failures, each failed over to b) is skipped by B.
+    a.set_default(Reply::anthropic_error(503, "overloaded_error", "a is down"));
+    for _ in 0..2 {
+        assert_eq!(ask(&nodes[0], Some(LEASE_SECRET)).await, (200, "b".to_string()));
+    }
+    assert!(is_open(&nodes[0], "a").await);
+    until(BOUND, "B learns the verdict", || is_open(&nodes[1], "a")).await;
+    let h = health_of(&nodes[1], "a").await;
+    assert_eq!((h["source"].as_str(), h["open_reason"].as_str()), (Some("cluster"), Some("broken")), "{h}");
+    let sent_to_a = a.request_count();
+    assert_eq!(ask(&nodes[1], Some(LEASE_SECRET)).await, (200, "b".to_string()));
+    assert_eq!(a.request_count(), sent_to_a, "B sent nothing to the open endpoint");
+    let owner = &redis.nodes[redis.owner_of("{cluster}")];
+    let verdicts = owner.command(&["HGETALL", "ccmesh:{cluster}:verdicts"]).unwrap();
+    assert!(verdicts.contains("broken:"), "the verdict lives on the node that serves its slot: {verdicts}");
+
+    // 40 concurrent requests over two nodes: 20 admitted, counted once for the cluster.
+    let storm = (0..40).map(|i| ask(&nodes[i % 2], Some(KEY_SECRET)));
+    let answers = futures_util::future::join_all(storm).await;
+    let admitted = answers.iter().filter(|(s, _)| *s == 200).count();
+    let limited = answers.iter().filter(|(s, _)| *s == 429).count();
+    assert_eq!((admitted, limited), (20, 20), "{answers:?}");
+
+    // Nothing fell back to local state: every call found its node.
+    for n in &nodes {
+        let status = get(&format!("{}/api/status", n.url)).await;
+        assert_eq!(status["cluster"], "ok", "{status}");
+        let metrics = http_client().get(format!("{}/metrics", n.url)).send().await.unwrap().text().await.unwrap();
+        let fallbacks: Vec<&str> =
+            metrics.lines().filter(|l| l.starts_with("ccmesh_cluster_fallbacks_total{")).collect();
+        assert!(!fallbacks.is_empty(), "{metrics}");
+        assert!(fallbacks.iter().all(|l| l.ends_with(" 0")), "{fallbacks:?}");
     }
 }

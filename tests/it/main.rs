@@ -34,6 +34,7 @@ mod postgres;
 mod prices;
 mod real_clients;
 mod records;
+mod redis_cluster;
 mod request_state;
 mod resume;
 mod sdk_clients;

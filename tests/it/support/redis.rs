@@ -2,8 +2,12 @@
 //! temp dir, with nothing persisted (`--save "" --appendonly no`); killed on drop, and restartable
 //! on the same port (a Redis outage in the middle of a test).
 //!
-//! Without `redis-server` on PATH the tests that need it are skipped with a line on stderr — a
-//! machine with only Rust still passes `cargo test` — except in CI (`CI` set), where that fails.
+//! Also a Redis Cluster of three masters (no replicas) made of such servers, for the tests that
+//! prove the gateway follows its redirects.
+//!
+//! Without `redis-server` (and `redis-cli`, for a cluster) on PATH the tests that need it are
+//! skipped with a line on stderr — a machine with only Rust still passes `cargo test` — except in
+//! CI (`CI` set), where that fails.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -16,12 +20,28 @@ pub struct RedisServer {
     dir: tempfile::TempDir,
     /// `requirepass`, when the test wants a login.
     password: Option<String>,
+    /// More arguments (a cluster node's).
+    extra: Vec<String>,
 }
 
-/// Where `redis-server` is, if anywhere on PATH.
-fn binary() -> Option<std::path::PathBuf> {
+/// Where a Redis program is, if anywhere on PATH.
+fn program(name: &str) -> Option<std::path::PathBuf> {
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join("redis-server")).find(|p| p.is_file())
+    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file())
+}
+
+fn binary() -> Option<std::path::PathBuf> {
+    program("redis-server")
+}
+
+/// `true` when the programs are there; else skipped (a line on stderr), or a failure in CI.
+fn installed(test: &str, names: &[&str]) -> bool {
+    if let Some(missing) = names.iter().find(|n| program(n).is_none()) {
+        assert!(std::env::var_os("CI").is_none(), "{test}: {missing} is not installed, and CI is set");
+        eprintln!("{test}: skipped: {missing} not installed");
+        return false;
+    }
+    true
 }
 
 impl RedisServer {
@@ -32,16 +52,18 @@ impl RedisServer {
 
     /// `start`, with a password clients must log in with.
     pub fn start_with(test: &str, password: Option<&str>) -> Option<RedisServer> {
-        if binary().is_none() {
-            assert!(std::env::var_os("CI").is_none(), "{test}: redis-server is not installed, and CI is set");
-            eprintln!("{test}: skipped: redis-server not installed");
+        if !installed(test, &["redis-server"]) {
             return None;
         }
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        Some(Self::spawn(port, password, Vec::new()))
+    }
+
+    fn spawn(port: u16, password: Option<&str>, extra: Vec<String>) -> RedisServer {
         let password = password.map(str::to_string);
-        let mut server = RedisServer { child: None, port, dir: tempfile::tempdir().unwrap(), password };
+        let mut server = RedisServer { child: None, port, dir: tempfile::tempdir().unwrap(), password, extra };
         server.restart();
-        Some(server)
+        server
     }
 
     pub fn url(&self) -> String {
@@ -58,6 +80,7 @@ impl RedisServer {
                 .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
                 .args(["--protected-mode", "yes", "--daemonize", "no", "--loglevel", "warning"])
                 .args(self.password.iter().flat_map(|p| ["--requirepass", p.as_str()]))
+                .args(&self.extra)
                 .arg("--dir")
                 .arg(self.dir.path())
                 .stdout(Stdio::null())
@@ -118,4 +141,100 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Three masters (no replicas) sharing the 16384 slots, each a `RedisServer` in its own dir.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// A cluster whose every node says `cluster_state:ok`, or `None` when the machine has no Redis.
+    pub fn start(test: &str) -> Option<RedisCluster> {
+        if !installed(test, &["redis-server", "redis-cli"]) {
+            return None;
+        }
+        // `nodes.conf` is written in each server's own `--dir`.
+        let cluster_args =
+            ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000"]
+                .map(String::from)
+                .to_vec();
+        let nodes: Vec<RedisServer> =
+            cluster_ports(3).into_iter().map(|p| RedisServer::spawn(p, None, cluster_args.clone())).collect();
+        let addresses: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let created = Command::new(program("redis-cli").unwrap())
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            created.status.success(),
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&created.stdout),
+            String::from_utf8_lossy(&created.stderr)
+        );
+        let cluster = RedisCluster { nodes };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !cluster
+            .nodes
+            .iter()
+            .all(|n| n.command(&["CLUSTER", "INFO"]).is_some_and(|i| i.contains("cluster_state:ok")))
+        {
+            assert!(Instant::now() < deadline, "the Redis Cluster did not reach cluster_state:ok");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(cluster)
+    }
+
+    /// The URL of a node that does not serve `key`'s slot: a gateway given it as its seed is
+    /// redirected before it learns where that key lives.
+    pub fn url_of_a_node_without(&self, key: &str) -> String {
+        let owner = self.owner_of(key);
+        self.nodes.iter().enumerate().find(|(i, _)| *i != owner).unwrap().1.url()
+    }
+
+    /// The node that serves `key`'s slot (its index in `nodes`).
+    pub fn owner_of(&self, key: &str) -> usize {
+        let slot = self.nodes[0].command(&["CLUSTER", "KEYSLOT", key]).unwrap();
+        let slot: u16 = slot.trim().trim_start_matches(':').parse().unwrap();
+        let shards = self.nodes[0].command(&["CLUSTER", "NODES"]).unwrap();
+        let port = shards
+            .lines()
+            .filter(|l| l.contains("master"))
+            .find(|l| {
+                l.split(' ').skip(8).any(|range| {
+                    let (from, to) = range.split_once('-').unwrap_or((range, range));
+                    matches!((from.parse::<u16>(), to.parse::<u16>()), (Ok(f), Ok(t)) if f <= slot && slot <= t)
+                })
+            })
+            .and_then(|l| l.split(' ').nth(1))
+            .and_then(|a| a.split('@').next())
+            .and_then(|a| a.rsplit(':').next())
+            .and_then(|p| p.parse::<u16>().ok())
+            .unwrap();
+        self.nodes.iter().position(|n| n.port == port).unwrap()
+    }
+}
+
+/// Free ports whose cluster bus port (port + 10000) is free too.
+fn cluster_ports(n: usize) -> Vec<u16> {
+    let mut ports = Vec::new();
+    let mut held = Vec::new();
+    for _ in 0..500 {
+        if ports.len() == n {
+            break;
+        }
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        if port <= 55_535
+            && let Ok(bus) = std::net::TcpListener::bind(("127.0.0.1", port + 10_000))
+        {
+            ports.push(port);
+            held.push((listener, bus));
+        }
+    }
+    assert_eq!(ports.len(), n, "no free ports for a Redis Cluster");
+    ports
 }
