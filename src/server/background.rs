@@ -26,7 +26,7 @@ impl Background {
             let up = crate::catalogue::Upstream { client: &lists.client, hop: &lists.hop_header };
             crate::catalogue::refresh_loop(&lists.catalogue, up, || lists.snapshot_full()).await;
         });
-        tasks.spawn(crate::config::reload::reload_loop(gw.clone()));
+        tasks.spawn(reload_loop(gw.clone()));
         let follower = gw.store.postgres().map(|pg| pg.follow(gw.reload_trigger.clone()));
         if let Some(cluster) = &gw.cluster {
             for task in crate::cluster::sync::tasks(gw.clone(), cluster.clone()) {
@@ -46,5 +46,34 @@ impl Background {
     pub async fn stop(mut self) {
         self.tasks.abort_all();
         while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+/// After a rebuild that failed (the database went away between the news and the read), the
+/// next try; without it the news would be spent and the snapshot stale until the next change.
+const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Rebuild the snapshot whenever the gateway's trigger is pulled. A database that cannot be
+/// read leaves the current snapshot in place (and the store reports itself degraded), and the
+/// rebuild is tried again every `RETRY_AFTER` until it succeeds.
+async fn reload_loop(gw: Arc<Gateway>) {
+    loop {
+        gw.reload_trigger.requested().await;
+        let result = {
+            let _guard = gw.admin_lock.lock().await;
+            let gw2 = gw.clone();
+            tokio::task::spawn_blocking(move || gw2.reload()).await
+        };
+        let error = match result {
+            Ok(Ok(())) => {
+                tracing::debug!(event = "config_followed", "configuration reloaded after a change elsewhere");
+                continue;
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => e.to_string(),
+        };
+        tracing::warn!(event = "config_reload_failed", error = %error, "cannot reload the configuration; serving the last one and trying again");
+        tokio::time::sleep(RETRY_AFTER).await;
+        gw.reload_trigger.request();
     }
 }
