@@ -7,6 +7,8 @@ import { BASE, launch, newContext, step, send, finish, main } from './lib.mjs';
 const DIR = process.env.SCREENSHOT_DIR;
 const DETAIL = process.env.DETAIL_ID;
 const LOGIN_URL = process.env.LOGIN_URL;
+// The demo gateway has client keys, so the live traffic carries one.
+const AUTH = process.env.CLIENT_KEY ? { 'x-api-key': process.env.CLIENT_KEY } : {};
 const LAPTOP = { width: 1280, height: 800 };
 const PHONE = { width: 390, height: 844 };
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -14,12 +16,12 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 async function traffic() {
   const claude = { model: 'claude-sonnet-4-5', max_tokens: 64, messages: [{ role: 'user', content: 'hi' }] };
   for (let i = 0; i < 6; i++) {
-    await send('/v1/messages', i % 3 === 2 ? { ...claude, model: 'claude-haiku-4-5' } : claude);
+    await send('/v1/messages', i % 3 === 2 ? { ...claude, model: 'claude-haiku-4-5' } : claude, AUTH);
     await sleep(60);
   }
-  await send('/v1/chat/completions', { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] }, { 'x-ccmesh-endpoint': 'openai' });
-  await send('/v1/chat/completions', { model: 'deepseek-chat', messages: [{ role: 'user', content: 'hi' }] }, { 'x-ccmesh-endpoint': 'deepseek' });
-  await send('/v1/messages', claude);
+  await send('/v1/chat/completions', { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] }, { ...AUTH, 'x-ccmesh-endpoint': 'openai' });
+  await send('/v1/chat/completions', { model: 'deepseek-chat', messages: [{ role: 'user', content: 'hi' }] }, { ...AUTH, 'x-ccmesh-endpoint': 'deepseek' });
+  await send('/v1/messages', claude, AUTH);
 }
 
 main(async () => {
@@ -85,6 +87,11 @@ main(async () => {
           await page.goto(BASE + '/clients');
           await page.waitForSelector('tr[data-client="codex"] .badge[data-state="connected"]');
           await shoot('clients');
+        });
+        await step(`keys ${suffix}`, async () => {
+          await page.goto(BASE + '/keys');
+          await page.waitForSelector('tr[data-name="alice"]');
+          await shoot('keys');
         });
       }
       if (LOGIN_URL) {

@@ -318,6 +318,29 @@ async fn screenshots() {
     }
     flaky.push_n(3, Reply::anthropic_error(500, "api_error", "Internal server error"));
     g.post_with("/v1/messages", &claude_body("claude-sonnet-4-5", false), &[("x-ccmesh-endpoint", "relay")]).await;
+
+    // The Keys page: made after the history (once a key exists, every request needs one), with
+    // some of alice's budget spent.
+    let (_, alice) = g
+        .api(
+            Method::POST,
+            "/api/keys",
+            Some(json!({"name": "alice", "description": "Claude Code on her laptop", "models": ["claude-*"],
+                "limits": {"rpm": 60, "usd_per_day": 5.0, "usd_per_month": 50.0}})),
+        )
+        .await;
+    let (_, ci) = g
+        .api(
+            Method::POST,
+            "/api/keys",
+            Some(json!({"name": "ci", "description": "nightly evals", "limits": {"rpm": 600, "concurrency": 4}})),
+        )
+        .await;
+    let ci = ci["secret"].as_str().unwrap_or_default().to_string();
+    let alice = alice["secret"].as_str().unwrap_or_default().to_string();
+    for _ in 0..12 {
+        g.post_with("/v1/messages", &claude_body("claude-sonnet-4-5", false), &[("x-api-key", alice.as_str())]).await;
+    }
     tokio::time::sleep(Duration::from_millis(600)).await; // the record writer batches
 
     // The Clients page: a home where Codex is connected and Claude Code is installed.
@@ -354,6 +377,7 @@ async fn screenshots() {
             ("SCREENSHOT_DIR".into(), dir),
             ("DETAIL_ID".into(), detail_id),
             ("LOGIN_URL".into(), with_token.url.clone()),
+            ("CLIENT_KEY".into(), ci),
         ],
     )
     .await;
