@@ -114,6 +114,12 @@ fn generate(rng: &mut Rng, i: u64, n: u64) -> RequestRecord {
         client_key: None,
         affinity: false,
     };
+    // A team's gateway: a fifth of the requests carry one of two client keys.
+    r.client_key = match rng.below(10) {
+        0 => Some("alice".into()),
+        1 => Some("ci".into()),
+        _ => None,
+    };
     let roll = rng.below(100);
     if roll < 3 {
         r.failed_over = true;
@@ -255,6 +261,12 @@ fn main() {
             measure(21, list(Filter { model: Some("gpt-5".into()), status_class: Some(5), ..Filter::default() }, None)),
         ),
         ("list: failed over only", measure(21, list(Filter { failed_over: Some(true), ..Filter::default() }, None))),
+        ("list: 5xx only", measure(21, list(Filter { status_class: Some(5), ..Filter::default() }, None))),
+        ("list: 2xx only", measure(21, list(Filter { status_class: Some(2), ..Filter::default() }, None))),
+        (
+            "list: one client key",
+            measure(21, list(Filter { client_key: Some("alice".into()), ..Filter::default() }, None)),
+        ),
         ("list: text search, common (`overloaded`)", measure(21, list(text("overloaded"), None))),
         ("list: text search, no match (scans every error)", measure(5, list(text("no such words anywhere"), None))),
         ("list: deep cursor page (90 % down)", measure(21, list(Filter::default(), Some(deep)))),

@@ -16,7 +16,8 @@
 //!   `started_at` (SQLite appends the rowid `seq` itself), so a filtered first page or a page
 //!   a million rows deep is an index seek plus `limit` rows, never a sort.
 //! - `status_class` is stored (2, 3, 4, 5) because "all 5xx" as a range over `status` could not
-//!   return rows in time order from an index.
+//!   return rows in time order from an index. Its index, like the client key's, is partial
+//!   (`PARTIAL_INDEXES`): the rows most records are — 2xx, no key — are not in it.
 //! - `search` is the error text worth searching (the final error and every failed attempt's),
 //!   NULL when nothing went wrong; its partial index holds only those rows, so a text search
 //!   walks the errors in time order and stops at the first full page.
@@ -125,6 +126,26 @@ CREATE TABLE request_records (
     seq     BIGINT PRIMARY KEY,
     record  TEXT NOT NULL
 );
+"#;
+
+/// Migration 6: the class and client-key indexes hold only the rows their filters look for.
+/// Each full index costs ~4 k instructions per inserted record (BENCHMARKS.md); most records
+/// are 2xx and many installations have no client keys, so those rows skip both. A filter for
+/// 2xx reads the time index (nearly every row matches); the other classes and a key name still
+/// get an index seek, through the terms `where_clause` adds to match these predicates.
+pub const PARTIAL_INDEXES: &str = r#"
+DROP INDEX requests_class;
+CREATE INDEX requests_class ON requests (status_class, started_at) WHERE status_class <> 2;
+DROP INDEX requests_client_key;
+CREATE INDEX requests_client_key ON requests (client_key, started_at) WHERE client_key IS NOT NULL;
+"#;
+
+/// Migration 6 on PostgreSQL.
+pub const PG_PARTIAL_INDEXES: &str = r#"
+DROP INDEX requests_class;
+CREATE INDEX requests_class ON requests (status_class, started_at, seq) WHERE status_class <> 2;
+DROP INDEX requests_client_key;
+CREATE INDEX requests_client_key ON requests (client_key, started_at) WHERE client_key IS NOT NULL;
 "#;
 
 /// `2026-11-29T10:00:00.123Z`.

@@ -113,6 +113,10 @@ pub(crate) fn where_clause(f: &Filter, dialect: Dialect) -> (String, Vec<SqlValu
     if let Some(class) = f.status_class.or(f.status.map(|s| s / 100)) {
         conds.push("status_class = ?");
         args.push(SqlValue::Int(class.into()));
+        // Spelled as the partial index `requests_class` is, so the planner sees it applies.
+        if class != 2 {
+            conds.push("status_class <> 2");
+        }
     }
     if let Some(v) = f.status {
         conds.push("status = ?");
@@ -121,6 +125,8 @@ pub(crate) fn where_clause(f: &Filter, dialect: Dialect) -> (String, Vec<SqlValu
     if let Some(v) = &f.client_key {
         conds.push("client_key = ?");
         args.push(SqlValue::Text(v.clone()));
+        // As the partial index `requests_client_key` says it.
+        conds.push("client_key IS NOT NULL");
     }
     // Spelled as each partial index `requests_failed_over` is, so the planner sees it applies.
     match (f.failed_over, dialect) {
