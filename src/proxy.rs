@@ -244,7 +244,7 @@ async fn prepare(
         Route::Protocol(_) | Route::CountTokens(_) => true,
         // A pass-through body that is not an object has no model to read: forwarded as it is.
         Route::PassThrough { .. } => {
-            request::is_object(&body)
+            crate::protocol::lenient::is_object(&body)
                 && parts
                     .headers
                     .get(header::CONTENT_TYPE)

@@ -57,8 +57,7 @@ pub struct Envelope {
 /// Read a non-streaming answer once (`format` = the upstream's format): a body that is not
 /// JSON, or not an object, gives no usage and no envelope.
 pub fn read_answer(format: Format, body: &[u8]) -> AnswerRead {
-    // A struct also reads from a JSON array (field by position): only an object counts.
-    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+    if !crate::protocol::lenient::is_object(body) {
         return AnswerRead::default();
     }
     fn read<'a, T: Deserialize<'a> + Answer>(body: &'a [u8]) -> AnswerRead {

@@ -345,6 +345,12 @@ impl<'de: 'a, 'a> Deserialize<'de> for Lax<'a> {
     }
 }
 
+/// Whether a JSON body is an object (its first non-blank byte is `{`): a derived struct would
+/// also read an array, field by position, so a struct read is only meaningful on an object.
+pub fn is_object(body: &[u8]) -> bool {
+    body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+}
+
 /// Whether a key holds anything but `null`; the value itself is skipped unread.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct NotNull(pub bool);

@@ -15,6 +15,7 @@ use serde_json::value::RawValue;
 use super::gemini::{self, X_GOOG_API_KEY};
 use crate::protocol::Route;
 use crate::protocol::errors::{ErrorKind, GatewayError};
+use crate::protocol::lenient::is_object;
 
 // Header names looked up on every request, parsed once (a lookup by `&str` parses the name).
 pub const ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
@@ -103,11 +104,6 @@ struct PeekWire<'a> {
     prompt_cache_key: Option<serde_json::Value>,
     #[serde(default)]
     metadata: Option<serde_json::Value>,
-}
-
-/// Whether a JSON body is an object (by its first byte; the parse checks the rest).
-pub fn is_object(body: &[u8]) -> bool {
-    body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
 }
 
 /// Parse just enough of the body; the whole document is still validated as JSON.
