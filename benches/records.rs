@@ -78,7 +78,9 @@ fn attempt(endpoint: &str, status: u16, class: Classification, error: Option<&st
 /// one model in twelve without a price.
 fn generate(rng: &mut Rng, i: u64, n: u64) -> RequestRecord {
     let started_at_ms = NOW_MS - 30 * DAY_MS + i * (30 * DAY_MS / n) + rng.below(1000);
-    let endpoint = ENDPOINTS[rng.below(ENDPOINTS.len() as u64) as usize];
+    // A backup endpoint serves one request in ten thousand.
+    let endpoint =
+        if rng.below(10_000) == 0 { "backup" } else { ENDPOINTS[rng.below(ENDPOINTS.len() as u64) as usize] };
     let model = MODELS[rng.below(MODELS.len() as u64) as usize];
     let total_ms = 200.0 + (rng.below(20_000) as f64) * (rng.below(4) + 1) as f64 / 4.0;
     let mut r = RequestRecord {
@@ -181,14 +183,15 @@ fn main() {
         conn.pragma_update(None, "synchronous", "NORMAL").unwrap();
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         let mut batch = Vec::with_capacity(1000);
+        let mut hours = records::PeriodsWritten::default();
         for i in 0..n {
             batch.push(generate(&mut rng, i, n));
             if batch.len() == 1000 {
-                records::insert_batch(&mut conn, &batch).unwrap();
+                records::insert_batch_noting(&mut conn, &batch, &mut hours).unwrap();
                 batch.clear();
             }
         }
-        records::insert_batch(&mut conn, &batch).unwrap();
+        records::insert_batch_noting(&mut conn, &batch, &mut hours).unwrap();
         conn.pragma_update(None, "wal_checkpoint", "TRUNCATE").unwrap();
     }
     let fill = fill.elapsed();
@@ -255,6 +258,18 @@ fn main() {
         (
             "list: endpoint filter",
             measure(21, list(Filter { endpoint: Some("glm".into()), ..Filter::default() }, None)),
+        ),
+        (
+            "list: endpoint filter, rarely used endpoint (1 in 10,000)",
+            measure(21, list(Filter { endpoint: Some("backup".into()), ..Filter::default() }, None)),
+        ),
+        (
+            "list: endpoint filter, no such endpoint",
+            measure(21, list(Filter { endpoint: Some("retired".into()), ..Filter::default() }, None)),
+        ),
+        (
+            "list: endpoint filter, deep cursor page (90 % down)",
+            measure(21, list(Filter { endpoint: Some("glm".into()), ..Filter::default() }, Some(deep))),
         ),
         (
             "list: model + 5xx filter",

@@ -67,6 +67,7 @@ const MIGRATIONS: &[&str] = &[
     // PostgreSQL's fifth migration is its cluster tables; SQLite has none, and keeps the number.
     "SELECT 1;",
     records::PARTIAL_INDEXES,
+    records::VALUE_PERIODS,
 ];
 
 /// A handle to the database. Cheap to clone; calls are blocking and belong on a blocking thread.
@@ -310,26 +311,31 @@ mod tests {
     }
 
     #[test]
-    fn a_database_from_before_the_partial_indexes_migrates_and_filters_as_before() {
+    fn a_database_from_before_the_partial_indexes_and_hours_migrates_and_filters_as_before() {
         use records::{Filter, sample_record};
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ccmesh.db");
         // Written by a gateway that knew only the first four migrations.
-        let mut old = Connection::open(&path).unwrap();
+        let old = Connection::open(&path).unwrap();
         for (i, sql) in MIGRATIONS.iter().take(4).enumerate() {
             old.execute_batch(sql).unwrap();
             old.pragma_update(None, "user_version", (i + 1) as i64).unwrap();
         }
-        let mut rows = Vec::new();
-        for (i, (status, key)) in
-            [(200, None), (503, Some("alice")), (200, Some("alice")), (429, None)].iter().enumerate()
-        {
-            let mut r = sample_record(&format!("r{i}"), 1000 + i as u64);
-            r.status = *status;
-            r.client_key = key.map(str::to_string);
-            rows.push(r);
+        // Two hours apart, so the hours migration 7 fills are what the filters walk.
+        let rows = [(200, None, "a"), (503, Some("alice"), "b"), (200, Some("alice"), "a"), (429, None, "b")];
+        for (i, (status, key, endpoint)) in rows.iter().enumerate() {
+            let at = 1_764_000_000_000 + i as i64 * 2 * records::PERIOD_MS;
+            let detail = serde_json::to_string(&sample_record(&format!("{at:012x}r{i}"), at as u64)).unwrap();
+            old.execute(
+                "INSERT INTO requests (id, started_at, protocol, endpoint, model_requested, status, status_class,
+                     stream, failed_over, attempts, total_ms, overhead_ms, client_key)
+                 VALUES (?1, ?2, 'claude', ?3, 'm', ?4, ?5, 0, 0, 1, 1.0, 0.1, ?6)",
+                rusqlite::params![format!("r{i}"), at, endpoint, status, status / 100, key],
+            )
+            .unwrap();
+            old.execute("INSERT INTO request_records (seq, record) VALUES (last_insert_rowid(), ?1)", [detail])
+                .unwrap();
         }
-        records::insert_batch(&mut old, &rows).unwrap();
         drop(old);
         let s = Store::open(&path).unwrap();
         assert_eq!(s.schema_version().unwrap(), MIGRATIONS.len() as i64);
@@ -341,6 +347,12 @@ mod tests {
         assert_eq!(ids(Filter { status: Some(429), ..Filter::default() }), ["r3"]);
         assert_eq!(ids(Filter { client_key: Some("alice".into()), ..Filter::default() }), ["r2", "r1"]);
         assert_eq!(ids(Filter::default()).len(), 4);
+        assert_eq!(ids(Filter { endpoint: Some("a".into()), ..Filter::default() }), ["r2", "r0"]);
+        assert_eq!(
+            ids(Filter { endpoint: Some("b".into()), model: Some("m".into()), ..Filter::default() }),
+            ["r3", "r1"]
+        );
+        assert_eq!(ids(Filter { protocol: Some("claude".into()), status_class: Some(4), ..Filter::default() }), ["r3"]);
     }
 
     #[test]

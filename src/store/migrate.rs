@@ -94,6 +94,8 @@ pub fn sqlite_to_postgres(from: &Store, to: &Store) -> Result<Moved, StoreError>
             let n = copy_table(from, dst, t)?;
             moved.0.push((t.name, n));
         }
+        // Which hours hold which endpoint, model and protocol, for the copied records.
+        dst.exec(super::records::FILL_PERIODS, &[])?;
         // The next row a gateway creates gets an id after the copied ones.
         for (table, key) in [("endpoints", "id"), ("client_keys", "id"), ("requests", "seq")] {
             dst.rows(

@@ -70,6 +70,7 @@ pub const MIGRATIONS: &[&str] = &[
     super::keys::PG_SCHEMA,
     CLUSTER_SCHEMA,
     super::records::PG_PARTIAL_INDEXES,
+    super::records::PG_VALUE_PERIODS,
 ];
 
 /// The config file applied last on a shared database (`config_file`).

@@ -12,9 +12,14 @@
 //!   gigabyte the JSON takes.
 //! - Pages are ordered by `(started_at, seq)` descending and the cursor is that pair: a record
 //!   inserted while a client pages (a newer one, or a long stream finishing late) never shifts
-//!   a page, and the tie-break on `seq` makes the order total. Every filter index ends in
+//!   a page, and the tie-break on `seq` makes the order total. Every index ends in
 //!   `started_at` (SQLite appends the rowid `seq` itself), so a filtered first page or a page
 //!   a million rows deep is an index seek plus `limit` rows, never a sort.
+//! - Each index costs every record a B-tree insert, so only the rare rows get their own: the
+//!   errors (`status_class`, `search`), the failovers, the keyed requests. A filter by
+//!   endpoint, model or protocol — values most rows carry — walks `request_periods` (the periods
+//!   holding each value, `periods.rs`) and scans those periods through the time index, which
+//!   carries the three columns. A record is found by id through its start time.
 //! - `status_class` is stored (2, 3, 4, 5) because "all 5xx" as a range over `status` could not
 //!   return rows in time order from an index. Its index, like the client key's, is partial
 //!   (`PARTIAL_INDEXES`): the rows most records are — 2xx, no key — are not in it.
@@ -23,9 +28,11 @@
 //!   walks the errors in time order and stops at the first full page.
 
 //!
-//! Files: `write` (insert and prune, the writer thread's), `query` (the list and detail of
+//! Files: `write` (insert and prune, the writer thread's), `periods` (`request_periods`: the period
+//! arithmetic and the writer's memory of the rows it wrote), `query` (the list and detail of
 //! `GET /api/requests`), `stats` (`GET /api/stats`).
 
+mod periods;
 mod query;
 mod stats;
 mod write;
@@ -34,11 +41,14 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use rusqlite::{Connection, OpenFlags};
 
+pub use periods::{PERIOD_MS, PeriodsWritten, period_of};
 pub(crate) use query::tok;
 pub use query::{Cursor, Filter, Page, Summary, get, list};
 pub use stats::*;
 pub(crate) use write::insert_columns;
-pub use write::{Columns, count, count_in, detail_json, insert_batch, prune_chunk};
+pub use write::{
+    Columns, DELETE_EMPTIED_PERIODS, count, count_in, detail_json, insert_batch, insert_batch_noting, prune_chunk,
+};
 
 use super::keys::RecordedCharge;
 use super::sql::{Dialect, Sql};
@@ -148,6 +158,68 @@ DROP INDEX requests_client_key;
 CREATE INDEX requests_client_key ON requests (client_key, started_at) WHERE client_key IS NOT NULL;
 "#;
 
+/// Fills `request_periods` from the stored records: in migration 7, and after `ccmesh migrate`
+/// copied records into PostgreSQL. Integer division is the same in both engines.
+macro_rules! fill_periods {
+    () => {
+        "INSERT INTO request_periods (dimension, value, period)
+    SELECT 'endpoint', endpoint, started_at / 600000 FROM requests WHERE endpoint IS NOT NULL
+    UNION SELECT 'model', model_requested, started_at / 600000 FROM requests WHERE model_requested IS NOT NULL
+    UNION SELECT 'protocol', protocol, started_at / 600000 FROM requests;
+"
+    };
+}
+pub const FILL_PERIODS: &str = fill_periods!();
+
+/// Migration 7: a filter by endpoint, model or protocol finds its rows through `request_periods`
+/// instead of an index of its own. Each of those three indexes cost every record a B-tree
+/// insert (~4 k instructions, BENCHMARKS.md), and so did the unique index on `id`.
+///
+/// - `request_periods` says which periods hold at least one record with a given value. The writer
+///   adds a batch's (dimension, value, period) triples in the batch's transaction, so a stored
+///   record always has its periods; retention drops the periods it has emptied. A filtered page
+///   walks those periods newest first and scans each one through the time index.
+/// - The time index carries the three filtered columns after its key `(started_at, seq)`, so
+///   the scan tests them in the index and reads only the matching rows.
+/// - A record is found by id through its start time, the id's first 12 hex digits
+///   (`observe::record_id`); the same probe keeps a stored id from being inserted twice.
+pub const VALUE_PERIODS: &str = concat!(
+    r#"
+DROP INDEX requests_id;
+DROP INDEX requests_endpoint;
+DROP INDEX requests_model;
+DROP INDEX requests_protocol;
+DROP INDEX requests_time;
+CREATE INDEX requests_time ON requests (started_at, seq, endpoint, model_requested, protocol);
+CREATE TABLE request_periods (
+    dimension   TEXT NOT NULL,
+    value       TEXT NOT NULL,
+    period      INTEGER NOT NULL,
+    PRIMARY KEY (dimension, value, period)
+) WITHOUT ROWID;
+"#,
+    fill_periods!()
+);
+
+/// Migration 7 on PostgreSQL. The unique index on `id` stays: a batch whose commit answer was
+/// lost to the network is sent again, and `ON CONFLICT (id)` is what skips it there.
+pub const PG_VALUE_PERIODS: &str = concat!(
+    r#"
+DROP INDEX requests_endpoint;
+DROP INDEX requests_model;
+DROP INDEX requests_protocol;
+DROP INDEX requests_time;
+CREATE INDEX requests_time ON requests (started_at, seq) INCLUDE (endpoint, model_requested, protocol);
+CREATE TABLE request_periods (
+    dimension   TEXT NOT NULL,
+    value       TEXT NOT NULL,
+    period      BIGINT NOT NULL,
+    PRIMARY KEY (dimension, value, period)
+);
+"#,
+    fill_periods!()
+);
+
 /// `2026-11-29T10:00:00.123Z`.
 pub fn rfc3339_ms(ms: i64) -> String {
     let secs = crate::timefmt::rfc3339(UNIX_EPOCH + Duration::from_secs(ms.div_euclid(1000).max(0) as u64));
@@ -167,16 +239,18 @@ pub trait RecordDb: Send {
     fn release_memory(&mut self) {}
 }
 
-/// SQLite's writer connection.
-pub struct SqliteRecords(pub Connection);
+/// SQLite's writer connection, and the periods it has written.
+pub struct SqliteRecords(pub Connection, pub PeriodsWritten);
 
 impl RecordDb for SqliteRecords {
     fn insert_batch(&mut self, records: &[RequestRecord]) -> Result<usize, StoreError> {
-        insert_batch(&mut self.0, records)
+        write::insert_batch_noting(&mut self.0, records, &mut self.1)
     }
 
     fn prune_chunk(&mut self, cutoff_ms: i64, chunk: usize) -> Result<usize, StoreError> {
-        prune_chunk(&mut self.0, cutoff_ms, chunk)
+        let n = prune_chunk(&mut self.0, cutoff_ms, chunk)?;
+        self.1.forget();
+        Ok(n)
     }
 
     fn settings(&mut self) -> Result<Option<serde_json::Value>, StoreError> {
@@ -205,7 +279,7 @@ impl Store {
                 conn.pragma_update(None, "journal_mode", "WAL")?;
                 conn.pragma_update(None, "synchronous", "NORMAL")?;
                 conn.busy_timeout(Duration::from_secs(5))?;
-                Ok(Box::new(SqliteRecords(conn)))
+                Ok(Box::new(SqliteRecords(conn, PeriodsWritten::default())))
             }
         }
     }

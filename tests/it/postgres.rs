@@ -107,7 +107,7 @@ async fn a_gateway_on_postgres_serves_records_and_names_its_database_without_the
         assert!(!logs.contains(trouble), "retention, the writer and the follower ran cleanly: {logs}");
     }
     let migrated = pg.psql("single", "SELECT version FROM schema_version").1;
-    assert_eq!(migrated, "6", "PostgreSQL's migrations are versioned like SQLite's");
+    assert_eq!(migrated, "7", "PostgreSQL's migrations are versioned like SQLite's");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,10 +29,15 @@ fn now_ms() -> u64 {
 
 /// A synthetic record: even `i` on endpoint `alpha`, odd on `beta`; every tenth failed over
 /// from `alpha` to `beta` and still failed (503, overloaded).
+/// A record id as the gateway makes them (its start time's 12 hex digits first), marked `syn`.
+pub(crate) fn syn_id(i: u64, at_ms: u64) -> String {
+    format!("{at_ms:012x}syn{i:05}")
+}
+
 pub(crate) fn synthetic(i: u64, at_ms: u64) -> RequestRecord {
     let endpoint = if i.is_multiple_of(2) { "alpha" } else { "beta" };
     let mut r = RequestRecord {
-        id: format!("syn{i:05}"),
+        id: syn_id(i, at_ms),
         started_at_ms: at_ms,
         protocol: if i.is_multiple_of(3) { "openai".into() } else { "claude".into() },
         method: "POST".into(),
@@ -142,7 +147,7 @@ async fn synthetic_records_are_listed_filtered_paged_detailed_and_counted() {
     let (code, first) = get(&g, "/api/requests").await;
     assert_eq!(code, 200, "{first}");
     assert_eq!(first["requests"].as_array().unwrap().len(), 50);
-    assert_eq!(first["requests"][0]["id"], "syn00119");
+    assert_eq!(first["requests"][0]["id"], syn_id(119, base + 119 * 60_000));
     let s = &first["requests"][0];
     assert_eq!(s["endpoint"], "beta");
     assert_eq!(s["attempts"], 1);
@@ -172,13 +177,13 @@ async fn synthetic_records_are_listed_filtered_paged_detailed_and_counted() {
             None => break,
         }
     }
-    let want: Vec<String> = (0..120).rev().map(|i| format!("syn{i:05}")).collect();
+    let want: Vec<String> = (0..120).rev().map(|i| syn_id(i, base + i * 60_000)).collect();
     assert_eq!(seen, want);
 
     // Filters.
     let (_, alpha) = get(&g, "/api/requests?endpoint=alpha&limit=500").await;
     assert!(alpha["requests"].as_array().unwrap().iter().all(|r| r["endpoint"] == "alpha"));
-    assert_eq!(ids(&alpha).iter().filter(|id| id.starts_with("syn")).count(), 60);
+    assert_eq!(ids(&alpha).iter().filter(|id| id.contains("syn")).count(), 60);
     let (_, errors) = get(&g, "/api/requests?status_class=5xx&limit=500").await;
     assert_eq!(ids(&errors).len(), 12);
     assert_eq!(errors["next_cursor"], Value::Null);
@@ -191,10 +196,10 @@ async fn synthetic_records_are_listed_filtered_paged_detailed_and_counted() {
     assert_eq!(ids(&openai).len(), 10);
     let since = base + 100 * 60_000;
     let (_, window) = get(&g, &format!("/api/requests?since={since}&until={}", base + 110 * 60_000)).await;
-    assert_eq!(ids(&window), (100..110).rev().map(|i| format!("syn{i:05}")).collect::<Vec<_>>());
+    assert_eq!(ids(&window), (100..110).rev().map(|i| syn_id(i, base + i * 60_000)).collect::<Vec<_>>());
 
     // Detail: the whole decision trail.
-    let (code, detail) = get(&g, "/api/requests/syn00010").await;
+    let (code, detail) = get(&g, &format!("/api/requests/{}", syn_id(10, base + 10 * 60_000))).await;
     assert_eq!(code, 200);
     assert_eq!(detail["attempts"].as_array().unwrap().len(), 2);
     assert_eq!(detail["attempts"][0]["classification"], "failure");
@@ -251,7 +256,9 @@ async fn retention_comes_from_the_settings() {
     let g = TestGateway::start().await;
     let day = 86_400_000;
     g.gw.events.request_completed(synthetic(1, now_ms() - 3 * day));
-    g.gw.events.request_completed(synthetic(2, now_ms() - day / 2));
+    let kept = synthetic(2, now_ms() - day / 2);
+    let kept_id = kept.id.clone();
+    g.gw.events.request_completed(kept);
     flush(&g).await;
     // prune_now blocks this thread briefly; the writer thread needs nothing from the runtime.
     let writer = g.writer.as_ref().unwrap();
@@ -260,7 +267,7 @@ async fn retention_comes_from_the_settings() {
     assert_eq!(doc["retention_days"], 1);
     assert_eq!(writer.prune_now(), Some(1));
     let (_, page) = get(&g, "/api/requests").await;
-    assert_eq!(ids(&page), ["syn00002"]);
+    assert_eq!(ids(&page), [kept_id]);
     let (code, v) = g.api(reqwest::Method::PATCH, "/api/settings", Some(json!({"retention_days": 0}))).await;
     assert_eq!(code, 400, "{v}");
 }
@@ -374,8 +381,14 @@ async fn records_survive_a_restart() {
     let page: Value =
         http.get(format!("{}/api/requests?limit=100", second.url)).send().await.unwrap().json().await.unwrap();
     assert_eq!(ids(&page).len(), 25);
-    let detail: Value =
-        http.get(format!("{}/api/requests/syn00020", second.url)).send().await.unwrap().json().await.unwrap();
+    let detail: Value = http
+        .get(format!("{}/api/requests/{}", second.url, syn_id(20, base + 20)))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(detail["attempts"].as_array().unwrap().len(), 2);
     second.stop().await;
 }

@@ -11,7 +11,10 @@ use futures_util::Stream;
 use super::{OP_TIMEOUT, Pg, PgSql, block_on, pg_error, row, wait};
 use crate::observe::record::{RequestRecord, Tokens};
 use crate::store::StoreError;
-use crate::store::records::{Columns, RecordDb, StatRow, StatsBuilder, StatsQuery, StatsReport, detail_json, tok};
+use crate::store::records::{
+    Columns, DELETE_EMPTIED_PERIODS, PeriodsWritten, RecordDb, StatRow, StatsBuilder, StatsQuery, StatsReport,
+    detail_json, period_of, tok,
+};
 use crate::store::sql::{Row, Sql, Value, numbered, values_list};
 
 /// Records per `INSERT`: 22 parameters each stays far below PostgreSQL's 65 535 per statement.
@@ -72,11 +75,12 @@ const PRUNE: &str = "WITH gone AS (
 pub struct PgRecords {
     pg: Arc<Pg>,
     client: Option<Client>,
+    periods: PeriodsWritten,
 }
 
 impl PgRecords {
     pub fn new(pg: Arc<Pg>) -> PgRecords {
-        PgRecords { pg, client: None }
+        PgRecords { pg, client: None, periods: PeriodsWritten::default() }
     }
 
     fn with<T>(&mut self, f: impl FnOnce(&mut Client) -> Result<T, StoreError>) -> Result<T, StoreError> {
@@ -101,7 +105,8 @@ impl RecordDb for PgRecords {
         for r in records {
             details.push((r.id.clone(), detail_json(r)?));
         }
-        self.with(|client| {
+        let periods = self.periods.missing(records);
+        let inserted = self.with(|client| {
             let tx = wait(client.transaction())?;
             let db = PgSql::Tx(&tx);
             let mut inserted = 0;
@@ -127,12 +132,26 @@ impl RecordDb for PgRecords {
                 )?;
                 inserted += new.len();
             }
+            for chunk in periods.chunks(ROWS_PER_STATEMENT) {
+                let args: Vec<Value> =
+                    chunk.iter().flat_map(|(d, v, h)| [Value::from(*d), Value::from(*v), Value::from(*h)]).collect();
+                db.exec(
+                    &format!(
+                        "INSERT INTO request_periods (dimension, value, period) VALUES {} ON CONFLICT DO NOTHING",
+                        values_list(chunk.len(), 3)
+                    ),
+                    &args,
+                )?;
+            }
             wait(tx.commit())?;
             Ok(inserted)
-        })
+        })?;
+        self.periods.note(&periods);
+        Ok(inserted)
     }
 
     fn prune_chunk(&mut self, cutoff_ms: i64, chunk: usize) -> Result<usize, StoreError> {
+        self.periods.forget();
         let limit = i64::try_from(chunk).unwrap_or(i64::MAX);
         self.with(|client| {
             let rows = wait(client.query(PRUNE, &[&cutoff_ms, &limit]))?;
@@ -142,6 +161,9 @@ impl RecordDb for PgRecords {
                 .transpose()
                 .map_err(|e| StoreError::Corrupt(e.to_string()))?
                 .unwrap_or(0);
+            if (n.max(0) as usize) < chunk {
+                PgSql::Client(client).exec(DELETE_EMPTIED_PERIODS, &[period_of(cutoff_ms).into()])?;
+            }
             Ok(n.max(0) as usize)
         })
     }

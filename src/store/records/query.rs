@@ -3,7 +3,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::rfc3339_ms;
+use super::{PERIOD_MS, period_of, rfc3339_ms};
 use crate::observe::record::Tokens;
 use crate::store::StoreError;
 use crate::store::sql::{Dialect, Row, Sql, Value as SqlValue};
@@ -203,18 +203,33 @@ fn summary_row(r: &Row) -> Result<(i64, Summary), StoreError> {
 }
 
 /// One page of records, newest first, after `cursor` (exclusive).
+///
+/// A filter by endpoint, model or protocol walks the periods `request_periods` lists for its
+/// values, newest first, and reads each through the time index until the page is full; the
+/// others are one query (module docs, `VALUE_PERIODS`).
 pub fn list(db: &dyn Sql, filter: &Filter, cursor: Option<Cursor>, limit: usize) -> Result<Page, StoreError> {
-    let (mut cond, mut args) = where_clause(filter, db.dialect());
-    if let Some(c) = cursor {
-        cond.push_str(" AND (started_at, seq) < (?, ?)");
-        args.push(SqlValue::Int(c.started_at));
-        args.push(SqlValue::Int(c.seq));
+    let want = limit.saturating_add(1);
+    let terms = period_terms(filter);
+    let mut rows = Vec::new();
+    if terms.is_empty() {
+        rows = page_rows(db, filter, cursor, want)?;
+    } else {
+        let mut before = None;
+        'walk: loop {
+            let periods = periods_holding(db, filter, cursor, &terms, before)?;
+            for (newest, oldest) in runs(&periods) {
+                let within = within(filter, oldest * PERIOD_MS, (newest + 1) * PERIOD_MS);
+                rows.extend(page_rows(db, &within, cursor, want - rows.len())?);
+                if rows.len() >= want {
+                    break 'walk;
+                }
+            }
+            match periods.last() {
+                Some(&oldest) if periods.len() == PERIODS_PER_READ => before = Some(oldest),
+                _ => break,
+            }
+        }
     }
-    let sql = format!(
-        "SELECT {SUMMARY_COLUMNS} FROM requests WHERE {cond} ORDER BY started_at DESC, seq DESC LIMIT {}",
-        limit.saturating_add(1)
-    );
-    let mut rows: Vec<(i64, Summary)> = db.rows(&sql, &args)?.iter().map(summary_row).collect::<Result<_, _>>()?;
     let next_cursor = if rows.len() > limit {
         rows.truncate(limit);
         rows.last().map(|(seq, s)| Cursor { started_at: s.started_at_ms, seq: *seq }.encode())
@@ -224,11 +239,136 @@ pub fn list(db: &dyn Sql, filter: &Filter, cursor: Option<Cursor>, limit: usize)
     Ok(Page { requests: rows.into_iter().map(|(_, s)| s).collect(), next_cursor })
 }
 
+/// Newest-first periods as runs of adjacent ones, each `(newest, oldest)`: one range query
+/// serves a run, so a value in every period is one index scan, as with no filter.
+fn runs(periods: &[i64]) -> Vec<(i64, i64)> {
+    let mut out: Vec<(i64, i64)> = Vec::new();
+    for &p in periods {
+        match out.last_mut() {
+            Some((_, oldest)) if *oldest == p + 1 => *oldest = p,
+            _ => out.push((p, p)),
+        }
+    }
+    out
+}
+
+/// The filter narrowed to `[start, end)` (unix ms), so the query has one time range.
+fn within(f: &Filter, start: i64, end: i64) -> Filter {
+    Filter {
+        since_ms: Some(f.since_ms.map_or(start, |s| s.max(start))),
+        until_ms: Some(f.until_ms.map_or(end, |u| u.min(end))),
+        ..f.clone()
+    }
+}
+
+/// The `request_periods` dimensions a filter names, with the values it asks for.
+pub(super) fn period_terms(f: &Filter) -> Vec<(&'static str, &str)> {
+    [("endpoint", &f.endpoint), ("model", &f.model), ("protocol", &f.protocol)]
+        .into_iter()
+        .filter_map(|(dimension, value)| value.as_deref().map(|v| (dimension, v)))
+        .collect()
+}
+
+/// Periods read at a time: a common value fills a page from its newest one or two, so reading
+/// a month's worth (4,320) up front would cost more than the page.
+const PERIODS_PER_READ: usize = 64;
+
+/// Up to `PERIODS_PER_READ` periods holding a record with every value of `terms`, newest first:
+/// within the filter's time range, not after the cursor's, and before `before`.
+fn periods_holding(
+    db: &dyn Sql,
+    f: &Filter,
+    cursor: Option<Cursor>,
+    terms: &[(&'static str, &str)],
+    before: Option<i64>,
+) -> Result<Vec<i64>, StoreError> {
+    let (sql, args) = periods_sql(f, cursor, terms, before);
+    db.rows(&sql, &args)?.iter().map(|r| r.int(0)).collect()
+}
+
+/// The query of `periods_holding`.
+pub(super) fn periods_sql(
+    f: &Filter,
+    cursor: Option<Cursor>,
+    terms: &[(&'static str, &str)],
+    before: Option<i64>,
+) -> (String, Vec<SqlValue>) {
+    let first = f.since_ms.map(period_of);
+    let last = [
+        f.until_ms.map(|u| period_of(u.saturating_sub(1))),
+        cursor.map(|c| period_of(c.started_at)),
+        before.map(|p| p - 1),
+    ]
+    .into_iter()
+    .flatten()
+    .min();
+    let mut selects = Vec::with_capacity(terms.len());
+    let mut args = Vec::new();
+    for (dimension, value) in terms {
+        let mut select = String::from("SELECT period FROM request_periods WHERE dimension = ? AND value = ?");
+        args.push(SqlValue::Text((*dimension).into()));
+        args.push(SqlValue::Text((*value).into()));
+        if let Some(h) = first {
+            select.push_str(" AND period >= ?");
+            args.push(SqlValue::Int(h));
+        }
+        if let Some(h) = last {
+            select.push_str(" AND period <= ?");
+            args.push(SqlValue::Int(h));
+        }
+        selects.push(select);
+    }
+    (format!("{} ORDER BY period DESC LIMIT {PERIODS_PER_READ}", selects.join(" INTERSECT ")), args)
+}
+
+/// At most `want` rows matching the filter, after the cursor, newest first.
+fn page_rows(
+    db: &dyn Sql,
+    filter: &Filter,
+    cursor: Option<Cursor>,
+    want: usize,
+) -> Result<Vec<(i64, Summary)>, StoreError> {
+    let (sql, args) = page_sql(filter, cursor, want, db.dialect());
+    db.rows(&sql, &args)?.iter().map(summary_row).collect()
+}
+
+/// The query of `page_rows`.
+pub(super) fn page_sql(
+    filter: &Filter,
+    cursor: Option<Cursor>,
+    want: usize,
+    dialect: Dialect,
+) -> (String, Vec<SqlValue>) {
+    let (mut cond, mut args) = where_clause(filter, dialect);
+    if let Some(c) = cursor {
+        cond.push_str(" AND (started_at, seq) < (?, ?)");
+        args.push(SqlValue::Int(c.started_at));
+        args.push(SqlValue::Int(c.seq));
+    }
+    let sql =
+        format!("SELECT {SUMMARY_COLUMNS} FROM requests WHERE {cond} ORDER BY started_at DESC, seq DESC LIMIT {want}");
+    (sql, args)
+}
+
+/// The start time (unix ms) a record id begins with: its first 12 hex digits.
+pub(crate) fn started_at_of(id: &str) -> Option<i64> {
+    let digits = id.get(..12)?;
+    if !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    i64::from_str_radix(digits, 16).ok()
+}
+
 /// The full stored record (with the decision trail), plus `started_at` (RFC 3339) and
-/// `status_class` for the reader's convenience; `None` if there is no such id.
+/// `status_class` for the reader's convenience; `None` if there is no such id. The record is
+/// found through its start time (`started_at_of`), so an id of any other shape names none.
 pub fn get(db: &dyn Sql, id: &str) -> Result<Option<Value>, StoreError> {
+    let Some(started_at) = started_at_of(id) else { return Ok(None) };
     let text = db
-        .row("SELECT d.record FROM requests r JOIN request_records d ON d.seq = r.seq WHERE r.id = ?", &[id.into()])?
+        .row(
+            "SELECT d.record FROM requests r JOIN request_records d ON d.seq = r.seq WHERE r.started_at = ? AND r.id = ?",
+            &[started_at.into(), id.into()],
+        )?
         .map(|r| r.text(0))
         .transpose()?;
     let Some(text) = text else { return Ok(None) };

@@ -1,8 +1,8 @@
-use super::query::{SUMMARY_COLUMNS, where_clause};
+use super::query::{page_sql, period_terms, periods_sql};
 use super::write::{MAX_SEARCH_BYTES, search_text};
 use super::*;
-use crate::store::sql::{Dialect, Value as SqlValue};
-use rusqlite::params_from_iter;
+use crate::store::sql::Dialect;
+use rusqlite::{params, params_from_iter};
 
 use crate::observe::record::{AttemptRecord, Classification, RecordError};
 
@@ -43,7 +43,13 @@ fn db() -> Connection {
     // The later migrations: `client_key` on the records, then the partial indexes.
     conn.execute_batch(crate::store::keys::SCHEMA).unwrap();
     conn.execute_batch(super::PARTIAL_INDEXES).unwrap();
+    conn.execute_batch(super::VALUE_PERIODS).unwrap();
     conn
+}
+
+/// A record id as `observe::record_id` makes them: the start time's 12 hex digits first.
+fn tid(at: u64, tag: &str) -> String {
+    format!("{at:012x}{tag}")
 }
 
 fn ids(p: &Page) -> Vec<&str> {
@@ -53,12 +59,13 @@ fn ids(p: &Page) -> Vec<&str> {
 #[test]
 fn insert_round_trips_and_skips_duplicates() {
     let mut c = db();
-    let r = failed("x1", 1_700_000_000_123);
+    let x1 = tid(1_700_000_000_123, "x1");
+    let r = failed(&x1, 1_700_000_000_123);
     assert_eq!(insert_batch(&mut c, &[r.clone(), record("x2", 5)]).unwrap(), 2);
     // A duplicate id is skipped without failing the rest of the batch.
     assert_eq!(insert_batch(&mut c, &[r.clone(), record("x3", 6)]).unwrap(), 1);
     assert_eq!(count(&c).unwrap(), 3);
-    let v = get(&c, "x1").unwrap().unwrap();
+    let v = get(&c, &x1).unwrap().unwrap();
     assert_eq!(v["started_at"], "2023-11-14T22:13:20.123Z");
     assert_eq!(v["status_class"], "5xx");
     let mut back = v.clone();
@@ -66,9 +73,10 @@ fn insert_round_trips_and_skips_duplicates() {
     back.as_object_mut().unwrap().remove("status_class");
     assert_eq!(serde_json::from_value::<RequestRecord>(back).unwrap(), r);
     assert_eq!(get(&c, "nope").unwrap(), None);
+    assert_eq!(get(&c, &tid(1_700_000_000_124, "x1")).unwrap(), None, "another start time names another record");
     let page = list(&c, &Filter::default(), None, 10).unwrap();
     let s = &page.requests[0];
-    assert_eq!((s.id.as_str(), s.status, s.attempts, s.failed_over), ("x1", 503, 2, true));
+    assert_eq!((s.id.as_str(), s.status, s.attempts, s.failed_over), (x1.as_str(), 503, 2, true));
     assert_eq!(s.error.as_deref(), Some("Overloaded 100%_sure"));
     assert_eq!(s.tokens, Tokens::default());
     assert_eq!(s.cost_usd, None);
@@ -196,9 +204,11 @@ fn common_filters_use_indexes_not_scans_or_sorts() {
     let cursor = Cursor { started_at: 10, seq: 5 };
     let cases = [
         (Filter::default(), "requests_time"),
-        (Filter { endpoint: Some("a".into()), ..Default::default() }, "requests_endpoint"),
-        (Filter { model: Some("m".into()), ..Default::default() }, "requests_model"),
-        (Filter { protocol: Some("claude".into()), ..Default::default() }, "requests_protocol"),
+        // Walked period by period (`request_periods`): each period is a range of the time index, whose
+        // entries carry these columns.
+        (Filter { endpoint: Some("a".into()), ..Default::default() }, "requests_time"),
+        (Filter { model: Some("m".into()), ..Default::default() }, "requests_time"),
+        (Filter { protocol: Some("claude".into()), ..Default::default() }, "requests_time"),
         (Filter { status_class: Some(5), ..Default::default() }, "requests_class"),
         (Filter { status: Some(503), ..Default::default() }, "requests_class"),
         // 2xx rows are not in the class index: nearly every row matches, so the time index serves.
@@ -209,13 +219,14 @@ fn common_filters_use_indexes_not_scans_or_sorts() {
         (Filter { since_ms: Some(1), until_ms: Some(2), ..Default::default() }, "requests_time"),
     ];
     for (f, index) in cases {
-        let (mut cond, mut args) = where_clause(&f, Dialect::Sqlite);
-        cond.push_str(" AND (started_at, seq) < (?, ?)");
-        args.push(SqlValue::Int(cursor.started_at));
-        args.push(SqlValue::Int(cursor.seq));
-        let sql = format!(
-            "EXPLAIN QUERY PLAN SELECT {SUMMARY_COLUMNS} FROM requests WHERE {cond} ORDER BY started_at DESC, seq DESC LIMIT 51"
-        );
+        // As `list` narrows a walked filter to a run of periods.
+        let f = if period_terms(&f).is_empty() {
+            f
+        } else {
+            Filter { since_ms: Some(0), until_ms: Some(3 * PERIOD_MS), ..f }
+        };
+        let (sql, args) = page_sql(&f, Some(cursor), 51, Dialect::Sqlite);
+        let sql = format!("EXPLAIN QUERY PLAN {sql}");
         let plan: Vec<String> = c
             .prepare(&sql)
             .unwrap()
@@ -238,18 +249,33 @@ fn common_filters_use_indexes_not_scans_or_sorts() {
     assert!(plan.contains("requests_time"), "{plan}");
     let plan: String = c
         .query_row(
-            "EXPLAIN QUERY PLAN SELECT d.record FROM requests r JOIN request_records d ON d.seq = r.seq WHERE r.id = ?1",
-            ["x"],
+            "EXPLAIN QUERY PLAN SELECT d.record FROM requests r JOIN request_records d ON d.seq = r.seq WHERE r.started_at = ?1 AND r.id = ?2",
+            params![1, "x"],
             |r| r.get(3),
         )
         .unwrap();
-    assert!(plan.contains("requests_id"), "{plan}");
+    assert!(plan.contains("requests_time (started_at=?)"), "{plan}");
+    let f = Filter { endpoint: Some("a".into()), model: Some("m".into()), since_ms: Some(1), ..Default::default() };
+    let (sql, args) = periods_sql(&f, Some(cursor), &period_terms(&f), Some(40));
+    let plan: Vec<String> = c
+        .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+        .unwrap()
+        .query_map(params_from_iter(args), |r| r.get::<_, String>(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let searches: Vec<&String> = plan.iter().filter(|p| p.contains("request_periods")).collect();
+    assert_eq!(searches.len(), 2, "{plan:?}");
+    assert!(
+        searches.iter().all(|p| p.contains("PRIMARY KEY (dimension=? AND value=? AND period>? AND period<?)")),
+        "{plan:?}"
+    );
 }
 
 #[test]
 fn prune_deletes_only_old_records_in_chunks() {
     let mut c = db();
-    let rs: Vec<_> = (0..25).map(|i| record(&format!("p{i}"), 1000 + i)).collect();
+    let rs: Vec<_> = (0..25).map(|i| record(&tid(1000 + i, &format!("p{i}")), 1000 + i)).collect();
     insert_batch(&mut c, &rs).unwrap();
     assert_eq!(prune_chunk(&mut c, 1020, 8).unwrap(), 8);
     assert_eq!(prune_chunk(&mut c, 1020, 8).unwrap(), 8);
@@ -258,8 +284,8 @@ fn prune_deletes_only_old_records_in_chunks() {
     assert_eq!(count(&c).unwrap(), 5);
     let details: i64 = c.query_row("SELECT COUNT(*) FROM request_records", [], |r| r.get(0)).unwrap();
     assert_eq!(details, 5);
-    assert!(get(&c, "p19").unwrap().is_none());
-    assert!(get(&c, "p20").unwrap().is_some());
+    assert!(get(&c, &tid(1019, "p19")).unwrap().is_none());
+    assert!(get(&c, &tid(1020, "p20")).unwrap().is_some());
 }
 
 #[test]
@@ -427,4 +453,147 @@ fn read_records_uses_its_own_connection_for_files() {
     assert!(store.read_records(|c| Ok(c.execute("DELETE FROM requests", [])?)).is_err());
     let mem = Store::open_in_memory().unwrap();
     assert_eq!(mem.read_records(count).unwrap(), 0);
+}
+
+/// Records over `periods` periods, with endpoints, models, protocols and statuses spread unevenly
+/// (one endpoint in a single period only), several sharing a millisecond, inserted out of order.
+fn spread_records(periods: u64) -> Vec<RequestRecord> {
+    let mut out = Vec::new();
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move |n: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % n
+    };
+    let base = 1_764_000_000_000u64 - 1_764_000_000_000 % PERIOD_MS as u64;
+    for i in 0..periods * 40 {
+        let at = base + next(periods) * PERIOD_MS as u64 + next(PERIOD_MS as u64 / 1000) * 1000;
+        let mut r = record(&tid(at, &format!("s{i}")), at);
+        r.endpoint = Some(["a", "b", "c"][next(3) as usize].into());
+        if i == 7 {
+            r.endpoint = Some("rare".into());
+        }
+        r.model_requested = [Some("m1"), Some("m2"), None][next(3) as usize].map(Into::into);
+        r.protocol = ["claude", "openai"][next(2) as usize].into();
+        r.status = [200, 200, 503, 429][next(4) as usize];
+        out.push(r);
+    }
+    out
+}
+
+/// Every page of `filter`, followed by its cursors.
+fn all_pages(c: &Connection, filter: &Filter, limit: usize) -> Vec<String> {
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = list(c, filter, cursor, limit).unwrap();
+        assert!(page.requests.len() <= limit);
+        seen.extend(page.requests.iter().map(|s| s.id.clone()));
+        match page.next_cursor {
+            Some(next) => cursor = Some(Cursor::decode(&next).unwrap()),
+            None => return seen,
+        }
+    }
+}
+
+#[test]
+fn pages_walked_period_by_period_hold_exactly_the_matching_records_in_order() {
+    let mut c = db();
+    // More periods than one read of `request_periods` returns.
+    let records = spread_records(150);
+    for batch in records.chunks(37) {
+        insert_batch(&mut c, batch).unwrap();
+    }
+    // The order a page promises: newest first, then the later insert (`seq`) first.
+    let mut ordered: Vec<(usize, &RequestRecord)> = records.iter().enumerate().collect();
+    ordered.sort_by_key(|(seq, r)| std::cmp::Reverse((r.started_at_ms, *seq)));
+    let t = |h: u64| {
+        Some((records[0].started_at_ms - records[0].started_at_ms % PERIOD_MS as u64 + h * PERIOD_MS as u64) as i64)
+    };
+    let filters = [
+        Filter { endpoint: Some("a".into()), ..Default::default() },
+        Filter { endpoint: Some("rare".into()), ..Default::default() },
+        Filter { endpoint: Some("never".into()), ..Default::default() },
+        Filter { model: Some("m2".into()), ..Default::default() },
+        Filter { protocol: Some("openai".into()), ..Default::default() },
+        Filter {
+            endpoint: Some("b".into()),
+            model: Some("m1".into()),
+            protocol: Some("claude".into()),
+            ..Default::default()
+        },
+        Filter { endpoint: Some("c".into()), status_class: Some(5), ..Default::default() },
+        Filter { model: Some("m1".into()), status: Some(429), ..Default::default() },
+        Filter { endpoint: Some("a".into()), since_ms: t(3), until_ms: t(7), ..Default::default() },
+        Filter { protocol: Some("claude".into()), since_ms: t(5).map(|v| v + 1234), ..Default::default() },
+    ];
+    for f in &filters {
+        let expected: Vec<String> = ordered
+            .iter()
+            .map(|(_, r)| r)
+            .filter(|r| f.endpoint.is_none() || r.endpoint == f.endpoint)
+            .filter(|r| f.model.is_none() || r.model_requested == f.model)
+            .filter(|r| f.protocol.as_ref().is_none_or(|p| &r.protocol == p))
+            .filter(|r| f.status_class.is_none_or(|class| r.status / 100 == class))
+            .filter(|r| f.status.is_none_or(|s| r.status == s))
+            .filter(|r| f.since_ms.is_none_or(|s| r.started_at_ms as i64 >= s))
+            .filter(|r| f.until_ms.is_none_or(|u| (r.started_at_ms as i64) < u))
+            .map(|r| r.id.clone())
+            .collect();
+        for limit in [3, 50, 1000] {
+            assert_eq!(all_pages(&c, f, limit), expected, "{f:?}, {limit} a page");
+        }
+    }
+}
+
+#[test]
+fn periods_follow_their_records_through_retention() {
+    let mut c = db();
+    let records = spread_records(6);
+    insert_batch(&mut c, &records).unwrap();
+    let periods = |c: &Connection| -> Vec<(String, String, i64)> {
+        let mut stmt = c.prepare("SELECT dimension, value, period FROM request_periods ORDER BY 1, 2, 3").unwrap();
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap().collect::<Result<_, _>>().unwrap()
+    };
+    let expected = |rs: &[&RequestRecord]| -> Vec<(String, String, i64)> {
+        let mut v: Vec<_> = rs
+            .iter()
+            .flat_map(|r| {
+                let h = period_of(r.started_at_ms as i64);
+                [
+                    r.endpoint.clone().map(|e| ("endpoint".to_string(), e, h)),
+                    r.model_requested.clone().map(|m| ("model".to_string(), m, h)),
+                    Some(("protocol".to_string(), r.protocol.clone(), h)),
+                ]
+            })
+            .flatten()
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    assert_eq!(periods(&c), expected(&records.iter().collect::<Vec<_>>()));
+    // The same periods, from the records alone: what migration 7 and `ccmesh migrate` build.
+    let filled = periods(&c);
+    c.execute_batch("DELETE FROM request_periods").unwrap();
+    c.execute_batch(FILL_PERIODS).unwrap();
+    assert_eq!(periods(&c), filled);
+    // Prune up to the middle of the fourth period: the three periods before it are empty and go;
+    // the fourth keeps its rows while any of its records may remain.
+    let first_period = period_of(records.iter().map(|r| r.started_at_ms).min().unwrap() as i64);
+    let cutoff = (first_period + 3) * PERIOD_MS + PERIOD_MS / 2;
+    while prune_chunk(&mut c, cutoff, 16).unwrap() == 16 {}
+    let left: Vec<&RequestRecord> = records.iter().filter(|r| r.started_at_ms as i64 >= cutoff).collect();
+    let mut want = expected(&left);
+    let fourth = first_period + 3;
+    // The fourth period's values from its pruned first half may stay: rows say "may hold".
+    let kept: Vec<_> = periods(&c);
+    assert!(kept.iter().all(|(_, _, h)| *h >= fourth), "{kept:?}");
+    want.retain(|(_, _, h)| *h > fourth);
+    assert_eq!(kept.iter().filter(|(_, _, h)| *h > fourth).cloned().collect::<Vec<_>>(), want);
+    assert_eq!(
+        all_pages(&c, &Filter { endpoint: Some("a".into()), ..Default::default() }, 10).len(),
+        left.iter().filter(|r| r.endpoint.as_deref() == Some("a")).count()
+    );
 }

@@ -3,6 +3,7 @@
 
 use rusqlite::{Connection, params};
 
+use super::PeriodsWritten;
 use crate::observe::record::RequestRecord;
 use crate::store::StoreError;
 use crate::store::sql::Sql;
@@ -23,9 +24,18 @@ pub(crate) use insert_columns;
 const INSERT_SUMMARY: &str = concat!(
     "INSERT INTO requests (",
     insert_columns!(),
-    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)
-     ON CONFLICT (id) DO NOTHING"
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)"
 );
+
+/// Whether a record id is stored: through its start time, as `records::get` finds it. (A
+/// `NOT EXISTS` in the insert itself would make SQLite stage every row in a temporary table,
+/// as it does for any insert that reads its own table: twice the cost, measured.)
+const STORED: &str = "SELECT 1 FROM requests WHERE started_at = ?1 AND id = ?2";
+
+const INSERT_PERIOD: &str = "INSERT OR IGNORE INTO request_periods (dimension, value, period) VALUES (?1, ?2, ?3)";
+
+/// After a prune pass: the periods that ended before the cutoff hold no record any more.
+pub const DELETE_EMPTIED_PERIODS: &str = "DELETE FROM request_periods WHERE period < ?";
 
 /// One record's `requests` row: the narrow columns the filters, the list and the statistics
 /// read. Both backends insert exactly these, so a change of what is stored is made here.
@@ -88,7 +98,7 @@ pub fn detail_json(r: &RequestRecord) -> Result<String, StoreError> {
     serde_json::to_string(r).map_err(|e| StoreError::Corrupt(format!("record {}: {e}", r.id)))
 }
 
-fn sql_int(v: u64) -> i64 {
+pub(super) fn sql_int(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
@@ -138,17 +148,32 @@ pub(super) fn search_text(r: &RequestRecord) -> Option<String> {
     Some(text)
 }
 
-/// Insert records in one transaction; returns how many were new (a record whose id is already
-/// stored is skipped, so one duplicate can never fail a whole batch).
+/// Insert records and their periods (`request_periods`) in one transaction; returns how many were
+/// new (a record whose id is already stored is skipped, so one duplicate can never fail a
+/// whole batch).
 pub fn insert_batch(conn: &mut Connection, records: &[RequestRecord]) -> Result<usize, StoreError> {
+    insert_batch_noting(conn, records, &mut PeriodsWritten::default())
+}
+
+/// `insert_batch` for a writer that remembers the periods it wrote, and writes only new ones.
+pub fn insert_batch_noting(
+    conn: &mut Connection,
+    records: &[RequestRecord],
+    written: &mut PeriodsWritten,
+) -> Result<usize, StoreError> {
+    let periods = written.missing(records);
     let tx = conn.transaction()?;
     let mut inserted = 0;
     {
         let mut summary = tx.prepare_cached(INSERT_SUMMARY)?;
         let mut detail = tx.prepare_cached("INSERT INTO request_records (seq, record) VALUES (?1, ?2)")?;
+        let mut stored = tx.prepare_cached(STORED)?;
         for r in records {
-            let json = detail_json(r)?;
             let c = Columns::of(r);
+            if stored.exists(params![c.started_at, c.id])? {
+                continue;
+            }
+            let json = detail_json(r)?;
             let n = summary.execute(params![
                 c.id,
                 c.started_at,
@@ -178,8 +203,13 @@ pub fn insert_batch(conn: &mut Connection, records: &[RequestRecord]) -> Result<
                 inserted += 1;
             }
         }
+        let mut period = tx.prepare_cached(INSERT_PERIOD)?;
+        for (dimension, value, h) in &periods {
+            period.execute(params![dimension, value, h])?;
+        }
     }
     tx.commit()?;
+    written.note(&periods);
     Ok(inserted)
 }
 
@@ -200,6 +230,9 @@ pub fn prune_chunk(conn: &mut Connection, cutoff_ms: i64, chunk: usize) -> Resul
             detail.execute([seq])?;
             summary.execute([seq])?;
         }
+    }
+    if seqs.len() < chunk {
+        tx.execute(DELETE_EMPTIED_PERIODS, [super::period_of(cutoff_ms)])?;
     }
     tx.commit()?;
     Ok(seqs.len())
