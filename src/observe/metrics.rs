@@ -25,7 +25,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt::{Display, Write as _};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use arc_swap::ArcSwapOption;
 
@@ -261,8 +261,8 @@ impl<V> Family<V> {
 
     /// Run `f` on the series of `labels`, creating it with `make` the first time.
     fn with(&self, labels: &[&str], make: impl FnOnce() -> V, f: impl FnOnce(&V)) {
-        // The key of an existing series is built in this thread's scratch buffer: ~10 lookups per
-        // request, and a key allocated and freed for each was a visible part of a request's cost.
+        // The key of an existing series is built in this thread's scratch buffer: a key
+        // allocated and freed for each lookup was a visible part of a request's cost.
         let map = read(&self.series);
         let found = KEY_SCRATCH.with_borrow_mut(|key| {
             key.clear();
@@ -274,11 +274,48 @@ impl<V> Family<V> {
             return;
         }
         drop(map);
+        f(&self.create(labels, make).value);
+    }
+
+    /// The series of `labels`, created with `make` the first time.
+    fn series(&self, labels: &[&str], make: impl FnOnce() -> V) -> Arc<Series<V>> {
+        let map = read(&self.series);
+        let found = KEY_SCRATCH.with_borrow_mut(|key| {
+            key.clear();
+            push_series_key(key, labels);
+            map.get(key.as_str()).cloned()
+        });
+        drop(map);
+        found.unwrap_or_else(|| self.create(labels, make))
+    }
+
+    fn create(&self, labels: &[&str], make: impl FnOnce() -> V) -> Arc<Series<V>> {
         let mut map = write(&self.series);
         let s = map.entry(series_key(labels)).or_insert_with(|| {
             Arc::new(Series { labels: labels.iter().map(|l| l.to_string()).collect(), value: make() })
         });
-        f(&s.value);
+        Arc::clone(s)
+    }
+
+    /// `with`, but a new series only while the family holds fewer than `max`; whether `f` ran.
+    fn with_bounded(&self, labels: &[&str], max: usize, make: impl FnOnce() -> V, f: impl FnOnce(&V)) -> bool {
+        let map = read(&self.series);
+        let found = KEY_SCRATCH.with_borrow_mut(|key| {
+            key.clear();
+            push_series_key(key, labels);
+            map.get(key.as_str())
+        });
+        if let Some(s) = found {
+            f(&s.value);
+            return true;
+        }
+        let full = map.len() >= max;
+        drop(map);
+        if full {
+            return false;
+        }
+        f(&self.create(labels, make).value);
+        true
     }
 
     /// Every series, ordered by label values (stable output), copied out of the lock.
@@ -299,6 +336,36 @@ impl Family<AtomicU64> {
             },
         );
     }
+}
+
+/// The series a plain request touches (one attempt, at the endpoint it names), found with one
+/// lookup instead of the ten or so `observe_request` would make. Each slot is filled the first
+/// time a request uses it, through its family, so a bundle never brings a series into being
+/// that the families alone would not have.
+#[derive(Default)]
+struct Plain {
+    requests: OnceLock<Arc<Series<AtomicU64>>>,
+    attempt: OnceLock<Arc<Series<AtomicU64>>>,
+    duration: OnceLock<Arc<Series<Histogram>>>,
+    first_byte: OnceLock<Arc<Series<Histogram>>>,
+    overhead: OnceLock<Arc<Series<Histogram>>>,
+    tokens: [OnceLock<Arc<Series<AtomicU64>>>; 4],
+    cost: OnceLock<Arc<Series<FloatCounter>>>,
+    unpriced: OnceLock<Arc<Series<AtomicU64>>>,
+}
+
+/// Bundles kept before plain requests go the long way too: label values are capped, but their
+/// product need not be small.
+const MAX_PLAIN_BUNDLES: usize = 1024;
+
+/// Fill `slot` from `family` the first time; then the series' value.
+fn slot<'a, V>(
+    slot: &'a OnceLock<Arc<Series<V>>>,
+    family: &Family<V>,
+    labels: &[&str],
+    make: impl FnOnce() -> V,
+) -> &'a V {
+    &slot.get_or_init(|| family.series(labels, make)).value
 }
 
 /// Unambiguous whatever the values contain: each is prefixed by its length.
@@ -458,6 +525,10 @@ pub struct Metrics {
     tokens: Family<AtomicU64>,
     cost: Family<FloatCounter>,
     unpriced: Family<AtomicU64>,
+    /// By protocol, endpoint, status class, outcome and model label: not rendered.
+    plain: Family<Plain>,
+    /// `MAX_PLAIN_BUNDLES`; tests compare against none.
+    max_plain: usize,
 }
 
 impl Default for Metrics {
@@ -499,6 +570,8 @@ impl Metrics {
             tokens: Family::new(),
             cost: Family::new(),
             unpriced: Family::new(),
+            plain: Family::new(),
+            max_plain: MAX_PLAIN_BUNDLES,
         }
     }
 
@@ -520,6 +593,87 @@ impl Metrics {
         let protocol = protocol_label(&record.protocol);
         let endpoint = self.endpoint_label(vocabulary, record.endpoint.as_deref());
 
+        let t = &record.tokens;
+        let counts = [t.input, t.output, t.cache_read, t.cache_write];
+        // The model is a label only of the token counts, and only admitted when they are known.
+        let model = if counts.iter().any(Option::is_some) {
+            self.model_label(vocabulary, record.model_answered.as_deref().or(record.model_sent.as_deref()))
+        } else {
+            String::new()
+        };
+        match record.attempts.as_slice() {
+            [only] if record.endpoint.as_deref() == Some(only.endpoint.as_str()) => {
+                self.observe_plain(
+                    record,
+                    [protocol, endpoint, record.status_class(), outcome_str(only.classification)],
+                    &model,
+                );
+            }
+            _ => self.observe_each(record, protocol, endpoint, &model),
+        }
+        if let Some(name) = record.client_key.as_deref() {
+            let key = self.key_label(vocabulary, name);
+            self.key_requests.add(&[key, record.status_class()], 1);
+            for (kind, n) in TOKEN_KINDS.iter().zip(counts) {
+                if let Some(n) = n {
+                    self.key_tokens.add(&[key, kind], n);
+                }
+            }
+            if let Some(usd) = record.cost_usd.filter(|c| c.is_finite()) {
+                self.key_cost.with(&[key], FloatCounter::default, |c| c.add(usd));
+            }
+        }
+    }
+
+    /// `observe_each` through the request's bundle (`Plain`): the same series, the same counts.
+    fn observe_plain(&self, record: &RequestRecord, labels: [&str; 4], model: &str) {
+        let [protocol, endpoint, class, outcome] = labels;
+        let bundled = self.plain.with_bounded(
+            &[protocol, endpoint, class, outcome, model],
+            self.max_plain,
+            Plain::default,
+            |b| {
+                let counter = || AtomicU64::new(0);
+                slot(&b.requests, &self.requests, &[protocol, endpoint, class], counter)
+                    .fetch_add(1, Ordering::Relaxed);
+                slot(&b.attempt, &self.attempts, &[endpoint, outcome], counter).fetch_add(1, Ordering::Relaxed);
+                let seconds = |ms: f64| ms / 1000.0;
+                slot(&b.duration, &self.duration, &[protocol], || Histogram::new(REQUEST_BUCKETS))
+                    .observe(seconds(record.total_ms));
+                if let Some(ms) = record.first_byte_ms {
+                    slot(&b.first_byte, &self.first_byte, &[protocol], || Histogram::new(FIRST_BYTE_BUCKETS))
+                        .observe(seconds(ms));
+                }
+                slot(&b.overhead, &self.overhead, &[protocol], || Histogram::new(OVERHEAD_BUCKETS))
+                    .observe(seconds(record.overhead_ms));
+                let t = &record.tokens;
+                let counts = [t.input, t.output, t.cache_read, t.cache_write];
+                for ((kind, n), s) in TOKEN_KINDS.iter().zip(counts).zip(&b.tokens) {
+                    if let Some(n) = n {
+                        slot(s, &self.tokens, &[endpoint, model, kind], counter).fetch_add(n, Ordering::Relaxed);
+                    }
+                }
+                match record.cost_usd {
+                    Some(usd) if usd.is_finite() => {
+                        slot(&b.cost, &self.cost, &[endpoint], FloatCounter::default).add(usd)
+                    }
+                    Some(_) => {}
+                    None if t.is_known() => {
+                        slot(&b.unpriced, &self.unpriced, &[endpoint], counter).fetch_add(1, Ordering::Relaxed);
+                    }
+                    None => {}
+                }
+            },
+        );
+        if !bundled {
+            self.observe_each(record, protocol, endpoint, model);
+        }
+    }
+
+    /// A request's series (but its client key's), each looked up in its family.
+    fn observe_each(&self, record: &RequestRecord, protocol: &str, endpoint: &str, model: &str) {
+        let vocabulary = self.vocabulary.load();
+        let vocabulary = vocabulary.as_deref();
         self.requests.add(&[protocol, endpoint, record.status_class()], 1);
         for a in &record.attempts {
             self.attempts.add(&[self.endpoint_label(vocabulary, Some(&a.endpoint)), outcome_str(a.classification)], 1);
@@ -545,12 +699,9 @@ impl Metrics {
 
         let t = &record.tokens;
         let counts = [t.input, t.output, t.cache_read, t.cache_write];
-        if counts.iter().any(Option::is_some) {
-            let model = self.model_label(vocabulary, record.model_answered.as_deref().or(record.model_sent.as_deref()));
-            for (kind, n) in TOKEN_KINDS.iter().zip(counts) {
-                if let Some(n) = n {
-                    self.tokens.add(&[endpoint, &model, kind], n);
-                }
+        for (kind, n) in TOKEN_KINDS.iter().zip(counts) {
+            if let Some(n) = n {
+                self.tokens.add(&[endpoint, model, kind], n);
             }
         }
         match record.cost_usd {
@@ -559,18 +710,6 @@ impl Metrics {
             // Unknown usage is not "unpriced": there was nothing to price.
             None if t.is_known() => self.unpriced.add(&[endpoint], 1),
             None => {}
-        }
-        if let Some(name) = record.client_key.as_deref() {
-            let key = self.key_label(vocabulary, name);
-            self.key_requests.add(&[key, record.status_class()], 1);
-            for (kind, n) in TOKEN_KINDS.iter().zip(counts) {
-                if let Some(n) = n {
-                    self.key_tokens.add(&[key, kind], n);
-                }
-            }
-            if let Some(usd) = record.cost_usd.filter(|c| c.is_finite()) {
-                self.key_cost.with(&[key], FloatCounter::default, |c| c.add(usd));
-            }
         }
     }
 
@@ -848,6 +987,53 @@ mod tests {
             client_key: None,
             affinity: false,
         }
+    }
+
+    #[test]
+    fn bundled_requests_count_exactly_what_the_families_alone_count() {
+        let bundled = Metrics::new();
+        let alone = Metrics { max_plain: 0, ..Metrics::new() };
+        let mut records = Vec::new();
+        for (i, status) in [200u16, 200, 503, 429, 200, 404, 200, 200].into_iter().enumerate() {
+            let mut r = record(["claude", "openai", "responses"][i % 3], ["a", "b"][i % 2], status);
+            r.total_ms = 10.0 * i as f64;
+            r.overhead_ms = 0.25 * i as f64;
+            r.first_byte_ms = (i % 3 != 0).then_some(2.0 * i as f64);
+            if i % 4 != 1 {
+                r.tokens = Tokens {
+                    input: Some(i as u64),
+                    output: Some(7),
+                    cache_read: (i % 2 == 0).then_some(3),
+                    cache_write: None,
+                };
+            }
+            r.cost_usd = match i % 4 {
+                0 => Some(0.01 * i as f64),
+                2 => Some(f64::NAN),
+                _ => None,
+            };
+            r.model_answered = (i % 2 == 0).then(|| format!("model-{}", i % 3));
+            if status != 200 {
+                r.attempts[0].classification = Classification::Failure;
+            }
+            match i {
+                // Failed over: the long way, in both.
+                3 => r.attempts.insert(0, attempt("b", Classification::Failure)),
+                // One attempt at another endpoint than the record names.
+                5 => r.endpoint = Some("c".into()),
+                6 => r.client_key = Some("alice".into()),
+                _ => {}
+            }
+            records.push(r);
+        }
+        // Twice: once creating every series, once through bundles already filled.
+        for r in records.iter().chain(&records) {
+            bundled.observe_request(r);
+            alone.observe_request(r);
+        }
+        let scrape = Scrape::default();
+        assert_eq!(bundled.render_scrape(&scrape), alone.render_scrape(&scrape));
+        assert!(!bundled.plain.sorted().is_empty() && alone.plain.sorted().is_empty());
     }
 
     fn vocabulary(endpoints: &[&str], models: &[&str]) -> Vocabulary {
