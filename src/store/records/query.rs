@@ -362,26 +362,62 @@ pub(crate) fn started_at_of(id: &str) -> Option<i64> {
 /// The full stored record (with the decision trail), plus `started_at` (RFC 3339) and
 /// `status_class` for the reader's convenience; `None` if there is no such id. The record is
 /// found through its start time (`started_at_of`), so an id of any other shape names none.
+/// Its detail holds what the row does not (`write::detail_json`); the rest comes from the row.
 pub fn get(db: &dyn Sql, id: &str) -> Result<Option<Value>, StoreError> {
     let Some(started_at) = started_at_of(id) else { return Ok(None) };
-    let text = db
-        .row(
-            "SELECT d.record FROM requests r JOIN request_records d ON d.seq = r.seq WHERE r.started_at = ? AND r.id = ?",
-            &[started_at.into(), id.into()],
-        )?
-        .map(|r| r.text(0))
-        .transpose()?;
-    let Some(text) = text else { return Ok(None) };
+    let sql = format!(
+        "SELECT {SUMMARY_COLUMNS}, (SELECT record FROM request_records d WHERE d.seq = requests.seq)
+         FROM requests WHERE started_at = ? AND id = ?"
+    );
+    let Some(row) = db.row(&sql, &[started_at.into(), id.into()])? else { return Ok(None) };
+    let (_, summary) = summary_row(&row)?;
+    let detail = row.text(21)?;
     let mut v: Value =
-        serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("request record {id}: {e}")))?;
-    if let Some(obj) = v.as_object_mut() {
-        let started = obj.get("started_at_ms").and_then(Value::as_i64).unwrap_or(0);
-        let status = obj.get("status").and_then(Value::as_u64).unwrap_or(0);
-        obj.insert("started_at".into(), Value::from(rfc3339_ms(started)));
-        obj.insert(
-            "status_class".into(),
-            Value::from(crate::observe::record::status_class(u16::try_from(status).unwrap_or(0))),
-        );
+        serde_json::from_str(&detail).map_err(|e| StoreError::Corrupt(format!("request record {id}: {e}")))?;
+    let Some(obj) = v.as_object_mut() else {
+        return Err(StoreError::Corrupt(format!("request record {id}: the detail is not an object")));
+    };
+    let Summary {
+        id,
+        started_at,
+        started_at_ms,
+        protocol,
+        endpoint,
+        model_requested,
+        model_sent,
+        status,
+        stream,
+        failed_over,
+        attempts: _,
+        total_ms,
+        first_byte_ms,
+        overhead_ms,
+        tokens,
+        cost_usd,
+        error: _,
+        client_key,
+    } = summary;
+    let fields = [
+        ("id", Value::from(id)),
+        ("started_at", Value::from(started_at)),
+        ("started_at_ms", Value::from(started_at_ms)),
+        ("protocol", Value::from(protocol)),
+        ("endpoint", Value::from(endpoint)),
+        ("model_requested", Value::from(model_requested)),
+        ("model_sent", Value::from(model_sent)),
+        ("status", Value::from(status)),
+        ("status_class", Value::from(crate::observe::record::status_class(status))),
+        ("stream", Value::from(stream)),
+        ("failed_over", Value::from(failed_over)),
+        ("total_ms", Value::from(total_ms)),
+        ("first_byte_ms", Value::from(first_byte_ms)),
+        ("overhead_ms", Value::from(overhead_ms)),
+        ("tokens", serde_json::to_value(tokens).unwrap_or(Value::Null)),
+        ("cost_usd", Value::from(cost_usd)),
+        ("client_key", Value::from(client_key)),
+    ];
+    for (name, value) in fields {
+        obj.insert(name.into(), value);
     }
     Ok(Some(v))
 }

@@ -597,3 +597,32 @@ fn periods_follow_their_records_through_retention() {
         left.iter().filter(|r| r.endpoint.as_deref() == Some("a")).count()
     );
 }
+
+#[test]
+fn the_detail_holds_only_what_the_row_does_not_and_reads_back_whole() {
+    let mut c = db();
+    let mut r = failed(&tid(1_700_000_000_123, "d1"), 1_700_000_000_123);
+    r.client_key = Some("alice".into());
+    r.cost_usd = Some(0.25);
+    r.tokens = Tokens { input: Some(3), output: None, cache_read: Some(7), cache_write: None };
+    r.first_token_ms = Some(44.5);
+    r.conversion = Some("anthropic→openai".into());
+    r.losses = vec!["top_k: dropped".into()];
+    r.affinity = true;
+    insert_batch(&mut c, std::slice::from_ref(&r)).unwrap();
+    let stored: String = c.query_row("SELECT record FROM request_records", [], |row| row.get(0)).unwrap();
+    let stored: serde_json::Value = serde_json::from_str(&stored).unwrap();
+    for column in
+        ["id", "started_at_ms", "protocol", "endpoint", "status", "total_ms", "tokens", "cost_usd", "client_key"]
+    {
+        assert!(stored.get(column).is_none(), "{column} is the row's: {stored}");
+    }
+    let read = get(&c, &r.id).unwrap().unwrap();
+    let mut back = read.clone();
+    back.as_object_mut().unwrap().remove("started_at");
+    back.as_object_mut().unwrap().remove("status_class");
+    assert_eq!(serde_json::from_value::<RequestRecord>(back).unwrap(), r);
+    // A detail stored whole, as every record was before, reads the same.
+    c.execute("UPDATE request_records SET record = ?1", [serde_json::to_string(&r).unwrap()]).unwrap();
+    assert_eq!(get(&c, &r.id).unwrap().unwrap(), read);
+}

@@ -4,7 +4,9 @@
 use rusqlite::{Connection, params};
 
 use super::PeriodsWritten;
-use crate::observe::record::RequestRecord;
+use serde::Serialize;
+
+use crate::observe::record::{AttemptRecord, RecordError, RequestRecord};
 use crate::store::StoreError;
 use crate::store::sql::Sql;
 
@@ -93,9 +95,75 @@ impl<'a> Columns<'a> {
     }
 }
 
-/// The stored detail: the whole record as JSON.
+/// The stored detail: the record as JSON without what its `requests` row holds (`Columns`);
+/// `query::get` puts those fields back from the row. A detail stored whole (before this was
+/// so) reads the same: the row's values are the ones it holds.
 pub fn detail_json(r: &RequestRecord) -> Result<String, StoreError> {
-    serde_json::to_string(r).map_err(|e| StoreError::Corrupt(format!("record {}: {e}", r.id)))
+    serde_json::to_string(&Detail::of(r)).map_err(|e| StoreError::Corrupt(format!("record {}: {e}", r.id)))
+}
+
+/// The fields of a record only its detail holds.
+#[derive(Serialize)]
+struct Detail<'a> {
+    method: &'a str,
+    path: &'a str,
+    user_agent: &'a Option<String>,
+    session_id: &'a Option<String>,
+    model_answered: &'a Option<String>,
+    error: &'a Option<RecordError>,
+    first_token_ms: Option<f64>,
+    attempts: &'a [AttemptRecord],
+    conversion: &'a Option<String>,
+    losses: &'a [String],
+    affinity: bool,
+}
+
+impl<'a> Detail<'a> {
+    fn of(r: &'a RequestRecord) -> Detail<'a> {
+        // Every field named, none with `..`: a field added to the record must be placed here
+        // or in `Columns` (and `query::get`) before this compiles.
+        let RequestRecord {
+            id: _,
+            started_at_ms: _,
+            protocol: _,
+            method,
+            path,
+            user_agent,
+            session_id,
+            model_requested: _,
+            model_sent: _,
+            model_answered,
+            endpoint: _,
+            stream: _,
+            status: _,
+            error,
+            first_byte_ms: _,
+            first_token_ms,
+            total_ms: _,
+            overhead_ms: _,
+            tokens: _,
+            cost_usd: _,
+            attempts,
+            failed_over: _,
+            conversion,
+            losses,
+            client_key: _,
+            affinity,
+        } = r;
+        Detail {
+            method,
+            path,
+            user_agent,
+            session_id,
+            model_answered,
+            error,
+            first_token_ms: *first_token_ms,
+            attempts,
+            conversion,
+            losses,
+            affinity: *affinity,
+        }
+    }
 }
 
 pub(super) fn sql_int(v: u64) -> i64 {
