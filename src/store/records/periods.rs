@@ -40,11 +40,17 @@ impl PeriodsWritten {
         let mut out: Vec<PeriodRow<'a>> = Vec::new();
         // Empty (and unallocated) unless a batch brings values not seen this period.
         let mut seen: HashSet<PeriodRow<'a>> = HashSet::new();
+        // Consecutive records mostly share their values: one comparison instead of a lookup.
+        let mut previous: Option<(i64, [Option<&str>; 3])> = None;
         for r in records {
             let period = period_of(i64::try_from(r.started_at_ms).unwrap_or(i64::MAX));
             let values = [r.endpoint.as_deref(), r.model_requested.as_deref(), Some(r.protocol.as_str())];
+            let before = previous.replace((period, values));
             for (i, value) in values.into_iter().enumerate() {
                 let Some(value) = value else { continue };
+                if before.is_some_and(|(p, v)| p == period && v[i] == Some(value)) {
+                    continue;
+                }
                 let row = (DIMENSIONS[i], value, period);
                 let known = period == self.period && self.values[i].contains(value);
                 if !known && seen.insert(row) {
