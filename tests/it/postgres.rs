@@ -222,6 +222,9 @@ async fn migrate_moves_an_sqlite_installation_and_refuses_a_non_empty_target() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("1 endpoints") && out.contains("1 client keys") && out.contains("2 requests"), "{out}");
     assert!(!out.contains(PASSWORD) && !err.contains(PASSWORD), "{out}{err}");
+    // The copied records' periods, which endpoint, model and protocol filters walk.
+    let periods = pg.psql("moved", "SELECT string_agg(DISTINCT dimension || '=' || value, ',') FROM request_periods").1;
+    assert!(periods.contains("endpoint=legacy") && periods.contains("protocol=claude"), "{periods}");
 
     // A second run changes nothing and says why.
     let (code, out, err) = run_cli(["migrate", "--from", &from, "--to", &url], &[]);
@@ -249,6 +252,13 @@ async fn migrate_moves_an_sqlite_installation_and_refuses_a_non_empty_target() {
     }
     assert_eq!(after[0]["client_key"], "alice");
     assert!(!before.iter().any(|r| r["id"] == after[0]["id"]), "the newest is the new one: {after:?}");
+    // A moved record is found by its endpoint, and its detail has its row's fields and trail.
+    let by_endpoint = records(moved, "&endpoint=legacy").await;
+    assert_eq!(by_endpoint.len(), 3, "{by_endpoint:?}");
+    let id = before[0]["id"].as_str().unwrap();
+    let detail = get(moved, &format!("/api/requests/{id}")).await;
+    assert_eq!((detail["id"].as_str(), detail["endpoint"].as_str()), (Some(id), Some("legacy")), "{detail}");
+    assert_eq!(detail["attempts"].as_array().map(Vec::len), Some(1), "{detail}");
 }
 
 async fn metric(server: &Server, name: &str) -> f64 {
