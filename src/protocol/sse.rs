@@ -50,6 +50,10 @@ pub struct SseScanner {
     carry: Vec<u8>,
     /// Scratch for joining several `data:` lines of one event.
     joined: String,
+    /// Where the current event's lines are in the chunk being scanned (start, end without the
+    /// line break), while the event began in that chunk: dispatch then reads its fields without
+    /// searching for the line breaks a second time.
+    lines: Vec<(usize, usize)>,
     /// The next byte starts a new line.
     line_start: bool,
     /// The previous byte was a `\r` ending a line; a following `\n` belongs to it.
@@ -69,6 +73,8 @@ pub struct SseScanner {
 }
 
 const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
+/// Line positions remembered per event; an event with more lines is split again at dispatch.
+const MAX_LINES: usize = 32;
 /// Carry/scratch capacity kept after a large event; above this the buffer is released.
 const KEEP_CAPACITY: usize = 64 * 1024;
 
@@ -83,6 +89,7 @@ impl SseScanner {
         Self {
             carry: Vec::new(),
             joined: String::new(),
+            lines: Vec::new(),
             line_start: true,
             after_cr: false,
             significant: false,
@@ -152,6 +159,9 @@ impl SseScanner {
         // Where the current event starts in `chunk`; `None` while it starts in `carry`.
         // Invariant: `carry` is non-empty only while `significant`.
         let mut start: Option<usize> = if self.carry.is_empty() { Some(0) } else { None };
+        self.lines.clear();
+        // Where the line being scanned began in `chunk`.
+        let mut line_from = 0;
         let n = chunk.len();
         let mut i = 0;
         while i < n {
@@ -162,6 +172,7 @@ impl SseScanner {
                     i += 1;
                     if !self.significant {
                         start = Some(i);
+                        self.lines.clear();
                     }
                     continue;
                 }
@@ -185,7 +196,12 @@ impl SseScanner {
                                 {
                                     self.work += bytes.len() as u64;
                                 }
-                                dispatch(bytes, &mut self.joined, on_event);
+                                if self.lines.len() > MAX_LINES {
+                                    dispatch(bytes, &mut self.joined, on_event);
+                                } else {
+                                    let lines = self.lines.iter().filter_map(|&(a, b)| chunk.get(a..b));
+                                    emit(lines, &mut self.joined, on_event);
+                                }
                             }
                             None => {
                                 self.carry.extend_from_slice(chunk.get(..i).unwrap_or_default());
@@ -210,9 +226,11 @@ impl SseScanner {
                         }
                     }
                     start = Some(i);
+                    self.lines.clear();
                     continue;
                 }
                 self.line_start = false;
+                line_from = i;
                 if b != b':' {
                     self.significant = true;
                 }
@@ -238,6 +256,13 @@ impl SseScanner {
                     if !self.significant {
                         // A finished comment line: nothing to keep.
                         start = Some(i);
+                        self.lines.clear();
+                    } else if start.is_some() && chunk.get(line_from) != Some(&b':') {
+                        // Past the cap the event is split again at dispatch, so an event of a
+                        // million short lines costs no more memory than its bytes.
+                        if self.lines.len() <= MAX_LINES {
+                            self.lines.push((line_from, e));
+                        }
                     }
                 }
                 None => {
@@ -270,12 +295,9 @@ impl SseScanner {
 
 /// Parse one complete event (its lines through the terminating blank line) and dispatch it.
 fn dispatch(bytes: &[u8], joined: &mut String, on_event: &mut impl FnMut(SseEvent<'_>)) {
-    let mut event: Option<&[u8]> = None;
-    let mut first_data: Option<&[u8]> = None;
-    let mut multi = false;
     let mut pos = 0;
-    while pos < bytes.len() {
-        let rest = bytes.get(pos..).unwrap_or_default();
+    let lines = std::iter::from_fn(|| {
+        let rest = bytes.get(pos..).filter(|r| !r.is_empty())?;
         let (line, next) = match find_eol(rest) {
             Some(p) => {
                 let mut next = pos + p + 1;
@@ -287,6 +309,18 @@ fn dispatch(bytes: &[u8], joined: &mut String, on_event: &mut impl FnMut(SseEven
             None => (rest, bytes.len()),
         };
         pos = next;
+        Some(line)
+    });
+    emit(lines, joined, on_event);
+}
+
+/// Dispatch the event made of these lines (without their line breaks; blank and comment lines
+/// are passed over).
+fn emit<'a>(lines: impl Iterator<Item = &'a [u8]>, joined: &mut String, on_event: &mut impl FnMut(SseEvent<'_>)) {
+    let mut event: Option<&[u8]> = None;
+    let mut first_data: Option<&[u8]> = None;
+    let mut multi = false;
+    for line in lines {
         if line.is_empty() || line.first() == Some(&b':') {
             continue;
         }
@@ -616,6 +650,22 @@ pub(crate) mod tests {
         assert_eq!(s.pending_bytes(), 2);
         s.feed(b"\xBF", |_| {});
         assert_eq!(s.pending_bytes(), 0);
+    }
+
+    #[test]
+    fn an_event_of_many_lines_reads_the_same_and_keeps_few_positions() {
+        let mut bytes = b"event: big\n".to_vec();
+        for i in 0..(MAX_LINES * 4) {
+            bytes.extend_from_slice(format!("data: {i}\n: note\n").as_bytes());
+        }
+        bytes.extend_from_slice(b"\n");
+        let mut whole = SseScanner::new();
+        let got = feed_all(&mut whole, &[&bytes]);
+        let want: Vec<String> = (0..MAX_LINES * 4).map(|i| i.to_string()).collect();
+        assert_eq!(got, [ev(Some("big"), &want.join("\n"))]);
+        assert!(whole.lines.len() <= MAX_LINES + 1, "{}", whole.lines.len());
+        let bytewise: Vec<&[u8]> = bytes.chunks(1).collect();
+        assert_eq!(feed_all(&mut SseScanner::new(), &bytewise), got);
     }
 
     #[test]
