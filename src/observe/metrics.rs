@@ -22,7 +22,6 @@
 //! capped. Everything else (protocol, status class, outcome, breaker state, cause, token kind,
 //! refusal reason, budget window) is an enum. The per-key families appear once a key exists.
 
-use std::collections::{HashMap, HashSet};
 use std::fmt::{Display, Write as _};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -437,11 +436,12 @@ impl Admitted {
 /// The label values the configuration vouches for: endpoint names, and the models the operator
 /// wrote down or priced.
 pub struct Vocabulary {
-    endpoints: HashSet<String>,
-    keys: HashSet<String>,
+    // The fast hasher: these hold configured names, looked up on every request.
+    endpoints: FastSet<String>,
+    keys: FastSet<String>,
     /// Lowercased → as written (model ids differ in case between providers, and endpoint
     /// patterns match case-insensitively; one spelling per model keeps one series).
-    models: HashMap<String, String>,
+    models: FastMap<String, String>,
     prices: Arc<PriceTable>,
 }
 
@@ -451,14 +451,14 @@ impl Vocabulary {
         models: impl IntoIterator<Item = String>,
         prices: Arc<PriceTable>,
     ) -> Self {
-        let mut by_lower = HashMap::new();
+        let mut by_lower = FastMap::default();
         for m in models {
             // Globs (`claude-*`) match unbounded sets of names: not a vocabulary.
             if !m.contains('*') && !m.is_empty() && m.len() <= MAX_MODEL_LEN {
                 by_lower.entry(m.to_lowercase()).or_insert(m);
             }
         }
-        Self { endpoints: endpoints.into_iter().collect(), keys: HashSet::new(), models: by_lower, prices }
+        Self { endpoints: endpoints.into_iter().collect(), keys: FastSet::default(), models: by_lower, prices }
     }
 
     /// The client keys' names.
