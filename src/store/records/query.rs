@@ -218,7 +218,9 @@ pub fn list(db: &dyn Sql, filter: &Filter, cursor: Option<Cursor>, limit: usize)
         'walk: loop {
             let periods = periods_holding(db, filter, cursor, &terms, before)?;
             for (newest, oldest) in runs(&periods) {
-                let within = within(filter, oldest * PERIOD_MS, (newest + 1) * PERIOD_MS);
+                // The last period of all has no end within i64: unbounded above.
+                let end = newest.checked_add(1).and_then(|p| p.checked_mul(PERIOD_MS));
+                let within = within(filter, oldest.saturating_mul(PERIOD_MS), end);
                 rows.extend(page_rows(db, &within, cursor, want - rows.len())?);
                 if rows.len() >= want {
                     break 'walk;
@@ -252,11 +254,15 @@ fn runs(periods: &[i64]) -> Vec<(i64, i64)> {
     out
 }
 
-/// The filter narrowed to `[start, end)` (unix ms), so the query has one time range.
-fn within(f: &Filter, start: i64, end: i64) -> Filter {
+/// The filter narrowed to `[start, end)` (unix ms; no `end`: unbounded), so the query has one
+/// time range.
+fn within(f: &Filter, start: i64, end: Option<i64>) -> Filter {
     Filter {
         since_ms: Some(f.since_ms.map_or(start, |s| s.max(start))),
-        until_ms: Some(f.until_ms.map_or(end, |u| u.min(end))),
+        until_ms: match (f.until_ms, end) {
+            (Some(u), Some(e)) => Some(u.min(e)),
+            (u, e) => u.or(e),
+        },
         ..f.clone()
     }
 }
@@ -297,7 +303,7 @@ pub(super) fn periods_sql(
     let last = [
         f.until_ms.map(|u| period_of(u.saturating_sub(1))),
         cursor.map(|c| period_of(c.started_at)),
-        before.map(|p| p - 1),
+        before.map(|p| p.saturating_sub(1)),
     ]
     .into_iter()
     .flatten()

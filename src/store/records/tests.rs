@@ -626,3 +626,18 @@ fn the_detail_holds_only_what_the_row_does_not_and_reads_back_whole() {
     c.execute("UPDATE request_records SET record = ?1", [serde_json::to_string(&r).unwrap()]).unwrap();
     assert_eq!(get(&c, &r.id).unwrap().unwrap(), read);
 }
+
+#[test]
+fn extreme_start_times_are_listed_by_value_without_overflow() {
+    let mut c = db();
+    let far = record(&tid(0xffff_ffff_ffff, "far"), u64::MAX);
+    let zero = record(&tid(0, "zero"), 0);
+    insert_batch(&mut c, &[far, zero]).unwrap();
+    let by_endpoint = Filter { endpoint: Some("a".into()), ..Default::default() };
+    assert_eq!(all_pages(&c, &by_endpoint, 1).len(), 2);
+    // `until` is exclusive: the record stored at i64::MAX is after it, walked or not.
+    let window = Filter { since_ms: Some(i64::MIN), until_ms: Some(i64::MAX), ..by_endpoint };
+    assert_eq!(all_pages(&c, &window, 5), [tid(0, "zero")]);
+    let unwalked = Filter { endpoint: None, ..window };
+    assert_eq!(all_pages(&c, &unwalked, 5), [tid(0, "zero")]);
+}
