@@ -260,51 +260,13 @@ impl<V> Family<V> {
 
     /// Run `f` on the series of `labels`, creating it with `make` the first time.
     fn with(&self, labels: &[&str], make: impl FnOnce() -> V, f: impl FnOnce(&V)) {
-        // The key of an existing series is built in this thread's scratch buffer: a key
-        // allocated and freed for each lookup was a visible part of a request's cost.
-        let map = read(&self.series);
-        let found = KEY_SCRATCH.with_borrow_mut(|key| {
-            key.clear();
-            push_series_key(key, labels);
-            map.get(key.as_str())
-        });
-        if let Some(s) = found {
-            f(&s.value);
-            return;
-        }
-        drop(map);
-        f(&self.create(labels, make).value);
-    }
-
-    /// The series of `labels`, created with `make` the first time.
-    fn series(&self, labels: &[&str], make: impl FnOnce() -> V) -> Arc<Series<V>> {
-        let map = read(&self.series);
-        let found = KEY_SCRATCH.with_borrow_mut(|key| {
-            key.clear();
-            push_series_key(key, labels);
-            map.get(key.as_str()).cloned()
-        });
-        drop(map);
-        found.unwrap_or_else(|| self.create(labels, make))
-    }
-
-    fn create(&self, labels: &[&str], make: impl FnOnce() -> V) -> Arc<Series<V>> {
-        let mut map = write(&self.series);
-        let s = map.entry(series_key(labels)).or_insert_with(|| {
-            Arc::new(Series { labels: labels.iter().map(|l| l.to_string()).collect(), value: make() })
-        });
-        Arc::clone(s)
+        self.with_bounded(labels, usize::MAX, make, f);
     }
 
     /// `with`, but a new series only while the family holds fewer than `max`; whether `f` ran.
     fn with_bounded(&self, labels: &[&str], max: usize, make: impl FnOnce() -> V, f: impl FnOnce(&V)) -> bool {
         let map = read(&self.series);
-        let found = KEY_SCRATCH.with_borrow_mut(|key| {
-            key.clear();
-            push_series_key(key, labels);
-            map.get(key.as_str())
-        });
-        if let Some(s) = found {
+        if let Some(s) = find(&map, labels) {
             f(&s.value);
             return true;
         }
@@ -315,6 +277,20 @@ impl<V> Family<V> {
         }
         f(&self.create(labels, make).value);
         true
+    }
+
+    /// The series of `labels`, created with `make` the first time.
+    fn series(&self, labels: &[&str], make: impl FnOnce() -> V) -> Arc<Series<V>> {
+        let found = find(&read(&self.series), labels).cloned();
+        found.unwrap_or_else(|| self.create(labels, make))
+    }
+
+    fn create(&self, labels: &[&str], make: impl FnOnce() -> V) -> Arc<Series<V>> {
+        let mut map = write(&self.series);
+        let s = map.entry(series_key(labels)).or_insert_with(|| {
+            Arc::new(Series { labels: labels.iter().map(|l| l.to_string()).collect(), value: make() })
+        });
+        Arc::clone(s)
     }
 
     /// Every series, ordered by label values (stable output), copied out of the lock.
@@ -365,6 +341,16 @@ fn slot<'a, V>(
     make: impl FnOnce() -> V,
 ) -> &'a V {
     &slot.get_or_init(|| family.series(labels, make)).value
+}
+
+/// The series of `labels` in `map`. Its key is built in this thread's scratch buffer: a key
+/// allocated and freed for each lookup was a visible part of a request's cost.
+fn find<'m, V>(map: &'m FastMap<String, Arc<Series<V>>>, labels: &[&str]) -> Option<&'m Arc<Series<V>>> {
+    KEY_SCRATCH.with_borrow_mut(|key| {
+        key.clear();
+        push_series_key(key, labels);
+        map.get(key.as_str())
+    })
 }
 
 /// Unambiguous whatever the values contain: each is prefixed by its length.
