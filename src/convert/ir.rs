@@ -443,7 +443,7 @@ impl ConvertError {
 
 /// A body that must be one JSON object (a request, an answer), or the refusal that says why not.
 pub fn parse_object(body: &[u8]) -> Result<serde_json::Map<String, Value>, ConvertError> {
-    match serde_json::from_slice::<Value>(body) {
+    match crate::protocol::lenient::from_json::<Value>(body) {
         Ok(Value::Object(m)) => Ok(m),
         Ok(_) => Err(ConvertError::new("body", "the body must be a JSON object")),
         Err(e) => Err(ConvertError::new("body", format!("the body is not valid JSON: {e}"))),

@@ -61,7 +61,7 @@ pub fn read_answer(format: Format, body: &[u8]) -> AnswerRead {
         return AnswerRead::default();
     }
     fn read<'a, T: Deserialize<'a> + Answer>(body: &'a [u8]) -> AnswerRead {
-        match serde_json::from_slice::<T>(body) {
+        match crate::protocol::lenient::from_json::<T>(body) {
             Ok(answer) => answer.into_read(),
             Err(_) => AnswerRead::default(),
         }

@@ -116,7 +116,7 @@ pub fn peek(body: &[u8]) -> Result<Peek<'_>, GatewayError> {
             "the request body is not a JSON object; send a JSON object with at least \"model\"",
         ));
     }
-    let wire: PeekWire<'_> = serde_json::from_slice(body).map_err(|e| {
+    let wire: PeekWire<'_> = crate::protocol::lenient::from_json(body).map_err(|e| {
         GatewayError::new(
             ErrorKind::InvalidRequest,
             "invalid_json",

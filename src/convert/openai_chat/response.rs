@@ -47,7 +47,7 @@ pub(super) fn decode_usage(u: &Obj) -> Usage {
 
 /// Upstream non-streaming response body (this protocol) -> IR.
 pub fn decode_response(body: &[u8]) -> Result<Response, ConvertError> {
-    let v: Value = serde_json::from_slice(body)
+    let v: Value = crate::protocol::lenient::from_json(body)
         .map_err(|e| ConvertError::new("body", format!("the upstream response is not valid JSON: {e}")))?;
     let Value::Object(o) = v else {
         return Err(ConvertError::new("body", "the upstream response is not a JSON object"));

@@ -112,7 +112,7 @@ fn decode_output_item(item: &Value, content: &mut Vec<Part>) -> (bool, bool) {
 
 /// Upstream non-streaming response body (Responses) → IR.
 pub fn decode_response(body: &[u8]) -> Result<Response, ConvertError> {
-    let root: Value = serde_json::from_slice(body)
+    let root: Value = crate::protocol::lenient::from_json(body)
         .map_err(|e| ConvertError::new("body", format!("the upstream response is not valid JSON: {e}")))?;
     if !root.is_object() {
         return Err(ConvertError::new("body", "the upstream response is not a JSON object"));

@@ -50,7 +50,7 @@ const KNOWN_REQUEST_FIELDS: &[&str] = &[
 /// Client request body (this protocol) -> IR. Malformed or unsupported-in-a-meaning-changing-way input
 /// -> ConvertError naming the field (the gateway answers 400 with it).
 pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
-    let v: Value = serde_json::from_slice(body)
+    let v: Value = crate::protocol::lenient::from_json(body)
         .map_err(|e| ConvertError::new("body", format!("the request body is not valid JSON: {e}")))?;
     let Value::Object(o) = v else {
         return Err(ConvertError::new("body", "the request body must be a JSON object"));

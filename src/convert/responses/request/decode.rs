@@ -470,7 +470,7 @@ fn decode_input_file(field: &str, p: &Value) -> Result<Part, ConvertError> {
 
 /// Client request body (Responses) → IR.
 pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
-    let root: Value = serde_json::from_slice(body)
+    let root: Value = crate::protocol::lenient::from_json(body)
         .map_err(|e| ConvertError::new("body", format!("the body is not valid JSON: {e}")))?;
     if !root.is_object() {
         return Err(ConvertError::new("body", "the request body must be a JSON object"));
