@@ -383,6 +383,7 @@ pub fn get(db: &dyn Sql, id: &str) -> Result<Option<Value>, StoreError> {
     let Some(obj) = v.as_object_mut() else {
         return Err(StoreError::Corrupt(format!("request record {id}: the detail is not an object")));
     };
+    super::write::restore_detail_defaults(obj);
     let Summary {
         id,
         started_at,

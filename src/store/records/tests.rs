@@ -628,6 +628,55 @@ fn the_detail_holds_only_what_the_row_does_not_and_reads_back_whole() {
 }
 
 #[test]
+fn a_detail_leaves_out_its_defaults_and_reads_back_as_a_whole_one() {
+    let mut c = db();
+    // Every field the detail may leave out at its default, the attempt's too.
+    let mut plain = record(&tid(1_700_000_000_500, "p1"), 1_700_000_000_500);
+    plain.user_agent = None;
+    plain.session_id = None;
+    plain.model_answered = None;
+    plain.error = None;
+    plain.first_token_ms = None;
+    plain.conversion = None;
+    plain.losses = Vec::new();
+    plain.affinity = false;
+    for a in &mut plain.attempts {
+        (a.status, a.error_kind, a.error, a.breaker, a.resume) = (None, None, None, None, None);
+    }
+    // And one with all of them set, which leaves nothing out.
+    let mut full = failed(&tid(1_700_000_000_501, "f1"), 1_700_000_000_501);
+    full.user_agent = Some("claude-cli/2".into());
+    full.session_id = Some("s".into());
+    full.model_answered = Some("m".into());
+    full.first_token_ms = Some(1.5);
+    full.conversion = Some("anthropic→openai".into());
+    full.losses = vec!["top_k: dropped".into()];
+    full.affinity = true;
+    full.attempts[0].status = Some(529);
+    full.attempts[0].resume = Some("continued".into());
+    insert_batch(&mut c, &[plain.clone(), full.clone()]).unwrap();
+    let stored: String =
+        c.query_row("SELECT record FROM request_records ORDER BY seq LIMIT 1", [], |row| row.get(0)).unwrap();
+    for key in ["user_agent", "session_id", "error", "first_token_ms", "losses", "affinity", "breaker", "null"] {
+        assert!(!stored.contains(&format!("\"{key}\"")) && !stored.contains("null"), "{key} in {stored}");
+    }
+    for r in [&plain, &full] {
+        let read = get(&c, &r.id).unwrap().unwrap();
+        let mut back = read.clone();
+        back.as_object_mut().unwrap().remove("started_at");
+        back.as_object_mut().unwrap().remove("status_class");
+        // Every key the record serialises to is there, with its value.
+        assert_eq!(back, serde_json::to_value(r).unwrap());
+        c.execute("UPDATE request_records SET record = ?1 WHERE seq = (SELECT seq FROM requests WHERE id = ?2)", [
+            serde_json::to_string(r).unwrap(),
+            r.id.clone(),
+        ])
+        .unwrap();
+        assert_eq!(get(&c, &r.id).unwrap().unwrap(), read, "a whole detail reads the same");
+    }
+}
+
+#[test]
 fn extreme_start_times_are_listed_by_value_without_overflow() {
     let mut c = db();
     let far = record(&tid(0xffff_ffff_ffff, "far"), u64::MAX);

@@ -102,20 +102,122 @@ pub fn detail_json(r: &RequestRecord) -> Result<String, StoreError> {
     serde_json::to_string(&Detail::of(r)).map_err(|e| StoreError::Corrupt(format!("record {}: {e}", r.id)))
 }
 
-/// The fields of a record only its detail holds.
+/// The fields of a record only its detail holds. Those at their default (`null`, `[]`, `false`)
+/// are left out, as most are on a request that went well: writing their keys was a third of the
+/// detail's cost. [`restore_detail_defaults`] puts them back when the detail is read.
 #[derive(Serialize)]
 struct Detail<'a> {
     method: &'a str,
     path: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
     user_agent: &'a Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     session_id: &'a Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     model_answered: &'a Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     error: &'a Option<RecordError>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     first_token_ms: Option<f64>,
-    attempts: &'a [AttemptRecord],
+    attempts: StoredAttempts<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     conversion: &'a Option<String>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
     losses: &'a [String],
+    #[serde(skip_serializing_if = "is_false")]
     affinity: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// The keys a stored detail may leave out, with the value each stands for.
+const DETAIL_DEFAULTS: [(&str, fn() -> serde_json::Value); 8] = [
+    ("user_agent", || serde_json::Value::Null),
+    ("session_id", || serde_json::Value::Null),
+    ("model_answered", || serde_json::Value::Null),
+    ("error", || serde_json::Value::Null),
+    ("first_token_ms", || serde_json::Value::Null),
+    ("conversion", || serde_json::Value::Null),
+    ("losses", || serde_json::Value::Array(Vec::new())),
+    ("affinity", || serde_json::Value::Bool(false)),
+];
+
+/// The keys a stored attempt may leave out; each stands for `null`.
+const ATTEMPT_NULLS: [&str; 4] = ["status", "error_kind", "error", "breaker"];
+
+/// Put back the keys [`Detail`] leaves out at their default, so a record reads as it was
+/// recorded (and as a detail stored whole reads).
+pub(super) fn restore_detail_defaults(detail: &mut serde_json::Map<String, serde_json::Value>) {
+    for (key, value) in DETAIL_DEFAULTS {
+        detail.entry(key).or_insert_with(value);
+    }
+    let attempts = detail.get_mut("attempts").and_then(serde_json::Value::as_array_mut);
+    for attempt in attempts.into_iter().flatten().filter_map(serde_json::Value::as_object_mut) {
+        for key in ATTEMPT_NULLS {
+            attempt.entry(key).or_insert(serde_json::Value::Null);
+        }
+    }
+}
+
+/// A record's attempts as its detail stores them.
+struct StoredAttempts<'a>(&'a [AttemptRecord]);
+
+impl Serialize for StoredAttempts<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(StoredAttempt::of))
+    }
+}
+
+/// One attempt, with the fields at `null` left out (`ATTEMPT_NULLS`).
+#[derive(Serialize)]
+struct StoredAttempt<'a> {
+    endpoint: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resume: &'a Option<String>,
+    format: &'a str,
+    started_ms: f64,
+    duration_ms: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error_kind: &'a Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: &'a Option<String>,
+    classification: crate::observe::record::Classification,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    breaker: &'a Option<String>,
+}
+
+impl<'a> StoredAttempt<'a> {
+    fn of(a: &'a AttemptRecord) -> StoredAttempt<'a> {
+        // Every field named, none with `..`: a field added to an attempt must be placed here.
+        let AttemptRecord {
+            endpoint,
+            resume,
+            format,
+            started_ms,
+            duration_ms,
+            status,
+            error_kind,
+            error,
+            classification,
+            breaker,
+        } = a;
+        StoredAttempt {
+            endpoint,
+            resume,
+            format,
+            started_ms: *started_ms,
+            duration_ms: *duration_ms,
+            status: *status,
+            error_kind,
+            error,
+            classification: *classification,
+            breaker,
+        }
+    }
 }
 
 impl<'a> Detail<'a> {
@@ -158,7 +260,7 @@ impl<'a> Detail<'a> {
             model_answered,
             error,
             first_token_ms: *first_token_ms,
-            attempts,
+            attempts: StoredAttempts(attempts),
             conversion,
             losses,
             affinity: *affinity,
