@@ -667,10 +667,10 @@ fn a_detail_leaves_out_its_defaults_and_reads_back_as_a_whole_one() {
         back.as_object_mut().unwrap().remove("status_class");
         // Every key the record serialises to is there, with its value.
         assert_eq!(back, serde_json::to_value(r).unwrap());
-        c.execute("UPDATE request_records SET record = ?1 WHERE seq = (SELECT seq FROM requests WHERE id = ?2)", [
-            serde_json::to_string(r).unwrap(),
-            r.id.clone(),
-        ])
+        c.execute(
+            "UPDATE request_records SET record = ?1 WHERE seq = (SELECT seq FROM requests WHERE id = ?2)",
+            [serde_json::to_string(r).unwrap(), r.id.clone()],
+        )
         .unwrap();
         assert_eq!(get(&c, &r.id).unwrap().unwrap(), read, "a whole detail reads the same");
     }

@@ -132,17 +132,9 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
-/// The keys a stored detail may leave out, with the value each stands for.
-const DETAIL_DEFAULTS: [(&str, fn() -> serde_json::Value); 8] = [
-    ("user_agent", || serde_json::Value::Null),
-    ("session_id", || serde_json::Value::Null),
-    ("model_answered", || serde_json::Value::Null),
-    ("error", || serde_json::Value::Null),
-    ("first_token_ms", || serde_json::Value::Null),
-    ("conversion", || serde_json::Value::Null),
-    ("losses", || serde_json::Value::Array(Vec::new())),
-    ("affinity", || serde_json::Value::Bool(false)),
-];
+/// The keys a stored detail may leave out that stand for `null`; `losses` stands for `[]` and
+/// `affinity` for `false`.
+const DETAIL_NULLS: [&str; 6] = ["user_agent", "session_id", "model_answered", "error", "first_token_ms", "conversion"];
 
 /// The keys a stored attempt may leave out; each stands for `null`.
 const ATTEMPT_NULLS: [&str; 4] = ["status", "error_kind", "error", "breaker"];
@@ -150,9 +142,11 @@ const ATTEMPT_NULLS: [&str; 4] = ["status", "error_kind", "error", "breaker"];
 /// Put back the keys [`Detail`] leaves out at their default, so a record reads as it was
 /// recorded (and as a detail stored whole reads).
 pub(super) fn restore_detail_defaults(detail: &mut serde_json::Map<String, serde_json::Value>) {
-    for (key, value) in DETAIL_DEFAULTS {
-        detail.entry(key).or_insert_with(value);
+    for key in DETAIL_NULLS {
+        detail.entry(key).or_insert(serde_json::Value::Null);
     }
+    detail.entry("losses").or_insert_with(|| serde_json::Value::Array(Vec::new()));
+    detail.entry("affinity").or_insert(serde_json::Value::Bool(false));
     let attempts = detail.get_mut("attempts").and_then(serde_json::Value::as_array_mut);
     for attempt in attempts.into_iter().flatten().filter_map(serde_json::Value::as_object_mut) {
         for key in ATTEMPT_NULLS {
