@@ -187,11 +187,11 @@ fn main() {
         for i in 0..n {
             batch.push(generate(&mut rng, i, n));
             if batch.len() == 1000 {
-                records::insert_batch_noting(&mut conn, &batch, &mut hours).unwrap();
+                records::insert_batch_noting(&mut conn, &batch, &mut hours, records::Batch::Fresh).unwrap();
                 batch.clear();
             }
         }
-        records::insert_batch_noting(&mut conn, &batch, &mut hours).unwrap();
+        records::insert_batch_noting(&mut conn, &batch, &mut hours, records::Batch::Fresh).unwrap();
         conn.pragma_update(None, "wal_checkpoint", "TRUNCATE").unwrap();
     }
     let fill = fill.elapsed();

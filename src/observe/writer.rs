@@ -441,7 +441,9 @@ impl Worker {
         if batch.is_empty() {
             return;
         }
-        let result = self.conn.insert_batch(batch).or_else(|e| {
+        // The retry looks for each record among the stored ones: the first try is not assumed to
+        // have left nothing behind.
+        let result = self.conn.insert_fresh_batch(batch).or_else(|e| {
             tracing::warn!(event = "record_write_retry", error = %e, records = batch.len(), "retrying a record batch");
             self.conn.insert_batch(batch)
         });

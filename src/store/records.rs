@@ -47,7 +47,8 @@ pub use query::{Cursor, Filter, Page, Summary, get, list};
 pub use stats::*;
 pub(crate) use write::insert_columns;
 pub use write::{
-    Columns, DELETE_EMPTIED_PERIODS, count, count_in, detail_json, insert_batch, insert_batch_noting, prune_chunk,
+    Batch, Columns, DELETE_EMPTIED_PERIODS, count, count_in, detail_json, insert_batch, insert_batch_noting,
+    prune_chunk,
 };
 
 use super::keys::RecordedCharge;
@@ -182,7 +183,8 @@ pub const FILL_PERIODS: &str = fill_periods!();
 /// - The time index carries the three filtered columns after its key `(started_at, seq)`, so
 ///   the scan tests them in the index and reads only the matching rows.
 /// - A record is found by id through its start time, the id's first 12 hex digits
-///   (`observe::record_id`); the same probe keeps a stored id from being inserted twice.
+///   (`observe::record_id`); the same probe keeps a stored id from being inserted twice when a
+///   batch is written again after an error.
 pub const VALUE_PERIODS: &str = concat!(
     r#"
 DROP INDEX requests_id;
@@ -231,6 +233,11 @@ pub fn rfc3339_ms(ms: i64) -> String {
 pub trait RecordDb: Send {
     /// Insert in one transaction; how many were new (a record whose id is stored is skipped).
     fn insert_batch(&mut self, records: &[RequestRecord]) -> Result<usize, StoreError>;
+    /// `insert_batch` for records no batch has held before (the writer's first try), which
+    /// need not be looked for among the stored ones.
+    fn insert_fresh_batch(&mut self, records: &[RequestRecord]) -> Result<usize, StoreError> {
+        self.insert_batch(records)
+    }
     /// Delete at most `chunk` records older than `cutoff_ms`, oldest first; how many went.
     fn prune_chunk(&mut self, cutoff_ms: i64, chunk: usize) -> Result<usize, StoreError>;
     /// The stored settings document (for `retention_days`, read at prune time).
@@ -244,7 +251,11 @@ pub struct SqliteRecords(pub Connection, pub PeriodsWritten);
 
 impl RecordDb for SqliteRecords {
     fn insert_batch(&mut self, records: &[RequestRecord]) -> Result<usize, StoreError> {
-        write::insert_batch_noting(&mut self.0, records, &mut self.1)
+        write::insert_batch_noting(&mut self.0, records, &mut self.1, write::Batch::MayBeStored)
+    }
+
+    fn insert_fresh_batch(&mut self, records: &[RequestRecord]) -> Result<usize, StoreError> {
+        write::insert_batch_noting(&mut self.0, records, &mut self.1, write::Batch::Fresh)
     }
 
     fn prune_chunk(&mut self, cutoff_ms: i64, chunk: usize) -> Result<usize, StoreError> {

@@ -86,6 +86,32 @@ fn insert_round_trips_and_skips_duplicates() {
 }
 
 #[test]
+fn a_failed_batch_leaves_nothing_so_its_retry_cannot_store_a_record_twice() {
+    let mut c = db();
+    let mut periods = PeriodsWritten::default();
+    let batch = [record(&tid(1_700_000_000_200, "r1"), 1_700_000_000_200), record("boom", 1_700_000_000_200)];
+    // The second insert of the batch fails, as a full disk or a lock held too long would.
+    c.execute_batch(
+        "CREATE TEMP TRIGGER fail_boom BEFORE INSERT ON requests WHEN NEW.id = 'boom'
+         BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
+    )
+    .unwrap();
+    assert!(insert_batch_noting(&mut c, &batch, &mut periods, Batch::Fresh).is_err());
+    assert_eq!(count(&c).unwrap(), 0, "the first record went back with the batch");
+    let periods_rows: i64 = c.query_row("SELECT count(*) FROM request_periods", [], |r| r.get(0)).unwrap();
+    assert_eq!(periods_rows, 0);
+    c.execute_batch("DROP TRIGGER fail_boom").unwrap();
+    // The writer's retry (which also looks for stored ids) stores each record once.
+    assert_eq!(insert_batch_noting(&mut c, &batch, &mut periods, Batch::MayBeStored).unwrap(), 2);
+    assert_eq!(count(&c).unwrap(), 2);
+    // A fresh batch is not looked for among the stored records: every record is inserted.
+    let next = [record(&tid(1_700_000_000_300, "r3"), 1_700_000_000_300)];
+    assert_eq!(insert_batch_noting(&mut c, &next, &mut periods, Batch::Fresh).unwrap(), 1);
+    assert_eq!(count(&c).unwrap(), 3);
+    assert_eq!(all_pages(&c, &Filter { endpoint: Some("a".into()), ..Default::default() }, 10).len(), 3);
+}
+
+#[test]
 fn search_text_holds_the_error_and_failed_attempts_only() {
     assert_eq!(search_text(&record("a", 1)), None);
     let t = search_text(&failed("b", 1)).unwrap();

@@ -31,7 +31,9 @@ const INSERT_SUMMARY: &str = concat!(
 
 /// Whether a record id is stored: through its start time, as `records::get` finds it. (A
 /// `NOT EXISTS` in the insert itself would make SQLite stage every row in a temporary table,
-/// as it does for any insert that reads its own table: twice the cost, measured.)
+/// as it does for any insert that reads its own table: twice the cost, measured.) The probe
+/// reads every row that started in the same millisecond, so under load it costs more the more
+/// requests start together: it is made only for a batch that may have been written before.
 const STORED: &str = "SELECT 1 FROM requests WHERE started_at = ?1 AND id = ?2";
 
 const INSERT_PERIOD: &str = "INSERT OR IGNORE INTO request_periods (dimension, value, period) VALUES (?1, ?2, ?3)";
@@ -316,7 +318,19 @@ pub(super) fn search_text(r: &RequestRecord) -> Option<String> {
 /// new (a record whose id is already stored is skipped, so one duplicate can never fail a
 /// whole batch).
 pub fn insert_batch(conn: &mut Connection, records: &[RequestRecord]) -> Result<usize, StoreError> {
-    insert_batch_noting(conn, records, &mut PeriodsWritten::default())
+    insert_batch_noting(conn, records, &mut PeriodsWritten::default(), Batch::MayBeStored)
+}
+
+/// Whether a batch's records may already be stored, so each must be looked for first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Batch {
+    /// Records no batch has held before: the writer's first try. Each request's record is
+    /// submitted once, with an id of its own (its start time and a random part), so none of
+    /// them can be stored yet.
+    Fresh,
+    /// Records that may have been written before (a retry: the batch that failed was rolled
+    /// back whole, but nothing is assumed).
+    MayBeStored,
 }
 
 /// `insert_batch` for a writer that remembers the periods it wrote, and writes only new ones.
@@ -324,6 +338,7 @@ pub fn insert_batch_noting(
     conn: &mut Connection,
     records: &[RequestRecord],
     written: &mut PeriodsWritten,
+    batch: Batch,
 ) -> Result<usize, StoreError> {
     let periods = written.missing(records);
     let tx = conn.transaction()?;
@@ -334,7 +349,7 @@ pub fn insert_batch_noting(
         let mut stored = tx.prepare_cached(STORED)?;
         for r in records {
             let c = Columns::of(r);
-            if stored.exists(params![c.started_at, c.id])? {
+            if batch == Batch::MayBeStored && stored.exists(params![c.started_at, c.id])? {
                 continue;
             }
             let json = detail_json(r)?;
