@@ -169,7 +169,7 @@ impl StreamUsage {
         if has_usage_object(data) {
             return true;
         }
-        if self.model.is_some() || self.model_tries >= MODEL_TRIES || !data.contains(model_key) {
+        if self.model.is_some() || self.model_tries >= MODEL_TRIES || !contains(data, model_key) {
             return false;
         }
         self.model_tries += 1;
@@ -214,7 +214,7 @@ impl StreamUsage {
     /// Every Gemini chunk may carry `usageMetadata` (the running totals; the last chunk has the
     /// final ones) and names its model (`modelVersion`).
     fn observe_gemini(&mut self, ev: &SseEvent<'_>) {
-        if !ev.data.contains("\"usageMetadata\"") && !self.worth_parsing(ev.data, "\"modelVersion\"") {
+        if !contains(ev.data, "\"usageMetadata\"") && !self.worth_parsing(ev.data, "\"modelVersion\"") {
             return;
         }
         let Ok(chunk) = serde_json::from_str::<GeminiBody>(ev.data) else { return };
@@ -239,9 +239,13 @@ fn merge(into: &mut Tokens, new: Tokens) {
 /// cannot occur inside a JSON string (its quotes would be escaped), so a match is structural.
 fn has_usage_object(data: &str) -> bool {
     const KEY: &str = "\"usage\"";
+    // Built once: `str::find` sets up its searcher on every call (~0.6 k instructions, paid by
+    // every chunk of every Chat stream).
+    static FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(KEY));
     let mut rest = data;
-    while let Some(at) = rest.find(KEY) {
-        rest = &rest[at + KEY.len()..];
+    while let Some(at) = FINDER.find(rest.as_bytes()) {
+        rest = rest.get(at + KEY.len()..).unwrap_or_default();
         let after = rest.trim_start();
         if let Some(value) = after.strip_prefix(':')
             && value.trim_start().starts_with('{')
@@ -250,6 +254,12 @@ fn has_usage_object(data: &str) -> bool {
         }
     }
     false
+}
+
+/// Whether `key` occurs in `data`, through memchr's SIMD search (`str::contains` sets up a
+/// two-way searcher on every call, which costs more than the search of a short event).
+fn contains(data: &str, key: &str) -> bool {
+    memchr::memmem::find(data.as_bytes(), key.as_bytes()).is_some()
 }
 
 /// `input` minus cache reads and writes, for protocols whose input total includes them.
