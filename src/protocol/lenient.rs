@@ -5,9 +5,10 @@
 //!
 //! Two styles of reading use it. The per-event observers (`stream_events`, `observe::usage`)
 //! run on the request path for every event, so they parse into small typed structs whose
-//! leaves are the lenient types below (`Lenient`, `Lax`, `NonEmpty`, `Count`, `Text`). The
-//! codecs (`convert::*`) parse whole bodies into `serde_json::Value` and read them with the
-//! plain functions ([`count`], [`parse_arguments`], ...).
+//! leaves are the lenient types below (`Lenient`, `List`, `Lax`, `NonEmpty`, `Count`, `Text`).
+//! So does the Chat stream decoder, which reads every converted event. The other codecs
+//! (`convert::*`) parse whole bodies into `serde_json::Value` and read them with the plain
+//! functions ([`count`], [`parse_arguments`], ...).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -238,6 +239,7 @@ pub fn drain_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
 }
 
 /// An object read as `T`; `null` or any other JSON type reads as `None` instead of failing.
+#[derive(Debug)]
 pub struct Lenient<T>(pub Option<T>);
 
 impl<T> Default for Lenient<T> {
@@ -263,6 +265,51 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Lenient<T> {
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
                 T::deserialize(MapAccessDeserializer::new(map)).map(|t| Lenient(Some(t)))
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+/// An array whose elements are read as `T`; an element that is not an object is `None` (kept, so
+/// the array's length is the one sent), and anything but an array reads as empty.
+#[derive(Debug)]
+pub struct List<T>(pub Vec<Option<T>>);
+
+impl<T> Default for List<T> {
+    fn default() -> Self {
+        List(Vec::new())
+    }
+}
+
+impl<T> List<T> {
+    /// The elements that are objects, in order.
+    pub fn objects(&self) -> impl Iterator<Item = &T> {
+        self.0.iter().flatten()
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for List<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = List<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array")
+            }
+            scalars_read_as!(List::default());
+            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
+                List::deserialize(d)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                drain_map(map).map(|()| List::default())
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(16));
+                while let Some(Lenient(item)) = seq.next_element::<Lenient<T>>()? {
+                    items.push(item);
+                }
+                Ok(List(items))
             }
         }
         d.deserialize_any(V(PhantomData))
@@ -687,6 +734,7 @@ mod tests {
         t: Text,
         e: NonEmpty,
         o: Lenient<Inner>,
+        l: List<Inner>,
     }
 
     #[derive(Deserialize, Default)]
@@ -701,19 +749,22 @@ mod tests {
 
     #[test]
     fn lenient_leaves_read_odd_types_as_absent() {
-        let p = probe(r#"{"s":"x","n":"12","t":"m","e":[0],"o":{"k":3.0}}"#);
+        let p = probe(r#"{"s":"x","n":"12","t":"m","e":[0],"o":{"k":3.0},"l":[{"k":1},2,null,{"k":"x"}]}"#);
         assert_eq!(p.s.as_str(), Some("x"));
         assert_eq!(p.n.0, Some(12));
         assert_eq!(p.t.0.as_deref(), Some("m"));
         assert!(p.e.0);
         assert_eq!(p.o.0.map(|i| i.k.0), Some(Some(3)));
+        assert_eq!(p.l.0.len(), 4, "a list keeps the length sent");
+        assert_eq!(p.l.objects().map(|i| i.k.0).collect::<Vec<_>>(), [Some(1), None]);
 
-        let p = probe(r#"{"s":4.0,"n":-1,"t":7,"e":{},"o":[{"k":1}]}"#);
+        let p = probe(r#"{"s":4.0,"n":-1,"t":7,"e":{},"o":[{"k":1}],"l":{"k":1}}"#);
         assert_eq!(p.s.as_u64(), Some(4));
         assert_eq!(p.n.0, None);
         assert_eq!(p.t.0, None);
         assert!(!p.e.0);
         assert!(p.o.0.is_none());
+        assert!(p.l.0.is_empty());
 
         let p = probe(r#"{"s":{"a":1},"n":{"a":1},"t":["x"],"e":"","o":"object?"}"#);
         assert!(matches!(p.s, Lax::Other));

@@ -4,10 +4,10 @@ use serde_json::Value;
 
 use super::super::error::{ErrorFields, MAX_ERROR_TEXT, error_kind, find_error};
 use super::super::response::{decode_usage, stop_reason, synth_call_id};
-use super::super::{Obj, count_field};
+use super::chunk::{Delta, Parse, Read, read};
 use crate::convert::ir::*;
 use crate::protocol::errors::ErrorKind;
-use crate::protocol::lenient::{get, get_str, truncate_marked};
+use crate::protocol::lenient::truncate_marked;
 use crate::protocol::sse::SseEvent;
 
 /// The stream key of a legacy `delta.function_call` (it has no `index`).
@@ -49,6 +49,10 @@ impl StreamDecoder {
     }
 
     pub fn decode(&mut self, event: &SseEvent<'_>, out: &mut Vec<StreamEvent>) {
+        self.decode_with(event, out, Parse::Direct);
+    }
+
+    fn decode_with(&mut self, event: &SseEvent<'_>, out: &mut Vec<StreamEvent>, parse: Parse) {
         if self.ended || self.failed {
             return;
         }
@@ -63,9 +67,10 @@ impl StreamDecoder {
             self.ended = true;
             return;
         }
-        let v: Value = match serde_json::from_str(data) {
-            Ok(v) => v,
-            Err(_) => {
+        let mut slot = None;
+        let chunk = match read(data, &mut slot, parse) {
+            Read::Chunk(chunk) => chunk,
+            Read::Malformed => {
                 self.fail(
                     out,
                     ErrorKind::Api,
@@ -73,25 +78,26 @@ impl StreamDecoder {
                 );
                 return;
             }
+            Read::NotObject(v) => {
+                // Gemini's OpenAI layer reports errors as `[{"error":{...}}]`.
+                let (kind, message) = match find_error(&v) {
+                    Some(f) => (error_kind(None, &f), f.message),
+                    None => (ErrorKind::Api, None),
+                };
+                let message = message.unwrap_or_else(|| {
+                    format!("the upstream sent an unexpected stream chunk: {}", truncate_marked(data, MAX_ERROR_TEXT))
+                });
+                self.fail(out, kind, message);
+                return;
+            }
         };
-        let Value::Object(chunk) = v else {
-            // Gemini's OpenAI layer reports errors as `[{"error":{...}}]`.
-            let (kind, message) = match find_error(&v) {
-                Some(f) => (error_kind(None, &f), f.message),
-                None => (ErrorKind::Api, None),
-            };
-            let message = message.unwrap_or_else(|| {
-                format!("the upstream sent an unexpected stream chunk: {}", truncate_marked(data, MAX_ERROR_TEXT))
-            });
-            self.fail(out, kind, message);
-            return;
-        };
-        let is_error = get(&chunk, "error").is_some()
-            || get_str(&chunk, "object") == Some("error")
-            || get_str(&chunk, "type") == Some("error")
+        let is_error = chunk.error.0
+            || chunk.object.as_str() == Some("error")
+            || chunk.kind.as_str() == Some("error")
             || event.event == Some("error");
         if is_error {
-            let f = find_error(&Value::Object(chunk)).unwrap_or(ErrorFields {
+            // Rare: the whole error object is read from a `Value`.
+            let f = serde_json::from_str::<Value>(data).ok().and_then(|v| find_error(&v)).unwrap_or(ErrorFields {
                 message: None,
                 kind_label: None,
                 code: None,
@@ -106,19 +112,14 @@ impl StreamDecoder {
             return;
         }
 
-        let choices = get(&chunk, "choices").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-        let usage = get(&chunk, "usage").and_then(Value::as_object);
-        let model = get_str(&chunk, "model").unwrap_or_default();
+        let choices = &chunk.choices.0;
+        let usage = chunk.usage.0.as_ref();
+        let model = chunk.model.as_str().unwrap_or_default();
         if !self.started && choices.is_empty() && usage.is_none() && model.is_empty() {
             // Azure's leading `prompt_filter_results` chunk: no id, model or content yet.
             return;
         }
-        self.start(
-            out,
-            get_str(&chunk, "id").unwrap_or_default().to_owned(),
-            model.to_owned(),
-            count_field(&chunk, "created"),
-        );
+        self.start(out, chunk.id.as_str().unwrap_or_default().to_owned(), model.to_owned(), chunk.created.as_u64());
         if let Some(u) = usage {
             self.usage.merge(&decode_usage(u));
         }
@@ -126,15 +127,15 @@ impl StreamDecoder {
             // Only a late usage chunk or [DONE] can follow the Finish.
             return;
         }
-        for choice in choices.iter().filter_map(Value::as_object) {
-            if count_field(choice, "index").unwrap_or(0) != 0 {
+        for choice in chunk.choices.objects() {
+            if choice.index.as_u64().unwrap_or(0) != 0 {
                 continue;
             }
-            if let Some(delta) = get(choice, "delta").and_then(Value::as_object) {
+            if let Some(delta) = &choice.delta.0 {
                 self.delta(delta, out);
             }
             // Some vendors send `""` on every chunk: only a real reason ends the turn.
-            if let Some(reason) = get_str(choice, "finish_reason").filter(|r| !r.is_empty()) {
+            if let Some(reason) = choice.finish_reason.as_str().filter(|r| !r.is_empty()) {
                 self.finish_reason = Some(reason.to_owned());
                 self.close_all(out);
             }
@@ -181,33 +182,30 @@ impl StreamDecoder {
         self.open(out, block)
     }
 
-    fn delta(&mut self, d: &Obj, out: &mut Vec<StreamEvent>) {
-        let reasoning = get_str(d, "reasoning_content").filter(|s| !s.is_empty());
-        if let Some(r) = reasoning.or_else(|| get_str(d, "reasoning").filter(|s| !s.is_empty())) {
+    fn delta(&mut self, d: &Delta<'_>, out: &mut Vec<StreamEvent>) {
+        let reasoning = d.reasoning_content.as_str().filter(|s| !s.is_empty());
+        if let Some(r) = reasoning.or_else(|| d.reasoning.as_str().filter(|s| !s.is_empty())) {
             let index = self.open_unless(self.thinking, BlockStart::Thinking, out);
             self.thinking = Some(index);
             out.push(StreamEvent::ThinkingDelta { index, text: r.to_owned() });
         }
-        let content = get_str(d, "content").filter(|s| !s.is_empty());
-        let refusal = get_str(d, "refusal").filter(|s| !s.is_empty());
+        let content = d.content.as_str().filter(|s| !s.is_empty());
+        let refusal = d.refusal.as_str().filter(|s| !s.is_empty());
         self.saw_refusal |= refusal.is_some();
         for t in [content, refusal].into_iter().flatten() {
             let index = self.open_unless(self.text, BlockStart::Text, out);
             self.text = Some(index);
             out.push(StreamEvent::TextDelta { index, text: t.to_owned() });
         }
-        if let Some(calls) = get(d, "tool_calls").and_then(Value::as_array) {
-            for c in calls.iter().filter_map(Value::as_object) {
-                let f = get(c, "function").and_then(Value::as_object);
-                let name = f.and_then(|f| get_str(f, "name"));
-                let args = f.and_then(|f| get_str(f, "arguments")).unwrap_or_default();
-                let key = count_field(c, "index");
-                self.tool_delta(key, get_str(c, "id"), name, args, out);
-            }
+        for c in d.tool_calls.objects() {
+            let f = c.function.0.as_ref();
+            let name = f.and_then(|f| f.name.as_str());
+            let args = f.and_then(|f| f.arguments.as_str()).unwrap_or_default();
+            self.tool_delta(c.index.as_u64(), c.id.as_str(), name, args, out);
         }
-        if let Some(fc) = get(d, "function_call").and_then(Value::as_object) {
-            let args = get_str(fc, "arguments").unwrap_or_default();
-            self.tool_delta(Some(FUNCTION_CALL_KEY), None, get_str(fc, "name"), args, out);
+        if let Some(fc) = &d.function_call.0 {
+            let args = fc.arguments.as_str().unwrap_or_default();
+            self.tool_delta(Some(FUNCTION_CALL_KEY), None, fc.name.as_str(), args, out);
         }
     }
 
@@ -310,6 +308,7 @@ mod tests {
     use crate::convert::openai_chat::tests::*;
     use insta::assert_json_snapshot;
     use proptest::prelude::*;
+    use serde_json::json;
 
     const T_PARALLEL_TOOLS: &str = concat!(
         "data: {\"id\":\"chatcmpl-P1\",\"object\":\"chat.completion.chunk\",\"created\":1741570300,\"model\":\"gpt-4.1-2025-04-14\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\",\"refusal\":null},\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n\n",
@@ -489,6 +488,134 @@ mod tests {
             chunks.push(&input[last..]);
             prop_assert_eq!(decode_chunks(&chunks), whole, "{}", name);
         }
+    }
+
+    /// One decoder's events for `chunks` (each a data line's JSON), parsed as `parse` says.
+    fn decode_values(chunks: &[Value], done: bool, parse: Parse) -> Vec<StreamEvent> {
+        let mut d = StreamDecoder::new();
+        let mut out = Vec::new();
+        let texts: Vec<String> = chunks.iter().map(Value::to_string).collect();
+        for data in texts.iter().map(String::as_str).chain(done.then_some("[DONE]")) {
+            d.decode_with(&SseEvent { event: None, data }, &mut out, parse);
+        }
+        d.finish(&mut out);
+        out
+    }
+
+    fn arb_text() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            3 => prop::sample::select(vec!["", "Hi", "caf\u{e9} \"q\"", "{\"city\":", "\\n"]).prop_map(|s| json!(s)),
+            1 => arb_scalar(),
+            1 => Just(json!([1])),
+            1 => Just(json!({"a": 1})),
+        ]
+    }
+
+    fn arb_count() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(json!(0)),
+            Just(json!(1)),
+            Just(json!(0.0)),
+            Just(json!(2.5)),
+            Just(json!(-1)),
+            Just(json!("0")),
+            Just(Value::Null),
+        ]
+    }
+
+    /// An object with some of `fields` (each from its strategy), in the order given.
+    fn arb_object(fields: Vec<(&'static str, BoxedStrategy<Value>)>) -> BoxedStrategy<Value> {
+        let parts: Vec<_> = fields
+            .into_iter()
+            .map(|(key, value)| prop::option::weighted(0.7, value).prop_map(move |v| v.map(|v| (key, v))))
+            .collect();
+        parts.prop_map(|kv| Value::Object(kv.into_iter().flatten().map(|(k, v)| (k.to_owned(), v)).collect())).boxed()
+    }
+
+    fn arb_function() -> BoxedStrategy<Value> {
+        prop_oneof![4 => arb_object(vec![("name", arb_text().boxed()), ("arguments", arb_text().boxed())]), 1 => arb_scalar()]
+            .boxed()
+    }
+
+    fn arb_delta() -> BoxedStrategy<Value> {
+        let id = prop_oneof![prop::sample::select(vec!["call_a", "call_b", ""]).prop_map(|s| json!(s)), arb_scalar()];
+        let call = prop_oneof![
+            4 => arb_object(vec![("index", arb_count().boxed()), ("id", id.boxed()), ("function", arb_function())]),
+            1 => arb_scalar(),
+        ];
+        let calls = prop_oneof![3 => prop::collection::vec(call, 0..3).prop_map(Value::Array), 1 => arb_scalar()];
+        let delta = arb_object(vec![
+            ("content", arb_text().boxed()),
+            ("refusal", arb_text().boxed()),
+            ("reasoning_content", arb_text().boxed()),
+            ("reasoning", arb_text().boxed()),
+            ("tool_calls", calls.boxed()),
+            ("function_call", arb_function()),
+        ]);
+        prop_oneof![5 => delta, 1 => arb_scalar()].boxed()
+    }
+
+    fn arb_chunk() -> BoxedStrategy<Value> {
+        let reason = prop_oneof![
+            prop::sample::select(vec!["", "stop", "tool_calls", "length", "content_filter"]).prop_map(|s| json!(s)),
+            arb_scalar(),
+        ];
+        let choice = prop_oneof![
+            5 => arb_object(vec![("index", arb_count().boxed()), ("delta", arb_delta()), ("finish_reason", reason.boxed())]),
+            1 => arb_scalar(),
+        ];
+        let choices = prop_oneof![4 => prop::collection::vec(choice, 0..3).prop_map(Value::Array), 1 => arb_scalar()];
+        let usage = prop_oneof![
+            Just(json!({"prompt_tokens": 12, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 4}})),
+            Just(json!({"completion_tokens": 7.0})),
+            arb_scalar(),
+        ];
+        let object =
+            prop_oneof![9 => Just(json!("chat.completion.chunk")), 1 => Just(json!("error")), 1 => arb_scalar()];
+        let error = prop_oneof![Just(Value::Null), Just(json!({"message": "slow down", "type": "rate_limit_error"}))];
+        arb_object(vec![
+            ("id", prop_oneof![Just(json!("chatcmpl-1")), arb_scalar()].boxed()),
+            ("object", object.boxed()),
+            ("model", prop_oneof![Just(json!("gpt-4.1")), arb_scalar()].boxed()),
+            ("created", arb_count().boxed()),
+            ("choices", choices.boxed()),
+            ("usage", usage.boxed()),
+            ("error", prop::option::weighted(0.1, error).prop_map(|e| e.unwrap_or(Value::Null)).boxed()),
+        ])
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        /// The direct read of a chunk and the read through a `Value` decode to the same events,
+        /// whatever types the fields have.
+        #[test]
+        fn a_chunk_read_directly_decodes_as_one_read_through_a_value(
+            chunks in prop::collection::vec(arb_chunk(), 1..6),
+            done in any::<bool>(),
+        ) {
+            prop_assert_eq!(decode_values(&chunks, done, Parse::Direct), decode_values(&chunks, done, Parse::ViaValue));
+        }
+    }
+
+    #[test]
+    fn a_plain_chunk_is_read_without_a_value_and_a_repeated_key_keeps_the_last() {
+        let plain = r#"{"id":"c1","model":"m","choices":[{"index":0,"delta":{"content":"Hi"}}]}"#;
+        let mut slot = None;
+        assert!(matches!(read(plain, &mut slot, Parse::Direct), Read::Chunk(_)));
+        assert!(slot.is_none(), "a plain chunk must not build a Value");
+
+        // A Value keeps the last of a repeated key; so must the chunk read through one.
+        let twice = r#"{"id":"c1","model":"m","choices":[{"index":0,"delta":{"content":"first"}}],"choices":[{"index":0,"delta":{"content":"last"}}]}"#;
+        let mut out = Vec::new();
+        StreamDecoder::new().decode(&SseEvent { event: None, data: twice }, &mut out);
+        let texts: Vec<&str> = out
+            .iter()
+            .filter_map(|e| match e {
+                StreamEvent::TextDelta { text, .. } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(texts, ["last"]);
     }
 
     #[test]
