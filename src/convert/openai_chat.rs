@@ -21,7 +21,8 @@
 //!   tool-call index map and the usage seen so far.
 //!
 //! One concern per file, as in every codec: `request` (`decode`, `encode`), `response`, `stream`
-//! (`decode`, `encode`), `error`. This file holds the little that several of them use.
+//! (`decode`, `encode`), `error`; `wire` holds what the two decoders read of an upstream's answer
+//! and chunks. This file holds the little that several of them use.
 //!
 //! [`Loss`]: super::ir::Loss
 //! [`ConvertError`]: super::ir::ConvertError
@@ -30,6 +31,7 @@ mod error;
 mod request;
 mod response;
 mod stream;
+mod wire;
 
 pub use error::{decode_error, encode_error};
 pub use request::{decode_request, encode_request};
@@ -746,6 +748,44 @@ mod tests {
         "modalities",
         "reasoning_effort",
     ];
+
+    // Chat wire shapes with fields of any type, for the properties that hold the direct read
+    // of an answer or chunk to the read through a `Value`.
+
+    pub(super) fn arb_text() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            3 => prop::sample::select(vec!["", "Hi", "caf\u{e9} \"q\"", "{\"city\":", "\\n"]).prop_map(|s| json!(s)),
+            1 => arb_scalar(),
+            1 => Just(json!([1])),
+            1 => Just(json!({"a": 1})),
+        ]
+    }
+
+    pub(super) fn arb_count() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(json!(0)),
+            Just(json!(1)),
+            Just(json!(0.0)),
+            Just(json!(2.5)),
+            Just(json!(-1)),
+            Just(json!("0")),
+            Just(Value::Null),
+        ]
+    }
+
+    /// An object with some of `fields` (each from its strategy), in the order given.
+    pub(super) fn arb_object(fields: Vec<(&'static str, BoxedStrategy<Value>)>) -> BoxedStrategy<Value> {
+        let parts: Vec<_> = fields
+            .into_iter()
+            .map(|(key, value)| prop::option::weighted(0.7, value).prop_map(move |v| v.map(|v| (key, v))))
+            .collect();
+        parts.prop_map(|kv| Value::Object(kv.into_iter().flatten().map(|(k, v)| (k.to_owned(), v)).collect())).boxed()
+    }
+
+    pub(super) fn arb_function() -> BoxedStrategy<Value> {
+        prop_oneof![4 => arb_object(vec![("name", arb_text().boxed()), ("arguments", arb_text().boxed())]), 1 => arb_scalar()]
+            .boxed()
+    }
 
     pub(super) fn arb_json() -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![

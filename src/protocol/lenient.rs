@@ -403,6 +403,67 @@ pub fn from_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> serde_json::Result<T
     }
 }
 
+/// What a JSON body holds, for a reader that wants an object as `T`.
+pub enum Object<T> {
+    Read(T),
+    /// Valid JSON that is not an object.
+    NotObject(Value),
+    /// Not JSON at all.
+    Malformed(serde_json::Error),
+}
+
+/// How [`read_object`] may parse. `ViaValue` is for the tests that hold both ways to one answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Parse {
+    Direct,
+    #[cfg(test)]
+    ViaValue,
+}
+
+/// `body` read as the object `T` (a struct of lenient fields, borrowing from the body).
+///
+/// Straight from the text when it can (nearly always): a `serde_json::Value` first costs a map
+/// and a string per key, about three times the parse. What a derived struct cannot read the way
+/// a `Value` does — a key sent twice, which a struct refuses and a `Value` keeps the last of — is
+/// read into a `Value` (kept in `slot`, for `T` to borrow) and `T` is read from that, so a caller
+/// has one `T` either way and one logic.
+pub fn read_object<'a, T: Deserialize<'a>>(text: &'a str, slot: &'a mut Option<Value>, parse: Parse) -> Object<T> {
+    // A derived struct would also read an array, field by position: only an object goes direct.
+    if parse == Parse::Direct
+        && is_object(text.as_bytes())
+        && let Ok(t) = serde_json::from_str::<T>(text)
+    {
+        return Object::Read(t);
+    }
+    read_via_value(serde_json::from_str(text), slot)
+}
+
+/// [`read_object`] for a body of bytes: one that is not UTF-8 is read as `from_slice` reads it.
+pub fn read_object_bytes<'a, T: Deserialize<'a>>(
+    body: &'a [u8],
+    slot: &'a mut Option<Value>,
+    parse: Parse,
+) -> Object<T> {
+    match std::str::from_utf8(body) {
+        Ok(text) => read_object(text, slot, parse),
+        Err(_) => read_via_value(serde_json::from_slice(body), slot),
+    }
+}
+
+fn read_via_value<'a, T: Deserialize<'a>>(parsed: serde_json::Result<Value>, slot: &'a mut Option<Value>) -> Object<T> {
+    let value = match parsed {
+        Ok(v) => v,
+        Err(e) => return Object::Malformed(e),
+    };
+    if !value.is_object() {
+        return Object::NotObject(value);
+    }
+    match T::deserialize(&*slot.insert(value)) {
+        Ok(t) => Object::Read(t),
+        Err(e) => Object::Malformed(e),
+    }
+}
+
 /// Whether a JSON body is an object (its first non-blank byte is `{`): a derived struct would
 /// also read an array, field by position, so a struct read is only meaningful on an object.
 pub fn is_object(body: &[u8]) -> bool {

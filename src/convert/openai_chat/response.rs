@@ -4,9 +4,10 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use super::wire::{Completion, Content};
 use super::{Obj, count_field, text};
 use crate::convert::ir::*;
-use crate::protocol::lenient::{arguments_string, get, get_str, parse_arguments};
+use crate::protocol::lenient::{Object, Parse, arguments_string, get, get_str, parse_arguments, read_object_bytes};
 
 /// Chat `finish_reason` → IR, with two repairs common among compatible vendors: `stop` after
 /// tool calls means `tool_calls`, and `stop` after a refusal is a refusal.
@@ -47,72 +48,68 @@ pub(super) fn decode_usage(u: &Obj) -> Usage {
 
 /// Upstream non-streaming response body (this protocol) -> IR.
 pub fn decode_response(body: &[u8]) -> Result<Response, ConvertError> {
-    let v: Value = crate::protocol::lenient::from_json(body)
-        .map_err(|e| ConvertError::new("body", format!("the upstream response is not valid JSON: {e}")))?;
-    let Value::Object(o) = v else {
-        return Err(ConvertError::new("body", "the upstream response is not a JSON object"));
+    decode_response_with(body, Parse::Direct)
+}
+
+fn decode_response_with(body: &[u8], parse: Parse) -> Result<Response, ConvertError> {
+    let mut slot = None;
+    let o: Completion<'_> = match read_object_bytes(body, &mut slot, parse) {
+        Object::Read(o) => o,
+        Object::NotObject(_) => return Err(ConvertError::new("body", "the upstream response is not a JSON object")),
+        Object::Malformed(e) => {
+            return Err(ConvertError::new("body", format!("the upstream response is not valid JSON: {e}")));
+        }
     };
-    if let Some(err) = get(&o, "error") {
-        let message = err
-            .as_object()
-            .and_then(|e| get_str(e, "message"))
-            .or_else(|| err.as_str())
-            .unwrap_or("the upstream returned an error");
-        return Err(ConvertError::new("error", message.to_owned()));
+    if o.error.0 {
+        return Err(ConvertError::new("error", error_message(body)));
     }
-    let choices = get(&o, "choices").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-    let choice = choices
-        .iter()
-        .filter_map(Value::as_object)
-        .find(|c| count_field(c, "index").unwrap_or(0) == 0)
+    let choice = o
+        .choices
+        .objects()
+        .find(|c| c.index.as_u64().unwrap_or(0) == 0)
         .ok_or_else(|| ConvertError::new("choices", "the upstream response has no choices"))?;
-    let id = get_str(&o, "id").unwrap_or_default().to_owned();
+    let id = o.id.as_str().unwrap_or_default().to_owned();
     let mut content = Vec::new();
     let mut saw_refusal = false;
-    if let Some(msg) = get(choice, "message").and_then(Value::as_object) {
-        let reasoning = get_str(msg, "reasoning_content").filter(|s| !s.is_empty());
-        if let Some(r) = reasoning.or_else(|| get_str(msg, "reasoning").filter(|s| !s.is_empty())) {
+    if let Some(msg) = &choice.message.0 {
+        let reasoning = msg.reasoning_content.as_str().filter(|s| !s.is_empty());
+        if let Some(r) = reasoning.or_else(|| msg.reasoning.as_str().filter(|s| !s.is_empty())) {
             content.push(Part::Thinking { text: r.to_owned(), signature: None });
         }
-        match get(msg, "content") {
-            Some(Value::String(s)) if !s.is_empty() => content.push(text(s.clone())),
-            Some(Value::Array(items)) => {
-                // Some vendors (Mistral) answer with content parts.
-                for item in items.iter().filter_map(Value::as_object) {
-                    match get_str(item, "type") {
-                        Some("text") | None => {
-                            if let Some(t) = get_str(item, "text").filter(|t| !t.is_empty()) {
-                                content.push(text(t));
-                            }
-                        }
-                        _ => {}
+        match &msg.content {
+            Content::Text(s) if !s.is_empty() => content.push(text(s.as_ref())),
+            // Some vendors (Mistral) answer with content parts.
+            Content::Parts(items) => {
+                for item in items.objects() {
+                    if matches!(item.kind.as_str(), Some("text") | None)
+                        && let Some(t) = item.text.as_str().filter(|t| !t.is_empty())
+                    {
+                        content.push(text(t));
                     }
                 }
             }
             _ => {}
         }
-        if let Some(r) = get_str(msg, "refusal").filter(|s| !s.is_empty()) {
+        if let Some(r) = msg.refusal.as_str().filter(|s| !s.is_empty()) {
             saw_refusal = true;
             content.push(text(r));
         }
-        let calls = get(msg, "tool_calls").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-        for (j, c) in calls.iter().filter_map(Value::as_object).enumerate() {
-            let f = get(c, "function").and_then(Value::as_object);
-            let name = f.and_then(|f| get_str(f, "name")).unwrap_or_default();
-            let (input, arguments) = match f.and_then(|f| get(f, "arguments")) {
+        for (j, c) in msg.tool_calls.objects().enumerate() {
+            let f = c.function.0.as_ref();
+            let name = f.and_then(|f| f.name.as_str()).unwrap_or_default();
+            let (input, arguments) = match f.and_then(|f| f.arguments.as_ref()) {
                 Some(Value::String(raw)) => (parse_arguments(raw), Some(raw.clone())),
                 Some(v) => (v.clone(), None),
                 None => (Value::Object(Obj::new()), Some(String::new())),
             };
-            let call_id =
-                get_str(c, "id").filter(|s| !s.is_empty()).map_or_else(|| synth_call_id(&id, j), str::to_owned);
+            let call_id = c.id.as_str().filter(|s| !s.is_empty()).map_or_else(|| synth_call_id(&id, j), str::to_owned);
             content.push(Part::ToolUse { id: call_id, name: name.to_owned(), input, arguments });
         }
-        if let Some(fc) = get(msg, "function_call").and_then(Value::as_object) {
-            let raw = get_str(fc, "arguments").unwrap_or_default();
+        if let Some(fc) = &msg.function_call.0 {
+            let raw = fc.arguments.as_str().unwrap_or_default();
             content.push(Part::ToolUse {
-                id: synth_call_id(&id, calls.len()),
-                name: get_str(fc, "name").unwrap_or_default().to_owned(),
+                id: synth_call_id(&id, msg.tool_calls.0.len()),
+                name: fc.name.as_str().unwrap_or_default().to_owned(),
                 input: parse_arguments(raw),
                 arguments: Some(raw.to_owned()),
             });
@@ -121,13 +118,22 @@ pub fn decode_response(body: &[u8]) -> Result<Response, ConvertError> {
     let saw_tool = content.iter().any(|p| matches!(p, Part::ToolUse { .. }));
     Ok(Response {
         id,
-        model: get_str(&o, "model").unwrap_or_default().to_owned(),
-        stop_reason: stop_reason(get_str(choice, "finish_reason").filter(|r| !r.is_empty()), saw_tool, saw_refusal),
+        model: o.model.as_str().unwrap_or_default().to_owned(),
+        stop_reason: stop_reason(choice.finish_reason.as_str().filter(|r| !r.is_empty()), saw_tool, saw_refusal),
         stop_sequence: None,
-        usage: get(&o, "usage").and_then(Value::as_object).map(decode_usage).unwrap_or_default(),
-        created: count_field(&o, "created"),
+        usage: o.usage.0.as_ref().map(decode_usage).unwrap_or_default(),
+        created: o.created.as_u64(),
         content,
     })
+}
+
+/// The message of an answer that is an error (rare, so read from a `Value`).
+fn error_message(body: &[u8]) -> String {
+    let v: Option<Value> = crate::protocol::lenient::from_json(body).ok();
+    let err = v.as_ref().and_then(Value::as_object).and_then(|o| get(o, "error"));
+    err.and_then(|e| e.as_object().and_then(|e| get_str(e, "message")).or_else(|| e.as_str()))
+        .unwrap_or("the upstream returned an error")
+        .to_owned()
 }
 
 pub(super) fn synth_call_id(response_id: &str, n: usize) -> String {
@@ -277,7 +283,87 @@ mod tests {
     use super::*;
     use crate::convert::openai_chat::tests::*;
     use insta::assert_json_snapshot;
+    use proptest::prelude::*;
     use serde_json::{Value, json};
+
+    fn arb_completion() -> BoxedStrategy<Value> {
+        let part = prop_oneof![
+            4 => arb_object(vec![
+                ("type", prop_oneof![Just(json!("text")), Just(json!("image_url")), arb_scalar()].boxed()),
+                ("text", arb_text().boxed()),
+            ]),
+            1 => arb_scalar(),
+        ];
+        let content = prop_oneof![
+            3 => arb_text(),
+            1 => prop::collection::vec(part, 0..3).prop_map(Value::Array),
+        ];
+        let arguments = prop_oneof![
+            Just(json!("{\"city\":\"Paris\"}")),
+            Just(json!("not json")),
+            Just(json!({"city": "Rome"})),
+            arb_scalar(),
+        ];
+        let function = prop_oneof![
+            4 => arb_object(vec![("name", arb_text().boxed()), ("arguments", arguments.boxed())]),
+            1 => arb_scalar(),
+        ];
+        let id = prop_oneof![Just(json!("call_a")), Just(json!("")), arb_scalar()];
+        let call =
+            prop_oneof![4 => arb_object(vec![("id", id.boxed()), ("function", function.boxed())]), 1 => arb_scalar()];
+        let message = prop_oneof![
+            5 => arb_object(vec![
+                ("content", content.boxed()),
+                ("refusal", arb_text().boxed()),
+                ("reasoning_content", arb_text().boxed()),
+                ("reasoning", arb_text().boxed()),
+                ("tool_calls", prop_oneof![3 => prop::collection::vec(call, 0..3).prop_map(Value::Array), 1 => arb_scalar()].boxed()),
+                ("function_call", arb_function()),
+            ]),
+            1 => arb_scalar(),
+        ];
+        let reason = prop_oneof![Just(json!("stop")), Just(json!("tool_calls")), Just(json!("")), arb_scalar()];
+        let choice = prop_oneof![
+            5 => arb_object(vec![("index", arb_count().boxed()), ("message", message.boxed()), ("finish_reason", reason.boxed())]),
+            1 => arb_scalar(),
+        ];
+        let usage = prop_oneof![Just(json!({"prompt_tokens": 9, "completion_tokens": 2})), arb_scalar()];
+        let error =
+            prop_oneof![Just(json!({"message": "quota"})), Just(json!("plain error")), Just(json!({"code": 1})),];
+        arb_object(vec![
+            ("id", prop_oneof![Just(json!("chatcmpl-9")), arb_scalar()].boxed()),
+            ("model", prop_oneof![Just(json!("gpt-4.1")), arb_scalar()].boxed()),
+            ("created", arb_count().boxed()),
+            (
+                "choices",
+                prop_oneof![4 => prop::collection::vec(choice, 0..3).prop_map(Value::Array), 1 => arb_scalar()].boxed(),
+            ),
+            ("usage", usage.boxed()),
+            ("error", prop::option::weighted(0.1, error).prop_map(|e| e.unwrap_or(Value::Null)).boxed()),
+        ])
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        /// The direct read of an answer and the read through a `Value` decode alike (the same
+        /// answer or the same error), whatever types its fields have.
+        #[test]
+        fn an_answer_read_directly_decodes_as_one_read_through_a_value(answer in arb_completion()) {
+            let body = serde_json::to_vec(&answer).unwrap();
+            prop_assert_eq!(decode_response_with(&body, Parse::Direct), decode_response_with(&body, Parse::ViaValue));
+        }
+    }
+
+    #[test]
+    fn an_answer_with_a_key_twice_reads_its_last_as_a_value_does() {
+        let body = br#"{"id":"a","choices":[{"index":0,"message":{"content":"first"}}],"choices":[{"index":0,"message":{"content":"last"}}]}"#;
+        let r = decode_response(body).unwrap();
+        assert_eq!(r.content, vec![text("last")]);
+        let mut slot = None;
+        let plain = br#"{"id":"a","choices":[{"index":0,"message":{"content":"hi"}}]}"#;
+        assert!(matches!(read_object_bytes::<Completion<'_>>(plain, &mut slot, Parse::Direct), Object::Read(_)));
+        assert!(slot.is_none(), "a plain answer must not build a Value");
+    }
 
     fn dresp(v: Value) -> Response {
         decode_response(&serde_json::to_vec(&v).unwrap()).unwrap()

@@ -1,7 +1,6 @@
 //! Streams: a Chat upstream's `chat.completion.chunk` events to IR events (`decode`), and IR
 //! events to chunks for a Chat client (`encode`).
 
-mod chunk;
 mod decode;
 mod encode;
 

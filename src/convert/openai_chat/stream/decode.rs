@@ -4,10 +4,10 @@ use serde_json::Value;
 
 use super::super::error::{ErrorFields, MAX_ERROR_TEXT, error_kind, find_error};
 use super::super::response::{decode_usage, stop_reason, synth_call_id};
-use super::chunk::{Delta, Parse, Read, read};
+use super::super::wire::{Chunk, Delta};
 use crate::convert::ir::*;
 use crate::protocol::errors::ErrorKind;
-use crate::protocol::lenient::truncate_marked;
+use crate::protocol::lenient::{Object, Parse, read_object, truncate_marked};
 use crate::protocol::sse::SseEvent;
 
 /// The stream key of a legacy `delta.function_call` (it has no `index`).
@@ -68,9 +68,9 @@ impl StreamDecoder {
             return;
         }
         let mut slot = None;
-        let chunk = match read(data, &mut slot, parse) {
-            Read::Chunk(chunk) => chunk,
-            Read::Malformed => {
+        let chunk: Chunk<'_> = match read_object(data, &mut slot, parse) {
+            Object::Read(chunk) => chunk,
+            Object::Malformed(_) => {
                 self.fail(
                     out,
                     ErrorKind::Api,
@@ -78,7 +78,7 @@ impl StreamDecoder {
                 );
                 return;
             }
-            Read::NotObject(v) => {
+            Object::NotObject(v) => {
                 // Gemini's OpenAI layer reports errors as `[{"error":{...}}]`.
                 let (kind, message) = match find_error(&v) {
                     Some(f) => (error_kind(None, &f), f.message),
@@ -502,41 +502,6 @@ mod tests {
         out
     }
 
-    fn arb_text() -> impl Strategy<Value = Value> {
-        prop_oneof![
-            3 => prop::sample::select(vec!["", "Hi", "caf\u{e9} \"q\"", "{\"city\":", "\\n"]).prop_map(|s| json!(s)),
-            1 => arb_scalar(),
-            1 => Just(json!([1])),
-            1 => Just(json!({"a": 1})),
-        ]
-    }
-
-    fn arb_count() -> impl Strategy<Value = Value> {
-        prop_oneof![
-            Just(json!(0)),
-            Just(json!(1)),
-            Just(json!(0.0)),
-            Just(json!(2.5)),
-            Just(json!(-1)),
-            Just(json!("0")),
-            Just(Value::Null),
-        ]
-    }
-
-    /// An object with some of `fields` (each from its strategy), in the order given.
-    fn arb_object(fields: Vec<(&'static str, BoxedStrategy<Value>)>) -> BoxedStrategy<Value> {
-        let parts: Vec<_> = fields
-            .into_iter()
-            .map(|(key, value)| prop::option::weighted(0.7, value).prop_map(move |v| v.map(|v| (key, v))))
-            .collect();
-        parts.prop_map(|kv| Value::Object(kv.into_iter().flatten().map(|(k, v)| (k.to_owned(), v)).collect())).boxed()
-    }
-
-    fn arb_function() -> BoxedStrategy<Value> {
-        prop_oneof![4 => arb_object(vec![("name", arb_text().boxed()), ("arguments", arb_text().boxed())]), 1 => arb_scalar()]
-            .boxed()
-    }
-
     fn arb_delta() -> BoxedStrategy<Value> {
         let id = prop_oneof![prop::sample::select(vec!["call_a", "call_b", ""]).prop_map(|s| json!(s)), arb_scalar()];
         let call = prop_oneof![
@@ -601,7 +566,7 @@ mod tests {
     fn a_plain_chunk_is_read_without_a_value_and_a_repeated_key_keeps_the_last() {
         let plain = r#"{"id":"c1","model":"m","choices":[{"index":0,"delta":{"content":"Hi"}}]}"#;
         let mut slot = None;
-        assert!(matches!(read(plain, &mut slot, Parse::Direct), Read::Chunk(_)));
+        assert!(matches!(read_object::<Chunk<'_>>(plain, &mut slot, Parse::Direct), Object::Read(_)));
         assert!(slot.is_none(), "a plain chunk must not build a Value");
 
         // A Value keeps the last of a repeated key; so must the chunk read through one.

@@ -1,0 +1,214 @@
+//! What the decoders read of a Chat upstream's answer (`chat.completion`) and stream chunks
+//! (`chat.completion.chunk`): only the fields they use, borrowed from the body and read
+//! leniently (a field of an unexpected type is absent, as `lenient::get_str` and
+//! `lenient::count` read it from a `Value`). Both are read with `lenient::read_object`, straight
+//! from the text: every converted answer and event is one of these.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::value::SeqAccessDeserializer;
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+
+use super::Obj;
+use crate::protocol::lenient::{Lax, Lenient, List, NotNull, drain_map};
+
+// ---------------------------------------------------------------------------------------------
+// The answer
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct Completion<'a> {
+    #[serde(borrow, default)]
+    pub id: Lax<'a>,
+    #[serde(borrow, default)]
+    pub model: Lax<'a>,
+    #[serde(borrow, default)]
+    pub created: Lax<'a>,
+    #[serde(default)]
+    pub error: NotNull,
+    #[serde(borrow, default)]
+    pub choices: List<CompletionChoice<'a>>,
+    #[serde(default)]
+    pub usage: Lenient<Obj>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct CompletionChoice<'a> {
+    #[serde(borrow, default)]
+    pub index: Lax<'a>,
+    #[serde(borrow, default)]
+    pub message: Lenient<Message<'a>>,
+    #[serde(borrow, default)]
+    pub finish_reason: Lax<'a>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct Message<'a> {
+    #[serde(borrow, default)]
+    pub content: Content<'a>,
+    #[serde(borrow, default)]
+    pub refusal: Lax<'a>,
+    #[serde(borrow, default)]
+    pub reasoning_content: Lax<'a>,
+    #[serde(borrow, default)]
+    pub reasoning: Lax<'a>,
+    #[serde(borrow, default)]
+    pub tool_calls: List<MessageToolCall<'a>>,
+    /// The legacy single call.
+    #[serde(borrow, default)]
+    pub function_call: Lenient<Function<'a>>,
+}
+
+/// A message's `content`: a string, or (Mistral) an array of parts.
+#[derive(Debug, Default)]
+pub(super) enum Content<'a> {
+    #[default]
+    Other,
+    Text(Cow<'a, str>),
+    Parts(List<ContentPart<'a>>),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<Content<'a>>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Content<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or an array of parts")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Content<'a>, E> {
+                Ok(Content::Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Content<'a>, E> {
+                Ok(Content::Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Content<'a>, E> {
+                Ok(Content::Other)
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Content<'a>, E> {
+                Ok(Content::Other)
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Content<'a>, E> {
+                Ok(Content::Other)
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Content<'a>, E> {
+                Ok(Content::Other)
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Content<'a>, E> {
+                Ok(Content::Other)
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Content<'a>, E> {
+                Ok(Content::Other)
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Content<'a>, E> {
+                Ok(Content::Text(Cow::Owned(v)))
+            }
+            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Content<'a>, D2::Error> {
+                Content::deserialize(d)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Content<'a>, A::Error> {
+                List::deserialize(SeqAccessDeserializer::new(seq)).map(Content::Parts)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Content<'a>, A::Error> {
+                drain_map(map).map(|()| Content::Other)
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct ContentPart<'a> {
+    #[serde(rename = "type", borrow, default)]
+    pub kind: Lax<'a>,
+    #[serde(borrow, default)]
+    pub text: Lax<'a>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct MessageToolCall<'a> {
+    #[serde(borrow, default)]
+    pub id: Lax<'a>,
+    #[serde(borrow, default)]
+    pub function: Lenient<MessageFunction<'a>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct MessageFunction<'a> {
+    #[serde(borrow, default)]
+    pub name: Lax<'a>,
+    /// Nearly always a string of JSON; a vendor that sends the object itself is taken at its word.
+    #[serde(default)]
+    pub arguments: Option<Value>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stream chunks
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct Chunk<'a> {
+    #[serde(borrow, default)]
+    pub id: Lax<'a>,
+    #[serde(borrow, default)]
+    pub object: Lax<'a>,
+    #[serde(rename = "type", borrow, default)]
+    pub kind: Lax<'a>,
+    #[serde(borrow, default)]
+    pub model: Lax<'a>,
+    #[serde(borrow, default)]
+    pub created: Lax<'a>,
+    #[serde(default)]
+    pub error: NotNull,
+    #[serde(borrow, default)]
+    pub choices: List<Choice<'a>>,
+    /// Once a stream at most, so read whole for `decode_usage`.
+    #[serde(default)]
+    pub usage: Lenient<Obj>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct Choice<'a> {
+    #[serde(borrow, default)]
+    pub index: Lax<'a>,
+    #[serde(borrow, default)]
+    pub delta: Lenient<Delta<'a>>,
+    #[serde(borrow, default)]
+    pub finish_reason: Lax<'a>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct Delta<'a> {
+    #[serde(borrow, default)]
+    pub content: Lax<'a>,
+    #[serde(borrow, default)]
+    pub refusal: Lax<'a>,
+    #[serde(borrow, default)]
+    pub reasoning_content: Lax<'a>,
+    #[serde(borrow, default)]
+    pub reasoning: Lax<'a>,
+    #[serde(borrow, default)]
+    pub tool_calls: List<ToolCall<'a>>,
+    /// The legacy single call (no `index`, no `id`).
+    #[serde(borrow, default)]
+    pub function_call: Lenient<Function<'a>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct ToolCall<'a> {
+    #[serde(borrow, default)]
+    pub index: Lax<'a>,
+    #[serde(borrow, default)]
+    pub id: Lax<'a>,
+    #[serde(borrow, default)]
+    pub function: Lenient<Function<'a>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct Function<'a> {
+    #[serde(borrow, default)]
+    pub name: Lax<'a>,
+    #[serde(borrow, default)]
+    pub arguments: Lax<'a>,
+}
