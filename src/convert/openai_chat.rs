@@ -41,13 +41,8 @@ pub use stream::{StreamDecoder, StreamEncoder};
 use serde_json::{Map, Value};
 
 use super::ir::{Part, TextPart};
-use crate::protocol::lenient::{count, get};
 
 type Obj = Map<String, Value>;
-
-fn count_field(o: &Obj, key: &str) -> Option<u64> {
-    get(o, key).and_then(count)
-}
 
 fn text(t: impl Into<String>) -> Part {
     Part::Text(TextPart { text: t.into(), cache_control: None })
@@ -780,6 +775,24 @@ mod tests {
             .map(|(key, value)| prop::option::weighted(0.7, value).prop_map(move |v| v.map(|v| (key, v))))
             .collect();
         parts.prop_map(|kv| Value::Object(kv.into_iter().flatten().map(|(k, v)| (k.to_owned(), v)).collect())).boxed()
+    }
+
+    pub(super) fn arb_chat_usage() -> BoxedStrategy<Value> {
+        let prompt_details = prop_oneof![
+            3 => arb_object(vec![("cached_tokens", arb_count().boxed()), ("cache_write_tokens", arb_count().boxed())]),
+            1 => arb_scalar(),
+        ];
+        let completion_details =
+            prop_oneof![3 => arb_object(vec![("reasoning_tokens", arb_count().boxed())]), 1 => arb_scalar()];
+        let usage = arb_object(vec![
+            ("prompt_tokens", prop_oneof![Just(json!(1200)), arb_count()].boxed()),
+            ("completion_tokens", prop_oneof![Just(json!(40)), arb_count()].boxed()),
+            ("prompt_cache_hit_tokens", arb_count().boxed()),
+            ("cached_tokens", arb_count().boxed()),
+            ("prompt_tokens_details", prompt_details.boxed()),
+            ("completion_tokens_details", completion_details.boxed()),
+        ]);
+        prop_oneof![4 => usage, 1 => arb_scalar()].boxed()
     }
 
     pub(super) fn arb_function() -> BoxedStrategy<Value> {

@@ -4,8 +4,8 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::wire::{Completion, Content};
-use super::{Obj, count_field, text};
+use super::wire::{ChatUsage, Completion, Content};
+use super::{Obj, text};
 use crate::convert::ir::*;
 use crate::protocol::lenient::{Object, Parse, arguments_string, get, get_str, parse_arguments, read_object_bytes};
 
@@ -28,21 +28,20 @@ pub(super) fn stop_reason(raw: Option<&str>, saw_tool: bool, saw_refusal: bool) 
 /// `prompt_tokens_details.cached_tokens`, DeepSeek `prompt_cache_hit_tokens`, Kimi top-level
 /// `cached_tokens`) and cache writes (`prompt_tokens_details.cache_write_tokens`); the IR's
 /// `input` is what remains.
-pub(super) fn decode_usage(u: &Obj) -> Usage {
-    let details = |k: &str| get(u, k).and_then(Value::as_object);
-    let prompt_details = details("prompt_tokens_details");
+pub(super) fn decode_usage(u: &ChatUsage<'_>) -> Usage {
+    let prompt_details = u.prompt_tokens_details.0.as_ref();
     let cached = prompt_details
-        .and_then(|d| count_field(d, "cached_tokens"))
-        .or_else(|| count_field(u, "prompt_cache_hit_tokens"))
-        .or_else(|| count_field(u, "cached_tokens"));
-    let written = prompt_details.and_then(|d| count_field(d, "cache_write_tokens"));
-    let prompt = count_field(u, "prompt_tokens");
+        .and_then(|d| d.cached_tokens.as_u64())
+        .or_else(|| u.prompt_cache_hit_tokens.as_u64())
+        .or_else(|| u.cached_tokens.as_u64());
+    let written = prompt_details.and_then(|d| d.cache_write_tokens.as_u64());
+    let prompt = u.prompt_tokens.as_u64();
     Usage {
         input: prompt.map(|p| p.saturating_sub(cached.unwrap_or(0)).saturating_sub(written.unwrap_or(0))),
-        output: count_field(u, "completion_tokens"),
+        output: u.completion_tokens.as_u64(),
         cache_read: cached,
         cache_write: written,
-        reasoning: details("completion_tokens_details").and_then(|d| count_field(d, "reasoning_tokens")),
+        reasoning: u.completion_tokens_details.0.as_ref().and_then(|d| d.reasoning_tokens.as_u64()),
     }
 }
 
@@ -327,7 +326,7 @@ mod tests {
             5 => arb_object(vec![("index", arb_count().boxed()), ("message", message.boxed()), ("finish_reason", reason.boxed())]),
             1 => arb_scalar(),
         ];
-        let usage = prop_oneof![Just(json!({"prompt_tokens": 9, "completion_tokens": 2})), arb_scalar()];
+        let usage = arb_chat_usage();
         let error =
             prop_oneof![Just(json!({"message": "quota"})), Just(json!("plain error")), Just(json!({"code": 1})),];
         arb_object(vec![

@@ -12,7 +12,6 @@ use serde::de::value::SeqAccessDeserializer;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
-use super::Obj;
 use crate::protocol::lenient::{Lax, Lenient, List, NotNull, drain_map};
 
 // ---------------------------------------------------------------------------------------------
@@ -30,8 +29,8 @@ pub(super) struct Completion<'a> {
     pub error: NotNull,
     #[serde(borrow, default)]
     pub choices: List<CompletionChoice<'a>>,
-    #[serde(default)]
-    pub usage: Lenient<Obj>,
+    #[serde(borrow, default)]
+    pub usage: Lenient<ChatUsage<'a>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -145,6 +144,41 @@ pub(super) struct MessageFunction<'a> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Usage, of an answer or a stream's usage chunk (read by `response::decode_usage`)
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct ChatUsage<'a> {
+    #[serde(borrow, default)]
+    pub prompt_tokens: Lax<'a>,
+    #[serde(borrow, default)]
+    pub completion_tokens: Lax<'a>,
+    /// DeepSeek's cache reads.
+    #[serde(borrow, default)]
+    pub prompt_cache_hit_tokens: Lax<'a>,
+    /// Kimi's cache reads.
+    #[serde(borrow, default)]
+    pub cached_tokens: Lax<'a>,
+    #[serde(borrow, default)]
+    pub prompt_tokens_details: Lenient<PromptTokensDetails<'a>>,
+    #[serde(borrow, default)]
+    pub completion_tokens_details: Lenient<CompletionTokensDetails<'a>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct PromptTokensDetails<'a> {
+    #[serde(borrow, default)]
+    pub cached_tokens: Lax<'a>,
+    #[serde(borrow, default)]
+    pub cache_write_tokens: Lax<'a>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct CompletionTokensDetails<'a> {
+    #[serde(borrow, default)]
+    pub reasoning_tokens: Lax<'a>,
+}
+
+// ---------------------------------------------------------------------------------------------
 // Stream chunks
 
 #[derive(Debug, Default, Deserialize)]
@@ -163,9 +197,8 @@ pub(super) struct Chunk<'a> {
     pub error: NotNull,
     #[serde(borrow, default)]
     pub choices: List<Choice<'a>>,
-    /// Once a stream at most, so read whole for `decode_usage`.
-    #[serde(default)]
-    pub usage: Lenient<Obj>,
+    #[serde(borrow, default)]
+    pub usage: Lenient<ChatUsage<'a>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

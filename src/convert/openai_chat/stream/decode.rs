@@ -530,11 +530,7 @@ mod tests {
             1 => arb_scalar(),
         ];
         let choices = prop_oneof![4 => prop::collection::vec(choice, 0..3).prop_map(Value::Array), 1 => arb_scalar()];
-        let usage = prop_oneof![
-            Just(json!({"prompt_tokens": 12, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 4}})),
-            Just(json!({"completion_tokens": 7.0})),
-            arb_scalar(),
-        ];
+        let usage = arb_chat_usage();
         let object =
             prop_oneof![9 => Just(json!("chat.completion.chunk")), 1 => Just(json!("error")), 1 => arb_scalar()];
         let error = prop_oneof![Just(Value::Null), Just(json!({"message": "slow down", "type": "rate_limit_error"}))];
