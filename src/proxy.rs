@@ -22,7 +22,7 @@ pub mod upstream;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, header};
+use axum::http::{HeaderMap, HeaderValue, Method, header};
 use axum::response::Response;
 
 use crate::affinity;
@@ -33,12 +33,10 @@ use crate::routing;
 use crate::server::conn::{ReadBodyError, read_limited};
 use crate::snapshot::{LiveEndpoint, Snapshot};
 pub use request::{
-    ANTHROPIC_VERSION, Inbound, X_CCMESH_HOP, X_CCMESH_LOOP, bearer_token, is_anthropic_client, presented_credential,
+    ANTHROPIC_VERSION, Inbound, X_CCMESH_ENDPOINT, X_CCMESH_HOP, X_CCMESH_LOOP, bearer_token, is_anthropic_client,
+    presented_credential,
 };
 use trail::Trail;
-
-// Header names looked up on every request, parsed once (a lookup by `&str` parses the name).
-const X_CCMESH_ENDPOINT: HeaderName = HeaderName::from_static("x-ccmesh-endpoint");
 
 /// Gateways a request may pass through before it is refused as a loop.
 const MAX_HOPS: usize = 5;

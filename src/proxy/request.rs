@@ -23,6 +23,8 @@ const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 pub const X_CCMESH_HOP: HeaderName = HeaderName::from_static("x-ccmesh-hop");
 /// On a 508: the instance that found the loop.
 pub const X_CCMESH_LOOP: HeaderName = HeaderName::from_static("x-ccmesh-loop");
+/// On a request: the endpoint the client names; on an answer: the endpoint that gave it.
+pub const X_CCMESH_ENDPOINT: HeaderName = HeaderName::from_static("x-ccmesh-endpoint");
 
 /// Everything about the client's request that the attempts need, read once.
 pub struct Inbound {

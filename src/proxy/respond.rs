@@ -9,6 +9,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
+use super::X_CCMESH_ENDPOINT;
 use super::relay;
 use super::run::{Buffered, Run, Stream};
 use super::trail::Trail;
@@ -20,7 +21,6 @@ use crate::protocol::errors::{ErrorKind, GatewayError};
 use crate::snapshot::Snapshot;
 
 const X_CCMESH_ATTEMPTS: HeaderName = HeaderName::from_static("x-ccmesh-attempts");
-const X_CCMESH_ENDPOINT: HeaderName = HeaderName::from_static("x-ccmesh-endpoint");
 
 /// `x-ccmesh-attempts` and, when an endpoint was tried, `x-ccmesh-endpoint` (SPEC §3).
 fn tag(headers: &mut HeaderMap, attempts: usize, endpoint: Option<&str>) {

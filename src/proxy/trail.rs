@@ -75,13 +75,34 @@ pub struct Trail {
 }
 
 /// Milliseconds with three decimals (microsecond resolution), as Server-Timing wants them.
+const SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
+const X_CCMESH_REQUEST_ID: HeaderName = HeaderName::from_static("x-ccmesh-request-id");
+
 fn push_ms(out: &mut String, d: Duration) {
     let us = d.as_micros();
-    out.push_str(&(us / 1000).to_string());
+    push_decimal(out, us / 1000);
     out.push('.');
     let frac = us % 1000;
     for div in [100, 10, 1] {
         out.push(char::from_digit(((frac / div) % 10) as u32, 10).unwrap_or('0'));
+    }
+}
+
+/// `n` in decimal, written in place (no `String` of its own, as `to_string` would make).
+fn push_decimal(out: &mut String, n: u128) {
+    let mut digits = [b'0'; 39];
+    let mut at = digits.len();
+    let mut rest = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    for &d in &digits[at..] {
+        out.push(char::from(d));
     }
 }
 
@@ -312,9 +333,9 @@ impl Trail {
     /// Add `x-ccmesh-request-id` and `Server-Timing` to a response about to be sent.
     pub fn tag_response(&mut self, headers: &mut HeaderMap) {
         let timing = self.first_byte();
-        headers.insert(HeaderName::from_static("server-timing"), timing);
+        headers.insert(SERVER_TIMING, timing);
         if let Ok(v) = HeaderValue::from_str(&self.record.id) {
-            headers.insert(HeaderName::from_static("x-ccmesh-request-id"), v);
+            headers.insert(X_CCMESH_REQUEST_ID, v);
         }
     }
 
@@ -468,6 +489,11 @@ mod tests {
             let mut out = String::new();
             push_ms(&mut out, Duration::from_micros(us));
             assert_eq!(out, want);
+        }
+        for us in [999, 1_000, 10_000_000, u64::MAX] {
+            let mut out = String::new();
+            push_ms(&mut out, Duration::from_micros(us));
+            assert_eq!(out, format!("{}.{:03}", us / 1000, us % 1000));
         }
     }
 
