@@ -129,7 +129,7 @@ pub async fn handle(State(gw): State<Arc<Gateway>>, request: Request) -> Respons
         gw.events.clone(),
         gw.clock.wall(),
         protocol.as_str(),
-        parts.method.as_str(),
+        &parts.method,
         parts.uri.path(),
         &parts.headers,
     );

@@ -948,7 +948,7 @@ mod tests {
         RequestRecord {
             id: "r1".into(),
             started_at_ms: 0,
-            protocol: protocol.into(),
+            protocol: protocol.to_owned().into(),
             method: "POST".into(),
             path: "/v1/messages".into(),
             user_agent: None,

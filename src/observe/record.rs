@@ -2,6 +2,8 @@
 //! attempt did, what it cost. Built on the request path (cheaply: plain fields, no I/O) and
 //! handed to the background writer when the request ends — for a stream, when the stream ends.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 /// Tokens, normalised across protocols: `input` excludes cached input (Anthropic's convention;
@@ -96,9 +98,11 @@ pub struct RequestRecord {
     pub id: String,
     /// Unix milliseconds when the request arrived.
     pub started_at_ms: u64,
-    /// `claude`, `openai`, `responses`.
-    pub protocol: String,
-    pub method: String,
+    /// `claude`, `openai`, `responses`, `gemini`. Borrowed from a constant when a request makes the
+    /// record (no allocation, and none to free on the writer's thread); owned when read back.
+    pub protocol: Cow<'static, str>,
+    /// The HTTP method, borrowed for the standard ones as `protocol` is.
+    pub method: Cow<'static, str>,
     pub path: String,
     pub user_agent: Option<String>,
     /// The client's session id (`affinity::session_id`: Codex's `prompt_cache_key`, Claude

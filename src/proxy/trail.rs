@@ -11,9 +11,10 @@
 //! client: everything except waiting on upstreams and deliberate waits (rate-limit backoff,
 //! the same-endpoint retry delay).
 
+use std::borrow::Cow;
 use std::time::{Duration, UNIX_EPOCH};
 
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method};
 use tokio::time::Instant;
 
 use crate::affinity::Affinity;
@@ -75,6 +76,25 @@ pub struct Trail {
 }
 
 /// Milliseconds with three decimals (microsecond resolution), as Server-Timing wants them.
+/// A standard method's name without an allocation; any other's copied.
+fn method_name(method: &Method) -> Cow<'static, str> {
+    const STANDARD: [(Method, &str); 9] = [
+        (Method::POST, "POST"),
+        (Method::GET, "GET"),
+        (Method::PUT, "PUT"),
+        (Method::DELETE, "DELETE"),
+        (Method::PATCH, "PATCH"),
+        (Method::HEAD, "HEAD"),
+        (Method::OPTIONS, "OPTIONS"),
+        (Method::CONNECT, "CONNECT"),
+        (Method::TRACE, "TRACE"),
+    ];
+    match STANDARD.iter().find(|(m, _)| m == method) {
+        Some((_, name)) => Cow::Borrowed(name),
+        None => Cow::Owned(method.as_str().to_owned()),
+    }
+}
+
 const SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
 const X_CCMESH_REQUEST_ID: HeaderName = HeaderName::from_static("x-ccmesh-request-id");
 
@@ -114,8 +134,8 @@ impl Trail {
     pub fn start(
         events: Events,
         wall: std::time::SystemTime,
-        protocol: &str,
-        method: &str,
+        protocol: &'static str,
+        method: &Method,
         path: &str,
         headers: &HeaderMap,
     ) -> Trail {
@@ -126,8 +146,8 @@ impl Trail {
         let record = RequestRecord {
             id: new_id(unix_ms),
             started_at_ms: unix_ms,
-            protocol: protocol.to_string(),
-            method: method.to_string(),
+            protocol: Cow::Borrowed(protocol),
+            method: method_name(method),
             path: capped(path, MAX_TEXT),
             user_agent: header(&axum::http::header::USER_AGENT),
             session_id,
@@ -443,8 +463,8 @@ fn empty_record() -> RequestRecord {
     RequestRecord {
         id: String::new(),
         started_at_ms: 0,
-        protocol: String::new(),
-        method: String::new(),
+        protocol: Cow::Borrowed(""),
+        method: Cow::Borrowed(""),
         path: String::new(),
         user_agent: None,
         session_id: None,
@@ -495,6 +515,18 @@ mod tests {
             push_ms(&mut out, Duration::from_micros(us));
             assert_eq!(out, format!("{}.{:03}", us / 1000, us % 1000));
         }
+    }
+
+    #[test]
+    fn a_method_is_named_as_http_names_it_and_borrowed_when_standard() {
+        for m in [Method::POST, Method::GET, Method::PUT, Method::DELETE, Method::PATCH, Method::HEAD, Method::OPTIONS]
+        {
+            let name = method_name(&m);
+            assert_eq!(name, m.as_str());
+            assert!(matches!(name, Cow::Borrowed(_)), "{m}");
+        }
+        let custom = Method::from_bytes(b"PURGE").unwrap();
+        assert_eq!(method_name(&custom), "PURGE");
     }
 
     #[test]

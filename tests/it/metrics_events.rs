@@ -198,7 +198,7 @@ fn synthetic(id: &str, protocol: &str, endpoint: &str, status: u16) -> RequestRe
     RequestRecord {
         id: id.into(),
         started_at_ms: 1_700_000_000_000,
-        protocol: protocol.into(),
+        protocol: protocol.to_owned().into(),
         method: "POST".into(),
         path: "/v1/responses".into(),
         user_agent: Some("test".into()),

@@ -44,7 +44,7 @@ impl PeriodsWritten {
         let mut previous: Option<(i64, [Option<&str>; 3])> = None;
         for r in records {
             let period = period_of(i64::try_from(r.started_at_ms).unwrap_or(i64::MAX));
-            let values = [r.endpoint.as_deref(), r.model_requested.as_deref(), Some(r.protocol.as_str())];
+            let values = [r.endpoint.as_deref(), r.model_requested.as_deref(), Some(r.protocol.as_ref())];
             let before = previous.replace((period, values));
             for (i, value) in values.into_iter().enumerate() {
                 let Some(value) = value else { continue };

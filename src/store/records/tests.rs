@@ -590,7 +590,7 @@ fn periods_follow_their_records_through_retention() {
                 [
                     r.endpoint.clone().map(|e| ("endpoint".to_string(), e, h)),
                     r.model_requested.clone().map(|m| ("model".to_string(), m, h)),
-                    Some(("protocol".to_string(), r.protocol.clone(), h)),
+                    Some(("protocol".to_string(), r.protocol.to_string(), h)),
                 ]
             })
             .flatten()
