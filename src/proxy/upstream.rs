@@ -261,7 +261,8 @@ pub fn request_headers(client: &HeaderMap, endpoint: &LiveEndpoint, hop: &Header
         .flat_map(|v| v.split(','))
         .map(|s| s.trim().to_ascii_lowercase())
         .collect();
-    let mut out = HeaderMap::with_capacity(client.len() + 4);
+    // Room for every header added below, so the map never grows (a grow rehashes every entry).
+    let mut out = HeaderMap::with_capacity(client.len() + endpoint.extra_headers.len() + 5);
     for (name, value) in client {
         if dropped_request_header(name) || listed_in_connection.iter().any(|c| c == name.as_str()) {
             continue;
@@ -285,10 +286,14 @@ pub fn request_headers(client: &HeaderMap, endpoint: &LiveEndpoint, hop: &Header
     out
 }
 
+/// The headers the gateway adds to an answer (`x-ccmesh-attempts`, `x-ccmesh-endpoint`,
+/// `x-ccmesh-request-id`, `Server-Timing`, and a conversion's content type), reserved up front.
+const ADDED_RESPONSE_HEADERS: usize = 5;
+
 /// Response headers from the upstream that the client may see. Length and framing are the
 /// server's business (a streamed body is re-framed).
 pub fn response_headers(upstream: &HeaderMap) -> HeaderMap {
-    let mut out = HeaderMap::with_capacity(upstream.len());
+    let mut out = HeaderMap::with_capacity(upstream.len() + ADDED_RESPONSE_HEADERS);
     for (name, value) in upstream {
         let drop = matches!(
             name.as_str(),
