@@ -764,6 +764,7 @@ mod tests {
             Just(json!(2.5)),
             Just(json!(-1)),
             Just(json!("0")),
+            Just(json!(" 12 ")),
             Just(Value::Null),
         ]
     }
@@ -788,6 +789,7 @@ mod tests {
             ("prompt_tokens", prop_oneof![Just(json!(1200)), arb_count()].boxed()),
             ("completion_tokens", prop_oneof![Just(json!(40)), arb_count()].boxed()),
             ("prompt_cache_hit_tokens", arb_count().boxed()),
+            ("prompt_cache_miss_tokens", arb_count().boxed()),
             ("cached_tokens", arb_count().boxed()),
             ("prompt_tokens_details", prompt_details.boxed()),
             ("completion_tokens_details", completion_details.boxed()),

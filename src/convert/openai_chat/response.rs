@@ -27,21 +27,19 @@ pub(super) fn stop_reason(raw: Option<&str>, saw_tool: bool, saw_refusal: bool) 
 /// Chat usage → IR. `prompt_tokens` counts every input token, including cache reads (OpenAI
 /// `prompt_tokens_details.cached_tokens`, DeepSeek `prompt_cache_hit_tokens`, Kimi top-level
 /// `cached_tokens`) and cache writes (`prompt_tokens_details.cache_write_tokens`); the IR's
-/// `input` is what remains.
-pub(super) fn decode_usage(u: &ChatUsage<'_>) -> Usage {
+/// `input` is what remains (DeepSeek's `prompt_cache_miss_tokens` when `prompt_tokens` is absent),
+/// as the request record counts it (`observe::usage`; a property test holds the two together).
+pub(super) fn decode_usage(u: &ChatUsage) -> Usage {
     let prompt_details = u.prompt_tokens_details.0.as_ref();
-    let cached = prompt_details
-        .and_then(|d| d.cached_tokens.as_u64())
-        .or_else(|| u.prompt_cache_hit_tokens.as_u64())
-        .or_else(|| u.cached_tokens.as_u64());
-    let written = prompt_details.and_then(|d| d.cache_write_tokens.as_u64());
-    let prompt = u.prompt_tokens.as_u64();
+    let cached = prompt_details.and_then(|d| d.cached_tokens.0).or(u.prompt_cache_hit_tokens.0).or(u.cached_tokens.0);
+    let written = prompt_details.and_then(|d| d.cache_write_tokens.0);
+    let input = u.prompt_tokens.0.map(|p| p.saturating_sub(cached.unwrap_or(0)).saturating_sub(written.unwrap_or(0)));
     Usage {
-        input: prompt.map(|p| p.saturating_sub(cached.unwrap_or(0)).saturating_sub(written.unwrap_or(0))),
-        output: u.completion_tokens.as_u64(),
+        input: input.or(u.prompt_cache_miss_tokens.0),
+        output: u.completion_tokens.0,
         cache_read: cached,
         cache_write: written,
-        reasoning: u.completion_tokens_details.0.as_ref().and_then(|d| d.reasoning_tokens.as_u64()),
+        reasoning: u.completion_tokens_details.0.as_ref().and_then(|d| d.reasoning_tokens.0),
     }
 }
 
@@ -350,6 +348,26 @@ mod tests {
         fn an_answer_read_directly_decodes_as_one_read_through_a_value(answer in arb_completion()) {
             let body = serde_json::to_vec(&answer).unwrap();
             prop_assert_eq!(decode_response_with(&body, Parse::Direct), decode_response_with(&body, Parse::ViaValue));
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        /// The usage a converted answer reports is the usage its record stores
+        /// (`observe::usage`): the client and the dashboard never disagree on the tokens.
+        #[test]
+        fn a_converted_answer_reports_the_usage_its_record_stores(usage in arb_chat_usage()) {
+            let body = serde_json::to_vec(&json!({
+                "id": "chatcmpl-u", "model": "m",
+                "choices": [{"index": 0, "message": {"content": "hi"}, "finish_reason": "stop"}],
+                "usage": usage,
+            })).unwrap();
+            let converted = decode_response(&body).unwrap().usage;
+            let recorded = crate::observe::usage::read_answer(crate::protocol::Format::Openai, &body).tokens;
+            prop_assert_eq!(
+                (converted.input, converted.output, converted.cache_read, converted.cache_write),
+                (recorded.input, recorded.output, recorded.cache_read, recorded.cache_write)
+            );
         }
     }
 

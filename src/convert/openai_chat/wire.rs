@@ -12,7 +12,7 @@ use serde::de::value::SeqAccessDeserializer;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
-use crate::protocol::lenient::{Lax, Lenient, List, NotNull, drain_map};
+use crate::protocol::lenient::{Count, Lax, Lenient, List, NotNull, drain_map};
 
 // ---------------------------------------------------------------------------------------------
 // The answer
@@ -29,8 +29,8 @@ pub(super) struct Completion<'a> {
     pub error: NotNull,
     #[serde(borrow, default)]
     pub choices: List<CompletionChoice<'a>>,
-    #[serde(borrow, default)]
-    pub usage: Lenient<ChatUsage<'a>>,
+    #[serde(default)]
+    pub usage: Lenient<ChatUsage>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -144,38 +144,36 @@ pub(super) struct MessageFunction<'a> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Usage, of an answer or a stream's usage chunk (read by `response::decode_usage`)
+// Usage, of an answer or a stream's usage chunk (read by `response::decode_usage`). Counts are
+// read as the request records read them (`lenient::Count`: numeric strings too), so a converted
+// answer reports the tokens its record stores.
 
 #[derive(Debug, Default, Deserialize)]
-pub(super) struct ChatUsage<'a> {
-    #[serde(borrow, default)]
-    pub prompt_tokens: Lax<'a>,
-    #[serde(borrow, default)]
-    pub completion_tokens: Lax<'a>,
+#[serde(default)]
+pub(super) struct ChatUsage {
+    pub prompt_tokens: Count,
+    pub completion_tokens: Count,
     /// DeepSeek's cache reads.
-    #[serde(borrow, default)]
-    pub prompt_cache_hit_tokens: Lax<'a>,
+    pub prompt_cache_hit_tokens: Count,
+    /// DeepSeek: `prompt_tokens` = hit + miss; the input when `prompt_tokens` is absent.
+    pub prompt_cache_miss_tokens: Count,
     /// Kimi's cache reads.
-    #[serde(borrow, default)]
-    pub cached_tokens: Lax<'a>,
-    #[serde(borrow, default)]
-    pub prompt_tokens_details: Lenient<PromptTokensDetails<'a>>,
-    #[serde(borrow, default)]
-    pub completion_tokens_details: Lenient<CompletionTokensDetails<'a>>,
+    pub cached_tokens: Count,
+    pub prompt_tokens_details: Lenient<PromptTokensDetails>,
+    pub completion_tokens_details: Lenient<CompletionTokensDetails>,
 }
 
 #[derive(Debug, Default, Deserialize)]
-pub(super) struct PromptTokensDetails<'a> {
-    #[serde(borrow, default)]
-    pub cached_tokens: Lax<'a>,
-    #[serde(borrow, default)]
-    pub cache_write_tokens: Lax<'a>,
+#[serde(default)]
+pub(super) struct PromptTokensDetails {
+    pub cached_tokens: Count,
+    pub cache_write_tokens: Count,
 }
 
 #[derive(Debug, Default, Deserialize)]
-pub(super) struct CompletionTokensDetails<'a> {
-    #[serde(borrow, default)]
-    pub reasoning_tokens: Lax<'a>,
+#[serde(default)]
+pub(super) struct CompletionTokensDetails {
+    pub reasoning_tokens: Count,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -198,8 +196,8 @@ pub(super) struct Chunk<'a> {
     #[serde(borrow, default)]
     pub choices: List<Choice<'a>>,
     /// Boxed: it comes once a stream, and inline it would make every chunk ~300 bytes larger.
-    #[serde(borrow, default)]
-    pub usage: Lenient<Box<ChatUsage<'a>>>,
+    #[serde(default)]
+    pub usage: Lenient<Box<ChatUsage>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
