@@ -795,4 +795,129 @@ mod tests {
             }
         }
     }
+
+    /// A token count as upstreams send them, well and badly.
+    fn arb_count() -> impl Strategy<Value = Value> {
+        prop::sample::select(vec![
+            json!(0),
+            json!(7),
+            json!(1200),
+            json!(7.0),
+            json!(2.5),
+            json!(-1),
+            json!("7"),
+            json!(" 12 "),
+            json!("x"),
+            Value::Null,
+            json!([1]),
+        ])
+    }
+
+    /// An object with some of `keys`, each a count, and some of `nested` (name, its keys).
+    fn arb_counts(
+        keys: &'static [&'static str],
+        nested: &'static [(&'static str, &'static [&'static str])],
+    ) -> BoxedStrategy<Value> {
+        let flat = prop::collection::vec(prop::option::weighted(0.6, arb_count()), keys.len());
+        let inner = prop::collection::vec(
+            prop::option::weighted(0.5, prop::collection::vec(prop::option::weighted(0.6, arb_count()), 3)),
+            nested.len(),
+        );
+        (flat, inner)
+            .prop_map(move |(flat, inner)| {
+                let mut o = serde_json::Map::new();
+                for (k, v) in keys.iter().zip(flat) {
+                    if let Some(v) = v {
+                        o.insert((*k).to_owned(), v);
+                    }
+                }
+                for ((name, inner_keys), values) in nested.iter().zip(inner) {
+                    if let Some(values) = values {
+                        let d: serde_json::Map<String, Value> = inner_keys
+                            .iter()
+                            .zip(values)
+                            .filter_map(|(k, v)| v.map(|v| ((*k).to_owned(), v)))
+                            .collect();
+                        o.insert((*name).to_owned(), Value::Object(d));
+                    }
+                }
+                Value::Object(o)
+            })
+            .boxed()
+    }
+
+    /// An answer of `format` that says "hi" and carries `usage`.
+    fn answer_with_usage(format: Format, usage: Value) -> Vec<u8> {
+        let body = match format {
+            Format::Anthropic => json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+                "content": [{"type": "text", "text": "hi"}], "stop_reason": "end_turn", "usage": usage}),
+            Format::Openai => json!({"id": "chatcmpl-1", "object": "chat.completion", "model": "m",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+                "usage": usage}),
+            Format::Responses => json!({"id": "resp_1", "object": "response", "status": "completed", "model": "m",
+                "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hi"}]}],
+                "usage": usage}),
+            Format::Gemini => json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "hi"}]},
+                "finishReason": "STOP"}], "modelVersion": "m", "usageMetadata": usage}),
+        };
+        serde_json::to_vec(&body).unwrap()
+    }
+
+    fn arb_usage(format: Format) -> BoxedStrategy<Value> {
+        match format {
+            Format::Anthropic => arb_counts(
+                &["input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"],
+                &[],
+            ),
+            Format::Openai => arb_counts(
+                &[
+                    "prompt_tokens",
+                    "completion_tokens",
+                    "prompt_cache_hit_tokens",
+                    "prompt_cache_miss_tokens",
+                    "cached_tokens",
+                ],
+                &[
+                    ("prompt_tokens_details", &["cached_tokens", "cache_write_tokens", "audio_tokens"]),
+                    ("completion_tokens_details", &["reasoning_tokens", "audio_tokens", "accepted_prediction_tokens"]),
+                ],
+            ),
+            Format::Responses => arb_counts(
+                &["input_tokens", "output_tokens", "total_tokens"],
+                &[
+                    ("input_tokens_details", &["cached_tokens", "cache_read_tokens", "cache_write_tokens"]),
+                    ("output_tokens_details", &["reasoning_tokens", "x", "y"]),
+                ],
+            ),
+            Format::Gemini => arb_counts(
+                &[
+                    "promptTokenCount",
+                    "candidatesTokenCount",
+                    "cachedContentTokenCount",
+                    "thoughtsTokenCount",
+                    "toolUsePromptTokenCount",
+                ],
+                &[],
+            ),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        /// A converted answer reports the tokens its request record stores (`observe::usage`),
+        /// whatever types the upstream's counts have: the client and the dashboard agree.
+        #[test]
+        fn a_converted_answer_reports_the_tokens_its_record_stores(
+            (format, usage) in prop::sample::select(FORMATS.to_vec()).prop_flat_map(|f| (Just(f), arb_usage(f))),
+        ) {
+            let body = answer_with_usage(format, usage);
+            let converted = decode_response(format, &body).unwrap().usage;
+            let recorded = crate::observe::usage::read_answer(format, &body).tokens;
+            prop_assert_eq!(
+                (converted.input, converted.output, converted.cache_read, converted.cache_write),
+                (recorded.input, recorded.output, recorded.cache_read, recorded.cache_write),
+                "{:?}", format
+            );
+        }
+    }
 }

@@ -10,7 +10,10 @@
 //! | Gemini | body and every stream chunk `usageMetadata` (the last one has the totals) | `promptTokenCount` − read + `toolUsePromptTokenCount` | `cachedContentTokenCount` | — | `candidatesTokenCount` + `thoughtsTokenCount` (Gemini bills thoughts as output) |
 //!
 //! The subtraction matches the converters (`convert::openai_chat`, `convert::responses`), which
-//! count cache writes inside OpenAI's prompt total, so converted and native traffic agree.
+//! count cache writes inside OpenAI's prompt total, so converted and native traffic agree; the
+//! converters also read each count as [`Count`] does (`lenient::token_count`), and a property test
+//! (`convert::tests::a_converted_answer_reports_the_tokens_its_record_stores`) holds the two
+//! readings of every format's answer to the same tokens.
 //!
 //! Unknown is `None`, never 0: a stream cut before its usage event reports nothing. Anthropic's
 //! `message_start` carries the real input side but only a placeholder `output_tokens` (1), so

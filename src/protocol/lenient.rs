@@ -57,6 +57,13 @@ pub fn count(v: &Value) -> Option<u64> {
     v.as_u64().or_else(|| v.as_f64().and_then(whole_number))
 }
 
+/// A token count in a `Value`, read as [`Count`] reads one while parsing: a non-negative integer,
+/// an integral float, or a numeric string (as some vendors send). Converters read usage with it,
+/// so a converted answer reports the tokens its request record stores.
+pub fn token_count(v: &Value) -> Option<u64> {
+    count(v).or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+}
+
 // ---------------------------------------------------------------------------------------------
 // Text
 

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::convert::ir::*;
 use crate::protocol::lenient::arguments_object;
-use crate::protocol::lenient::{count, get, get_str};
+use crate::protocol::lenient::{get, get_str, token_count};
 
 pub fn stop_reason_from_wire(s: &str) -> Option<StopReason> {
     match s {
@@ -35,13 +35,13 @@ pub fn stop_reason_to_wire(r: StopReason) -> &'static str {
 
 pub(super) fn parse_usage(v: Option<&Value>) -> Usage {
     let Some(u) = v.and_then(Value::as_object) else { return Usage::default() };
-    let n = |k: &str| u.get(k).and_then(count);
+    let n = |k: &str| u.get(k).and_then(token_count);
     Usage {
         input: n("input_tokens"),
         output: n("output_tokens"),
         cache_read: n("cache_read_input_tokens"),
         cache_write: n("cache_creation_input_tokens"),
-        reasoning: u.get("output_tokens_details").and_then(|d| d.get("thinking_tokens")).and_then(count),
+        reasoning: u.get("output_tokens_details").and_then(|d| d.get("thinking_tokens")).and_then(token_count),
     }
 }
 

@@ -9,7 +9,7 @@ use super::{
     synth_call_id,
 };
 use crate::convert::ir::*;
-use crate::protocol::lenient::{arguments_object, count, get, get_str};
+use crate::protocol::lenient::{arguments_object, count, get, get_str, token_count};
 
 // ---------------------------------------------------------------------------------------------
 // Finish reasons
@@ -65,7 +65,7 @@ pub(super) fn with_tool_use(stop: Option<StopReason>, has_calls: bool) -> Option
 /// tool-use prompt (added: it is billed as input); thoughts are billed as output, so output is
 /// candidates + thoughts, with the thoughts also in `reasoning`.
 pub(super) fn decode_usage(u: &Obj) -> Usage {
-    let n = |camel: &str, snake: &str| field(u, camel, snake).and_then(count);
+    let n = |camel: &str, snake: &str| field(u, camel, snake).and_then(token_count);
     let prompt = n("promptTokenCount", "prompt_token_count");
     let cached = n("cachedContentTokenCount", "cached_content_token_count");
     let tool_prompt = n("toolUsePromptTokenCount", "tool_use_prompt_token_count");

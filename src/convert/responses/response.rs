@@ -5,24 +5,24 @@
 use serde_json::{Value, json};
 
 use super::{
-    REDACTED_BLOB, SUMMARY_SEPARATOR, THINKING_BLOB, flat_tool_name, get_str, get_u64, is_set, reasoning_part,
-    text_part,
+    REDACTED_BLOB, SUMMARY_SEPARATOR, THINKING_BLOB, flat_tool_name, get_str, is_set, reasoning_part, text_part,
 };
 use crate::convert::ir::*;
-use crate::protocol::lenient::{arguments_string, parse_arguments};
+use crate::protocol::lenient::{arguments_string, parse_arguments, token_count};
 
 pub(super) fn decode_usage(u: &Value) -> Usage {
+    let tokens = |v: &Value, key: &str| v.get(key).and_then(token_count);
     let details = u.get("input_tokens_details");
-    let cached = details.and_then(|d| get_u64(d, "cache_read_tokens").or_else(|| get_u64(d, "cached_tokens")));
-    let cache_write = details.and_then(|d| get_u64(d, "cache_write_tokens"));
-    let input = get_u64(u, "input_tokens")
+    let cached = details.and_then(|d| tokens(d, "cached_tokens").or_else(|| tokens(d, "cache_read_tokens")));
+    let cache_write = details.and_then(|d| tokens(d, "cache_write_tokens"));
+    let input = tokens(u, "input_tokens")
         .map(|t| t.saturating_sub(cached.unwrap_or(0)).saturating_sub(cache_write.unwrap_or(0)));
     Usage {
         input,
-        output: get_u64(u, "output_tokens"),
+        output: tokens(u, "output_tokens"),
         cache_read: cached,
         cache_write,
-        reasoning: u.get("output_tokens_details").and_then(|d| get_u64(d, "reasoning_tokens")),
+        reasoning: u.get("output_tokens_details").and_then(|d| tokens(d, "reasoning_tokens")),
     }
 }
 
