@@ -141,7 +141,9 @@ impl StreamObserver {
                 Some(Bytes::from(out))
             }
             Transform::Convert(conversion) => {
-                let mut out = Vec::new();
+                // Sized for what the chunk converts to (a protocol's framing of the same text can
+                // be twice another's), so the encoders write without growing the buffer.
+                let mut out = Vec::with_capacity(chunk.len().saturating_mul(2).saturating_add(64));
                 self.scanner.feed(&chunk, |event| {
                     watch.observe(&inspect_and_observe(format, &event, context));
                     usage.observe(format, &event);
