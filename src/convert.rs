@@ -920,4 +920,80 @@ mod tests {
             );
         }
     }
+
+    /// A stream of `format` that says "hi" and reports `usage` where that protocol reports it
+    /// (Anthropic: the input side in `message_start`, the output in `message_delta`).
+    fn stream_with_usage(format: Format, usage: Value) -> String {
+        let data = |v: Value| format!("data: {v}\n\n");
+        let named = |name: &str, v: Value| format!("event: {name}\ndata: {v}\n\n");
+        match format {
+            Format::Anthropic => [
+                named("message_start", json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
+                    "role": "assistant", "model": "m", "content": [], "usage": usage}})),
+                named("content_block_start", json!({"type": "content_block_start", "index": 0,
+                    "content_block": {"type": "text", "text": ""}})),
+                named("content_block_delta", json!({"type": "content_block_delta", "index": 0,
+                    "delta": {"type": "text_delta", "text": "hi"}})),
+                named("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
+                named("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                    "usage": {"output_tokens": usage.get("output_tokens")}})),
+                named("message_stop", json!({"type": "message_stop"})),
+            ]
+            .concat(),
+            Format::Openai => [
+                data(json!({"id": "c1", "object": "chat.completion.chunk", "model": "m",
+                    "choices": [{"index": 0, "delta": {"role": "assistant", "content": "hi"}, "finish_reason": null}]})),
+                data(json!({"id": "c1", "object": "chat.completion.chunk", "model": "m",
+                    "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})),
+                data(json!({"id": "c1", "object": "chat.completion.chunk", "model": "m", "choices": [], "usage": usage})),
+                "data: [DONE]\n\n".to_owned(),
+            ]
+            .concat(),
+            Format::Responses => {
+                let response = |status: &str, usage: Value| json!({"id": "resp_1", "object": "response",
+                    "status": status, "model": "m", "output": [], "usage": usage});
+                [
+                    named("response.created", json!({"type": "response.created", "sequence_number": 0,
+                        "response": response("in_progress", Value::Null)})),
+                    named("response.output_text.delta", json!({"type": "response.output_text.delta",
+                        "sequence_number": 1, "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": "hi"})),
+                    named("response.completed", json!({"type": "response.completed", "sequence_number": 2,
+                        "response": response("completed", usage)})),
+                ]
+                .concat()
+            }
+            Format::Gemini => [
+                data(json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "hi"}]}}], "modelVersion": "m"})),
+                data(json!({"candidates": [{"content": {"role": "model", "parts": [{"text": ""}]}, "finishReason": "STOP"}],
+                    "modelVersion": "m", "usageMetadata": usage})),
+            ]
+            .concat(),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        /// A converted stream's final usage is what its request record stores (`StreamUsage`),
+        /// whatever types the upstream's counts have.
+        #[test]
+        fn a_converted_stream_reports_the_tokens_its_record_stores(
+            (format, usage) in prop::sample::select(FORMATS.to_vec()).prop_flat_map(|f| (Just(f), arb_usage(f))),
+        ) {
+            let stream = stream_with_usage(format, usage);
+            let events = testkit::decode_stream(format, &[stream.as_bytes()]);
+            let converted = events.iter().find_map(|e| match e {
+                StreamEvent::Finish { usage, .. } => Some(*usage),
+                _ => None,
+            });
+            let mut recorded = crate::observe::usage::StreamUsage::default();
+            crate::protocol::sse::SseScanner::new().feed(stream.as_bytes(), |e| recorded.observe(format, &e));
+            let recorded = recorded.tokens();
+            let converted = converted.unwrap_or_default();
+            prop_assert_eq!(
+                (converted.input, converted.output, converted.cache_read, converted.cache_write),
+                (recorded.input, recorded.output, recorded.cache_read, recorded.cache_write),
+                "{:?}: {:?}", format, events
+            );
+        }
+    }
 }
