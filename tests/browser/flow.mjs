@@ -73,6 +73,24 @@ main(async () => {
     await until('gamma disabled', async () => (await api('GET', '/api/endpoints/gamma')).body.enabled === false);
     await page.click('tr[data-name="gamma"] .switch input');
     await until('gamma enabled', async () => (await api('GET', '/api/endpoints/gamma')).body.enabled === true);
+    // Two toggles in quick succession: the switch waits for the first answer (held back here),
+    // so the server ends in the state of the last click; two changes in flight at once could
+    // reach it in either order.
+    const gammaSwitch = 'tr[data-name="gamma"] .switch input';
+    let release;
+    const held = new Promise((resolve) => { release = resolve; });
+    await page.route('**/api/endpoints/gamma', async (route) => {
+      if (route.request().method() === 'PATCH') await held;
+      await route.continue();
+    });
+    await page.click(gammaSwitch);
+    await until('the switch waits for its answer', async () => await page.isDisabled(gammaSwitch));
+    release();
+    await page.click(gammaSwitch);
+    await until('gamma enabled after two quick toggles', async () =>
+      (await api('GET', '/api/endpoints/gamma')).body.enabled === true
+      && await page.isChecked(gammaSwitch) && await page.isEnabled(gammaSwitch));
+    await page.unroute('**/api/endpoints/gamma');
   });
 
   await step('drag endpoints into the fast queue and reorder it', async () => {

@@ -17,6 +17,9 @@ const state = {
   current: {},
   expanded: new Set(),
   drag: null,             // {name, from: 'order' | 'fast'}
+  // Endpoints whose on/off change is on its way: their switch waits for the answer, so two quick
+  // toggles cannot reach the server out of order and leave it in the state clicked first.
+  toggling: new Set(),
 };
 
 const body = $('#ep-body');
@@ -125,6 +128,7 @@ function renderTable() {
       h('td', { 'data-label': 'enabled' }, h('label', { class: 'switch', title: e.enabled ? 'enabled' : 'disabled' },
         h('input', {
           type: 'checkbox', role: 'switch', checked: e.enabled, dataset: { focus: `enabled:${e.name}` },
+          disabled: state.toggling.has(e.name),
           'aria-label': `${e.name} enabled`, onchange: (ev) => setEnabled(e, ev.target),
         }), h('span'))),
       h('td', { 'data-label': 'fast' }, e.fast ? h('span', { class: 'tag fast', title: 'position in the fast queue' }, `★ ${fast.indexOf(e.name) + 1}`) : h('span', { class: 'muted' }, '–')),
@@ -399,14 +403,19 @@ for (const zone of [$('#fast-panel')]) {
 
 async function setEnabled(e, input) {
   const want = input.checked;
+  state.toggling.add(e.name);
+  input.disabled = true;
   try {
     const updated = await api('PATCH', `/api/endpoints/${encodeURIComponent(e.name)}`, { enabled: want });
     state.endpoints = state.endpoints.map((x) => (x.name === e.name ? updated : x));
-    render();
     toast(`${e.name} ${want ? 'enabled' : 'disabled'}`, 'ok');
   } catch (err) {
     input.checked = !want;
     toast(`Could not change ${e.name}: ${err.message}`, 'error');
+  } finally {
+    state.toggling.delete(e.name);
+    input.disabled = false;
+    render();
   }
 }
 
