@@ -195,7 +195,7 @@ pub(super) struct Chunk<'a> {
     pub error: NotNull,
     #[serde(borrow, default)]
     pub choices: List<Choice<'a>>,
-    /// Boxed: it comes once a stream, and inline it would make every chunk ~300 bytes larger.
+    /// Boxed: it comes once a stream, and inline it would make every chunk ~150 bytes larger.
     #[serde(default)]
     pub usage: Lenient<Box<ChatUsage>>,
 }
