@@ -902,22 +902,30 @@ mod tests {
         }
     }
 
+    fn arb_format_and_usage() -> impl Strategy<Value = (Format, Value)> {
+        prop::sample::select(FORMATS.to_vec()).prop_flat_map(|f| (Just(f), arb_usage(f)))
+    }
+
+    /// The IR usage as a record's tokens (the fields both have), to compare the two readings.
+    fn as_tokens(u: &Usage) -> crate::observe::record::Tokens {
+        crate::observe::record::Tokens {
+            input: u.input,
+            output: u.output,
+            cache_read: u.cache_read,
+            cache_write: u.cache_write,
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
         /// A converted answer reports the tokens its request record stores (`observe::usage`),
         /// whatever types the upstream's counts have: the client and the dashboard agree.
         #[test]
-        fn a_converted_answer_reports_the_tokens_its_record_stores(
-            (format, usage) in prop::sample::select(FORMATS.to_vec()).prop_flat_map(|f| (Just(f), arb_usage(f))),
-        ) {
+        fn a_converted_answer_reports_the_tokens_its_record_stores((format, usage) in arb_format_and_usage()) {
             let body = answer_with_usage(format, usage);
             let converted = decode_response(format, &body).unwrap().usage;
             let recorded = crate::observe::usage::read_answer(format, &body).tokens;
-            prop_assert_eq!(
-                (converted.input, converted.output, converted.cache_read, converted.cache_write),
-                (recorded.input, recorded.output, recorded.cache_read, recorded.cache_write),
-                "{:?}", format
-            );
+            prop_assert_eq!(as_tokens(&converted), recorded, "{:?}", format);
         }
     }
 
@@ -976,9 +984,7 @@ mod tests {
         /// A converted stream's final usage is what its request record stores (`StreamUsage`),
         /// whatever types the upstream's counts have.
         #[test]
-        fn a_converted_stream_reports_the_tokens_its_record_stores(
-            (format, usage) in prop::sample::select(FORMATS.to_vec()).prop_flat_map(|f| (Just(f), arb_usage(f))),
-        ) {
+        fn a_converted_stream_reports_the_tokens_its_record_stores((format, usage) in arb_format_and_usage()) {
             let stream = stream_with_usage(format, usage);
             let events = testkit::decode_stream(format, &[stream.as_bytes()]);
             let converted = events.iter().find_map(|e| match e {
@@ -987,13 +993,7 @@ mod tests {
             });
             let mut recorded = crate::observe::usage::StreamUsage::default();
             crate::protocol::sse::SseScanner::new().feed(stream.as_bytes(), |e| recorded.observe(format, &e));
-            let recorded = recorded.tokens();
-            let converted = converted.unwrap_or_default();
-            prop_assert_eq!(
-                (converted.input, converted.output, converted.cache_read, converted.cache_write),
-                (recorded.input, recorded.output, recorded.cache_read, recorded.cache_write),
-                "{:?}: {:?}", format, events
-            );
+            prop_assert_eq!(as_tokens(&converted.unwrap_or_default()), recorded.tokens(), "{:?}: {:?}", format, events);
         }
     }
 }

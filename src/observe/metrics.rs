@@ -364,7 +364,7 @@ fn series_key(labels: &[&str]) -> String {
 
 fn push_series_key(key: &mut String, labels: &[&str]) {
     for l in labels {
-        push_decimal(key, l.len());
+        push_decimal(key, l.len() as u64);
         key.push(':');
         key.push_str(l);
     }
@@ -374,7 +374,8 @@ thread_local! {
     static KEY_SCRATCH: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
 }
 
-fn push_decimal(out: &mut String, mut n: usize) {
+/// `n` in decimal, written in place (no `String` of its own, as `to_string` would make).
+pub(crate) fn push_decimal(out: &mut String, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut i = digits.len();
     loop {

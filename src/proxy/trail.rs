@@ -23,6 +23,7 @@ use crate::endpoint::EndpointId;
 use crate::keys::KeyCharge;
 use crate::observe::cost;
 use crate::observe::events::Events;
+use crate::observe::metrics::push_decimal;
 use crate::observe::record::{AttemptRecord, Classification, RecordError, RequestRecord, Tokens};
 use crate::observe::record_id::new_id;
 use crate::snapshot::Snapshot;
@@ -100,29 +101,11 @@ const X_CCMESH_REQUEST_ID: HeaderName = HeaderName::from_static("x-ccmesh-reques
 
 fn push_ms(out: &mut String, d: Duration) {
     let us = d.as_micros();
-    push_decimal(out, us / 1000);
+    push_decimal(out, u64::try_from(us / 1000).unwrap_or(u64::MAX));
     out.push('.');
     let frac = us % 1000;
     for div in [100, 10, 1] {
         out.push(char::from_digit(((frac / div) % 10) as u32, 10).unwrap_or('0'));
-    }
-}
-
-/// `n` in decimal, written in place (no `String` of its own, as `to_string` would make).
-fn push_decimal(out: &mut String, n: u128) {
-    let mut digits = [b'0'; 39];
-    let mut at = digits.len();
-    let mut rest = n;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    for &d in &digits[at..] {
-        out.push(char::from(d));
     }
 }
 
