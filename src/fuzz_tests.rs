@@ -233,12 +233,31 @@ proptest! {
     #[test]
     fn fuzz_request_peek_and_model_splice(body in json_bytes(), model in ".{0,20}") {
         if let Ok(peek) = crate::proxy::request::peek(&body)
-            && let Some(span) = peek.model_span(&body)
+            && let Some(span) = peek.model_span.clone()
         {
             prop_assert!(span.end <= body.len());
             let spliced = crate::proxy::request::splice_model(&bytes::Bytes::from(body.clone()), span, &model);
             let v: Value = serde_json::from_slice(&spliced).map_err(|e| TestCaseError::fail(e.to_string()))?;
             prop_assert_eq!(v.get("model").and_then(Value::as_str), Some(model.as_str()));
+        }
+    }
+
+    /// The request peek reads every body as serde_json does, the fast scan included; and what
+    /// the scan accepts, serde_json accepts.
+    #[test]
+    fn fuzz_request_peek_scan_against_serde(body in json_bytes()) {
+        if let Ok(text) = std::str::from_utf8(&body)
+            && crate::protocol::json_scan::top_level_members(text, ["model", "metadata"]).is_some()
+        {
+            prop_assert!(serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok());
+        }
+        if crate::protocol::lenient::is_object(&body) {
+            let (scanned, parsed) = (crate::proxy::request::peek(&body), crate::proxy::request::peek_parsed(&body));
+            match (scanned, parsed) {
+                (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+                (Err(a), Err(b)) => prop_assert_eq!((a.code, a.message), (b.code, b.message)),
+                (a, b) => prop_assert!(false, "{:?} against {:?}", a.map(|_| ()), b.map(|_| ())),
+            }
         }
     }
 

@@ -1,9 +1,10 @@
 //! The protocols on both sides of the gateway — `Protocol` (what a client speaks), `Format`
 //! (what an endpoint speaks), `Route` (what kind of traffic a request is) — and their wire
-//! details: native error bodies (SPEC §9), the SSE scanner, what each streamed event means, and
-//! the tolerant JSON reading they all share.
+//! details: native error bodies (SPEC §9), the SSE scanner, what each streamed event means, the
+//! tolerant JSON reading they all share, and the fast validating scan of request bodies.
 
 pub mod errors;
+pub mod json_scan;
 pub mod lenient;
 pub mod sse;
 pub mod stream_events;

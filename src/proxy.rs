@@ -305,7 +305,7 @@ async fn prepare(
             (serving.into_iter().cloned().collect(), false)
         }
     };
-    let model_span = if gemini.is_some() { None } else { peek.as_ref().and_then(|p| p.model_span(&body)) };
+    let model_span = if gemini.is_some() { None } else { peek.as_ref().and_then(|p| p.model_span.clone()) };
     let session_id = affinity::session_id(&parts.headers, peek.as_ref().map(|p| p.session()).unwrap_or_default());
     trail.set_session(session_id.as_deref());
     drop(peek);

@@ -15,7 +15,8 @@ use serde_json::value::RawValue;
 use super::gemini::{self, X_GOOG_API_KEY};
 use crate::protocol::Route;
 use crate::protocol::errors::{ErrorKind, GatewayError};
-use crate::protocol::lenient::is_object;
+use crate::protocol::json_scan;
+use crate::protocol::lenient::{self, is_object};
 
 // Header names looked up on every request, parsed once (a lookup by `&str` parses the name).
 pub const ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
@@ -84,16 +85,94 @@ pub fn is_anthropic_client(headers: &HeaderMap) -> bool {
 }
 
 /// What routing needs from a JSON body.
-#[derive(Debug)]
-pub struct Peek<'a> {
-    /// The `model` value exactly as it appears in the body (with its quotes), for splicing.
-    model_raw: Option<&'a RawValue>,
+#[derive(Debug, PartialEq)]
+pub struct Peek {
+    /// Where the `model` value (quotes included) sits in the body, for `splice_model`.
+    pub model_span: Option<Range<usize>>,
     pub model: Option<String>,
     pub stream: bool,
     /// `prompt_cache_key` (Responses, Chat), when a string.
     pub prompt_cache_key: Option<String>,
     /// `metadata.user_id` (Anthropic), when a string.
     pub user_id: Option<String>,
+}
+
+impl Peek {
+    /// The session fields, for `affinity::session_id`.
+    pub fn session(&self) -> crate::affinity::BodySession<'_> {
+        crate::affinity::BodySession {
+            prompt_cache_key: self.prompt_cache_key.as_deref(),
+            user_id: self.user_id.as_deref(),
+        }
+    }
+}
+
+/// The top-level members `peek` reads, in `peek_scanned`'s order.
+const PEEKED_MEMBERS: [&str; 4] = ["model", "stream", "prompt_cache_key", "metadata"];
+
+/// Read just enough of the body; the whole document is still validated as JSON.
+///
+/// Most bodies are read by `json_scan`, which validates them without parsing the strings in
+/// between; what it cannot decide goes to serde_json (`peek_parsed`), which also words every
+/// error. Both give the same answer for any body (a property test holds them to it).
+pub fn peek(body: &[u8]) -> Result<Peek, GatewayError> {
+    // A derived struct also reads a JSON array, field by position: `["m"]` would name model "m".
+    if !is_object(body) {
+        return Err(GatewayError::new(
+            ErrorKind::InvalidRequest,
+            "invalid_json",
+            "the request body is not a JSON object; send a JSON object with at least \"model\"",
+        ));
+    }
+    if let Some(text) = lenient::utf8(body)
+        && let Some(members) = json_scan::top_level_members(text, PEEKED_MEMBERS)
+        && let Some(peeked) = peek_scanned(text, members)
+    {
+        return peeked;
+    }
+    peek_parsed(body)
+}
+
+/// The peek from the members `json_scan` found, read as `peek_parsed` reads them; `None` for a
+/// member value serde_json would refuse (`1e999` is valid JSON but not a `Value`), so that
+/// `peek_parsed` words the error.
+fn peek_scanned(text: &str, members: [Option<Range<usize>>; 4]) -> Option<Result<Peek, GatewayError>> {
+    let [model_span, stream, prompt_cache_key, metadata] = members;
+    // serde_json reads `"model": null` as no model at all.
+    let model_span = model_span.filter(|span| &text[span.clone()] != "null");
+    let raw = |span: &Option<Range<usize>>| span.clone().map(|span| &text[span]);
+    let value = |raw: &str| serde_json::from_str::<serde_json::Value>(raw).ok();
+    let stream = match raw(&stream) {
+        None | Some("false" | "null") => false,
+        Some("true") => true,
+        Some(other) => value(other).map(|_| false)?,
+    };
+    let prompt_cache_key = match raw(&prompt_cache_key) {
+        None => None,
+        Some(raw) => match unescaped_string(raw) {
+            Some(plain) => Some(plain.to_owned()),
+            None => value(raw)?.as_str().map(str::to_owned),
+        },
+    };
+    let user_id = match raw(&metadata) {
+        None => None,
+        Some(raw) => value(raw)?.get("user_id").and_then(serde_json::Value::as_str).map(str::to_owned),
+    };
+    let model = match raw(&model_span) {
+        None => None,
+        Some(raw) => match unescaped_string(raw).map(str::to_owned).or_else(|| serde_json::from_str(raw).ok()) {
+            Some(model) => Some(model),
+            None => return Some(Err(model_not_a_string())),
+        },
+    };
+    Some(Ok(Peek { model_span, model, stream, prompt_cache_key, user_id }))
+}
+
+/// The text of a JSON string value without escapes (its quotes removed); `None` for anything
+/// else.
+fn unescaped_string(raw: &str) -> Option<&str> {
+    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+    (!inner.contains('\\')).then_some(inner)
 }
 
 #[derive(Deserialize)]
@@ -108,17 +187,9 @@ struct PeekWire<'a> {
     metadata: Option<serde_json::Value>,
 }
 
-/// Parse just enough of the body; the whole document is still validated as JSON.
-pub fn peek(body: &[u8]) -> Result<Peek<'_>, GatewayError> {
-    // A derived struct also reads a JSON array, field by position: `["m"]` would name model "m".
-    if !is_object(body) {
-        return Err(GatewayError::new(
-            ErrorKind::InvalidRequest,
-            "invalid_json",
-            "the request body is not a JSON object; send a JSON object with at least \"model\"",
-        ));
-    }
-    let wire: PeekWire<'_> = crate::protocol::lenient::from_json(body).map_err(|e| {
+/// The peek by serde_json: whatever the scan leaves, and the words of every error.
+pub(crate) fn peek_parsed(body: &[u8]) -> Result<Peek, GatewayError> {
+    let wire: PeekWire<'_> = lenient::from_json(body).map_err(|e| {
         GatewayError::new(
             ErrorKind::InvalidRequest,
             "invalid_json",
@@ -127,36 +198,23 @@ pub fn peek(body: &[u8]) -> Result<Peek<'_>, GatewayError> {
     })?;
     let model = match wire.model {
         None => None,
-        Some(raw) => Some(serde_json::from_str::<String>(raw.get()).map_err(|_| {
-            GatewayError::new(ErrorKind::InvalidRequest, "invalid_model", "\"model\" must be a string")
-                .with_param("model")
-        })?),
+        Some(raw) => Some(serde_json::from_str::<String>(raw.get()).map_err(|_| model_not_a_string())?),
     };
     let stream = matches!(wire.stream, Some(serde_json::Value::Bool(true)));
     let string = |v: Option<&serde_json::Value>| v.and_then(serde_json::Value::as_str).map(str::to_string);
     let prompt_cache_key = string(wire.prompt_cache_key.as_ref());
     let user_id = string(wire.metadata.as_ref().and_then(|m| m.get("user_id")));
-    Ok(Peek { model_raw: wire.model, model, stream, prompt_cache_key, user_id })
-}
-
-impl Peek<'_> {
-    /// The session fields, for `affinity::session_id`.
-    pub fn session(&self) -> crate::affinity::BodySession<'_> {
-        crate::affinity::BodySession {
-            prompt_cache_key: self.prompt_cache_key.as_deref(),
-            user_id: self.user_id.as_deref(),
-        }
-    }
-}
-
-impl Peek<'_> {
-    /// Where the `model` value (quotes included) sits in `body`, for `splice_model`.
-    pub fn model_span(&self, body: &[u8]) -> Option<Range<usize>> {
-        let value = self.model_raw?.get();
-        // `model_raw` borrows from `body`, so its address gives its offset.
+    // `model` borrows from `body`, so its address gives its offset.
+    let model_span = wire.model.and_then(|raw| {
+        let value = raw.get();
         let start = (value.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
         Some(start..start + value.len())
-    }
+    });
+    Ok(Peek { model_span, model, stream, prompt_cache_key, user_id })
+}
+
+fn model_not_a_string() -> GatewayError {
+    GatewayError::new(ErrorKind::InvalidRequest, "invalid_model", "\"model\" must be a string").with_param("model")
 }
 
 /// The body with the model value at `span` replaced by `new_model`; every other byte unchanged.
@@ -171,7 +229,82 @@ pub fn splice_model(body: &Bytes, span: Range<usize>, new_model: &str) -> Bytes 
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    /// A body of members `peek` reads or must skip, their values of every type `peek` treats
+    /// differently (and a few serde_json refuses as a `Value`, such as `1e999`), sometimes
+    /// with a byte changed.
+    fn body() -> impl Strategy<Value = Vec<u8>> {
+        let key = prop::sample::select(
+            &["model", "stream", "prompt_cache_key", "metadata", "\\u006dodel", "messages", "x"][..],
+        );
+        let value = prop::sample::select(
+            &[
+                r#""claude-x""#,
+                r#""a\"b\u00e9""#,
+                r#""\ud800""#,
+                "true",
+                "false",
+                "null",
+                r#""true""#,
+                "1",
+                "-0.5",
+                "1e999",
+                "[1,{}]",
+                "[]",
+                r#"{"user_id":"u"}"#,
+                r#"{"user_id":"u\n1","x":[true]}"#,
+                r#"{"user_id":5}"#,
+                r#"{"user_id":"a","user_id":"b"}"#,
+                r#"{"x":1e999}"#,
+                r#""pk""#,
+            ][..],
+        );
+        let space = prop::sample::select(&["", " ", "\n  "][..]);
+        let members = proptest::collection::vec((key, value, space), 0..6);
+        let edit = proptest::option::weighted(
+            0.3,
+            (any::<prop::sample::Index>(), prop::sample::select(&b"\"\\{}[],:1 x"[..])),
+        );
+        (members, edit).prop_map(|(members, edit)| {
+            let inner: Vec<String> = members.iter().map(|(k, v, s)| format!("{s}\"{k}\"{s}:{s}{v}{s}")).collect();
+            let mut bytes = format!("{{{}}}", inner.join(",")).into_bytes();
+            if let Some((at, byte)) = edit {
+                let i = at.index(bytes.len());
+                bytes[i] = byte;
+            }
+            bytes
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+        /// The scan's reading and serde_json's agree on every body: the same fields, the same
+        /// model span, the same error in the same words.
+        #[test]
+        fn the_scanned_peek_is_the_parsed_peek(body in body()) {
+            // Both readings run after the one check that the body is an object at all.
+            prop_assume!(is_object(&body));
+            match (peek(&body), peek_parsed(&body)) {
+                (Ok(scanned), Ok(parsed)) => prop_assert_eq!(scanned, parsed),
+                (Err(a), Err(b)) => prop_assert_eq!((a.kind, a.code, a.message), (b.kind, b.code, b.message)),
+                (a, b) => prop_assert!(false, "{:?} against {:?} for {:?}", a.map(|_| ()), b.map(|_| ()), String::from_utf8_lossy(&body)),
+            }
+        }
+    }
+
+    #[test]
+    fn a_plain_body_is_read_by_the_scan() {
+        let body = br#"{"model":"claude-x","stream":true,"metadata":{"user_id":"u"},"prompt_cache_key":"pk"}"#;
+        let text = std::str::from_utf8(body).unwrap();
+        let members = json_scan::top_level_members(text, PEEKED_MEMBERS).unwrap();
+        let scanned = peek_scanned(text, members).unwrap().unwrap();
+        assert_eq!(scanned, peek_parsed(body).unwrap());
+        assert_eq!(scanned.model_span, Some(9..19));
+    }
 
     #[test]
     fn peeks_model_and_stream() {
@@ -203,7 +336,7 @@ mod tests {
         );
         let p = peek(&body).unwrap();
         assert_eq!(p.model.as_deref(), Some("@kimi/k2!"));
-        let out = splice_model(&body, p.model_span(&body).unwrap(), "kimi-\"k2\"");
+        let out = splice_model(&body, p.model_span.clone().unwrap(), "kimi-\"k2\"");
         assert_eq!(
             std::str::from_utf8(&out).unwrap(),
             "{ \"messages\" : [ {\"role\":\"user\"} ],\n  \"model\" :  \"kimi-\\\"k2\\\"\" , \"x\":1 }"
