@@ -896,6 +896,12 @@ mod tests {
                     "cachedContentTokenCount",
                     "thoughtsTokenCount",
                     "toolUsePromptTokenCount",
+                    // The spelling some relays send; the camelCase one wins where both are set.
+                    "prompt_token_count",
+                    "candidates_token_count",
+                    "cached_content_token_count",
+                    "thoughts_token_count",
+                    "tool_use_prompt_token_count",
                 ],
                 &[],
             ),

@@ -7,7 +7,7 @@
 //! | Anthropic | body `usage`; stream `message_start.message.usage` then `message_delta.usage` | `input_tokens` | `cache_read_input_tokens` | `cache_creation_input_tokens` | `output_tokens` |
 //! | Chat | body `usage`; stream: the usage chunk (`choices: []`) or usage on the finish chunk | `prompt_tokens` − read − write (DeepSeek: `prompt_cache_miss_tokens` when `prompt_tokens` is absent) | `prompt_tokens_details.cached_tokens`, else DeepSeek `prompt_cache_hit_tokens`, else Kimi top-level `cached_tokens` | `prompt_tokens_details.cache_write_tokens` | `completion_tokens` |
 //! | Responses | body `usage`; stream `response.completed` / `.incomplete` / `.failed` | `input_tokens` − read − write | `input_tokens_details.cached_tokens` (or `cache_read_tokens`) | `input_tokens_details.cache_write_tokens` | `output_tokens` |
-//! | Gemini | body and every stream chunk `usageMetadata` (the last one has the totals) | `promptTokenCount` − read + `toolUsePromptTokenCount` | `cachedContentTokenCount` | — | `candidatesTokenCount` + `thoughtsTokenCount` (Gemini bills thoughts as output) |
+//! | Gemini | body and every stream chunk `usageMetadata` (the last one has the totals; snake_case keys too) | `promptTokenCount` − read + `toolUsePromptTokenCount` | `cachedContentTokenCount` | — | `candidatesTokenCount` + `thoughtsTokenCount` (Gemini bills thoughts as output) |
 //!
 //! The subtraction matches the converters (`convert::openai_chat`, `convert::responses`), which
 //! count cache writes inside OpenAI's prompt total, so converted and native traffic agree; the
@@ -98,7 +98,16 @@ macro_rules! answer_body {
 answer_body!(AnthropicMessage);
 answer_body!(ChatBody);
 answer_body!(ResponseObject);
-answer_body!(GeminiBody);
+
+impl Answer for GeminiBody {
+    fn into_read(mut self) -> AnswerRead {
+        AnswerRead {
+            tokens: self.usage().map(GeminiUsage::tokens).unwrap_or_default(),
+            model: model_name(self.model()),
+            envelope: Some(Envelope { error: self.error.0, status: self.status.0 }),
+        }
+    }
+}
 
 /// A Chat stream's model is on every chunk; it is read from the first chunks only, so a vendor
 /// that never names its model does not cost a parse per chunk for the whole stream.
@@ -215,16 +224,20 @@ impl StreamUsage {
     }
 
     /// Every Gemini chunk may carry `usageMetadata` (the running totals; the last chunk has the
-    /// final ones) and names its model (`modelVersion`).
+    /// final ones) and names its model (`modelVersion`); either in snake_case from some relays.
     fn observe_gemini(&mut self, ev: &SseEvent<'_>) {
-        if !contains(ev.data, "\"usageMetadata\"") && !self.worth_parsing(ev.data, "\"modelVersion\"") {
+        let wanted = contains(ev.data, "\"usageMetadata\"")
+            || contains(ev.data, "\"usage_metadata\"")
+            || self.worth_parsing(ev.data, "\"modelVersion\"")
+            || self.worth_parsing(ev.data, "\"model_version\"");
+        if !wanted {
             return;
         }
-        let Ok(chunk) = serde_json::from_str::<GeminiBody>(ev.data) else { return };
+        let Ok(mut chunk) = serde_json::from_str::<GeminiBody>(ev.data) else { return };
         if self.model.is_none() {
-            self.model = model_name(chunk.model);
+            self.model = model_name(chunk.model());
         }
-        if let Some(u) = chunk.usage.0 {
+        if let Some(u) = chunk.usage() {
             merge(&mut self.tokens, u.tokens());
         }
     }
@@ -403,44 +416,79 @@ struct ResponsesEvent {
     response: Lenient<ResponseObject>,
 }
 
+/// Gemini's counts under the REST API's camelCase names or the snake_case ones some relays send
+/// (as distinct fields: a serde alias would refuse a body with both). As the converters read
+/// them: the camelCase one when it is there and not `null`, else the snake_case one.
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct GeminiUsage {
     #[serde(rename = "promptTokenCount")]
-    prompt: Count,
+    prompt: Option<Count>,
+    #[serde(rename = "prompt_token_count")]
+    prompt_snake: Option<Count>,
     #[serde(rename = "cachedContentTokenCount")]
-    cached: Count,
+    cached: Option<Count>,
+    #[serde(rename = "cached_content_token_count")]
+    cached_snake: Option<Count>,
     #[serde(rename = "toolUsePromptTokenCount")]
-    tool_prompt: Count,
+    tool_prompt: Option<Count>,
+    #[serde(rename = "tool_use_prompt_token_count")]
+    tool_prompt_snake: Option<Count>,
     #[serde(rename = "candidatesTokenCount")]
-    candidates: Count,
+    candidates: Option<Count>,
+    #[serde(rename = "candidates_token_count")]
+    candidates_snake: Option<Count>,
     #[serde(rename = "thoughtsTokenCount")]
-    thoughts: Count,
+    thoughts: Option<Count>,
+    #[serde(rename = "thoughts_token_count")]
+    thoughts_snake: Option<Count>,
+}
+
+/// The camelCase field when it is set (not `null`), else the snake_case one.
+fn either_spelling<T>(camel: Option<T>, snake: Option<T>) -> Option<T> {
+    camel.or(snake)
 }
 
 impl GeminiUsage {
-    fn tokens(&self) -> Tokens {
-        let output = match (self.candidates.0, self.thoughts.0) {
+    fn tokens(self) -> Tokens {
+        let count = |camel: Option<Count>, snake| either_spelling(camel, snake).and_then(|c: Count| c.0);
+        let prompt = count(self.prompt, self.prompt_snake);
+        let cached = count(self.cached, self.cached_snake);
+        let tool_prompt = count(self.tool_prompt, self.tool_prompt_snake);
+        let output = match (count(self.candidates, self.candidates_snake), count(self.thoughts, self.thoughts_snake)) {
             (None, None) => None,
             (c, t) => Some(c.unwrap_or(0).saturating_add(t.unwrap_or(0))),
         };
-        let input =
-            uncached(self.prompt.0, self.cached.0, None).map(|i| i.saturating_add(self.tool_prompt.0.unwrap_or(0)));
-        Tokens { input, output, cache_read: self.cached.0, cache_write: None }
+        let input = uncached(prompt, cached, None).map(|i| i.saturating_add(tool_prompt.unwrap_or(0)));
+        Tokens { input, output, cache_read: cached, cache_write: None }
     }
 }
 
-/// A `GenerateContentResponse`: a body or a streamed chunk.
+/// A `GenerateContentResponse`: a body or a streamed chunk, its keys in either spelling.
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct GeminiBody {
     #[serde(rename = "modelVersion")]
-    model: Text,
+    model: Option<Text>,
+    #[serde(rename = "model_version")]
+    model_snake: Option<Text>,
     #[serde(rename = "usageMetadata")]
-    usage: Lenient<GeminiUsage>,
+    usage: Option<Lenient<GeminiUsage>>,
+    #[serde(rename = "usage_metadata")]
+    usage_snake: Option<Lenient<GeminiUsage>>,
     /// Read for `Envelope`.
     error: NotNull,
     status: Text,
+}
+
+impl GeminiBody {
+    fn model(&mut self) -> Text {
+        either_spelling(self.model.take(), self.model_snake.take()).unwrap_or_default()
+    }
+
+    fn usage(&mut self) -> Option<GeminiUsage> {
+        either_spelling(self.usage.take(), self.usage_snake.take()).and_then(|u| u.0)
+    }
 }
 
 /// The model name, if the upstream gave a non-empty one.
@@ -495,6 +543,22 @@ data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \" done\"}],\"role
         assert_eq!(tokens, t(Some(205), Some(65), Some(1000), None));
         assert_eq!(model.as_deref(), Some("gemini-2.5-pro"));
         assert_eq!(from_body(Format::Gemini, br#"{"error":{"code":429}}"#), (Tokens::default(), None));
+    }
+
+    #[test]
+    fn gemini_usage_and_model_are_read_in_either_spelling() {
+        let snake = br#"{"candidates":[],"usage_metadata":{"prompt_token_count":100,"cached_content_token_count":40,"candidates_token_count":7,"thoughts_token_count":3},"model_version":"gemini-2.5-flash"}"#;
+        let (tokens, model) = from_body(Format::Gemini, snake);
+        assert_eq!(tokens, t(Some(60), Some(10), Some(40), None));
+        assert_eq!(model.as_deref(), Some("gemini-2.5-flash"));
+        // Both spellings: the camelCase one wins, field by field where it is set and not null.
+        let both = br#"{"usageMetadata":{"promptTokenCount":9,"candidatesTokenCount":null},"usage_metadata":{"prompt_token_count":1},"modelVersion":null,"model_version":"m"}"#;
+        assert_eq!(from_body(Format::Gemini, both), (t(Some(9), None, None, None), Some("m".to_owned())));
+        let mixed =
+            br#"{"usageMetadata":{"promptTokenCount":9,"candidatesTokenCount":null,"candidates_token_count":4}}"#;
+        assert_eq!(from_body(Format::Gemini, mixed).0, t(Some(9), Some(4), None, None));
+        let stream = "data: {\"usage_metadata\":{\"prompt_token_count\":5,\"candidates_token_count\":2},\"model_version\":\"g\"}\r\n\r\n";
+        assert_eq!(stream_all(Format::Gemini, stream), (t(Some(5), Some(2), None, None), Some("g".to_owned())));
     }
 
     #[test]
