@@ -22,8 +22,12 @@ use serde_json::{Map, Value};
 
 use super::ir::ConvertError;
 
-fn as_object<'a>(v: &'a Value, field: &str, what: &str) -> Result<&'a Map<String, Value>, ConvertError> {
-    v.as_object().ok_or_else(|| ConvertError::new(field, format!("`{field}` must be {what}")))
+fn as_object<'a>(
+    v: &'a Value,
+    field: &(impl std::fmt::Display + ?Sized),
+    what: &str,
+) -> Result<&'a Map<String, Value>, ConvertError> {
+    v.as_object().ok_or_else(|| ConvertError::new(field.to_string(), format!("`{field}` must be {what}")))
 }
 
 /// `'value'`, or `(missing)`, for error messages.

@@ -1,6 +1,8 @@
 //! An Anthropic Messages request (Claude Code's, an SDK's) to the IR. Everything the IR can hold
 //! is kept; what it cannot is a `Loss`; only what would change the answer's meaning is refused.
 
+use std::fmt;
+
 use serde_json::{Map, Value, json};
 
 use super::super::{as_object, shown};
@@ -27,12 +29,36 @@ fn opt_f64(obj: &Map<String, Value>, key: &str) -> Result<Option<f64>, ConvertEr
     }
 }
 
+/// Where a value sits in the request (`messages[3].content[1]`), written out only when an error
+/// or a loss names it: a long history holds thousands of blocks, and almost none is ever named.
+#[derive(Clone, Copy)]
+enum Path<'a> {
+    Key(&'static str),
+    Index(&'a Path<'a>, usize),
+    Member(&'a Path<'a>, &'static str),
+}
+
+impl fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Path::Key(key) => f.write_str(key),
+            Path::Index(parent, i) => write!(f, "{parent}[{i}]"),
+            Path::Member(parent, key) => write!(f, "{parent}.{key}"),
+        }
+    }
+}
+
 /// `prefix.key` (or `key` at the top level), built only for an error message.
-fn field_name(prefix: &str, key: &str) -> String {
+fn field_name(prefix: &(impl fmt::Display + ?Sized), key: &str) -> String {
+    let prefix = prefix.to_string();
     if prefix.is_empty() { key.to_string() } else { format!("{prefix}.{key}") }
 }
 
-fn opt_bool(obj: &Map<String, Value>, key: &str, prefix: &str) -> Result<Option<bool>, ConvertError> {
+fn opt_bool(
+    obj: &Map<String, Value>,
+    key: &str,
+    prefix: &(impl fmt::Display + ?Sized),
+) -> Result<Option<bool>, ConvertError> {
     match get(obj, key) {
         None => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
@@ -43,7 +69,11 @@ fn opt_bool(obj: &Map<String, Value>, key: &str, prefix: &str) -> Result<Option<
     }
 }
 
-fn req_str<'a>(obj: &'a Map<String, Value>, key: &str, prefix: &str) -> Result<&'a str, ConvertError> {
+fn req_str<'a>(
+    obj: &'a Map<String, Value>,
+    key: &str,
+    prefix: &(impl fmt::Display + ?Sized),
+) -> Result<&'a str, ConvertError> {
     get_str(obj, key).ok_or_else(|| {
         let field = field_name(prefix, key);
         ConvertError::new(&field, format!("`{field}` must be a string"))
@@ -68,7 +98,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
         messages_v.as_array().ok_or_else(|| ConvertError::new("messages", "`messages` must be an array"))?;
     let mut messages = Vec::with_capacity(messages_arr.len());
     for (i, m) in messages_arr.iter().enumerate() {
-        let field = format!("messages[{i}]");
+        let field = Path::Index(&Path::Key("messages"), i);
         let mo = as_object(m, &field, "an object")?;
         let role = match get_str(mo, "role") {
             Some("user") => Role::User,
@@ -77,10 +107,10 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
             Some(other) => return Err(ConvertError::new(format!("{field}.role"), format!("unknown role '{other}'"))),
             None => return Err(ConvertError::new(format!("{field}.role"), "`role` is required")),
         };
-        let content_field = format!("{field}.content");
+        let content_field = Path::Member(&field, "content");
         let content = match get(mo, "content") {
             Some(c) => decode_content(c, &content_field, &mut losses)?,
-            None => return Err(ConvertError::new(content_field, "`content` is required")),
+            None => return Err(ConvertError::new(content_field.to_string(), "`content` is required")),
         };
         messages.push(Message { role, content });
     }
@@ -187,15 +217,15 @@ fn decode_system(v: Option<&Value>, losses: &mut Vec<Loss>) -> Result<Vec<TextPa
         Some(Value::String(s)) => out.push(TextPart { text: s.clone(), cache_control: None }),
         Some(Value::Array(blocks)) => {
             for (i, b) in blocks.iter().enumerate() {
-                let field = format!("system[{i}]");
+                let field = Path::Index(&Path::Key("system"), i);
                 let bo = as_object(b, &field, "a text block")?;
                 if get_str(bo, "type") != Some("text") {
-                    return Err(ConvertError::new(field, "system blocks must be text blocks"));
+                    return Err(ConvertError::new(field.to_string(), "system blocks must be text blocks"));
                 }
                 let text = req_str(bo, "text", &field)?;
                 if text.starts_with(BILLING_HEADER_PREFIX) {
                     losses.push(Loss::new(
-                        field,
+                        field.to_string(),
                         "dropped: Claude Code's attribution line (x-anthropic-billing-header) is meaningful only to Anthropic and would break the target's prompt-cache prefix",
                     ));
                     continue;
@@ -208,19 +238,19 @@ fn decode_system(v: Option<&Value>, losses: &mut Vec<Loss>) -> Result<Vec<TextPa
     Ok(out)
 }
 
-fn decode_content(v: &Value, field: &str, losses: &mut Vec<Loss>) -> Result<Vec<Part>, ConvertError> {
+fn decode_content(v: &Value, field: &Path<'_>, losses: &mut Vec<Loss>) -> Result<Vec<Part>, ConvertError> {
     match v {
         Value::String(s) => Ok(vec![Part::Text(TextPart { text: s.clone(), cache_control: None })]),
         Value::Array(blocks) => {
             let mut out = Vec::with_capacity(blocks.len());
             for (j, b) in blocks.iter().enumerate() {
-                if let Some(p) = decode_block(b, &format!("{field}[{j}]"), losses)? {
+                if let Some(p) = decode_block(b, &Path::Index(field, j), losses)? {
                     out.push(p);
                 }
             }
             Ok(out)
         }
-        _ => Err(ConvertError::new(field, "`content` must be a string or an array of content blocks")),
+        _ => Err(ConvertError::new(field.to_string(), "`content` must be a string or an array of content blocks")),
     }
 }
 
@@ -238,7 +268,7 @@ const SERVER_BLOCKS: &[&str] = &[
     "container_upload",
 ];
 
-fn decode_block(b: &Value, field: &str, losses: &mut Vec<Loss>) -> Result<Option<Part>, ConvertError> {
+fn decode_block(b: &Value, field: &Path<'_>, losses: &mut Vec<Loss>) -> Result<Option<Part>, ConvertError> {
     let bo = as_object(b, field, "a content block object")?;
     let ty = req_str(bo, "type", field)?;
     let part = match ty {
@@ -262,7 +292,7 @@ fn decode_block(b: &Value, field: &str, losses: &mut Vec<Loss>) -> Result<Option
             let tool_use_id = req_str(bo, "tool_use_id", field)?.to_string();
             let content = match get(bo, "content") {
                 None => Vec::new(),
-                Some(c) => decode_tool_result_content(c, &format!("{field}.content"), losses)?,
+                Some(c) => decode_tool_result_content(c, &Path::Member(field, "content"), losses)?,
             };
             let is_error = opt_bool(bo, "is_error", field)?.unwrap_or(false);
             Part::ToolResult { tool_use_id, content, is_error }
@@ -285,14 +315,17 @@ fn decode_block(b: &Value, field: &str, losses: &mut Vec<Loss>) -> Result<Option
         "compaction" => {
             // Anthropic's compaction summary of the earlier conversation: keep its text.
             let text = get_str(bo, "content").unwrap_or_default();
-            losses.push(Loss::new(field, "compaction block kept as plain text"));
+            losses.push(Loss::new(field.to_string(), "compaction block kept as plain text"));
             if text.is_empty() {
                 return Ok(None);
             }
             Part::Text(TextPart { text: text.to_string(), cache_control: None })
         }
         "search_result" => {
-            losses.push(Loss::new(field, "search_result block kept as plain text (its citation metadata is lost)"));
+            losses.push(Loss::new(
+                field.to_string(),
+                "search_result block kept as plain text (its citation metadata is lost)",
+            ));
             Part::Text(TextPart { text: search_result_text(bo), cache_control: None })
         }
         t if SERVER_BLOCKS.contains(&t) => {
@@ -326,8 +359,8 @@ fn search_result_text(bo: &Map<String, Value>) -> String {
     parts.join("\n")
 }
 
-fn decode_image(bo: &Map<String, Value>, field: &str) -> Result<Image, ConvertError> {
-    let sf = format!("{field}.source");
+fn decode_image(bo: &Map<String, Value>, field: &Path<'_>) -> Result<Image, ConvertError> {
+    let sf = Path::Member(field, "source");
     let src = as_object(get(bo, "source").unwrap_or(&Value::Null), &sf, "an object")?;
     match get_str(src, "type") {
         Some("base64") => Ok(Image::Base64 {
@@ -336,7 +369,7 @@ fn decode_image(bo: &Map<String, Value>, field: &str) -> Result<Image, ConvertEr
         }),
         Some("url") => Ok(Image::Url { url: req_str(src, "url", &sf)?.to_string() }),
         Some("file") => Err(ConvertError::new(
-            sf,
+            sf.to_string(),
             "image source type 'file' (an Anthropic Files API file_id) cannot be converted: the target cannot read Anthropic files",
         )),
         other => {
@@ -347,10 +380,10 @@ fn decode_image(bo: &Map<String, Value>, field: &str) -> Result<Image, ConvertEr
 
 fn decode_document_source(
     bo: &Map<String, Value>,
-    field: &str,
+    field: &Path<'_>,
     losses: &mut Vec<Loss>,
 ) -> Result<DocumentSource, ConvertError> {
-    let sf = format!("{field}.source");
+    let sf = Path::Member(field, "source");
     let src = as_object(get(bo, "source").unwrap_or(&Value::Null), &sf, "an object")?;
     match get_str(src, "type") {
         Some("base64") => Ok(DocumentSource::Base64 {
@@ -387,7 +420,7 @@ fn decode_document_source(
             Ok(DocumentSource::Text { text: texts.join("\n") })
         }
         Some("file") => Err(ConvertError::new(
-            sf,
+            sf.to_string(),
             "document source type 'file' (an Anthropic Files API file_id) cannot be converted: the target cannot read Anthropic files",
         )),
         other => {
@@ -398,7 +431,7 @@ fn decode_document_source(
 
 fn decode_tool_result_content(
     v: &Value,
-    field: &str,
+    field: &Path<'_>,
     losses: &mut Vec<Loss>,
 ) -> Result<Vec<ToolResultContent>, ConvertError> {
     match v {
@@ -406,7 +439,7 @@ fn decode_tool_result_content(
         Value::Array(items) => {
             let mut out = Vec::with_capacity(items.len());
             for (k, it) in items.iter().enumerate() {
-                let f = format!("{field}[{k}]");
+                let f = Path::Index(field, k);
                 let io = as_object(it, &f, "a content block object")?;
                 match get_str(io, "type") {
                     Some("text") => out.push(ToolResultContent::Text(req_str(io, "text", &f)?.to_string())),
@@ -414,20 +447,20 @@ fn decode_tool_result_content(
                     Some("document") => match decode_document_source(io, &f, losses)? {
                         DocumentSource::Text { text } => out.push(ToolResultContent::Text(text)),
                         _ => losses.push(Loss::new(
-                            f,
+                            f.to_string(),
                             "dropped: a non-text document inside a tool result has no equivalent (tool results carry text and images)",
                         )),
                     },
                     Some("search_result") => {
-                        losses.push(Loss::new(&f, "search_result kept as plain text (its citation metadata is lost)"));
+                        losses.push(Loss::new(f.to_string(), "search_result kept as plain text (its citation metadata is lost)"));
                         out.push(ToolResultContent::Text(search_result_text(io)));
                     }
-                    other => losses.push(Loss::new(f, format!("dropped: unsupported tool result block {}", shown(other)))),
+                    other => losses.push(Loss::new(f.to_string(), format!("dropped: unsupported tool result block {}", shown(other)))),
                 }
             }
             Ok(out)
         }
-        _ => Err(ConvertError::new(field, "tool result `content` must be a string or an array of blocks")),
+        _ => Err(ConvertError::new(field.to_string(), "tool result `content` must be a string or an array of blocks")),
     }
 }
 
@@ -474,7 +507,7 @@ fn text_editor_tool_schema(version: &str) -> Value {
 fn decode_tools(arr: &[Value], losses: &mut Vec<Loss>) -> Result<Vec<Tool>, ConvertError> {
     let mut tools = Vec::with_capacity(arr.len());
     for (i, t) in arr.iter().enumerate() {
-        let field = format!("tools[{i}]");
+        let field = Path::Index(&Path::Key("tools"), i);
         let to = as_object(t, &field, "an object")?;
         let name = get_str(to, "name");
         match get_str(to, "type") {
@@ -601,6 +634,32 @@ mod tests {
 
     const CC_TURN1: &str =
         include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/clients/claude_code_2.1.197_turn1.json"));
+
+    /// Errors and losses deep in a history name the exact place, written out from the path only
+    /// when one is reported.
+    #[test]
+    fn errors_and_losses_name_their_place_in_the_request() {
+        let image = |source: Value| json!({"type": "image", "source": source});
+        let body = |blocks: Value| {
+            serde_json::to_vec(&json!({"model": "m", "max_tokens": 10, "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "user", "content": [{"type": "text", "text": "x"},
+                    {"type": "tool_result", "tool_use_id": "t1", "content": blocks}]}
+            ]}))
+            .unwrap()
+        };
+        let bad_image = body(json!([{"type": "text", "text": "a"}, image(json!({"type": "ftp"}))]));
+        let e = decode_request(&bad_image).unwrap_err();
+        assert_eq!(e.field, "messages[1].content[1].content[1].source.type");
+        let no_text = body(json!([{"type": "text"}]));
+        assert_eq!(decode_request(&no_text).unwrap_err().field, "messages[1].content[1].content[0].text");
+        let odd = body(json!([{"type": "text", "text": "a"}, {"type": "video"}]));
+        let losses = decode_request(&odd).unwrap().losses;
+        assert_eq!(losses.iter().map(|l| l.field.as_str()).collect::<Vec<_>>(), ["messages[1].content[1].content[1]"]);
+        let tools = serde_json::to_vec(&json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}],
+            "tools": [{"name": "a", "input_schema": {"type": "object"}}, {"input_schema": {}}]})).unwrap();
+        assert_eq!(decode_request(&tools).unwrap_err().field, "tools[1].name");
+    }
 
     #[test]
     fn decode_claude_code_turn1() {
