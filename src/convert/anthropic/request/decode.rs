@@ -656,8 +656,10 @@ mod tests {
         let odd = body(json!([{"type": "text", "text": "a"}, {"type": "video"}]));
         let losses = decode_request(&odd).unwrap().losses;
         assert_eq!(losses.iter().map(|l| l.field.as_str()).collect::<Vec<_>>(), ["messages[1].content[1].content[1]"]);
-        let tools = serde_json::to_vec(&json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}],
-            "tools": [{"name": "a", "input_schema": {"type": "object"}}, {"input_schema": {}}]})).unwrap();
+        let tools =
+            serde_json::to_vec(&json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}],
+            "tools": [{"name": "a", "input_schema": {"type": "object"}}, {"input_schema": {}}]}))
+            .unwrap();
         assert_eq!(decode_request(&tools).unwrap_err().field, "tools[1].name");
     }
 
