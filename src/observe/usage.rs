@@ -444,14 +444,10 @@ struct GeminiUsage {
     thoughts_snake: Option<Count>,
 }
 
-/// The camelCase field when it is set (not `null`), else the snake_case one.
-fn either_spelling<T>(camel: Option<T>, snake: Option<T>) -> Option<T> {
-    camel.or(snake)
-}
-
 impl GeminiUsage {
     fn tokens(self) -> Tokens {
-        let count = |camel: Option<Count>, snake| either_spelling(camel, snake).and_then(|c: Count| c.0);
+        // The camelCase field when it is set (not `null`), else the snake_case one.
+        let count = |camel: Option<Count>, snake: Option<Count>| camel.or(snake).and_then(|c| c.0);
         let prompt = count(self.prompt, self.prompt_snake);
         let cached = count(self.cached, self.cached_snake);
         let tool_prompt = count(self.tool_prompt, self.tool_prompt_snake);
@@ -483,11 +479,11 @@ struct GeminiBody {
 
 impl GeminiBody {
     fn model(&mut self) -> Text {
-        either_spelling(self.model.take(), self.model_snake.take()).unwrap_or_default()
+        self.model.take().or(self.model_snake.take()).unwrap_or_default()
     }
 
     fn usage(&mut self) -> Option<GeminiUsage> {
-        either_spelling(self.usage.take(), self.usage_snake.take()).and_then(|u| u.0)
+        self.usage.take().or(self.usage_snake.take()).and_then(|u| u.0)
     }
 }
 

@@ -407,12 +407,10 @@ impl<const N: usize> Members<'_, N> {
     }
 }
 
-/// The end of `bytes[..end]` without its trailing whitespace.
-fn trim_end(bytes: &[u8], mut end: usize) -> usize {
-    while end > 0 && matches!(bytes[end - 1], b' ' | b'\t' | b'\n' | b'\r') {
-        end -= 1;
-    }
-    end
+/// The end of `bytes[..end]` without its trailing whitespace. (`trim_ascii_end` also trims a
+/// form feed, which the grammar has already refused between tokens.)
+fn trim_end(bytes: &[u8], end: usize) -> usize {
+    bytes[..end].trim_ascii_end().len()
 }
 
 /// The end of the number or literal starting at `at`; `None` when none starts there. Out of
