@@ -11,6 +11,7 @@ pub mod gemini;
 pub mod models;
 pub mod observer;
 pub mod outcome;
+mod pool;
 pub mod relay;
 pub mod request;
 mod respond;

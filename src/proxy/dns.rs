@@ -1,5 +1,5 @@
 //! Telling a name that does not resolve apart from a port that refuses: both reach the gateway
-//! as a "connect" error of hyper-util's client, but the fixes differ (a misspelt host in
+//! as a connect error of its connection pool, but the fixes differ (a misspelt host in
 //! `base_url`, or DNS trouble, against an upstream that is down), so messages must say which.
 //!
 //! Pure: it only walks an error's source chain. There is no error *type* to downcast to:
@@ -15,8 +15,8 @@
 //! `UpstreamClient::send`:
 //!
 //! ```text
-//! client error (Connect)                         hyper_util::client::legacy::Error
-//! dns error                                      hyper_util's ConnectError
+//! could not connect: dns error                   proxy::pool::SendError::Connect
+//! dns error                                      hyper_util's ConnectError (its HttpConnector)
 //! failed to lookup address information: Name or service not known   io::Error (Uncategorized)
 //! ```
 

@@ -30,7 +30,7 @@ use crate::snapshot::LiveEndpoint;
 const MAX_HELD_PREAMBLE: usize = 64 * 1024;
 
 /// The next data chunk of an upstream body (trailers skipped), `None` at its end.
-async fn next_data(body: &mut hyper::body::Incoming) -> Option<Result<Bytes, hyper::Error>> {
+async fn next_data(body: &mut super::upstream::UpstreamBody) -> Option<Result<Bytes, hyper::Error>> {
     loop {
         match body.frame().await? {
             Ok(frame) => match frame.into_data() {

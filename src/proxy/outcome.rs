@@ -371,7 +371,7 @@ pub fn classify_network_error(err: &(dyn StdError + 'static)) -> NetworkErrorKin
                 return NetworkErrorKind::Timeout;
             }
         }
-        if let Some(c) = e.downcast_ref::<hyper_util::client::legacy::Error>() {
+        if let Some(c) = e.downcast_ref::<super::upstream::SendError>() {
             connect_hint |= c.is_connect();
         }
         if let Some(r) = e.downcast_ref::<reqwest::Error>() {

@@ -86,7 +86,7 @@ type Continuing = Pin<Box<dyn Future<Output = (Box<Run>, Ended)> + Send>>;
 pub(super) fn relay(
     mut committed: Committed,
     permit: Permit,
-    upstream: hyper::body::Incoming,
+    upstream: super::upstream::UpstreamBody,
     resume: Option<ResumePlan>,
 ) -> Relay {
     let pending: VecDeque<Bytes> = std::mem::take(&mut committed.held).into();
@@ -109,7 +109,7 @@ pub(super) fn relay(
 /// every event of every stream).
 pub struct Relay {
     s: RelayState,
-    upstream: hyper::body::Incoming,
+    upstream: super::upstream::UpstreamBody,
     idle: Option<IdleWatch>,
     /// The stream's longest allowed duration and its timer, when capped.
     cap: Option<(Duration, Pin<Box<Sleep>>)>,

@@ -142,5 +142,5 @@ pub(super) struct Stream {
     pub attempt: usize,
     pub committed: Committed,
     pub permit: Permit,
-    pub upstream: hyper::body::Incoming,
+    pub upstream: super::upstream::UpstreamBody,
 }

@@ -1,21 +1,22 @@
 //! Talking to an endpoint: the HTTP client, URL joining and header rewriting (SPEC §8).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, Uri, header};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rustls_platform_verifier::ConfigVerifierExt;
 
 use crate::protocol::Format;
 use crate::snapshot::LiveEndpoint;
 
-/// The upstream client: hyper's pooled HTTP/1.1 client with rustls, and nothing on top.
+use super::pool::{Connector, Pool};
+pub use super::pool::{MAX_IDLE_PER_HOST, POOL_IDLE_TIMEOUT, SendError, UpstreamBody};
+
+/// The upstream client: HTTP/1.1 connections over rustls, pooled per origin (`pool.rs`), and
+/// nothing on top.
 ///
 /// HTTP/1.1 only, with a large idle pool per host. hyper keeps a single HTTP/2 connection per
 /// host and queues requests beyond the server's concurrent-stream limit (hyperium/hyper#2197),
@@ -34,36 +35,16 @@ use crate::snapshot::LiveEndpoint;
 #[derive(Clone)]
 pub struct UpstreamClient {
     tls: rustls::ClientConfig,
-    shared: HttpClient,
+    shared: Arc<Pool>,
 }
-
-type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 thread_local! {
     /// This serving thread's pool (see `install_on_this_thread`).
-    static THREAD_POOL: std::cell::RefCell<Option<HttpClient>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Idle connections kept per upstream host after a burst. Active connections are not limited;
-/// this only bounds what a burst leaves behind: 1024 idle connections held ~40 MB for the
-/// pool's 90 s (BENCHMARKS.md), while opening a connection again costs one round trip (two
-/// with TLS). nginx's usual `keepalive` setting is of the same order.
-pub const MAX_IDLE_PER_HOST: usize = 64;
-
-/// How long an upstream connection may sit unused in a pool before it is closed.
-pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
-
-/// Why a request never got an answer.
-#[derive(Debug, thiserror::Error)]
-pub enum SendError {
-    #[error("the endpoint's URL {0:?} is not a valid request URL")]
-    BadUrl(String),
-    #[error("{0}")]
-    Http(#[from] hyper_util::client::legacy::Error),
+    static THREAD_POOL: std::cell::RefCell<Option<Arc<Pool>>> = const { std::cell::RefCell::new(None) };
 }
 
 /// The answer's head and its body, read as it arrives.
-pub type UpstreamResponse = Response<Incoming>;
+pub type UpstreamResponse = Response<UpstreamBody>;
 
 impl UpstreamClient {
     pub fn new() -> Result<Self, rustls::Error> {
@@ -72,7 +53,7 @@ impl UpstreamClient {
         // Reading the system's roots is the slow part (milliseconds): done once, shared by
         // every thread's pool.
         let tls = rustls::ClientConfig::with_platform_verifier()?;
-        let shared = pool(tls.clone());
+        let shared = Pool::new(connector(tls.clone()));
         Ok(Self { tls, shared })
     }
 
@@ -80,30 +61,24 @@ impl UpstreamClient {
     /// from now on. Only for threads that live as long as their runtime (the pool's connection
     /// tasks run on it).
     pub fn install_on_this_thread(&self) {
-        let own = pool(self.tls.clone());
+        let own = Pool::new(connector(self.tls.clone()));
         THREAD_POOL.with(|p| *p.borrow_mut() = Some(own));
     }
 
-    /// Close every idle connection of this thread's pool now (by starting a new, empty pool).
-    /// For a serving thread that has served nothing for `POOL_IDLE_TIMEOUT`: its connections have
-    /// all expired, and hyper sweeps expired ones only every `POOL_IDLE_TIMEOUT`, so they would
-    /// otherwise stay open (and their buffers resident) up to that long again.
+    /// Close every idle connection of this thread's pool now. For a serving thread that has
+    /// served nothing for `POOL_IDLE_TIMEOUT`: its connections have all expired, and would
+    /// otherwise stay open (and their buffers resident) until the next request to their origin.
     pub fn close_idle_connections_on_this_thread(&self) {
         THREAD_POOL.with(|p| {
-            let mut pool_slot = p.borrow_mut();
-            if pool_slot.is_some() {
-                *pool_slot = Some(pool(self.tls.clone()));
+            if let Some(own) = p.borrow().as_ref() {
+                own.close_idle();
             }
         });
     }
 
-    /// Start `request` on this thread's pool, or the shared one (the returned future owns what
-    /// it needs, so no client is cloned per request).
-    fn start(&self, request: Request<Full<Bytes>>) -> hyper_util::client::legacy::ResponseFuture {
-        THREAD_POOL.with(|p| match p.borrow().as_ref() {
-            Some(own) => own.request(request),
-            None => self.shared.request(request),
-        })
+    /// This thread's pool, or the shared one.
+    fn pool(&self) -> Arc<Pool> {
+        THREAD_POOL.with(|p| p.borrow().as_ref().unwrap_or(&self.shared).clone())
     }
 
     /// Send one request. `url` is absolute (`join_url`); `headers` are the final upstream
@@ -119,25 +94,16 @@ impl UpstreamClient {
         *request.method_mut() = method;
         *request.headers_mut() = headers;
         *request.uri_mut() = Uri::try_from(url).map_err(|_| SendError::BadUrl(url.to_string()))?;
-        Ok(self.start(request).await?)
+        self.pool().send(request).await
     }
 }
 
-fn pool(tls: rustls::ClientConfig) -> HttpClient {
+fn connector(tls: rustls::ClientConfig) -> Connector {
     let mut tcp = HttpConnector::new();
     tcp.enforce_http(false);
     tcp.set_nodelay(true);
     tcp.set_connect_timeout(Some(Duration::from_secs(10)));
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(tcp);
-    Client::builder(TokioExecutor::new())
-        .pool_timer(TokioTimer::new())
-        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-        .pool_max_idle_per_host(MAX_IDLE_PER_HOST)
-        .build(https)
+    hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().wrap_connector(tcp)
 }
 
 /// Read a whole answer body.
@@ -154,7 +120,7 @@ pub enum UpstreamBodyError {
 
 /// Read an upstream body in full, up to `limit` bytes. A `Content-Length` over the limit is
 /// refused before any of the body is read.
-pub async fn read_body(body: Incoming, limit: u64) -> Result<Bytes, UpstreamBodyError> {
+pub async fn read_body(body: UpstreamBody, limit: u64) -> Result<Bytes, UpstreamBodyError> {
     use hyper::body::Body as _;
     if body.size_hint().lower() > limit {
         return Err(UpstreamBodyError::TooLarge { limit });
@@ -321,9 +287,11 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    /// A keep-alive HTTP/1.1 server on loopback answering every request "ok"; it counts the
-    /// connections it accepts and reports each one the client closes.
-    async fn keepalive_server() -> (String, Arc<AtomicUsize>, tokio::sync::mpsc::UnboundedReceiver<()>) {
+    /// A keep-alive HTTP/1.1 server on loopback answering every request with `answer`; it
+    /// counts the connections it accepts and reports each one that closes.
+    async fn server_answering(
+        answer: &'static [u8],
+    ) -> (String, Arc<AtomicUsize>, tokio::sync::mpsc::UnboundedReceiver<()>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/", listener.local_addr().unwrap());
         let accepted = Arc::new(AtomicUsize::new(0));
@@ -336,16 +304,15 @@ mod tests {
                 tokio::spawn(async move {
                     let mut seen = Vec::new();
                     let mut buf = [0u8; 4096];
-                    loop {
+                    'conn: loop {
                         match tcp.read(&mut buf).await {
                             Ok(0) | Err(_) => break,
                             Ok(n) => seen.extend_from_slice(&buf[..n]),
                         }
                         while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
                             seen.drain(..end + 4);
-                            let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
                             if tcp.write_all(answer).await.is_err() {
-                                break;
+                                break 'conn;
                             }
                         }
                     }
@@ -356,9 +323,84 @@ mod tests {
         (url, accepted, closed)
     }
 
+    const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+
+    async fn keepalive_server() -> (String, Arc<AtomicUsize>, tokio::sync::mpsc::UnboundedReceiver<()>) {
+        server_answering(OK).await
+    }
+
     async fn get_ok(client: &UpstreamClient, url: &str) {
         let answer = client.send(Method::GET, url, HeaderMap::new(), Bytes::new()).await.unwrap();
         assert_eq!(read_body(answer.into_body(), 1024).await.unwrap(), "ok");
+    }
+
+    fn idle(client: &UpstreamClient, url: &str) -> usize {
+        client.pool().idle_count(&url.parse().unwrap())
+    }
+
+    #[tokio::test]
+    async fn an_answer_read_to_its_end_gives_its_connection_back_for_the_next_request() {
+        let (url, accepted, _closed) = keepalive_server().await;
+        let client = UpstreamClient::new().unwrap();
+        client.install_on_this_thread();
+        for _ in 0..5 {
+            get_ok(&client, &url).await;
+            assert_eq!(idle(&client, &url), 1);
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1, "one connection served all five");
+    }
+
+    #[tokio::test]
+    async fn an_answer_given_up_unread_closes_its_connection() {
+        // The head promises more than the server ever sends.
+        let (url, accepted, mut closed) =
+            server_answering(b"HTTP/1.1 200 OK\r\ncontent-length: 100000\r\n\r\npartial").await;
+        let client = UpstreamClient::new().unwrap();
+        client.install_on_this_thread();
+        let answer = client.send(Method::GET, &url, HeaderMap::new(), Bytes::new()).await.unwrap();
+        drop(answer);
+        tokio::time::timeout(Duration::from_secs(10), closed.recv()).await.unwrap().unwrap();
+        assert_eq!(idle(&client, &url), 0);
+        let _second = client.send(Method::GET, &url, HeaderMap::new(), Bytes::new()).await.unwrap();
+        assert_eq!(accepted.load(Ordering::SeqCst), 2, "the next request needed a new connection");
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_closes_its_connection_is_not_reused() {
+        let (url, accepted, _closed) =
+            server_answering(b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok").await;
+        let client = UpstreamClient::new().unwrap();
+        client.install_on_this_thread();
+        get_ok(&client, &url).await;
+        get_ok(&client, &url).await;
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn an_answer_without_a_body_gives_its_connection_back_at_once() {
+        let (url, accepted, _closed) = server_answering(b"HTTP/1.1 204 No Content\r\n\r\n").await;
+        let client = UpstreamClient::new().unwrap();
+        client.install_on_this_thread();
+        for _ in 0..3 {
+            let answer = client.send(Method::GET, &url, HeaderMap::new(), Bytes::new()).await.unwrap();
+            assert_eq!(answer.status(), 204);
+            // The body is never polled.
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_a_connect_error() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        drop(listener);
+        let client = UpstreamClient::new().unwrap();
+        let err = client.send(Method::GET, &url, HeaderMap::new(), Bytes::new()).await.unwrap_err();
+        assert!(err.is_connect(), "{err}");
+        assert_eq!(
+            super::super::outcome::classify_network_error(&err),
+            super::super::outcome::NetworkErrorKind::Connect
+        );
     }
 
     #[tokio::test]
