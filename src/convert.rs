@@ -935,6 +935,59 @@ mod tests {
         }
     }
 
+    /// An answer of `format` whose model is `model` (left out when `None`; Gemini's in either
+    /// spelling of its key).
+    fn answer_with_model(format: Format, usage: Value, model: Option<Value>, snake: bool) -> Vec<u8> {
+        let mut body: Value = serde_json::from_slice(&answer_with_usage(format, usage)).unwrap();
+        let object = body.as_object_mut().unwrap();
+        let key = match format {
+            Format::Gemini => {
+                object.remove("modelVersion");
+                if snake { "model_version" } else { "modelVersion" }
+            }
+            _ => {
+                object.remove("model");
+                "model"
+            }
+        };
+        if let Some(model) = model {
+            object.insert(key.into(), model);
+        }
+        serde_json::to_vec(&body).unwrap()
+    }
+
+    fn arb_model() -> impl Strategy<Value = Option<Value>> {
+        prop::sample::select(vec![
+            None,
+            Some(json!("m")),
+            Some(json!(" gpt-5 ")),
+            Some(json!("")),
+            Some(json!("  ")),
+            Some(json!(5)),
+            Some(Value::Null),
+            Some(json!(["m"])),
+        ])
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        /// A converted answer is decoded once, and the record takes its tokens and model from
+        /// that decoding (`proxy::conversion::answer_read`): they are what reading the body for
+        /// the record alone gives.
+        #[test]
+        fn a_decoded_answer_gives_the_record_what_reading_it_gives(
+            (format, usage) in arb_format_and_usage(), model in arb_model(), snake in any::<bool>(),
+        ) {
+            let body = answer_with_model(format, usage, model, snake);
+            prop_assert!(crate::proxy::outcome::plainly_an_answer(&body));
+            let decoded = crate::proxy::conversion::answer_read(&decode_response(format, &body).unwrap());
+            let read = crate::observe::usage::read_answer(format, &body);
+            prop_assert_eq!(decoded.tokens, read.tokens, "{:?}", format);
+            prop_assert_eq!(decoded.model, read.model, "{:?} {}", format, String::from_utf8_lossy(&body));
+            prop_assert_eq!(decoded.envelope, read.envelope.map(|_| Default::default()), "{:?}", format);
+        }
+    }
+
     /// A stream of `format` that says "hi" and reports `usage` where that protocol reports it
     /// (Anthropic: the input side in `message_start`, the output in `message_delta`).
     fn stream_with_usage(format: Format, usage: Value) -> String {

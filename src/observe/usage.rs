@@ -489,7 +489,12 @@ impl GeminiBody {
 
 /// The model name, if the upstream gave a non-empty one.
 fn model_name(text: Text) -> Option<String> {
-    text.0.map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+    text.0.as_deref().and_then(answered_model)
+}
+
+/// The answering model as a record names it: the upstream's name trimmed, none when empty.
+pub fn answered_model(name: &str) -> Option<String> {
+    Some(name.trim()).filter(|s| !s.is_empty()).map(str::to_string)
 }
 
 #[cfg(test)]

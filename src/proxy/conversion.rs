@@ -7,6 +7,8 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use bytes::Bytes;
 
 use crate::convert::{self, ir};
+use crate::observe::record::Tokens;
+use crate::observe::usage::{self, AnswerRead};
 use crate::protocol::Format;
 
 /// Per-request conversion state.
@@ -161,22 +163,51 @@ fn id_seed(now_unix: u64) -> String {
 }
 
 impl RequestConversion {
-    /// Convert a successful non-streaming answer (a token count for `count_tokens`). `Err`
-    /// means the upstream's 2xx body could not be read as its format — a failure of that
-    /// endpoint.
+    /// A 2xx answer decoded once for both its conversion and its record, when the body is
+    /// plainly an answer (`outcome::plainly_an_answer`: nothing in it a 2xx-that-is-no-answer
+    /// check looks for) and decodes. `None`: the answer is read the usual way
+    /// (`usage::read_answer`, then `success_body` decodes it).
+    pub fn decode_answer(&self, upstream: Format, body: &[u8]) -> Option<(ir::Response, AnswerRead)> {
+        if self.count_tokens || !super::outcome::plainly_an_answer(body) {
+            return None;
+        }
+        let response = convert::decode_response(upstream, body).ok()?;
+        let read = answer_read(&response);
+        Some((response, read))
+    }
+
+    /// Convert a successful non-streaming answer (a token count for `count_tokens`), decoded
+    /// already when `decoded` holds it. `Err` means the upstream's 2xx body could not be read
+    /// as its format — a failure of that endpoint.
     pub fn success_body(
         &self,
         upstream: Format,
         body: &[u8],
         ctx: &ir::EncodeContext,
+        decoded: Option<ir::Response>,
     ) -> Result<Bytes, ir::ConvertError> {
         if self.count_tokens {
             let count = convert::decode_count_tokens_response(upstream, body)
                 .ok_or_else(|| ir::ConvertError::new("body", "the answer carries no token count"))?;
             return Ok(Bytes::from(convert::encode_count_tokens_response(self.client, count)));
         }
-        let response = convert::decode_response(upstream, body)?;
+        let response = match decoded {
+            Some(response) => response,
+            None => convert::decode_response(upstream, body)?,
+        };
         Ok(Bytes::from(convert::encode_response(self.client, &response, ctx)))
+    }
+}
+
+/// What the record takes from a decoded answer: the tokens and the answering model as
+/// `usage::read_answer` reads them from the same body (property-tested in `convert.rs`), and an
+/// envelope with no error (the caller checked the body is plainly an answer).
+pub fn answer_read(response: &ir::Response) -> AnswerRead {
+    let u = &response.usage;
+    AnswerRead {
+        tokens: Tokens { input: u.input, output: u.output, cache_read: u.cache_read, cache_write: u.cache_write },
+        model: usage::answered_model(&response.model),
+        envelope: Some(usage::Envelope::default()),
     }
 }
 

@@ -350,8 +350,18 @@ impl Run {
                 return self.no_answer(permit, AttemptOutcome::EXCLUDED, kind, note, code, "timeout");
             }
         };
-        // A 2xx answer is read once: for whether it is an answer at all and for its usage.
-        let read = status.is_success().then(|| usage::read_answer(format, &body));
+        // A 2xx answer is read once: for whether it is an answer at all and for its usage; a
+        // converted one, by its decoder, which also gives what the client's answer is made from.
+        let mut decoded = None;
+        let read = status.is_success().then(|| {
+            match converting.then(|| self.conversion.decode_answer(format, &body)).flatten() {
+                Some((response, read)) => {
+                    decoded = Some(response);
+                    read
+                }
+                None => usage::read_answer(format, &body),
+            }
+        });
         let envelope = read.as_ref().and_then(|r| r.envelope.as_ref());
         let (mut outcome, not_an_answer) = self.classify_answer(status.as_u16(), &body, endpoint, envelope);
         if let Some(resuming) = &mut self.resuming
@@ -416,7 +426,7 @@ impl Run {
             let client = self.conversion.client;
             if outcome.is_success() {
                 let ctx = self.encode_context();
-                match self.conversion.success_body(format, &body, &ctx) {
+                match self.conversion.success_body(format, &body, &ctx, decoded.take()) {
                     Ok(converted) => body = converted,
                     Err(e) => {
                         // A 2xx we cannot read is no answer at all: this endpoint's failure.
