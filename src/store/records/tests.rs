@@ -85,6 +85,66 @@ fn insert_round_trips_and_skips_duplicates() {
     assert_eq!(ok.first_byte_ms, Some(120.0));
 }
 
+/// The record `get` reads back, without the two fields it adds.
+fn read_back(c: &Connection, id: &str) -> RequestRecord {
+    let mut v = get(c, id).unwrap().unwrap();
+    v.as_object_mut().unwrap().remove("started_at");
+    v.as_object_mut().unwrap().remove("status_class");
+    serde_json::from_value(v).unwrap()
+}
+
+#[test]
+fn batches_of_every_size_store_each_record_whole_with_its_own_detail() {
+    // Sizes around the multi-row statements' 16, 4 and 1 rows.
+    for size in [1usize, 2, 3, 4, 5, 15, 16, 17, 20, 21, 37] {
+        let mut c = db();
+        // Rows already there, so the new ones' numbers follow them.
+        insert_batch(&mut c, &[record("before", 1)]).unwrap();
+        let batch: Vec<RequestRecord> = (0..size)
+            .map(|i| {
+                let at = 1_700_000_000_000 + i as u64;
+                let mut r = if i % 3 == 0 { failed(&tid(at, &format!("b{i}")), at) } else { record(&tid(at, "b"), at) };
+                r.path = format!("/v1/messages?row={i}");
+                r.status = 200 + i as u16;
+                r
+            })
+            .collect();
+        assert_eq!(insert_batch(&mut c, &batch).unwrap(), size);
+        assert_eq!(count(&c).unwrap(), size as u64 + 1);
+        for r in &batch {
+            assert_eq!(&read_back(&c, &r.id), r, "batch of {size}: the summary and the detail of one record");
+        }
+        let orphans: i64 = c
+            .query_row(
+                "SELECT count(*) FROM requests r LEFT JOIN request_records d ON d.seq = r.seq WHERE d.seq IS NULL",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(orphans, 0);
+    }
+}
+
+#[test]
+fn new_rows_are_numbered_after_the_highest_number_of_either_table() {
+    let mut c = db();
+    insert_batch(&mut c, &[record("a", 1)]).unwrap();
+    // A detail row numbered past every summary (left by an older version or a hand edit) must
+    // not make the next batch collide with it.
+    c.execute("INSERT INTO request_records (seq, record) VALUES (40, '{}')", []).unwrap();
+    let last = record(&tid(3, "c"), 3);
+    insert_batch(&mut c, &[record(&tid(2, "b"), 2), last.clone()]).unwrap();
+    let seqs: Vec<i64> = c
+        .prepare("SELECT seq FROM requests ORDER BY seq")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(seqs, [1, 41, 42]);
+    assert_eq!(read_back(&c, &last.id), last);
+}
+
 #[test]
 fn a_failed_batch_leaves_nothing_so_its_retry_cannot_store_a_record_twice() {
     let mut c = db();
