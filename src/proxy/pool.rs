@@ -102,7 +102,6 @@ impl<C> IdleList<C> {
         }
     }
 
-    #[cfg(test)]
     fn len(&self) -> usize {
         self.conns.len()
     }
@@ -136,8 +135,13 @@ impl Origins {
             return;
         }
         self.last_sweep = Some(now);
-        for origin in self.http.values_mut().chain(self.https.values_mut()) {
-            origin.idle.drop_expired(now);
+        // An origin left with no idle connection is forgotten (a connection returned to it
+        // later brings it back), so the maps hold only origins in use, whatever URLs were tried.
+        for map in [&mut self.http, &mut self.https] {
+            map.retain(|_, origin| {
+                origin.idle.drop_expired(now);
+                origin.idle.len() > 0
+            });
         }
     }
 }
@@ -154,6 +158,7 @@ pub struct Pool {
 struct Key {
     https: bool,
     authority: Arc<str>,
+    host: HeaderValue,
 }
 
 impl Pool {
@@ -169,9 +174,8 @@ impl Pool {
     /// Close every idle connection now.
     pub fn close_idle(&self) {
         let origins = &mut *self.origins();
-        for origin in origins.http.values_mut().chain(origins.https.values_mut()) {
-            origin.idle = IdleList::default();
-        }
+        origins.http.clear();
+        origins.https.clear();
     }
 
     /// Idle connections kept for `uri`'s origin (for tests).
@@ -196,12 +200,13 @@ impl Pool {
         let map = origins.of(https);
         if let Some(origin) = map.get_mut(authority) {
             let sender = origin.idle.take(now, |s| s.is_ready() && !s.is_closed());
-            return Ok((Key { https, authority: origin.key.clone() }, origin.host.clone(), sender));
+            let key = Key { https, authority: origin.key.clone(), host: origin.host.clone() };
+            return Ok((key, origin.host.clone(), sender));
         }
         let host = host_header(uri).ok_or_else(|| SendError::BadUrl(uri.to_string()))?;
         let key: Arc<str> = Arc::from(authority);
         map.insert(key.clone(), Origin { key: key.clone(), host: host.clone(), idle: IdleList::default() });
-        Ok((Key { https, authority: key }, host, None))
+        Ok((Key { https, authority: key, host: host.clone() }, host, None))
     }
 
     /// Another idle connection for a request whose pooled connection closed under it.
@@ -218,9 +223,12 @@ impl Pool {
         }
         let now = Instant::now();
         let mut origins = self.origins();
-        if let Some(origin) = origins.of(key.https).get_mut(&*key.authority) {
-            origin.idle.put(sender, now);
-        }
+        let origin = origins.of(key.https).entry(key.authority.clone()).or_insert_with(|| Origin {
+            key: key.authority.clone(),
+            host: key.host.clone(),
+            idle: IdleList::default(),
+        });
+        origin.idle.put(sender, now);
     }
 
     /// Send `request` (its URI absolute) on a pooled connection to its origin, or a new one.

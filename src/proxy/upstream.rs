@@ -366,6 +366,21 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_answer_read_after_its_origin_was_forgotten_brings_it_back() {
+        let (url, accepted, _closed) = keepalive_server().await;
+        let client = UpstreamClient::new().unwrap();
+        client.install_on_this_thread();
+        let answer = client.send(Method::GET, &url, HeaderMap::new(), Bytes::new()).await.unwrap();
+        // The pool forgets every origin while the answer is still unread (as its idle sweep
+        // forgets origins without idle connections).
+        client.close_idle_connections_on_this_thread();
+        assert_eq!(read_body(answer.into_body(), 1024).await.unwrap(), "ok");
+        assert_eq!(idle(&client, &url), 1, "the connection went back, under its origin again");
+        get_ok(&client, &url).await;
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
     async fn an_answer_that_closes_its_connection_is_not_reused() {
         let (url, accepted, _closed) =
             server_answering(b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok").await;

@@ -83,3 +83,24 @@ fn the_request_target_is_the_path_and_query() {
     assert_eq!(target("http://h:1"), "/");
     assert_eq!(target("http://h:1/"), "/");
 }
+
+#[test]
+fn a_sweep_forgets_origins_left_without_idle_connections() {
+    let t0 = Instant::now();
+    let mut origins = Origins::default();
+    let host = HeaderValue::from_static("h");
+    for name in ["a:1", "b:2"] {
+        let key: Arc<str> = Arc::from(name);
+        origins.http.insert(key.clone(), Origin { key, host: host.clone(), idle: IdleList::default() });
+    }
+    origins.sweep(t0);
+    assert!(origins.http.is_empty());
+    assert_eq!(origins.last_sweep, Some(t0));
+    // Within the timeout of the last sweep nothing is walked again.
+    let key: Arc<str> = Arc::from("c:3");
+    origins.http.insert(key.clone(), Origin { key, host, idle: IdleList::default() });
+    origins.sweep(t0 + POOL_IDLE_TIMEOUT - Duration::from_secs(1));
+    assert_eq!(origins.http.len(), 1);
+    origins.sweep(t0 + POOL_IDLE_TIMEOUT);
+    assert!(origins.http.is_empty());
+}
