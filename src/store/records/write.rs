@@ -355,7 +355,7 @@ pub fn insert_batch_noting(
             rows.push((c, json));
         }
     }
-    let first_seq: i64 = tx.query_row(NEXT_SEQ, [], |row| row.get(0))?;
+    let first_seq: i64 = tx.prepare_cached(NEXT_SEQ)?.query_row([], |row| row.get(0))?;
     let seqs: Vec<i64> = (0..rows.len() as i64).map(|i| first_seq + i).collect();
     let mut done = 0;
     while done < rows.len() {
