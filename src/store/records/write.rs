@@ -330,8 +330,8 @@ pub enum Batch {
 /// `insert_batch` for a writer that remembers the periods it wrote, and writes only new ones.
 ///
 /// Rows go in with multi-row `INSERT`s of `ROWS_PER_INSERT` (then fewer) rows: SQLite's cost of
-/// running a statement (opening its cursors, binding, halting) is paid per statement, and was
-/// about a fifth of a record's write when each row had its own. The rows' `seq` is given here,
+/// running a statement (opening its cursors, resetting, halting) is paid per statement: sharing
+/// it between rows took about a tenth off a record's write (BENCHMARKS.md). The rows' `seq` is given here,
 /// after the highest either table holds, so a record's detail row can be inserted with it in the
 /// same kind of statement (SQLite would have chosen the same numbers itself). The transaction
 /// takes the write lock at once, so nothing can insert between reading that number and using it.
