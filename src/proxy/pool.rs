@@ -186,27 +186,21 @@ impl Pool {
         self.origins().of(https).get(authority).map_or(0, |o| o.idle.len())
     }
 
-    /// The origin's key and `Host` header, and an idle connection ready for a request if one
-    /// is kept.
-    fn checkout(
-        &self,
-        https: bool,
-        authority: &str,
-        uri: &Uri,
-    ) -> Result<(Key, HeaderValue, Option<Sender>), SendError> {
+    /// The origin's key (with its `Host` header), and an idle connection ready for a request if
+    /// one is kept.
+    fn checkout(&self, https: bool, authority: &str, uri: &Uri) -> Result<(Key, Option<Sender>), SendError> {
         let now = Instant::now();
         let mut origins = self.origins();
         origins.sweep(now);
         let map = origins.of(https);
         if let Some(origin) = map.get_mut(authority) {
-            let sender = origin.idle.take(now, |s| s.is_ready() && !s.is_closed());
-            let key = Key { https, authority: origin.key.clone(), host: origin.host.clone() };
-            return Ok((key, origin.host.clone(), sender));
+            let sender = origin.idle.take(now, usable);
+            return Ok((Key { https, authority: origin.key.clone(), host: origin.host.clone() }, sender));
         }
         let host = host_header(uri).ok_or_else(|| SendError::BadUrl(uri.to_string()))?;
         let key: Arc<str> = Arc::from(authority);
         map.insert(key.clone(), Origin { key: key.clone(), host: host.clone(), idle: IdleList::default() });
-        Ok((Key { https, authority: key, host: host.clone() }, host, None))
+        Ok((Key { https, authority: key, host }, None))
     }
 
     /// Another idle connection for a request whose pooled connection closed under it.
@@ -214,7 +208,7 @@ impl Pool {
         let now = Instant::now();
         let mut origins = self.origins();
         let origin = origins.of(key.https).get_mut(&*key.authority)?;
-        origin.idle.take(now, |s| s.is_ready() && !s.is_closed())
+        origin.idle.take(now, usable)
     }
 
     fn give_back(&self, key: &Key, sender: Sender) {
@@ -241,8 +235,8 @@ impl Pool {
             _ => return Err(bad_url()),
         };
         let authority = uri.authority().ok_or_else(bad_url)?.as_str();
-        let (key, host, mut pooled) = self.checkout(https, authority, &uri)?;
-        request.headers_mut().entry(header::HOST).or_insert(host);
+        let (key, mut pooled) = self.checkout(https, authority, &uri)?;
+        request.headers_mut().entry(header::HOST).or_insert_with(|| key.host.clone());
         *request.uri_mut() = origin_form(&uri);
         loop {
             let (mut sender, reused) = match pooled.take() {
@@ -282,6 +276,11 @@ impl Pool {
         });
         Ok(sender)
     }
+}
+
+/// Whether an idle connection can carry a request now: open, and its last answer done with.
+fn usable(sender: &Sender) -> bool {
+    sender.is_ready() && !sender.is_closed()
 }
 
 /// The request target hyper writes: the path and query only (the origin is in `Host`).

@@ -33,19 +33,22 @@ fn unusable_connections_met_on_the_way_are_dropped() {
 #[test]
 fn a_connection_idle_for_the_timeout_is_not_used_again() {
     let t0 = Instant::now();
-    let mut idle = IdleList::default();
-    idle.put("old", t0);
-    idle.put("recent", at(t0, 60));
+    // "old" returned at t0, "recent" a minute later.
+    let old_and_recent = || {
+        let mut idle = IdleList::default();
+        idle.put("old", t0);
+        idle.put("recent", at(t0, 60));
+        idle
+    };
     let just_before = t0 + POOL_IDLE_TIMEOUT - Duration::from_millis(1);
-    let mut copy = IdleList::default();
-    copy.put("old", t0);
-    assert_eq!(copy.take(just_before, |_| true), Some("old"), "not yet expired");
+    let mut only_old = IdleList::default();
+    only_old.put("old", t0);
+    assert_eq!(only_old.take(just_before, |_| true), Some("old"), "not yet expired");
     // At the timeout "old" expires (and goes without being offered); "recent" is still good.
+    let mut idle = old_and_recent();
     assert_eq!(idle.take(t0 + POOL_IDLE_TIMEOUT, |c| *c == "old"), None);
     assert_eq!(idle.len(), 0, "the unusable recent one was dropped too");
-    let mut idle = IdleList::default();
-    idle.put("old", t0);
-    idle.put("recent", at(t0, 60));
+    let mut idle = old_and_recent();
     assert_eq!(idle.take(t0 + POOL_IDLE_TIMEOUT, |_| true), Some("recent"));
     assert_eq!(idle.len(), 0, "the expired one is gone");
 }
