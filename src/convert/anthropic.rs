@@ -30,6 +30,14 @@ fn as_object<'a>(
     v.as_object().ok_or_else(|| ConvertError::new(field.to_string(), format!("`{field}` must be {what}")))
 }
 
+fn as_object_mut<'a>(
+    v: &'a mut Value,
+    field: &(impl std::fmt::Display + ?Sized),
+    what: &str,
+) -> Result<&'a mut Map<String, Value>, ConvertError> {
+    v.as_object_mut().ok_or_else(|| ConvertError::new(field.to_string(), format!("`{field}` must be {what}")))
+}
+
 /// `'value'`, or `(missing)`, for error messages.
 fn shown(v: Option<&str>) -> String {
     v.map_or_else(|| "(missing)".to_string(), |s| format!("'{s}'"))

@@ -60,7 +60,7 @@ impl RequestConversion {
         endpoint != self.client
     }
 
-    fn decoded(&mut self, body: &[u8]) -> Result<&ir::Request, ir::ConvertError> {
+    fn decoded(&mut self, body: &[u8]) -> Result<&mut ir::Request, ir::ConvertError> {
         let (client, count_tokens, stream) = (self.client, self.count_tokens, self.stream);
         self.decoded
             .get_or_insert_with(|| match client {
@@ -73,8 +73,8 @@ impl RequestConversion {
                 }),
                 _ => convert::decode_request(client, body),
             })
-            .as_ref()
-            .map_err(Clone::clone)
+            .as_mut()
+            .map_err(|e| e.clone())
     }
 
     /// The body to send to an endpoint of `format` with `model`.
@@ -85,25 +85,38 @@ impl RequestConversion {
         let (client, count_tokens) = (self.client, self.count_tokens);
         let session = self.session_id.clone();
         let mut noted = Vec::new();
-        let result = self.decoded(client_body).cloned().and_then(|mut request| {
-            request.model = model.to_string();
-            if format == Format::Responses && request.prompt_cache_key.is_none() {
+        let result = self.decoded(client_body).and_then(|request| {
+            // One decoded request serves every target: the target's model (and a Responses
+            // endpoint's cache key) go in for the encoding and come out after it, instead of a
+            // copy of the whole request, tool schemas and history included, per target.
+            let client_model = std::mem::replace(&mut request.model, model.to_string());
+            let lend_session = format == Format::Responses && request.prompt_cache_key.is_none();
+            if lend_session {
                 request.prompt_cache_key = session;
             }
             let encoded = if count_tokens {
-                convert::encode_count_tokens_request(format, &request)?
+                convert::encode_count_tokens_request(format, request)
             } else {
-                convert::encode_request(format, &request)?
+                convert::encode_request(format, request)
             };
+            request.model = client_model;
+            if lend_session {
+                request.prompt_cache_key = None;
+            }
+            let encoded = encoded?;
             for loss in request.losses.iter().chain(&encoded.losses) {
                 noted.push(format!("{}: {}", loss.field, loss.note));
+            }
+            // One line per converted body, not one per loss: a Claude Code turn loses the
+            // same few features every time, and a log line costs as much as a small request.
+            if !noted.is_empty() {
                 tracing::info!(
                     event = "conversion_loss",
                     from = client.as_str(),
                     to = format.as_str(),
-                    field = %loss.field,
-                    note = %loss.note,
-                    "a request feature did not survive conversion"
+                    count = noted.len(),
+                    losses = %noted.join("; "),
+                    "request features did not survive conversion"
                 );
             }
             Ok(Bytes::from(encoded.body))
@@ -151,7 +164,7 @@ impl RequestConversion {
 
     /// The decoded client request (for local token counting).
     pub fn request(&mut self, client_body: &[u8]) -> Result<ir::Request, ir::ConvertError> {
-        self.decoded(client_body).cloned()
+        self.decoded(client_body).map(|r| r.clone())
     }
 }
 

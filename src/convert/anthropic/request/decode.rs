@@ -5,7 +5,7 @@ use std::fmt;
 
 use serde_json::{Map, Value, json};
 
-use super::super::{as_object, shown};
+use super::super::{as_object, as_object_mut, shown};
 use crate::convert::ir::parse_object;
 use crate::convert::ir::*;
 use crate::protocol::lenient::{count, get, get_str};
@@ -69,37 +69,74 @@ fn opt_bool(
     }
 }
 
+fn not_a_string(prefix: &(impl fmt::Display + ?Sized), key: &str) -> ConvertError {
+    let field = field_name(prefix, key);
+    ConvertError::new(&field, format!("`{field}` must be a string"))
+}
+
 fn req_str<'a>(
     obj: &'a Map<String, Value>,
     key: &str,
     prefix: &(impl fmt::Display + ?Sized),
 ) -> Result<&'a str, ConvertError> {
-    get_str(obj, key).ok_or_else(|| {
-        let field = field_name(prefix, key);
-        ConvertError::new(&field, format!("`{field}` must be a string"))
-    })
+    get_str(obj, key).ok_or_else(|| not_a_string(prefix, key))
+}
+
+// The decoder owns the parsed body, so the strings and objects it keeps are taken out of it
+// and moved into the IR: a long history's text and its tools' schemas are never copied.
+
+/// A field taken out of the body, with `null` read as absent.
+fn take(obj: &mut Map<String, Value>, key: &str) -> Option<Value> {
+    obj.get_mut(key).map(Value::take).filter(|v| !v.is_null())
+}
+
+/// A string taken out of a value; anything else is left where it is.
+fn take_text(v: &mut Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(std::mem::take(s)),
+        _ => None,
+    }
+}
+
+/// A string field taken out of the body (`get_str`, moved).
+fn take_string(obj: &mut Map<String, Value>, key: &str) -> Option<String> {
+    obj.get_mut(key).and_then(take_text)
+}
+
+fn req_string(
+    obj: &mut Map<String, Value>,
+    key: &str,
+    prefix: &(impl fmt::Display + ?Sized),
+) -> Result<String, ConvertError> {
+    take_string(obj, key).ok_or_else(|| not_a_string(prefix, key))
+}
+
+/// A non-null field to read in place and take from.
+fn get_mut<'a>(obj: &'a mut Map<String, Value>, key: &str) -> Option<&'a mut Value> {
+    obj.get_mut(key).filter(|v| !v.is_null())
 }
 
 /// Client request body (Anthropic Messages) → IR.
 pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
-    let obj = parse_object(body)?;
+    let mut obj = parse_object(body)?;
     let mut losses = Vec::new();
 
-    let model = match get(&obj, "model") {
-        Some(Value::String(s)) => s.clone(),
+    let model = match get_mut(&mut obj, "model") {
+        Some(Value::String(s)) => std::mem::take(s),
         Some(_) => return Err(ConvertError::new("model", "`model` must be a string")),
         None => return Err(ConvertError::new("model", "`model` is required")),
     };
 
-    let system = decode_system(get(&obj, "system"), &mut losses)?;
+    let system = decode_system(get_mut(&mut obj, "system"), &mut losses)?;
 
-    let messages_v = get(&obj, "messages").ok_or_else(|| ConvertError::new("messages", "`messages` is required"))?;
+    let messages_v =
+        get_mut(&mut obj, "messages").ok_or_else(|| ConvertError::new("messages", "`messages` is required"))?;
     let messages_arr =
-        messages_v.as_array().ok_or_else(|| ConvertError::new("messages", "`messages` must be an array"))?;
+        messages_v.as_array_mut().ok_or_else(|| ConvertError::new("messages", "`messages` must be an array"))?;
     let mut messages = Vec::with_capacity(messages_arr.len());
-    for (i, m) in messages_arr.iter().enumerate() {
+    for (i, m) in messages_arr.iter_mut().enumerate() {
         let field = Path::Index(&Path::Key("messages"), i);
-        let mo = as_object(m, &field, "an object")?;
+        let mo = as_object_mut(m, &field, "an object")?;
         let role = match get_str(mo, "role") {
             Some("user") => Role::User,
             Some("assistant") => Role::Assistant,
@@ -108,14 +145,14 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
             None => return Err(ConvertError::new(format!("{field}.role"), "`role` is required")),
         };
         let content_field = Path::Member(&field, "content");
-        let content = match get(mo, "content") {
+        let content = match get_mut(mo, "content") {
             Some(c) => decode_content(c, &content_field, &mut losses)?,
             None => return Err(ConvertError::new(content_field.to_string(), "`content` is required")),
         };
         messages.push(Message { role, content });
     }
 
-    let tools = match get(&obj, "tools") {
+    let tools = match get_mut(&mut obj, "tools") {
         None => Vec::new(),
         Some(Value::Array(a)) => decode_tools(a, &mut losses)?,
         Some(_) => return Err(ConvertError::new("tools", "`tools` must be an array")),
@@ -209,20 +246,20 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
     })
 }
 
-fn decode_system(v: Option<&Value>, losses: &mut Vec<Loss>) -> Result<Vec<TextPart>, ConvertError> {
+fn decode_system(v: Option<&mut Value>, losses: &mut Vec<Loss>) -> Result<Vec<TextPart>, ConvertError> {
     let mut out = Vec::new();
     match v {
         None => {}
         Some(Value::String(s)) if s.is_empty() => {}
-        Some(Value::String(s)) => out.push(TextPart { text: s.clone(), cache_control: None }),
+        Some(Value::String(s)) => out.push(TextPart { text: std::mem::take(s), cache_control: None }),
         Some(Value::Array(blocks)) => {
-            for (i, b) in blocks.iter().enumerate() {
+            for (i, b) in blocks.iter_mut().enumerate() {
                 let field = Path::Index(&Path::Key("system"), i);
-                let bo = as_object(b, &field, "a text block")?;
+                let bo = as_object_mut(b, &field, "a text block")?;
                 if get_str(bo, "type") != Some("text") {
                     return Err(ConvertError::new(field.to_string(), "system blocks must be text blocks"));
                 }
-                let text = req_str(bo, "text", &field)?;
+                let text = req_string(bo, "text", &field)?;
                 if text.starts_with(BILLING_HEADER_PREFIX) {
                     losses.push(Loss::new(
                         field.to_string(),
@@ -230,7 +267,7 @@ fn decode_system(v: Option<&Value>, losses: &mut Vec<Loss>) -> Result<Vec<TextPa
                     ));
                     continue;
                 }
-                out.push(TextPart { text: text.to_string(), cache_control: get(bo, "cache_control").cloned() });
+                out.push(TextPart { text, cache_control: take(bo, "cache_control") });
             }
         }
         Some(_) => return Err(ConvertError::new("system", "`system` must be a string or an array of text blocks")),
@@ -238,12 +275,12 @@ fn decode_system(v: Option<&Value>, losses: &mut Vec<Loss>) -> Result<Vec<TextPa
     Ok(out)
 }
 
-fn decode_content(v: &Value, field: &Path<'_>, losses: &mut Vec<Loss>) -> Result<Vec<Part>, ConvertError> {
+fn decode_content(v: &mut Value, field: &Path<'_>, losses: &mut Vec<Loss>) -> Result<Vec<Part>, ConvertError> {
     match v {
-        Value::String(s) => Ok(vec![Part::Text(TextPart { text: s.clone(), cache_control: None })]),
+        Value::String(s) => Ok(vec![Part::Text(TextPart { text: std::mem::take(s), cache_control: None })]),
         Value::Array(blocks) => {
             let mut out = Vec::with_capacity(blocks.len());
-            for (j, b) in blocks.iter().enumerate() {
+            for (j, b) in blocks.iter_mut().enumerate() {
                 if let Some(p) = decode_block(b, &Path::Index(field, j), losses)? {
                     out.push(p);
                 }
@@ -268,29 +305,28 @@ const SERVER_BLOCKS: &[&str] = &[
     "container_upload",
 ];
 
-fn decode_block(b: &Value, field: &Path<'_>, losses: &mut Vec<Loss>) -> Result<Option<Part>, ConvertError> {
-    let bo = as_object(b, field, "a content block object")?;
-    let ty = req_str(bo, "type", field)?;
-    let part = match ty {
-        "text" => Part::Text(TextPart {
-            text: req_str(bo, "text", field)?.to_string(),
-            cache_control: get(bo, "cache_control").cloned(),
-        }),
+fn decode_block(b: &mut Value, field: &Path<'_>, losses: &mut Vec<Loss>) -> Result<Option<Part>, ConvertError> {
+    let bo = as_object_mut(b, field, "a content block object")?;
+    let ty = req_string(bo, "type", field)?;
+    let part = match ty.as_str() {
+        "text" => {
+            Part::Text(TextPart { text: req_string(bo, "text", field)?, cache_control: take(bo, "cache_control") })
+        }
         "image" => Part::Image(decode_image(bo, field)?),
         "document" => {
-            let title = get_str(bo, "title").map(str::to_string);
+            let title = take_string(bo, "title");
             let source = decode_document_source(bo, field, losses)?;
             Part::Document { source, title }
         }
         "tool_use" => Part::ToolUse {
-            id: req_str(bo, "id", field)?.to_string(),
-            name: req_str(bo, "name", field)?.to_string(),
-            input: get(bo, "input").cloned().unwrap_or_else(|| Value::Object(Map::new())),
+            id: req_string(bo, "id", field)?,
+            name: req_string(bo, "name", field)?,
+            input: take(bo, "input").unwrap_or_else(|| Value::Object(Map::new())),
             arguments: None,
         },
         "tool_result" => {
-            let tool_use_id = req_str(bo, "tool_use_id", field)?.to_string();
-            let content = match get(bo, "content") {
+            let tool_use_id = req_string(bo, "tool_use_id", field)?;
+            let content = match get_mut(bo, "content") {
                 None => Vec::new(),
                 Some(c) => decode_tool_result_content(c, &Path::Member(field, "content"), losses)?,
             };
@@ -298,9 +334,9 @@ fn decode_block(b: &Value, field: &Path<'_>, losses: &mut Vec<Loss>) -> Result<O
             Part::ToolResult { tool_use_id, content, is_error }
         }
         "thinking" => {
-            let text = get_str(bo, "thinking").unwrap_or_default().to_string();
-            let signature = get_str(bo, "signature").filter(|s| !s.is_empty());
-            match signature.and_then(parse_reasoning_signature) {
+            let text = take_string(bo, "thinking").unwrap_or_default();
+            let signature = take_string(bo, "signature").filter(|s| !s.is_empty());
+            match signature.as_deref().and_then(parse_reasoning_signature) {
                 // Reasoning a Responses endpoint produced (its signature is ccmesh's carrier):
                 // a reasoning item again, which only the Responses API receives.
                 Some((id, encrypted)) => Part::ReasoningItem {
@@ -308,18 +344,18 @@ fn decode_block(b: &Value, field: &Path<'_>, losses: &mut Vec<Loss>) -> Result<O
                     summary: if text.is_empty() { Vec::new() } else { vec![text] },
                     encrypted_content: Some(encrypted),
                 },
-                None => Part::Thinking { text, signature: signature.map(str::to_string) },
+                None => Part::Thinking { text, signature },
             }
         }
-        "redacted_thinking" => Part::RedactedThinking { data: req_str(bo, "data", field)?.to_string() },
+        "redacted_thinking" => Part::RedactedThinking { data: req_string(bo, "data", field)? },
         "compaction" => {
             // Anthropic's compaction summary of the earlier conversation: keep its text.
-            let text = get_str(bo, "content").unwrap_or_default();
+            let text = take_string(bo, "content").unwrap_or_default();
             losses.push(Loss::new(field.to_string(), "compaction block kept as plain text"));
             if text.is_empty() {
                 return Ok(None);
             }
-            Part::Text(TextPart { text: text.to_string(), cache_control: None })
+            Part::Text(TextPart { text, cache_control: None })
         }
         "search_result" => {
             losses.push(Loss::new(
@@ -359,15 +395,23 @@ fn search_result_text(bo: &Map<String, Value>) -> String {
     parts.join("\n")
 }
 
-fn decode_image(bo: &Map<String, Value>, field: &Path<'_>) -> Result<Image, ConvertError> {
+/// A block's `source` object, to take from.
+fn source_of<'a>(bo: &'a mut Map<String, Value>, sf: &Path<'_>) -> Result<&'a mut Map<String, Value>, ConvertError> {
+    match bo.get_mut("source") {
+        Some(Value::Object(src)) => Ok(src),
+        _ => Err(ConvertError::new(sf.to_string(), format!("`{sf}` must be an object"))),
+    }
+}
+
+fn decode_image(bo: &mut Map<String, Value>, field: &Path<'_>) -> Result<Image, ConvertError> {
     let sf = Path::Member(field, "source");
-    let src = as_object(get(bo, "source").unwrap_or(&Value::Null), &sf, "an object")?;
-    match get_str(src, "type") {
-        Some("base64") => Ok(Image::Base64 {
-            media_type: req_str(src, "media_type", &sf)?.to_string(),
-            data: req_str(src, "data", &sf)?.to_string(),
-        }),
-        Some("url") => Ok(Image::Url { url: req_str(src, "url", &sf)?.to_string() }),
+    let src = source_of(bo, &sf)?;
+    let kind = take_string(src, "type");
+    match kind.as_deref() {
+        Some("base64") => {
+            Ok(Image::Base64 { media_type: req_string(src, "media_type", &sf)?, data: req_string(src, "data", &sf)? })
+        }
+        Some("url") => Ok(Image::Url { url: req_string(src, "url", &sf)? }),
         Some("file") => Err(ConvertError::new(
             sf.to_string(),
             "image source type 'file' (an Anthropic Files API file_id) cannot be converted: the target cannot read Anthropic files",
@@ -379,30 +423,29 @@ fn decode_image(bo: &Map<String, Value>, field: &Path<'_>) -> Result<Image, Conv
 }
 
 fn decode_document_source(
-    bo: &Map<String, Value>,
+    bo: &mut Map<String, Value>,
     field: &Path<'_>,
     losses: &mut Vec<Loss>,
 ) -> Result<DocumentSource, ConvertError> {
     let sf = Path::Member(field, "source");
-    let src = as_object(get(bo, "source").unwrap_or(&Value::Null), &sf, "an object")?;
-    match get_str(src, "type") {
+    let src = source_of(bo, &sf)?;
+    let kind = take_string(src, "type");
+    match kind.as_deref() {
         Some("base64") => Ok(DocumentSource::Base64 {
-            media_type: req_str(src, "media_type", &sf)?.to_string(),
-            data: req_str(src, "data", &sf)?.to_string(),
+            media_type: req_string(src, "media_type", &sf)?,
+            data: req_string(src, "data", &sf)?,
         }),
-        Some("text") => Ok(DocumentSource::Text { text: req_str(src, "data", &sf)?.to_string() }),
-        Some("url") => Ok(DocumentSource::Url { url: req_str(src, "url", &sf)?.to_string() }),
+        Some("text") => Ok(DocumentSource::Text { text: req_string(src, "data", &sf)? }),
+        Some("url") => Ok(DocumentSource::Url { url: req_string(src, "url", &sf)? }),
         Some("content") => {
             // Custom content documents: a list of text (and image) blocks.
             let mut texts = Vec::new();
-            match get(src, "content") {
-                Some(Value::String(s)) => texts.push(s.clone()),
+            match get_mut(src, "content") {
+                Some(Value::String(s)) => texts.push(std::mem::take(s)),
                 Some(Value::Array(items)) => {
-                    for (k, it) in items.iter().enumerate() {
+                    for (k, it) in items.iter_mut().enumerate() {
                         match it.get("type").and_then(Value::as_str) {
-                            Some("text") => {
-                                texts.push(it.get("text").and_then(Value::as_str).unwrap_or_default().to_string())
-                            }
+                            Some("text") => texts.push(it.get_mut("text").and_then(take_text).unwrap_or_default()),
                             _ => losses.push(Loss::new(
                                 format!("{sf}.content[{k}]"),
                                 "dropped: only the text blocks of a content document are kept",
@@ -430,19 +473,20 @@ fn decode_document_source(
 }
 
 fn decode_tool_result_content(
-    v: &Value,
+    v: &mut Value,
     field: &Path<'_>,
     losses: &mut Vec<Loss>,
 ) -> Result<Vec<ToolResultContent>, ConvertError> {
     match v {
-        Value::String(s) => Ok(vec![ToolResultContent::Text(s.clone())]),
+        Value::String(s) => Ok(vec![ToolResultContent::Text(std::mem::take(s))]),
         Value::Array(items) => {
             let mut out = Vec::with_capacity(items.len());
-            for (k, it) in items.iter().enumerate() {
+            for (k, it) in items.iter_mut().enumerate() {
                 let f = Path::Index(field, k);
-                let io = as_object(it, &f, "a content block object")?;
-                match get_str(io, "type") {
-                    Some("text") => out.push(ToolResultContent::Text(req_str(io, "text", &f)?.to_string())),
+                let io = as_object_mut(it, &f, "a content block object")?;
+                let kind = take_string(io, "type");
+                match kind.as_deref() {
+                    Some("text") => out.push(ToolResultContent::Text(req_string(io, "text", &f)?)),
                     Some("image") => out.push(ToolResultContent::Image(decode_image(io, &f)?)),
                     Some("document") => match decode_document_source(io, &f, losses)? {
                         DocumentSource::Text { text } => out.push(ToolResultContent::Text(text)),
@@ -504,17 +548,18 @@ fn text_editor_tool_schema(version: &str) -> Value {
     json!({"type": "object", "properties": props, "required": ["command", "path"]})
 }
 
-fn decode_tools(arr: &[Value], losses: &mut Vec<Loss>) -> Result<Vec<Tool>, ConvertError> {
+fn decode_tools(arr: &mut [Value], losses: &mut Vec<Loss>) -> Result<Vec<Tool>, ConvertError> {
     let mut tools = Vec::with_capacity(arr.len());
-    for (i, t) in arr.iter().enumerate() {
+    for (i, t) in arr.iter_mut().enumerate() {
         let field = Path::Index(&Path::Key("tools"), i);
-        let to = as_object(t, &field, "an object")?;
-        let name = get_str(to, "name");
-        match get_str(to, "type") {
+        let to = as_object_mut(t, &field, "an object")?;
+        let name = take_string(to, "name");
+        let kind = take_string(to, "type");
+        match kind.as_deref() {
             None | Some("custom") => {
-                let name = req_str(to, "name", &field)?.to_string();
-                let input_schema = match get(to, "input_schema") {
-                    Some(s @ Value::Object(_)) => s.clone(),
+                let name = name.ok_or_else(|| not_a_string(&field, "name"))?;
+                let input_schema = match take(to, "input_schema") {
+                    Some(s @ Value::Object(_)) => s,
                     Some(_) => {
                         return Err(ConvertError::new(
                             format!("{field}.input_schema"),
@@ -523,7 +568,7 @@ fn decode_tools(arr: &[Value], losses: &mut Vec<Loss>) -> Result<Vec<Tool>, Conv
                     }
                     None => json!({"type": "object", "properties": {}}),
                 };
-                let description = get_str(to, "description").map(str::to_string);
+                let description = take_string(to, "description");
                 let strict = opt_bool(to, "strict", &field)?;
                 tools.push(Tool { name, description, input_schema, strict, namespace: None });
             }
@@ -533,7 +578,7 @@ fn decode_tools(arr: &[Value], losses: &mut Vec<Loss>) -> Result<Vec<Tool>, Conv
                     "converted to a function tool with the documented bash tool input schema",
                 ));
                 tools.push(Tool {
-                    name: name.unwrap_or("bash").to_string(),
+                    name: name.unwrap_or_else(|| "bash".to_string()),
                     description: Some("Run commands in a bash shell. State persists across calls; set `restart` to true to restart the shell.".to_string()),
                     input_schema: bash_tool_schema(),
                     strict: None,
@@ -549,7 +594,7 @@ fn decode_tools(arr: &[Value], losses: &mut Vec<Loss>) -> Result<Vec<Tool>, Conv
                     "converted to a function tool with the documented text editor tool input schema",
                 ));
                 tools.push(Tool {
-                    name: name.unwrap_or(default_name).to_string(),
+                    name: name.unwrap_or_else(|| default_name.to_string()),
                     description: Some("View, create and edit text files: `view` a file or directory, `create` a file, `str_replace` an exact unique string, `insert` text after a line.".to_string()),
                     input_schema: text_editor_tool_schema(version),
                     strict: None,

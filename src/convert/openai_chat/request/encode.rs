@@ -1,5 +1,9 @@
 //! The IR to a request for a Chat Completions upstream (OpenAI or one of the many compatible
-//! vendors).
+//! vendors). The body is written from structs that borrow the IR: a long conversation's text and
+//! its tools' schemas are serialized from where they are, never copied into a `Value` first.
+
+use std::borrow::Cow;
+use std::sync::LazyLock;
 
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -11,14 +15,17 @@ use crate::protocol::lenient::{arguments_string, data_url, filename_for_media_ty
 /// OpenAI rejects a longer `user` (gateways such as Bifrost drop it for the same reason).
 const MAX_USER_LEN: usize = 64;
 
+/// The parameters of a tool that declared none.
+static NO_PARAMETERS: LazyLock<Value> = LazyLock::new(|| json!({"type": "object", "properties": {}}));
+
 #[derive(Serialize)]
 struct ChatRequestOut<'a> {
     model: &'a str,
-    messages: Vec<MessageOut>,
+    messages: Vec<MessageOut<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<Value>,
+    tools: Vec<ToolOut<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    tool_choice: Option<Value>,
+    tool_choice: Option<ToolChoiceOut<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     parallel_tool_calls: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -40,18 +47,111 @@ struct ChatRequestOut<'a> {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    stream_options: Option<Value>,
+    stream_options: Option<StreamOptions>,
 }
 
 #[derive(Serialize)]
-struct MessageOut {
+struct StreamOptions {
+    include_usage: bool,
+}
+
+#[derive(Serialize)]
+struct MessageOut<'a> {
     role: &'static str,
-    /// `null` for an assistant message that only calls tools.
-    content: Value,
+    content: ContentOut<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    tool_calls: Option<Vec<Value>>,
+    tool_calls: Option<Vec<ToolCallOut<'a>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    tool_call_id: Option<String>,
+    tool_call_id: Option<&'a str>,
+}
+
+impl<'a> MessageOut<'a> {
+    fn text(role: &'static str, text: Cow<'a, str>) -> Self {
+        MessageOut { role, content: ContentOut::Text(text), tool_calls: None, tool_call_id: None }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ContentOut<'a> {
+    /// An assistant message that only calls tools: `null`.
+    None,
+    Text(Cow<'a, str>),
+    Parts(Vec<PartOut<'a>>),
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum PartOut<'a> {
+    Text { text: Cow<'a, str> },
+    ImageUrl { image_url: UrlOut<'a> },
+    File { file: FileOut<'a> },
+}
+
+#[derive(Serialize)]
+struct UrlOut<'a> {
+    url: Cow<'a, str>,
+}
+
+#[derive(Serialize)]
+struct FileOut<'a> {
+    filename: &'a str,
+    file_data: String,
+}
+
+#[derive(Serialize)]
+struct ToolCallOut<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: CallOut<'a>,
+}
+
+#[derive(Serialize)]
+struct CallOut<'a> {
+    name: &'a str,
+    arguments: String,
+}
+
+#[derive(Serialize)]
+struct ToolOut<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: FunctionOut<'a>,
+}
+
+#[derive(Serialize)]
+struct FunctionOut<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+    parameters: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    strict: Option<bool>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ToolChoiceOut<'a> {
+    Mode(&'static str),
+    Function {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        function: NameOut<'a>,
+    },
+}
+
+#[derive(Serialize)]
+struct NameOut<'a> {
+    name: &'a str,
+}
+
+/// Texts joined by a blank line, borrowed when there is only one.
+fn joined<'a>(texts: &[&'a str]) -> Cow<'a, str> {
+    match texts {
+        [one] => Cow::Borrowed(one),
+        many => Cow::Owned(many.join("\n\n")),
+    }
 }
 
 /// Counts removed replayed-reasoning parts, reported as one `Loss` per kind.
@@ -106,12 +206,7 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
 
     let system: Vec<&str> = req.system.iter().map(|p| p.text.as_str()).collect();
     if !system.is_empty() {
-        messages.push(MessageOut {
-            role: "system",
-            content: Value::String(system.join("\n\n")),
-            tool_calls: None,
-            tool_call_id: None,
-        });
+        messages.push(MessageOut::text("system", joined(&system)));
     }
 
     let mut thinking = Removed::default();
@@ -131,32 +226,27 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
                     }
                 }
                 if !texts.is_empty() {
-                    messages.push(MessageOut {
-                        role: "system",
-                        content: Value::String(texts.join("\n\n")),
-                        tool_calls: None,
-                        tool_call_id: None,
-                    });
+                    messages.push(MessageOut::text("system", joined(&texts)));
                 }
             }
             Role::User => encode_user_message(i, &m.content, &mut messages, &mut losses)?,
             Role::Assistant => {
-                let mut texts = String::new();
+                let mut texts: Vec<&str> = Vec::new();
                 let mut calls = Vec::new();
                 for (j, p) in m.content.iter().enumerate() {
-                    let at = format!("messages[{i}].content[{j}]");
+                    let at = || format!("messages[{i}].content[{j}]");
                     match p {
-                        Part::Text(t) => texts.push_str(&t.text),
-                        Part::ToolUse { id, name, input, arguments } => calls.push(json!({
-                            "id": id,
-                            "type": "function",
-                            "function": {"name": name, "arguments": arguments_string(input, arguments.as_deref())},
-                        })),
-                        Part::Thinking { .. } => thinking.add(at),
-                        Part::RedactedThinking { .. } => redacted.add(at),
-                        Part::ReasoningItem { .. } => reasoning_items.add(at),
+                        Part::Text(t) => texts.push(&t.text),
+                        Part::ToolUse { id, name, input, arguments } => calls.push(ToolCallOut {
+                            id,
+                            kind: "function",
+                            function: CallOut { name, arguments: arguments_string(input, arguments.as_deref()) },
+                        }),
+                        Part::Thinking { .. } => thinking.add(at()),
+                        Part::RedactedThinking { .. } => redacted.add(at()),
+                        Part::ReasoningItem { .. } => reasoning_items.add(at()),
                         other => losses.push(Loss::new(
-                            format!("{at} ({})", part_kind(other)),
+                            format!("{} ({})", at(), part_kind(other)),
                             "dropped: an OpenAI Chat assistant message carries only text and tool calls",
                         )),
                     }
@@ -164,9 +254,15 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
                 if texts.is_empty() && calls.is_empty() {
                     continue;
                 }
+                // An assistant turn's texts are one text, run together as they were streamed.
+                let content = match texts.as_slice() {
+                    [] => ContentOut::None,
+                    [one] => ContentOut::Text(Cow::Borrowed(one)),
+                    many => ContentOut::Text(Cow::Owned(many.concat())),
+                };
                 messages.push(MessageOut {
                     role: "assistant",
-                    content: if texts.is_empty() { Value::Null } else { Value::String(texts) },
+                    content,
                     tool_calls: (!calls.is_empty()).then_some(calls),
                     tool_call_id: None,
                 });
@@ -183,24 +279,17 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
         ));
     }
 
-    let tools: Vec<Value> = req
+    let tools: Vec<ToolOut<'_>> = req
         .tools
         .iter()
-        .map(|t| {
-            let mut f = Obj::new();
-            f.insert("name".into(), Value::String(t.name.clone()));
-            if let Some(d) = &t.description {
-                f.insert("description".into(), Value::String(d.clone()));
-            }
-            let schema = match &t.input_schema {
-                Value::Null => json!({"type": "object", "properties": {}}),
-                s => s.clone(),
-            };
-            f.insert("parameters".into(), schema);
-            if let Some(s) = t.strict {
-                f.insert("strict".into(), Value::Bool(s));
-            }
-            json!({"type": "function", "function": f})
+        .map(|t| ToolOut {
+            kind: "function",
+            function: FunctionOut {
+                name: &t.name,
+                description: t.description.as_deref(),
+                parameters: if t.input_schema.is_null() { &NO_PARAMETERS } else { &t.input_schema },
+                strict: t.strict,
+            },
         })
         .collect();
 
@@ -212,10 +301,10 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
             None
         }
         (Some(c), false) => Some(match c {
-            ToolChoice::Auto => json!("auto"),
-            ToolChoice::Any => json!("required"),
-            ToolChoice::None => json!("none"),
-            ToolChoice::Tool(name) => json!({"type": "function", "function": {"name": name}}),
+            ToolChoice::Auto => ToolChoiceOut::Mode("auto"),
+            ToolChoice::Any => ToolChoiceOut::Mode("required"),
+            ToolChoice::None => ToolChoiceOut::Mode("none"),
+            ToolChoice::Tool(name) => ToolChoiceOut::Function { kind: "function", function: NameOut { name } },
         }),
     };
     // OpenAI rejects `parallel_tool_calls` without `tools`; without tools it means nothing.
@@ -308,7 +397,7 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
         response_format,
         user,
         stream: req.stream,
-        stream_options: req.stream.then(|| json!({"include_usage": true})),
+        stream_options: req.stream.then_some(StreamOptions { include_usage: true }),
     };
     let body = serde_json::to_vec(&out)
         .map_err(|e| ConvertError::new("body", format!("cannot serialize the request: {e}")))?;
@@ -328,26 +417,26 @@ fn part_kind(p: &Part) -> &'static str {
     }
 }
 
-fn image_part(img: &Image) -> Value {
+fn image_part(img: &Image) -> PartOut<'_> {
     let url = match img {
-        Image::Base64 { media_type, data } => data_url(media_type, data),
-        Image::Url { url } => url.clone(),
+        Image::Base64 { media_type, data } => Cow::Owned(data_url(media_type, data)),
+        Image::Url { url } => Cow::Borrowed(url.as_str()),
     };
-    json!({"type": "image_url", "image_url": {"url": url}})
+    PartOut::ImageUrl { image_url: UrlOut { url } }
 }
 
 /// One IR user message → `tool` messages (one per result, first, so they directly follow the
 /// assistant turn that called them), then one `user` message with the rest.
-fn encode_user_message(
+fn encode_user_message<'a>(
     i: usize,
-    parts: &[Part],
-    messages: &mut Vec<MessageOut>,
+    parts: &'a [Part],
+    messages: &mut Vec<MessageOut<'a>>,
     losses: &mut Vec<Loss>,
 ) -> Result<(), ConvertError> {
-    let mut moved: Vec<Value> = Vec::new();
-    let mut rest: Vec<Value> = Vec::new();
+    let mut moved: Vec<PartOut<'a>> = Vec::new();
+    let mut rest: Vec<PartOut<'a>> = Vec::new();
     for (j, p) in parts.iter().enumerate() {
-        let at = format!("messages[{i}].content[{j}]");
+        let at = || format!("messages[{i}].content[{j}]");
         match p {
             Part::ToolResult { tool_use_id, content, is_error } => {
                 let mut texts = Vec::new();
@@ -358,7 +447,7 @@ fn encode_user_message(
                         ToolResultContent::Image(img) => images.push(img),
                     }
                 }
-                let mut s = texts.join("\n\n");
+                let mut s = if texts.is_empty() { Cow::Borrowed("") } else { joined(&texts) };
                 if !images.is_empty() {
                     let n = images.len();
                     let note = if n == 1 {
@@ -366,51 +455,55 @@ fn encode_user_message(
                     } else {
                         format!("[{n} images attached in the next user message]")
                     };
-                    if !s.is_empty() {
-                        s.push_str("\n\n");
+                    let text = s.to_mut();
+                    if !text.is_empty() {
+                        text.push_str("\n\n");
                     }
-                    s.push_str(&note);
-                    moved.push(json!({"type": "text", "text": format!("Image output of tool call {tool_use_id}:")}));
+                    text.push_str(&note);
+                    moved.push(PartOut::Text { text: Cow::Owned(format!("Image output of tool call {tool_use_id}:")) });
                     moved.extend(images.into_iter().map(image_part));
                     losses.push(Loss::new(
-                        format!("{at} (tool_result image)"),
+                        format!("{} (tool_result image)", at()),
                         "moved to a user message after the tool messages: Chat tool messages carry only text",
                     ));
                 }
                 if *is_error {
-                    s = if s.is_empty() { "Error".to_owned() } else { format!("Error: {s}") };
+                    s = Cow::Owned(if s.is_empty() { "Error".to_owned() } else { format!("Error: {s}") });
                 }
                 messages.push(MessageOut {
                     role: "tool",
-                    content: Value::String(s),
+                    content: ContentOut::Text(s),
                     tool_calls: None,
-                    tool_call_id: Some(tool_use_id.clone()),
+                    tool_call_id: Some(tool_use_id),
                 });
             }
-            Part::Text(t) => rest.push(json!({"type": "text", "text": t.text})),
+            Part::Text(t) => rest.push(PartOut::Text { text: Cow::Borrowed(&t.text) }),
             Part::Image(img) => rest.push(image_part(img)),
             Part::Document { source, title } => match source {
                 DocumentSource::Base64 { media_type, data } => {
-                    let filename = title.clone().unwrap_or_else(|| filename_for_media_type(media_type).to_owned());
-                    rest.push(json!({"type": "file", "file": {"filename": filename, "file_data": data_url(media_type, data)}}));
+                    let filename = title.as_deref().unwrap_or_else(|| filename_for_media_type(media_type));
+                    rest.push(PartOut::File { file: FileOut { filename, file_data: data_url(media_type, data) } });
                 }
                 DocumentSource::Text { text } => {
-                    let t = match title {
-                        Some(title) => format!("{title}\n\n{text}"),
-                        None => text.clone(),
+                    let text = match title {
+                        Some(title) => Cow::Owned(format!("{title}\n\n{text}")),
+                        None => Cow::Borrowed(text.as_str()),
                     };
-                    rest.push(json!({"type": "text", "text": t}));
-                    losses.push(Loss::new(format!("{at} (document)"), "a plain-text document is sent as a text part"));
+                    rest.push(PartOut::Text { text });
+                    losses.push(Loss::new(
+                        format!("{} (document)", at()),
+                        "a plain-text document is sent as a text part",
+                    ));
                 }
                 DocumentSource::Url { .. } => {
                     return Err(ConvertError::new(
-                        at,
+                        at(),
                         "a document given by URL cannot be sent to an OpenAI Chat endpoint: file parts carry only inline base64 data",
                     ));
                 }
             },
             other => losses.push(Loss::new(
-                format!("{at} ({})", part_kind(other)),
+                format!("{} ({})", at(), part_kind(other)),
                 "dropped: a user message cannot carry it in the OpenAI Chat format",
             )),
         }
@@ -419,12 +512,21 @@ fn encode_user_message(
     if moved.is_empty() {
         return Ok(());
     }
-    let all_text: Option<Vec<&str>> =
-        moved.iter().map(|p| if p.get("type")? == "text" { p.get("text")?.as_str() } else { None }).collect();
     // Only text: one string, which every OpenAI-compatible vendor accepts.
-    let content = match all_text {
-        Some(texts) => Value::String(texts.join("\n\n")),
-        None => Value::Array(moved),
+    let content = if moved.iter().all(|p| matches!(p, PartOut::Text { .. })) {
+        let mut texts = moved.into_iter().map(|p| match p {
+            PartOut::Text { text } => text,
+            _ => Cow::Borrowed(""),
+        });
+        let first = texts.next().unwrap_or_default();
+        ContentOut::Text(texts.fold(first, |mut all, text| {
+            let all_text = all.to_mut();
+            all_text.push_str("\n\n");
+            all_text.push_str(&text);
+            all
+        }))
+    } else {
+        ContentOut::Parts(moved)
     };
     messages.push(MessageOut { role: "user", content, tool_calls: None, tool_call_id: None });
     Ok(())
