@@ -442,6 +442,13 @@ impl ConvertError {
 }
 
 /// A body that must be one JSON object (a request, an answer), or the refusal that says why not.
+/// A JSON object of values already built. `json!` serializes every value it is given again, a
+/// deep copy of a turn's blocks, a call's input or an image's data: encoders that build a `Value`
+/// body put the big parts in with this instead.
+pub fn object<const N: usize>(entries: [(&str, Value); N]) -> Value {
+    Value::Object(entries.into_iter().map(|(key, value)| (key.to_owned(), value)).collect())
+}
+
 pub fn parse_object(body: &[u8]) -> Result<serde_json::Map<String, Value>, ConvertError> {
     match crate::protocol::lenient::from_json::<Value>(body) {
         Ok(Value::Object(m)) => Ok(m),

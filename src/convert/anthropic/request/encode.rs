@@ -51,6 +51,10 @@ fn block_type(b: &Value) -> Option<&str> {
     b.get("type").and_then(Value::as_str)
 }
 
+fn image_block(img: &Image) -> Value {
+    object([("type", Value::from("image")), ("source", image_source(img))])
+}
+
 fn image_source(img: &Image) -> Value {
     match img {
         Image::Base64 { media_type, data } => json!({"type": "base64", "media_type": media_type, "data": data}),
@@ -205,7 +209,12 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
     body.insert("max_tokens".into(), Value::from(max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)));
     body.insert(
         "messages".into(),
-        Value::Array(turns.into_iter().map(|t| json!({"role": t.role, "content": t.blocks})).collect()),
+        Value::Array(
+            turns
+                .into_iter()
+                .map(|t| object([("role", Value::from(t.role)), ("content", Value::Array(t.blocks))]))
+                .collect(),
+        ),
     );
 
     if let Some(t) = thinking {
@@ -478,7 +487,7 @@ fn encode_part(
                 blocks.push(text_block(&t.text, t.cache_control.as_ref()));
             }
         }
-        Part::Image(img) => blocks.push(json!({"type": "image", "source": image_source(img)})),
+        Part::Image(img) => blocks.push(image_block(img)),
         Part::ToolUse { id, name, input, arguments } => {
             if tools_as_text {
                 let args = arguments.clone().unwrap_or_else(|| input.to_string());
@@ -495,7 +504,12 @@ fn encode_part(
                     Value::Object(Map::new())
                 }
             };
-            blocks.push(json!({"type": "tool_use", "id": sanitize_tool_id(id), "name": name, "input": input}));
+            blocks.push(object([
+                ("type", Value::from("tool_use")),
+                ("id", Value::from(sanitize_tool_id(id))),
+                ("name", Value::from(name.as_str())),
+                ("input", input),
+            ]));
         }
         Part::ToolResult { tool_use_id, content, is_error } => {
             if tools_as_text {
@@ -504,7 +518,7 @@ fn encode_part(
                 blocks.push(text_block(&format!("[tool result for {tool_use_id}{err_note}] {text}"), None));
                 for c in content {
                     if let ToolResultContent::Image(img) = c {
-                        blocks.push(json!({"type": "image", "source": image_source(img)}));
+                        blocks.push(image_block(img));
                     }
                 }
                 return Ok(());
@@ -526,9 +540,7 @@ fn encode_part(
                         .filter_map(|c| match c {
                             ToolResultContent::Text(t) if is_blank(t) => None,
                             ToolResultContent::Text(t) => Some(text_block(t, None)),
-                            ToolResultContent::Image(img) => {
-                                Some(json!({"type": "image", "source": image_source(img)}))
-                            }
+                            ToolResultContent::Image(img) => Some(image_block(img)),
                         })
                         .collect();
                     if !arr.is_empty() {

@@ -27,7 +27,7 @@ pub fn encode_count_tokens_request(req: &Request) -> Result<Encoded, ConvertErro
     let model = req.model.trim();
     let name = if model.contains('/') { model.to_owned() } else { format!("models/{model}") };
     body.insert("model".into(), json!(name));
-    let wrapped = json!({"generateContentRequest": body});
+    let wrapped = object([("generateContentRequest", Value::Object(body))]);
     Ok(Encoded { body: serde_json::to_vec(&wrapped).unwrap_or_default(), losses })
 }
 
@@ -43,12 +43,12 @@ fn encode_object(req: &Request) -> Result<(Map<String, Value>, Vec<Loss>), Conve
     }
     body.insert("contents".into(), Value::Array(contents));
     if !system.is_empty() {
-        body.insert("systemInstruction".into(), json!({"parts": system}));
+        body.insert("systemInstruction".into(), object([("parts", Value::Array(system))]));
     }
 
     if !req.tools.is_empty() {
         let decls: Vec<Value> = req.tools.iter().map(declaration).collect();
-        body.insert("tools".into(), json!([{"functionDeclarations": decls}]));
+        body.insert("tools".into(), Value::Array(vec![object([("functionDeclarations", Value::Array(decls))])]));
     }
     if let Some(choice) = &req.tool_choice {
         match (choice, req.tools.is_empty()) {
@@ -169,7 +169,7 @@ fn contents(req: &Request, system: &mut Vec<Value>, losses: &mut Vec<Loss>) -> V
             if role == "model" {
                 sign_calls(&mut parts);
             }
-            json!({"role": role, "parts": parts})
+            object([("role", Value::from(role)), ("parts", Value::Array(parts))])
         })
         .collect()
 }
@@ -206,7 +206,7 @@ fn function_response(tool_use_id: &str, name: &str, content: &[ToolResultContent
     }
     fr.insert("name".into(), json!(name));
     fr.insert("response".into(), json!({key: text.join("\n\n")}));
-    let mut parts = vec![json!({"functionResponse": fr})];
+    let mut parts = vec![object([("functionResponse", Value::Object(fr))])];
     for c in content {
         if let ToolResultContent::Image(i) = c {
             parts.push(image_part(i));

@@ -1,6 +1,11 @@
-//! The IR to a request for a Responses upstream (the Responses API as the endpoint).
+//! The IR to a request for a Responses upstream (the Responses API as the endpoint). The body is
+//! written from structs that borrow the IR: a long conversation's text and its tools' schemas
+//! are serialized from where they are, never copied into a `Value` first.
 
-use serde_json::{Map, Value, json};
+use std::borrow::Cow;
+
+use serde::Serialize;
+use serde_json::{Value, json};
 
 use super::super::{REDACTED_BLOB, THINKING_BLOB, image_url, tool_output_value};
 use crate::convert::ir::*;
@@ -28,49 +33,171 @@ fn digest(s: &str) -> String {
     format!("{:016x}{:016x}", fnv(0xcbf2_9ce4_8422_2325), fnv(0x6c62_272e_07bb_0142))
 }
 
+#[derive(Serialize)]
+struct ResponsesRequestOut<'a> {
+    model: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instructions: Option<String>,
+    input: Vec<ItemOut<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<ToolOut<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<ToolChoiceOut<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parallel_tool_calls: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_output_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning: Option<ReasoningOut<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<TextOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    user: Option<Cow<'a, str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_cache_key: Option<&'a str>,
+    stream: bool,
+    store: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    include: Option<[&'static str; 1]>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ItemOut<'a> {
+    Message {
+        role: &'static str,
+        content: Vec<PartOut<'a>>,
+    },
+    FunctionCallOutput {
+        call_id: &'a str,
+        output: Value,
+    },
+    FunctionCall {
+        call_id: &'a str,
+        name: &'a str,
+        arguments: String,
+    },
+    Reasoning {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<&'a str>,
+        summary: Vec<SummaryOut<'a>>,
+        encrypted_content: &'a str,
+    },
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum PartOut<'a> {
+    InputText {
+        text: Cow<'a, str>,
+    },
+    OutputText {
+        text: &'a str,
+    },
+    InputImage {
+        image_url: String,
+        detail: &'static str,
+    },
+    InputFile {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        filename: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        file_data: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        file_url: Option<&'a str>,
+    },
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename = "summary_text")]
+struct SummaryOut<'a> {
+    text: &'a str,
+}
+
+#[derive(Serialize)]
+struct ToolOut<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+    parameters: &'a Value,
+    strict: bool,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ToolChoiceOut<'a> {
+    Mode(&'static str),
+    Function {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        name: &'a str,
+    },
+}
+
+#[derive(Serialize)]
+struct ReasoningOut<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    effort: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summary: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct TextOut {
+    format: Value,
+}
+
 #[derive(Default)]
-struct RequestEncoder {
+struct RequestEncoder<'a> {
     losses: Vec<Loss>,
-    items: Vec<Value>,
+    items: Vec<ItemOut<'a>>,
     thinking_dropped: usize,
     reasoning_dropped: usize,
     kept_encrypted_reasoning: bool,
 }
 
-impl RequestEncoder {
+impl<'a> RequestEncoder<'a> {
     fn loss(&mut self, field: impl Into<String>, note: impl Into<String>) {
         self.losses.push(Loss::new(field, note));
     }
 
-    fn flush(&mut self, role: &str, content: &mut Vec<Value>) {
+    fn flush(&mut self, role: &'static str, content: &mut Vec<PartOut<'a>>) {
         if content.is_empty() {
             return;
         }
-        self.items.push(json!({"type": "message", "role": role, "content": std::mem::take(content)}));
+        self.items.push(ItemOut::Message { role, content: std::mem::take(content) });
     }
 
-    fn input_part(&mut self, field: String, part: &Part) -> Option<Value> {
+    fn input_part(&mut self, field: impl FnOnce() -> String, part: &'a Part) -> Option<PartOut<'a>> {
         match part {
-            Part::Text(t) => Some(json!({"type": "input_text", "text": t.text})),
-            Part::Image(img) => Some(json!({"type": "input_image", "image_url": image_url(img), "detail": "auto"})),
+            Part::Text(t) => Some(PartOut::InputText { text: Cow::Borrowed(&t.text) }),
+            Part::Image(img) => Some(PartOut::InputImage { image_url: image_url(img), detail: "auto" }),
             Part::Document { source, title } => Some(match source {
-                DocumentSource::Base64 { media_type, data } => json!({
-                    "type": "input_file",
-                    "filename": title.clone().unwrap_or_else(|| filename_for_media_type(media_type).to_owned()),
-                    "file_data": data_url(media_type, data),
-                }),
-                DocumentSource::Url { url } => json!({"type": "input_file", "file_url": url}),
+                DocumentSource::Base64 { media_type, data } => PartOut::InputFile {
+                    filename: Some(title.as_deref().unwrap_or_else(|| filename_for_media_type(media_type))),
+                    file_data: Some(data_url(media_type, data)),
+                    file_url: None,
+                },
+                DocumentSource::Url { url } => {
+                    PartOut::InputFile { filename: None, file_data: None, file_url: Some(url) }
+                }
                 DocumentSource::Text { text } => {
                     let text = match title {
-                        Some(t) if !t.is_empty() => format!("{t}\n\n{text}"),
-                        _ => text.clone(),
+                        Some(t) if !t.is_empty() => Cow::Owned(format!("{t}\n\n{text}")),
+                        _ => Cow::Borrowed(text.as_str()),
                     };
-                    json!({"type": "input_text", "text": text})
+                    PartOut::InputText { text }
                 }
             }),
             Part::ToolUse { .. } | Part::ToolResult { .. } => {
                 self.loss(
-                    field,
+                    field(),
                     "dropped: a tool call or result in this position has no equivalent in the Responses format",
                 );
                 None
@@ -86,62 +213,59 @@ impl RequestEncoder {
         }
     }
 
-    fn user_message(&mut self, mi: usize, msg: &Message) {
+    fn user_message(&mut self, mi: usize, msg: &'a Message) {
         let mut content = Vec::new();
         for (pi, part) in msg.content.iter().enumerate() {
             if let Part::ToolResult { tool_use_id, content: result, is_error } = part {
                 self.flush("user", &mut content);
                 let output = tool_output_value(result, *is_error);
-                self.items.push(json!({"type": "function_call_output", "call_id": tool_use_id, "output": output}));
+                self.items.push(ItemOut::FunctionCallOutput { call_id: tool_use_id, output });
                 continue;
             }
-            if let Some(v) = self.input_part(format!("messages[{mi}].content[{pi}]"), part) {
+            if let Some(v) = self.input_part(|| format!("messages[{mi}].content[{pi}]"), part) {
                 content.push(v);
             }
         }
         self.flush("user", &mut content);
     }
 
-    fn assistant_message(&mut self, mi: usize, msg: &Message) {
+    fn assistant_message(&mut self, mi: usize, msg: &'a Message) {
         let mut content = Vec::new();
         for (pi, part) in msg.content.iter().enumerate() {
-            let field = format!("messages[{mi}].content[{pi}]");
+            let field = || format!("messages[{mi}].content[{pi}]");
             match part {
                 Part::Text(t) => {
                     if !t.text.is_empty() {
-                        content.push(json!({"type": "output_text", "text": t.text}));
+                        content.push(PartOut::OutputText { text: &t.text });
                     }
                 }
                 Part::ToolUse { id, name, input, arguments } => {
                     self.flush("assistant", &mut content);
-                    self.items.push(json!({
-                        "type": "function_call",
-                        "call_id": id,
-                        "name": name,
-                        "arguments": arguments_string(input, arguments.as_deref()),
-                    }));
+                    self.items.push(ItemOut::FunctionCall {
+                        call_id: id,
+                        name,
+                        arguments: arguments_string(input, arguments.as_deref()),
+                    });
                 }
                 Part::Thinking { .. } | Part::RedactedThinking { .. } => self.thinking_dropped += 1,
                 Part::ReasoningItem { id, summary, encrypted_content } => match encrypted_content {
                     Some(enc) if !enc.starts_with(THINKING_BLOB) && !enc.starts_with(REDACTED_BLOB) => {
                         self.flush("assistant", &mut content);
-                        let summary: Vec<Value> =
-                            summary.iter().map(|s| json!({"type": "summary_text", "text": s})).collect();
-                        let mut item = json!({"type": "reasoning", "summary": summary, "encrypted_content": enc});
-                        if let (Some(id), Some(obj)) = (id, item.as_object_mut()) {
-                            obj.insert("id".to_owned(), Value::String(id.clone()));
-                        }
-                        self.items.push(item);
+                        self.items.push(ItemOut::Reasoning {
+                            id: id.as_deref(),
+                            summary: summary.iter().map(|text| SummaryOut { text }).collect(),
+                            encrypted_content: enc,
+                        });
                         self.kept_encrypted_reasoning = true;
                     }
                     _ => self.reasoning_dropped += 1,
                 },
                 Part::Image(_) | Part::Document { .. } => {
-                    self.loss(field, "dropped: an assistant message in the Responses format carries only text");
+                    self.loss(field(), "dropped: an assistant message in the Responses format carries only text");
                 }
                 Part::ToolResult { .. } => {
                     self.loss(
-                        field,
+                        field(),
                         "dropped: a tool result inside an assistant message has no equivalent in the Responses format",
                     );
                 }
@@ -150,11 +274,11 @@ impl RequestEncoder {
         self.flush("assistant", &mut content);
     }
 
-    fn system_message(&mut self, mi: usize, msg: &Message) {
+    fn system_message(&mut self, mi: usize, msg: &'a Message) {
         let mut content = Vec::new();
         for (pi, part) in msg.content.iter().enumerate() {
             match part {
-                Part::Text(t) => content.push(json!({"type": "input_text", "text": t.text})),
+                Part::Text(t) => content.push(PartOut::InputText { text: Cow::Borrowed(&t.text) }),
                 _ => self.loss(
                     format!("messages[{mi}].content[{pi}]"),
                     "dropped: a system message in the Responses format carries only text",
@@ -168,13 +292,9 @@ impl RequestEncoder {
 /// IR → request body for a Responses upstream.
 pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
     let mut e = RequestEncoder::default();
-    let mut body = Map::new();
-    body.insert("model".to_owned(), Value::String(req.model.clone()));
 
     let instructions: Vec<&str> = req.system.iter().map(|t| t.text.as_str()).filter(|t| !t.is_empty()).collect();
-    if !instructions.is_empty() {
-        body.insert("instructions".to_owned(), Value::String(instructions.join(INSTRUCTIONS_SEPARATOR)));
-    }
+    let instructions = (!instructions.is_empty()).then(|| instructions.join(INSTRUCTIONS_SEPARATOR));
 
     for (mi, msg) in req.messages.iter().enumerate() {
         match msg.role {
@@ -197,56 +317,34 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
             format!("removed {n} reasoning item(s) without encrypted content: with store=false the endpoint cannot look them up"),
         );
     }
-    body.insert("input".to_owned(), Value::Array(std::mem::take(&mut e.items)));
 
-    if !req.tools.is_empty() {
-        let tools: Vec<Value> = req
-            .tools
-            .iter()
-            .map(|t| {
-                let mut tool = json!({
-                    "type": "function",
-                    "name": t.name,
-                    "parameters": t.input_schema,
-                    // The Responses API defaults `strict` to true, which rejects most schemas
-                    // written for other APIs: say false unless the source asked for strict.
-                    "strict": t.strict.unwrap_or(false),
-                });
-                if let (Some(d), Some(obj)) = (&t.description, tool.as_object_mut()) {
-                    obj.insert("description".to_owned(), Value::String(d.clone()));
-                }
-                tool
-            })
-            .collect();
-        body.insert("tools".to_owned(), Value::Array(tools));
-    }
-    if let Some(tc) = &req.tool_choice {
-        let v = match tc {
-            ToolChoice::Auto => json!("auto"),
-            ToolChoice::Any => json!("required"),
-            ToolChoice::None => json!("none"),
-            ToolChoice::Tool(name) => json!({"type": "function", "name": name}),
-        };
-        body.insert("tool_choice".to_owned(), v);
-    }
-    if let Some(p) = req.parallel_tool_calls {
-        body.insert("parallel_tool_calls".to_owned(), Value::Bool(p));
-    }
-    if let Some(max) = req.max_tokens {
-        let sent = if max < MIN_MAX_OUTPUT_TOKENS {
+    let tools = req
+        .tools
+        .iter()
+        .map(|t| ToolOut {
+            kind: "function",
+            name: &t.name,
+            description: t.description.as_deref(),
+            parameters: &t.input_schema,
+            // The Responses API defaults `strict` to true, which rejects most schemas written
+            // for other APIs: say false unless the source asked for strict.
+            strict: t.strict.unwrap_or(false),
+        })
+        .collect();
+    let tool_choice = req.tool_choice.as_ref().map(|tc| match tc {
+        ToolChoice::Auto => ToolChoiceOut::Mode("auto"),
+        ToolChoice::Any => ToolChoiceOut::Mode("required"),
+        ToolChoice::None => ToolChoiceOut::Mode("none"),
+        ToolChoice::Tool(name) => ToolChoiceOut::Function { kind: "function", name },
+    });
+    let max_output_tokens = req.max_tokens.map(|max| {
+        if max < MIN_MAX_OUTPUT_TOKENS {
             e.loss("max_tokens", format!("raised from {max} to {MIN_MAX_OUTPUT_TOKENS}, the Responses API minimum"));
             MIN_MAX_OUTPUT_TOKENS
         } else {
             max
-        };
-        body.insert("max_output_tokens".to_owned(), json!(sent));
-    }
-    if let Some(t) = req.temperature {
-        body.insert("temperature".to_owned(), json!(t));
-    }
-    if let Some(p) = req.top_p {
-        body.insert("top_p".to_owned(), json!(p));
-    }
+        }
+    });
     if req.top_k.is_some() {
         e.loss("top_k", "dropped: the Responses API has no top_k");
     }
@@ -254,34 +352,27 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
         e.loss("stop", "dropped: the Responses API has no stop sequences");
     }
     let mut reasoning_on = false;
-    if let Some(r) = &req.reasoning {
-        let mut reasoning = Map::new();
+    let reasoning = req.reasoning.as_ref().map(|r| {
         let effort = match r.effort.as_deref() {
-            Some(e @ ("none" | "minimal" | "low" | "medium" | "high" | "xhigh")) => Some(e.to_owned()),
+            Some(e @ ("none" | "minimal" | "low" | "medium" | "high" | "xhigh")) => Some(e),
             Some("max") => {
                 e.loss("reasoning.effort", "effort `max` sent as `xhigh`, the highest Responses effort");
-                Some("xhigh".to_owned())
+                Some("xhigh")
             }
             Some(other) => {
                 e.loss("reasoning.effort", format!("dropped: unknown effort `{other}`"));
                 None
             }
-            None => r.budget_tokens.map(|b| effort_for_budget(b).to_owned()),
+            None => r.budget_tokens.map(effort_for_budget),
         };
-        let disabled = effort.as_deref() == Some("none");
+        let disabled = effort == Some("none");
         reasoning_on = !disabled;
-        if let Some(effort) = effort {
-            reasoning.insert("effort".to_owned(), Value::String(effort));
-        }
-        if !disabled {
-            // Ask for a summary so the client sees the reasoning (as thinking text).
-            let summary = r.summary.clone().unwrap_or_else(|| "auto".to_owned());
-            reasoning.insert("summary".to_owned(), Value::String(summary));
-        }
-        body.insert("reasoning".to_owned(), Value::Object(reasoning));
-    }
-    if let Some(format) = &req.output_format {
-        let f = match format {
+        // Ask for a summary so the client sees the reasoning (as thinking text).
+        let summary = (!disabled).then(|| r.summary.as_deref().unwrap_or("auto"));
+        ReasoningOut { effort, summary }
+    });
+    let text = req.output_format.as_ref().map(|format| TextOut {
+        format: match format {
             OutputFormat::Text => json!({"type": "text"}),
             OutputFormat::JsonObject => json!({"type": "json_object"}),
             OutputFormat::JsonSchema { name, schema, strict, description } => {
@@ -296,32 +387,42 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
                 }
                 f
             }
-        };
-        body.insert("text".to_owned(), json!({"format": f}));
-    }
-    if let Some(user) = &req.user {
-        let sent = if user.chars().count() > MAX_USER_LEN {
+        },
+    });
+    let user = req.user.as_deref().map(|user| {
+        if user.chars().count() > MAX_USER_LEN {
             e.loss("user", format!("longer than {MAX_USER_LEN} characters: sent as a stable digest"));
-            format!("u_{}", digest(user))
+            Cow::Owned(format!("u_{}", digest(user)))
         } else {
-            user.clone()
-        };
-        body.insert("user".to_owned(), Value::String(sent));
-    }
-    if let Some(key) = &req.prompt_cache_key {
-        body.insert("prompt_cache_key".to_owned(), Value::String(key.clone()));
-    }
-    body.insert("stream".to_owned(), Value::Bool(req.stream));
-    // A gateway must not make the upstream store conversations the client never asked it to.
-    body.insert("store".to_owned(), Value::Bool(false));
+            Cow::Borrowed(user)
+        }
+    });
     // The reasoning itself, encrypted, so it can be sent back next turn: with store=false the
     // endpoint keeps nothing, and a client that asked for thinking (an Anthropic client gets it
     // as its thinking blocks' signature) expects its reasoning to carry over, as Codex's does.
-    if req.include_encrypted_reasoning || e.kept_encrypted_reasoning || reasoning_on {
-        body.insert("include".to_owned(), json!(["reasoning.encrypted_content"]));
-    }
+    let include = (req.include_encrypted_reasoning || e.kept_encrypted_reasoning || reasoning_on)
+        .then_some(["reasoning.encrypted_content"]);
 
-    let bytes = serde_json::to_vec(&Value::Object(body))
+    let out = ResponsesRequestOut {
+        model: &req.model,
+        instructions,
+        input: std::mem::take(&mut e.items),
+        tools,
+        tool_choice,
+        parallel_tool_calls: req.parallel_tool_calls,
+        max_output_tokens,
+        temperature: req.temperature,
+        top_p: req.top_p,
+        reasoning,
+        text,
+        user,
+        prompt_cache_key: req.prompt_cache_key.as_deref(),
+        stream: req.stream,
+        // A gateway must not make the upstream store conversations the client never asked it to.
+        store: false,
+        include,
+    };
+    let bytes = serde_json::to_vec(&out)
         .map_err(|err| ConvertError::new("body", format!("cannot serialize the request: {err}")))?;
     Ok(Encoded { body: bytes, losses: e.losses })
 }
