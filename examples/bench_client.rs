@@ -1,7 +1,7 @@
 //! The benchmark harness's own client (`bench/run`), for what `wrk` cannot measure.
 //!
 //! ```text
-//! bench_client body --kind small|large --model M [--stream]          # a request body on stdout
+//! bench_client body --kind small|large|codex --model M [--stream]          # a request body on stdout
 //! bench_client latency --target 'NAME|URL|BODY_FILE[|Header: value...]' ... --n N [--stream]
 //!                      [--pre 'NAME|URL'] [--out FILE]
 //! bench_client streams --url URL --body FILE [--header 'Name: value'] --streams N --pace-ms P
@@ -46,9 +46,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Print a request body (Anthropic Messages) on stdout.
+    /// Print a request body on stdout (Anthropic Messages; `codex`: a Responses request).
     Body {
-        /// `small` (one short user turn) or `large` (Claude Code turn 2 grown to ~200 KB of history).
+        /// `small` (one short user turn), `large` (Claude Code turn 2 grown to ~200 KB of history)
+        /// or `codex` (Codex CLI's turn 2, a Responses request).
         #[arg(long)]
         kind: String,
         #[arg(long)]
@@ -130,6 +131,7 @@ fn main() {
             let body = match kind.as_str() {
                 "small" => small_body(&model, stream),
                 "large" => long_history(&fixtures, &model, stream, size),
+                "codex" => codex_turn(&fixtures, &model, stream),
                 other => panic!("unknown body kind {other}"),
             };
             println!("{}", String::from_utf8(body).unwrap());
@@ -225,6 +227,17 @@ fn long_history(fixtures: &str, model: &str, stream: bool, target: usize) -> Vec
         n += 1;
     }
     body["messages"].as_array_mut().unwrap().push(json!({"role": "user", "content": "continue"}));
+    body["model"] = json!(model);
+    body["stream"] = json!(stream);
+    serde_json::to_vec(&body).unwrap()
+}
+
+/// Codex CLI's turn-2 Responses request as captured (~12 KB: its instructions, tools and a
+/// function call's output), for a gateway that converts what Codex sends.
+fn codex_turn(fixtures: &str, model: &str, stream: bool) -> Vec<u8> {
+    let path = format!("{fixtures}/codex_0.171.0_responses_turn2_function_call_output.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut body = serde_json::from_str::<Value>(&text).expect("fixture json")["body"].clone();
     body["model"] = json!(model);
     body["stream"] = json!(stream);
     serde_json::to_vec(&body).unwrap()

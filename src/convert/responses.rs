@@ -48,6 +48,15 @@ fn get_str<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
     v.get(key).and_then(Value::as_str)
 }
 
+/// A string field taken out of a parsed request the decoder owns (moved into the IR, not
+/// copied); anything else is left where it is.
+fn take_str(v: &mut Value, key: &str) -> Option<String> {
+    match v.get_mut(key) {
+        Some(Value::String(s)) => Some(std::mem::take(s)),
+        _ => None,
+    }
+}
+
 fn get_u64(v: &Value, key: &str) -> Option<u64> {
     v.get(key).and_then(count)
 }

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::super::{flat_tool_name, get_str, is_set, reasoning_part, text_part};
+use super::super::{flat_tool_name, get_str, is_set, reasoning_part, take_str, text_part};
 use crate::convert::ir::*;
 use crate::protocol::lenient::{count, media_type_for_filename, parse_arguments, parse_data_url};
 
@@ -50,17 +50,17 @@ impl RequestDecoder {
     }
 
     /// Content parts of a user / assistant message (string or part list).
-    fn content_parts(&mut self, field: &str, content: Option<&Value>) -> Result<Vec<Part>, ConvertError> {
+    fn content_parts(&mut self, field: &str, content: Option<&mut Value>) -> Result<Vec<Part>, ConvertError> {
         let mut out = Vec::new();
         match content {
             None | Some(Value::Null) => {}
             Some(Value::String(s)) => {
                 if !s.is_empty() {
-                    out.push(Part::Text(text_part(s.clone())));
+                    out.push(Part::Text(text_part(std::mem::take(s))));
                 }
             }
             Some(Value::Array(parts)) => {
-                for (j, p) in parts.iter().enumerate() {
+                for (j, p) in parts.iter_mut().enumerate() {
                     let pf = format!("{field}.content[{j}]");
                     if let Some(part) = self.content_part(&pf, p)? {
                         out.push(part);
@@ -77,17 +77,17 @@ impl RequestDecoder {
         Ok(out)
     }
 
-    fn content_part(&mut self, field: &str, p: &Value) -> Result<Option<Part>, ConvertError> {
-        let ty = get_str(p, "type").unwrap_or_default();
-        match ty {
-            "input_text" | "output_text" | "text" => {
-                let text = get_str(p, "text").unwrap_or_default();
-                Ok((!text.is_empty()).then(|| Part::Text(text_part(text))))
-            }
-            "refusal" => {
-                let text = get_str(p, "refusal").unwrap_or_default();
-                Ok((!text.is_empty()).then(|| Part::Text(text_part(text))))
-            }
+    fn content_part(&mut self, field: &str, p: &mut Value) -> Result<Option<Part>, ConvertError> {
+        let text_key = match get_str(p, "type").unwrap_or_default() {
+            "input_text" | "output_text" | "text" => Some("text"),
+            "refusal" => Some("refusal"),
+            _ => None,
+        };
+        if let Some(key) = text_key {
+            let text = take_str(p, key).unwrap_or_default();
+            return Ok((!text.is_empty()).then(|| Part::Text(text_part(text))));
+        }
+        match get_str(p, "type").unwrap_or_default() {
             "input_image" => Ok(Some(Part::Image(decode_input_image(field, p)?))),
             "input_file" => Ok(Some(decode_input_file(field, p)?)),
             "input_audio" => Err(ConvertError::new(
@@ -102,20 +102,20 @@ impl RequestDecoder {
     }
 
     /// Texts of a system / developer message; other parts are dropped with a loss.
-    fn system_texts(&mut self, field: &str, content: Option<&Value>) -> Result<Vec<TextPart>, ConvertError> {
+    fn system_texts(&mut self, field: &str, content: Option<&mut Value>) -> Result<Vec<TextPart>, ConvertError> {
         let mut out = Vec::new();
         match content {
             None | Some(Value::Null) => {}
             Some(Value::String(s)) => {
                 if !s.is_empty() {
-                    out.push(text_part(s.clone()));
+                    out.push(text_part(std::mem::take(s)));
                 }
             }
             Some(Value::Array(parts)) => {
-                for (j, p) in parts.iter().enumerate() {
+                for (j, p) in parts.iter_mut().enumerate() {
                     match get_str(p, "type") {
                         Some("input_text" | "output_text" | "text") => {
-                            let t = get_str(p, "text").unwrap_or_default();
+                            let t = take_str(p, "text").unwrap_or_default();
                             if !t.is_empty() {
                                 out.push(text_part(t));
                             }
@@ -140,7 +140,7 @@ impl RequestDecoder {
         Ok(out)
     }
 
-    fn input_item(&mut self, b: &mut MessageBuilder, i: usize, item: &Value) -> Result<(), ConvertError> {
+    fn input_item(&mut self, b: &mut MessageBuilder, i: usize, item: &mut Value) -> Result<(), ConvertError> {
         let field = format!("input[{i}]");
         if !item.is_object() {
             return Err(ConvertError::new(field, "each input item must be an object"));
@@ -153,7 +153,7 @@ impl RequestDecoder {
                 };
                 match role {
                     "system" | "developer" => {
-                        let texts = self.system_texts(&field, item.get("content"))?;
+                        let texts = self.system_texts(&field, item.get_mut("content"))?;
                         if b.in_conversation {
                             for t in texts {
                                 b.push(Role::System, Part::Text(t));
@@ -164,7 +164,7 @@ impl RequestDecoder {
                     }
                     "user" | "assistant" => {
                         let role = if role == "user" { Role::User } else { Role::Assistant };
-                        for part in self.content_parts(&field, item.get("content"))? {
+                        for part in self.content_parts(&field, item.get_mut("content"))? {
                             b.push(role, part);
                         }
                     }
@@ -175,7 +175,7 @@ impl RequestDecoder {
             }
             Some("function_call") => {
                 let call_id = get_str(item, "call_id").or_else(|| get_str(item, "id"));
-                let Some(call_id) = call_id else {
+                let Some(call_id) = call_id.map(str::to_owned) else {
                     return Err(ConvertError::new(format!("{field}.call_id"), "function_call without call_id"));
                 };
                 let Some(name) = get_str(item, "name") else {
@@ -185,29 +185,30 @@ impl RequestDecoder {
                     Some(ns) => flat_tool_name(ns, name),
                     None => name.to_owned(),
                 };
-                let raw = match item.get("arguments") {
+                let raw = match item.get_mut("arguments") {
                     None | Some(Value::Null) => String::new(),
-                    Some(Value::String(s)) => s.clone(),
+                    Some(Value::String(s)) => std::mem::take(s),
                     Some(other) => other.to_string(),
                 };
                 b.push(
                     Role::Assistant,
-                    Part::ToolUse { id: call_id.to_owned(), name, input: parse_arguments(&raw), arguments: Some(raw) },
+                    Part::ToolUse { id: call_id, name, input: parse_arguments(&raw), arguments: Some(raw) },
                 );
             }
             Some("function_call_output") => {
-                let Some(call_id) = get_str(item, "call_id") else {
+                let Some(call_id) = get_str(item, "call_id").map(str::to_owned) else {
                     return Err(ConvertError::new(format!("{field}.call_id"), "function_call_output without call_id"));
                 };
                 // Older Codex versions wrote a failed call as `{"content": "...", "success": false}`.
-                let (output, is_error) = match item.get("output") {
-                    Some(o @ Value::Object(_)) if o.get("content").is_some() => {
-                        (o.get("content"), o.get("success").and_then(Value::as_bool) == Some(false))
+                let (output, is_error) = match item.get_mut("output") {
+                    Some(Value::Object(o)) if o.contains_key("content") => {
+                        let failed = o.get("success").and_then(Value::as_bool) == Some(false);
+                        (o.get_mut("content"), failed)
                     }
                     other => (other, false),
                 };
                 let content = self.tool_output(&format!("{field}.output"), output)?;
-                b.push(Role::User, Part::ToolResult { tool_use_id: call_id.to_owned(), content, is_error });
+                b.push(Role::User, Part::ToolResult { tool_use_id: call_id, content, is_error });
             }
             Some("reasoning") => {
                 b.push(Role::Assistant, reasoning_part(item));
@@ -266,23 +267,23 @@ impl RequestDecoder {
         Ok(())
     }
 
-    fn tool_output(&mut self, field: &str, output: Option<&Value>) -> Result<Vec<ToolResultContent>, ConvertError> {
+    fn tool_output(&mut self, field: &str, output: Option<&mut Value>) -> Result<Vec<ToolResultContent>, ConvertError> {
         let mut out = Vec::new();
         match output {
             None | Some(Value::Null) => {}
             Some(Value::String(s)) => {
                 if !s.is_empty() {
-                    out.push(ToolResultContent::Text(s.clone()));
+                    out.push(ToolResultContent::Text(std::mem::take(s)));
                 }
             }
             Some(Value::Array(parts)) => {
-                for (j, p) in parts.iter().enumerate() {
+                for (j, p) in parts.iter_mut().enumerate() {
                     let pf = format!("{field}[{j}]");
                     match get_str(p, "type") {
                         Some("input_text" | "output_text" | "text") => {
-                            let t = get_str(p, "text").unwrap_or_default();
+                            let t = take_str(p, "text").unwrap_or_default();
                             if !t.is_empty() {
-                                out.push(ToolResultContent::Text(t.to_owned()));
+                                out.push(ToolResultContent::Text(t));
                             }
                         }
                         Some("input_image") => out.push(ToolResultContent::Image(decode_input_image(&pf, p)?)),
@@ -301,18 +302,20 @@ impl RequestDecoder {
         Ok(out)
     }
 
-    fn tools(&mut self, tools: &[Value]) -> Result<Vec<Tool>, ConvertError> {
+    fn tools(&mut self, tools: &mut [Value]) -> Result<Vec<Tool>, ConvertError> {
         let mut out: Vec<Tool> = Vec::new();
-        for (i, t) in tools.iter().enumerate() {
+        for (i, t) in tools.iter_mut().enumerate() {
             let field = format!("tools[{i}]");
             match get_str(t, "type") {
                 Some("function") => out.push(function_tool(&field, t, None)?),
                 Some("namespace") => {
-                    let Some(ns) = get_str(t, "name") else {
+                    let Some(ns) = get_str(t, "name").map(str::to_owned) else {
                         return Err(ConvertError::new(format!("{field}.name"), "namespace tool without name"));
                     };
-                    let nested = t.get("tools").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-                    for (j, nt) in nested.iter().enumerate() {
+                    let ns = ns.as_str();
+                    let nested =
+                        t.get_mut("tools").and_then(Value::as_array_mut).map(Vec::as_mut_slice).unwrap_or_default();
+                    for (j, nt) in nested.iter_mut().enumerate() {
                         let nf = format!("{field}.tools[{j}]");
                         match get_str(nt, "type") {
                             Some("function") => out.push(function_tool(&nf, nt, Some(ns))?),
@@ -409,21 +412,21 @@ impl RequestDecoder {
     }
 }
 
-fn function_tool(field: &str, t: &Value, namespace: Option<&str>) -> Result<Tool, ConvertError> {
-    let Some(name) = get_str(t, "name") else {
+fn function_tool(field: &str, t: &mut Value, namespace: Option<&str>) -> Result<Tool, ConvertError> {
+    let Some(name) = take_str(t, "name") else {
         return Err(ConvertError::new(format!("{field}.name"), "function tool without name"));
     };
-    let input_schema = match t.get("parameters") {
+    let input_schema = match t.get_mut("parameters").map(Value::take) {
         None | Some(Value::Null) => json!({"type": "object", "properties": {}}),
-        Some(p) => p.clone(),
+        Some(p) => p,
     };
     let (flat, ns) = match namespace {
-        Some(ns) => (flat_tool_name(ns, name), Some((ns.to_owned(), name.to_owned()))),
-        None => (name.to_owned(), None),
+        Some(ns) => (flat_tool_name(ns, &name), Some((ns.to_owned(), name))),
+        None => (name, None),
     };
     Ok(Tool {
         name: flat,
-        description: get_str(t, "description").map(str::to_owned),
+        description: take_str(t, "description"),
         input_schema,
         strict: t.get("strict").and_then(Value::as_bool),
         namespace: ns,
@@ -470,7 +473,7 @@ fn decode_input_file(field: &str, p: &Value) -> Result<Part, ConvertError> {
 
 /// Client request body (Responses) → IR.
 pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
-    let root: Value = crate::protocol::lenient::from_json(body)
+    let mut root: Value = crate::protocol::lenient::from_json(body)
         .map_err(|e| ConvertError::new("body", format!("the body is not valid JSON: {e}")))?;
     if !root.is_object() {
         return Err(ConvertError::new("body", "the request body must be a JSON object"));
@@ -511,26 +514,26 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
     };
 
     let mut b = MessageBuilder::default();
-    match root.get("instructions") {
+    match root.get_mut("instructions") {
         None | Some(Value::Null) => {}
         Some(Value::String(s)) => {
             if !s.is_empty() {
-                b.system.push(text_part(s.clone()));
+                b.system.push(text_part(std::mem::take(s)));
             }
         }
         Some(Value::Array(items)) => {
             // Newer API: instructions as a list of input messages (system/developer text).
-            for (i, item) in items.iter().enumerate() {
-                let texts = d.system_texts(&format!("instructions[{i}]"), item.get("content"))?;
+            for (i, item) in items.iter_mut().enumerate() {
+                let texts = d.system_texts(&format!("instructions[{i}]"), item.get_mut("content"))?;
                 b.system.extend(texts);
             }
         }
         Some(_) => return Err(ConvertError::new("instructions", "instructions must be a string")),
     }
-    match root.get("input") {
-        Some(Value::String(s)) => b.push(Role::User, Part::Text(text_part(s.clone()))),
+    match root.get_mut("input") {
+        Some(Value::String(s)) => b.push(Role::User, Part::Text(text_part(std::mem::take(s)))),
         Some(Value::Array(items)) => {
-            for (i, item) in items.iter().enumerate() {
+            for (i, item) in items.iter_mut().enumerate() {
                 d.input_item(&mut b, i, item)?;
             }
         }
@@ -540,7 +543,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
     req.system = b.system;
     req.messages = b.messages;
 
-    match root.get("tools") {
+    match root.get_mut("tools") {
         None | Some(Value::Null) => {}
         Some(Value::Array(tools)) => req.tools = d.tools(tools)?,
         Some(_) => return Err(ConvertError::new("tools", "tools must be an array")),
