@@ -48,13 +48,9 @@ fn get_str<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
     v.get(key).and_then(Value::as_str)
 }
 
-/// A string field taken out of a parsed request the decoder owns (moved into the IR, not
-/// copied); anything else is left where it is.
+/// `lenient::take_str` on a value that should be an object.
 fn take_str(v: &mut Value, key: &str) -> Option<String> {
-    match v.get_mut(key) {
-        Some(Value::String(s)) => Some(std::mem::take(s)),
-        _ => None,
-    }
+    v.as_object_mut().and_then(|o| crate::protocol::lenient::take_str(o, key))
 }
 
 fn get_u64(v: &Value, key: &str) -> Option<u64> {

@@ -33,6 +33,32 @@ pub fn get_str<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a str>
     object.get(key).and_then(Value::as_str)
 }
 
+// A request decoder owns the body it parsed, so what it keeps (texts, tool inputs, schemas) is
+// taken out of it and moved into the IR: a long history is never copied a second time.
+
+/// [`get`], to read in place and take from.
+pub fn get_mut<'a>(object: &'a mut Map<String, Value>, key: &str) -> Option<&'a mut Value> {
+    object.get_mut(key).filter(|v| !v.is_null())
+}
+
+/// [`get`], taken out of the object (`null` is left behind).
+pub fn take(object: &mut Map<String, Value>, key: &str) -> Option<Value> {
+    object.get_mut(key).map(Value::take).filter(|v| !v.is_null())
+}
+
+/// A string taken out of a value; anything else is left where it is.
+pub fn take_text(value: &mut Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(std::mem::take(s)),
+        _ => None,
+    }
+}
+
+/// [`get_str`], taken out of the object.
+pub fn take_str(object: &mut Map<String, Value>, key: &str) -> Option<String> {
+    object.get_mut(key).and_then(take_text)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Numbers
 

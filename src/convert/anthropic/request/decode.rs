@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 use super::super::{as_object, as_object_mut, shown};
 use crate::convert::ir::parse_object;
 use crate::convert::ir::*;
-use crate::protocol::lenient::{count, get, get_str};
+use crate::protocol::lenient::{count, get, get_mut, get_str, take, take_str, take_text};
 
 /// The first bytes of Claude Code's attribution line in `system[0]`.
 const BILLING_HEADER_PREFIX: &str = "x-anthropic-billing-header:";
@@ -82,38 +82,12 @@ fn req_str<'a>(
     get_str(obj, key).ok_or_else(|| not_a_string(prefix, key))
 }
 
-// The decoder owns the parsed body, so the strings and objects it keeps are taken out of it
-// and moved into the IR: a long history's text and its tools' schemas are never copied.
-
-/// A field taken out of the body, with `null` read as absent.
-fn take(obj: &mut Map<String, Value>, key: &str) -> Option<Value> {
-    obj.get_mut(key).map(Value::take).filter(|v| !v.is_null())
-}
-
-/// A string taken out of a value; anything else is left where it is.
-fn take_text(v: &mut Value) -> Option<String> {
-    match v {
-        Value::String(s) => Some(std::mem::take(s)),
-        _ => None,
-    }
-}
-
-/// A string field taken out of the body (`get_str`, moved).
-fn take_string(obj: &mut Map<String, Value>, key: &str) -> Option<String> {
-    obj.get_mut(key).and_then(take_text)
-}
-
 fn req_string(
     obj: &mut Map<String, Value>,
     key: &str,
     prefix: &(impl fmt::Display + ?Sized),
 ) -> Result<String, ConvertError> {
-    take_string(obj, key).ok_or_else(|| not_a_string(prefix, key))
-}
-
-/// A non-null field to read in place and take from.
-fn get_mut<'a>(obj: &'a mut Map<String, Value>, key: &str) -> Option<&'a mut Value> {
-    obj.get_mut(key).filter(|v| !v.is_null())
+    take_str(obj, key).ok_or_else(|| not_a_string(prefix, key))
 }
 
 /// Client request body (Anthropic Messages) → IR.
@@ -314,7 +288,7 @@ fn decode_block(b: &mut Value, field: &Path<'_>, losses: &mut Vec<Loss>) -> Resu
         }
         "image" => Part::Image(decode_image(bo, field)?),
         "document" => {
-            let title = take_string(bo, "title");
+            let title = take_str(bo, "title");
             let source = decode_document_source(bo, field, losses)?;
             Part::Document { source, title }
         }
@@ -334,8 +308,8 @@ fn decode_block(b: &mut Value, field: &Path<'_>, losses: &mut Vec<Loss>) -> Resu
             Part::ToolResult { tool_use_id, content, is_error }
         }
         "thinking" => {
-            let text = take_string(bo, "thinking").unwrap_or_default();
-            let signature = take_string(bo, "signature").filter(|s| !s.is_empty());
+            let text = take_str(bo, "thinking").unwrap_or_default();
+            let signature = take_str(bo, "signature").filter(|s| !s.is_empty());
             match signature.as_deref().and_then(parse_reasoning_signature) {
                 // Reasoning a Responses endpoint produced (its signature is ccmesh's carrier):
                 // a reasoning item again, which only the Responses API receives.
@@ -350,7 +324,7 @@ fn decode_block(b: &mut Value, field: &Path<'_>, losses: &mut Vec<Loss>) -> Resu
         "redacted_thinking" => Part::RedactedThinking { data: req_string(bo, "data", field)? },
         "compaction" => {
             // Anthropic's compaction summary of the earlier conversation: keep its text.
-            let text = take_string(bo, "content").unwrap_or_default();
+            let text = take_str(bo, "content").unwrap_or_default();
             losses.push(Loss::new(field.to_string(), "compaction block kept as plain text"));
             if text.is_empty() {
                 return Ok(None);
@@ -406,7 +380,7 @@ fn source_of<'a>(bo: &'a mut Map<String, Value>, sf: &Path<'_>) -> Result<&'a mu
 fn decode_image(bo: &mut Map<String, Value>, field: &Path<'_>) -> Result<Image, ConvertError> {
     let sf = Path::Member(field, "source");
     let src = source_of(bo, &sf)?;
-    let kind = take_string(src, "type");
+    let kind = take_str(src, "type");
     match kind.as_deref() {
         Some("base64") => {
             Ok(Image::Base64 { media_type: req_string(src, "media_type", &sf)?, data: req_string(src, "data", &sf)? })
@@ -429,7 +403,7 @@ fn decode_document_source(
 ) -> Result<DocumentSource, ConvertError> {
     let sf = Path::Member(field, "source");
     let src = source_of(bo, &sf)?;
-    let kind = take_string(src, "type");
+    let kind = take_str(src, "type");
     match kind.as_deref() {
         Some("base64") => Ok(DocumentSource::Base64 {
             media_type: req_string(src, "media_type", &sf)?,
@@ -484,7 +458,7 @@ fn decode_tool_result_content(
             for (k, it) in items.iter_mut().enumerate() {
                 let f = Path::Index(field, k);
                 let io = as_object_mut(it, &f, "a content block object")?;
-                let kind = take_string(io, "type");
+                let kind = take_str(io, "type");
                 match kind.as_deref() {
                     Some("text") => out.push(ToolResultContent::Text(req_string(io, "text", &f)?)),
                     Some("image") => out.push(ToolResultContent::Image(decode_image(io, &f)?)),
@@ -553,8 +527,8 @@ fn decode_tools(arr: &mut [Value], losses: &mut Vec<Loss>) -> Result<Vec<Tool>, 
     for (i, t) in arr.iter_mut().enumerate() {
         let field = Path::Index(&Path::Key("tools"), i);
         let to = as_object_mut(t, &field, "an object")?;
-        let name = take_string(to, "name");
-        let kind = take_string(to, "type");
+        let name = take_str(to, "name");
+        let kind = take_str(to, "type");
         match kind.as_deref() {
             None | Some("custom") => {
                 let name = name.ok_or_else(|| not_a_string(&field, "name"))?;
@@ -568,7 +542,7 @@ fn decode_tools(arr: &mut [Value], losses: &mut Vec<Loss>) -> Result<Vec<Tool>, 
                     }
                     None => json!({"type": "object", "properties": {}}),
                 };
-                let description = take_string(to, "description");
+                let description = take_str(to, "description");
                 let strict = opt_bool(to, "strict", &field)?;
                 tools.push(Tool { name, description, input_schema, strict, namespace: None });
             }

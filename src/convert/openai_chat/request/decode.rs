@@ -4,7 +4,9 @@ use serde_json::{Value, json};
 
 use super::super::{Obj, text};
 use crate::convert::ir::*;
-use crate::protocol::lenient::{count, get, get_str, media_type_for_filename, parse_arguments, parse_data_url};
+use crate::protocol::lenient::{
+    count, get, get_mut, get_str, media_type_for_filename, parse_arguments, parse_data_url, take, take_str,
+};
 
 /// Top-level request fields this decoder reads or deliberately drops; anything else is dropped
 /// with a `Loss` saying it is unknown.
@@ -52,7 +54,7 @@ const KNOWN_REQUEST_FIELDS: &[&str] = &[
 pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
     let v: Value = crate::protocol::lenient::from_json(body)
         .map_err(|e| ConvertError::new("body", format!("the request body is not valid JSON: {e}")))?;
-    let Value::Object(o) = v else {
+    let Value::Object(mut o) = v else {
         return Err(ConvertError::new("body", "the request body must be a JSON object"));
     };
     let mut req = Request::default();
@@ -107,13 +109,13 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
     }
 
     // Messages.
-    let messages = match get(&o, "messages") {
+    let messages = match get_mut(&mut o, "messages") {
         Some(Value::Array(a)) => a,
         Some(_) => return Err(ConvertError::new("messages", "`messages` must be an array")),
         None => return Err(ConvertError::new("messages", "`messages` is required")),
     };
     let mut md = MessageDecoder::default();
-    for (i, m) in messages.iter().enumerate() {
+    for (i, m) in messages.iter_mut().enumerate() {
         md.message(i, m, &mut losses)?;
     }
     req.system = md.system;
@@ -150,11 +152,11 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
     };
 
     // Tools.
-    if let Some(t) = get(&o, "tools") {
-        let Some(list) = t.as_array() else {
+    if let Some(t) = get_mut(&mut o, "tools") {
+        let Some(list) = t.as_array_mut() else {
             return Err(ConvertError::new("tools", "`tools` must be an array"));
         };
-        for (k, tool) in list.iter().enumerate() {
+        for (k, tool) in list.iter_mut().enumerate() {
             if let Some(t) = decode_tool(k, tool, &mut losses)? {
                 req.tools.push(t);
             }
@@ -255,9 +257,9 @@ struct MessageDecoder {
 }
 
 impl MessageDecoder {
-    fn message(&mut self, i: usize, m: &Value, losses: &mut Vec<Loss>) -> Result<(), ConvertError> {
+    fn message(&mut self, i: usize, m: &mut Value, losses: &mut Vec<Loss>) -> Result<(), ConvertError> {
         let at = format!("messages[{i}]");
-        let Some(o) = m.as_object() else {
+        let Some(o) = m.as_object_mut() else {
             return Err(ConvertError::new(at, "each message must be an object"));
         };
         let role = get_str(o, "role")
@@ -269,7 +271,7 @@ impl MessageDecoder {
         self.last_is_tool_results = false;
         match role {
             "system" | "developer" => {
-                let parts = system_parts(get(o, "content"), &format!("{at}.content"))?;
+                let parts = system_parts(get_mut(o, "content"), &format!("{at}.content"))?;
                 if self.conversation_started {
                     let content = parts.into_iter().map(Part::Text).collect();
                     self.out.push(Message { role: Role::System, content });
@@ -279,7 +281,7 @@ impl MessageDecoder {
             }
             "user" => {
                 self.conversation_started = true;
-                let content = user_parts(get(o, "content"), &format!("{at}.content"), losses)?;
+                let content = user_parts(get_mut(o, "content"), &format!("{at}.content"), losses)?;
                 self.out.push(Message { role: Role::User, content });
             }
             "assistant" => {
@@ -308,28 +310,25 @@ impl MessageDecoder {
             }
             "tool" => {
                 self.conversation_started = true;
-                let id = get_str(o, "tool_call_id").ok_or_else(|| {
+                let id = get_str(o, "tool_call_id").map(str::to_owned).ok_or_else(|| {
                     ConvertError::new(format!("{at}.tool_call_id"), "a `tool` message needs a string `tool_call_id`")
                 })?;
-                let content = tool_result_content(get(o, "content"), &format!("{at}.content"))?;
-                self.push_result(
-                    tool_results,
-                    Part::ToolResult { tool_use_id: id.to_owned(), content, is_error: false },
-                );
+                let content = tool_result_content(get_mut(o, "content"), &format!("{at}.content"))?;
+                self.push_result(tool_results, Part::ToolResult { tool_use_id: id, content, is_error: false });
             }
             "function" => {
                 self.conversation_started = true;
-                let name = get_str(o, "name").ok_or_else(|| {
+                let name = get_str(o, "name").map(str::to_owned).ok_or_else(|| {
                     ConvertError::new(format!("{at}.name"), "a `function` message needs a string `name`")
                 })?;
-                let pos = self.function_calls.iter().rposition(|(n, _)| n == name).ok_or_else(|| {
+                let pos = self.function_calls.iter().rposition(|(n, _)| *n == name).ok_or_else(|| {
                     ConvertError::new(
                         at.clone(),
                         format!("a `function` message for '{name}' must follow an assistant `function_call`"),
                     )
                 })?;
                 let (_, id) = self.function_calls.remove(pos);
-                let content = tool_result_content(get(o, "content"), &format!("{at}.content"))?;
+                let content = tool_result_content(get_mut(o, "content"), &format!("{at}.content"))?;
                 self.push_result(tool_results, Part::ToolResult { tool_use_id: id, content, is_error: false });
             }
             other => return Err(ConvertError::new(format!("{at}.role"), format!("unknown role '{other}'"))),
@@ -346,25 +345,23 @@ impl MessageDecoder {
         self.last_is_tool_results = true;
     }
 
-    fn assistant_parts(&mut self, o: &Obj, at: &str) -> Result<Vec<Part>, ConvertError> {
+    fn assistant_parts(&mut self, o: &mut Obj, at: &str) -> Result<Vec<Part>, ConvertError> {
         let mut parts = Vec::new();
         // DeepSeek / Qwen `reasoning_content` (vLLM and OpenRouter say `reasoning`): unsigned thinking.
-        let reasoning = get_str(o, "reasoning_content").filter(|s| !s.is_empty());
-        if let Some(r) = reasoning.or_else(|| get_str(o, "reasoning").filter(|s| !s.is_empty())) {
-            parts.push(Part::Thinking { text: r.to_owned(), signature: None });
+        let reasoning = take_str(o, "reasoning_content").filter(|s| !s.is_empty());
+        if let Some(r) = reasoning.or_else(|| take_str(o, "reasoning").filter(|s| !s.is_empty())) {
+            parts.push(Part::Thinking { text: r, signature: None });
         }
-        match get(o, "content") {
-            Some(Value::String(s)) if !s.is_empty() => parts.push(text(s.clone())),
+        match get_mut(o, "content") {
+            Some(Value::String(s)) if !s.is_empty() => parts.push(text(std::mem::take(s))),
             None | Some(Value::String(_)) => {}
             Some(Value::Array(items)) => {
-                for (j, item) in items.iter().enumerate() {
+                for (j, item) in items.iter_mut().enumerate() {
                     let f = format!("{at}.content[{j}]");
-                    let io = item
-                        .as_object()
-                        .ok_or_else(|| ConvertError::new(f.clone(), "content parts must be objects"))?;
+                    let io = part_object(item, &f)?;
                     let t = match get_str(io, "type") {
-                        Some("text") => get_str(io, "text"),
-                        Some("refusal") => get_str(io, "refusal"),
+                        Some("text") => take_str(io, "text"),
+                        Some("refusal") => take_str(io, "refusal"),
                         Some(other) => {
                             return Err(ConvertError::new(
                                 f,
@@ -383,14 +380,14 @@ impl MessageDecoder {
                 return Err(ConvertError::new(format!("{at}.content"), "`content` must be a string, an array or null"));
             }
         }
-        if let Some(r) = get_str(o, "refusal").filter(|s| !s.is_empty()) {
+        if let Some(r) = take_str(o, "refusal").filter(|s| !s.is_empty()) {
             parts.push(text(r));
         }
-        if let Some(calls) = get(o, "tool_calls") {
+        if let Some(calls) = get_mut(o, "tool_calls") {
             let list = calls
-                .as_array()
+                .as_array_mut()
                 .ok_or_else(|| ConvertError::new(format!("{at}.tool_calls"), "`tool_calls` must be an array"))?;
-            for (j, c) in list.iter().enumerate() {
+            for (j, c) in list.iter_mut().enumerate() {
                 parts.push(decode_history_tool_call(c, &format!("{at}.tool_calls[{j}]"))?);
             }
         }
@@ -412,8 +409,8 @@ impl MessageDecoder {
     }
 }
 
-fn decode_history_tool_call(c: &Value, at: &str) -> Result<Part, ConvertError> {
-    let co = c.as_object().ok_or_else(|| ConvertError::new(at, "tool calls must be objects"))?;
+fn decode_history_tool_call(c: &mut Value, at: &str) -> Result<Part, ConvertError> {
+    let co = c.as_object_mut().ok_or_else(|| ConvertError::new(at, "tool calls must be objects"))?;
     if let Some(t) = get_str(co, "type")
         && t != "function"
     {
@@ -422,49 +419,50 @@ fn decode_history_tool_call(c: &Value, at: &str) -> Result<Part, ConvertError> {
             format!("tool calls of type '{t}' cannot be converted: only function tool calls have an equivalent"),
         ));
     }
-    let id =
-        get_str(co, "id").ok_or_else(|| ConvertError::new(format!("{at}.id"), "a tool call needs a string `id`"))?;
-    let f = get(co, "function")
-        .and_then(Value::as_object)
+    let id = get_str(co, "id")
+        .map(str::to_owned)
+        .ok_or_else(|| ConvertError::new(format!("{at}.id"), "a tool call needs a string `id`"))?;
+    let f = get_mut(co, "function")
+        .and_then(Value::as_object_mut)
         .ok_or_else(|| ConvertError::new(format!("{at}.function"), "a tool call needs a `function` object"))?;
     let name = get_str(f, "name")
+        .map(str::to_owned)
         .ok_or_else(|| ConvertError::new(format!("{at}.function.name"), "a tool call needs a `name`"))?;
-    let (input, arguments) = match get(f, "arguments") {
+    let (input, arguments) = match get_mut(f, "arguments") {
         None => (Value::Object(Obj::new()), Some(String::new())),
-        Some(Value::String(raw)) => (parse_arguments(raw), Some(raw.clone())),
+        Some(Value::String(raw)) => {
+            let raw = std::mem::take(raw);
+            (parse_arguments(&raw), Some(raw))
+        }
         // Not OpenAI, but some clients send the arguments as an object.
-        Some(v) => (v.clone(), None),
+        Some(v) => (v.take(), None),
     };
-    Ok(Part::ToolUse { id: id.to_owned(), name: name.to_owned(), input, arguments })
+    Ok(Part::ToolUse { id, name, input, arguments })
 }
 
-/// One element of a content array as an object, with its `type`; `f` names it in errors.
-fn content_part<'a>(item: &'a Value, f: &str) -> Result<(&'a Obj, Option<&'a str>), ConvertError> {
-    let io = item.as_object().ok_or_else(|| ConvertError::new(f, "content parts must be objects"))?;
-    Ok((io, get_str(io, "type")))
+/// One element of a content array, which must be an object; `f` names it in errors.
+fn part_object<'a>(item: &'a mut Value, f: &str) -> Result<&'a mut Obj, ConvertError> {
+    item.as_object_mut().ok_or_else(|| ConvertError::new(f, "content parts must be objects"))
 }
 
-/// The `text` of a text content part.
-fn part_text<'a>(io: &'a Obj, f: &str) -> Result<&'a str, ConvertError> {
-    get_str(io, "text").ok_or_else(|| ConvertError::new(f, "a text part needs `text`"))
+/// The `text` of a text content part, taken out of it.
+fn part_text(io: &mut Obj, f: &str) -> Result<String, ConvertError> {
+    take_str(io, "text").ok_or_else(|| ConvertError::new(f, "a text part needs `text`"))
 }
 
 /// `system` / `developer` content: a string or text parts.
-fn system_parts(content: Option<&Value>, at: &str) -> Result<Vec<TextPart>, ConvertError> {
+fn system_parts(content: Option<&mut Value>, at: &str) -> Result<Vec<TextPart>, ConvertError> {
     match content {
         None => Ok(Vec::new()),
-        Some(Value::String(s)) => Ok(vec![TextPart { text: s.clone(), cache_control: None }]),
+        Some(Value::String(s)) => Ok(vec![TextPart { text: std::mem::take(s), cache_control: None }]),
         Some(Value::Array(items)) => items
-            .iter()
+            .iter_mut()
             .enumerate()
             .map(|(j, item)| {
                 let f = format!("{at}[{j}]");
-                let (io, kind) = content_part(item, &f)?;
-                match kind {
-                    Some("text") => Ok(TextPart {
-                        text: part_text(io, &f)?.to_owned(),
-                        cache_control: get(io, "cache_control").cloned(),
-                    }),
+                let io = part_object(item, &f)?;
+                match get_str(io, "type") {
+                    Some("text") => Ok(TextPart { text: part_text(io, &f)?, cache_control: take(io, "cache_control") }),
                     other => Err(ConvertError::new(
                         f,
                         format!(
@@ -479,24 +477,21 @@ fn system_parts(content: Option<&Value>, at: &str) -> Result<Vec<TextPart>, Conv
     }
 }
 
-fn user_parts(content: Option<&Value>, at: &str, losses: &mut Vec<Loss>) -> Result<Vec<Part>, ConvertError> {
+fn user_parts(content: Option<&mut Value>, at: &str, losses: &mut Vec<Loss>) -> Result<Vec<Part>, ConvertError> {
     let items = match content {
         None => return Ok(Vec::new()),
-        Some(Value::String(s)) => return Ok(vec![text(s.clone())]),
+        Some(Value::String(s)) => return Ok(vec![text(std::mem::take(s))]),
         Some(Value::Array(items)) => items,
         Some(_) => return Err(ConvertError::new(at, "`content` must be a string or an array of content parts")),
     };
     let mut parts = Vec::with_capacity(items.len());
-    for (j, item) in items.iter().enumerate() {
+    for (j, item) in items.iter_mut().enumerate() {
         let f = format!("{at}[{j}]");
-        let (io, kind) = content_part(item, &f)?;
-        match kind {
+        let io = part_object(item, &f)?;
+        match get_str(io, "type") {
             Some("text") => {
                 // OpenRouter-style `cache_control` on Chat parts, kept for an Anthropic target.
-                parts.push(Part::Text(TextPart {
-                    text: part_text(io, &f)?.to_owned(),
-                    cache_control: get(io, "cache_control").cloned(),
-                }));
+                parts.push(Part::Text(TextPart { text: part_text(io, &f)?, cache_control: take(io, "cache_control") }));
             }
             Some("image_url") => parts.push(Part::Image(decode_image_part(io, &f, losses)?)),
             Some("file") => parts.push(decode_file_part(io, &f)?),
@@ -573,18 +568,18 @@ fn decode_file_part(io: &Obj, at: &str) -> Result<Part, ConvertError> {
 }
 
 /// `tool` message content: a string or text parts (images accepted too, for lenient clients).
-fn tool_result_content(content: Option<&Value>, at: &str) -> Result<Vec<ToolResultContent>, ConvertError> {
+fn tool_result_content(content: Option<&mut Value>, at: &str) -> Result<Vec<ToolResultContent>, ConvertError> {
     match content {
         None => Ok(Vec::new()),
-        Some(Value::String(s)) => Ok(vec![ToolResultContent::Text(s.clone())]),
+        Some(Value::String(s)) => Ok(vec![ToolResultContent::Text(std::mem::take(s))]),
         Some(Value::Array(items)) => items
-            .iter()
+            .iter_mut()
             .enumerate()
             .map(|(j, item)| {
                 let f = format!("{at}[{j}]");
-                let (io, kind) = content_part(item, &f)?;
-                match kind {
-                    Some("text") => Ok(ToolResultContent::Text(part_text(io, &f)?.to_owned())),
+                let io = part_object(item, &f)?;
+                match get_str(io, "type") {
+                    Some("text") => Ok(ToolResultContent::Text(part_text(io, &f)?)),
                     Some("image_url") => {
                         let mut ignored = Vec::new();
                         Ok(ToolResultContent::Image(decode_image_part(io, &f, &mut ignored)?))
@@ -600,9 +595,9 @@ fn tool_result_content(content: Option<&Value>, at: &str) -> Result<Vec<ToolResu
     }
 }
 
-fn decode_tool(k: usize, tool: &Value, losses: &mut Vec<Loss>) -> Result<Option<Tool>, ConvertError> {
+fn decode_tool(k: usize, tool: &mut Value, losses: &mut Vec<Loss>) -> Result<Option<Tool>, ConvertError> {
     let at = format!("tools[{k}]");
-    let o = tool.as_object().ok_or_else(|| ConvertError::new(at.clone(), "each tool must be an object"))?;
+    let o = tool.as_object_mut().ok_or_else(|| ConvertError::new(at.clone(), "each tool must be an object"))?;
     let kind = get_str(o, "type").unwrap_or("function");
     if kind != "function" {
         let name = get(o, kind).and_then(Value::as_object).and_then(|c| get_str(c, "name"));
@@ -616,15 +611,22 @@ fn decode_tool(k: usize, tool: &Value, losses: &mut Vec<Loss>) -> Result<Option<
     // Chat nests the definition in `function`; Codex 0.80 also repeats `name` at the top level,
     // and some clients send the flat (Responses-style) shape. Nested fields win.
     let f = get(o, "function").and_then(Value::as_object);
-    let get = |key: &str| f.and_then(|f| get(f, key)).or_else(|| get(o, key));
-    let name = get("name")
+    let field = |key: &str| f.and_then(|f| get(f, key)).or_else(|| get(o, key));
+    let name = field("name")
         .and_then(Value::as_str)
         .filter(|n| !n.is_empty())
+        .map(str::to_owned)
         .ok_or_else(|| ConvertError::new(format!("{at}.function.name"), "a function tool needs a `name`"))?;
-    let description = get("description").and_then(Value::as_str).map(str::to_owned);
-    let input_schema = get("parameters").cloned().unwrap_or_else(|| json!({"type": "object", "properties": {}}));
-    let strict = get("strict").and_then(Value::as_bool);
-    Ok(Some(Tool { name: name.to_owned(), description, input_schema, strict, namespace: None }))
+    let description = field("description").and_then(Value::as_str).map(str::to_owned);
+    let strict = field("strict").and_then(Value::as_bool);
+    let nested_schema = f.is_some_and(|f| get(f, "parameters").is_some());
+    let schema = if nested_schema {
+        get_mut(o, "function").and_then(Value::as_object_mut).and_then(|f| take(f, "parameters"))
+    } else {
+        take(o, "parameters")
+    };
+    let input_schema = schema.unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+    Ok(Some(Tool { name, description, input_schema, strict, namespace: None }))
 }
 
 fn decode_tool_choice(tc: &Value, tools: &mut Vec<Tool>) -> Result<ToolChoice, ConvertError> {
