@@ -1,5 +1,7 @@
 //! The IR to a request for an Anthropic upstream (or an Anthropic-compatible relay).
 
+use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
 use serde_json::{Map, Value, json};
 
 use super::{DEFAULT_MAX_TOKENS, MAX_DEFAULT_MAX_TOKENS, MIN_THINKING_BUDGET};
@@ -274,10 +276,9 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
         body.insert("stop_sequences".into(), Value::Array(stops));
     }
 
-    // --- tools
+    // --- tools, written from the IR (`ToolOut`) rather than copied into the body
+    let tools: Vec<ToolOut<'_>> = req.tools.iter().map(ToolOut::of).collect();
     if !req.tools.is_empty() {
-        let tools: Vec<Value> = req.tools.iter().map(encode_tool).collect();
-        body.insert("tools".into(), Value::Array(tools));
         let disable_parallel = req.parallel_tool_calls == Some(false);
         let tc = match &req.tool_choice {
             None if disable_parallel => Some(json!({"type": "auto"})),
@@ -331,8 +332,60 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
         body.insert("stream".into(), Value::Bool(true));
     }
 
-    let body = serde_json::to_vec(&Value::Object(body)).map_err(|e| ConvertError::new("body", e.to_string()))?;
+    let body =
+        serde_json::to_vec(&BodyOut { fields: body, tools }).map_err(|e| ConvertError::new("body", e.to_string()))?;
     Ok(Encoded { body, losses })
+}
+
+/// The request body: the fields built as a `Value` map, and the tools beside them.
+#[derive(Serialize)]
+struct BodyOut<'a> {
+    #[serde(flatten)]
+    fields: Map<String, Value>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<ToolOut<'a>>,
+}
+
+#[derive(Serialize)]
+struct ToolOut<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+    input_schema: InputSchema<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    strict: Option<bool>,
+}
+
+impl<'a> ToolOut<'a> {
+    fn of(t: &'a Tool) -> Self {
+        ToolOut {
+            name: &t.name,
+            description: t.description.as_deref(),
+            input_schema: InputSchema(&t.input_schema),
+            strict: (t.strict == Some(true)).then_some(true),
+        }
+    }
+}
+
+/// A tool's schema as Anthropic requires it, an object schema with `type: "object"` (added when
+/// the schema names no type), written from the IR's schema without copying it.
+struct InputSchema<'a>(&'a Value);
+
+impl Serialize for InputSchema<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Value::Object(o) if o.contains_key("type") => o.serialize(serializer),
+            Value::Object(o) => {
+                let mut map = serializer.serialize_map(Some(o.len() + 1))?;
+                map.serialize_entry("type", "object")?;
+                for (key, value) in o {
+                    map.serialize_entry(key, value)?;
+                }
+                map.end()
+            }
+            _ => json!({"type": "object", "properties": {}}).serialize(serializer),
+        }
+    }
 }
 
 /// Anthropic `thinking`, `output_config.effort` and `max_tokens` for the IR's reasoning:
@@ -433,30 +486,6 @@ fn last_tool_turn_lacks_thinking(turns: &[Turn]) -> bool {
     let starts_with_thinking =
         assistant.blocks.first().is_some_and(|b| matches!(block_type(b), Some("thinking" | "redacted_thinking")));
     has_tool_use && answered && !starts_with_thinking
-}
-
-fn encode_tool(t: &Tool) -> Value {
-    let mut m = Map::new();
-    m.insert("name".into(), Value::from(t.name.as_str()));
-    if let Some(d) = &t.description {
-        m.insert("description".into(), Value::from(d.as_str()));
-    }
-    // Anthropic requires an object schema with `type: "object"`.
-    let schema = match &t.input_schema {
-        Value::Object(o) => {
-            let mut o = o.clone();
-            if !o.contains_key("type") {
-                o.insert("type".into(), Value::from("object"));
-            }
-            Value::Object(o)
-        }
-        _ => json!({"type": "object", "properties": {}}),
-    };
-    m.insert("input_schema".into(), schema);
-    if t.strict == Some(true) {
-        m.insert("strict".into(), Value::Bool(true));
-    }
-    Value::Object(m)
 }
 
 fn tool_result_text(content: &[ToolResultContent]) -> String {
@@ -939,6 +968,31 @@ mod tests {
         });
         let (body, losses) = enc(&req);
         insta::assert_json_snapshot!(json!({"body": body, "losses": losses}));
+    }
+
+    #[test]
+    fn tool_schemas_are_object_schemas_with_a_type_and_otherwise_sent_as_they_are() {
+        let tool = |name: &str, input_schema: Value| Tool {
+            name: name.into(),
+            description: None,
+            input_schema,
+            strict: None,
+            namespace: None,
+        };
+        let mut req = base_request(vec![msg(Role::User, vec![text("hi")])]);
+        req.tools = vec![
+            tool("untyped", json!({"properties": {"path": {"type": "string"}}, "required": ["path"]})),
+            tool("typed", json!({"type": "object", "properties": {}, "additionalProperties": false})),
+            tool("none", Value::Null),
+        ];
+        let (body, _) = enc(&req);
+        assert_eq!(
+            body["tools"][0]["input_schema"],
+            json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
+        );
+        assert_eq!(body["tools"][1]["input_schema"], req.tools[1].input_schema);
+        assert_eq!(body["tools"][2]["input_schema"], json!({"type": "object", "properties": {}}));
+        assert!(body["tools"][0].get("strict").is_none(), "strict is sent only when the client asked for it");
     }
 
     #[test]
