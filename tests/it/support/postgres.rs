@@ -164,27 +164,38 @@ impl Drop for Postgres {
 }
 
 impl Postgres {
-    /// The server's processes (the postmaster and its children), by id.
-    fn processes(&self) -> Vec<String> {
-        let Some(child) = &self.child else { return Vec::new() };
-        let parent = child.id().to_string();
-        let out = Command::new("pgrep").args(["-P", &parent]).output().unwrap();
-        std::iter::once(parent)
-            .chain(String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_string))
-            .collect()
+    /// The postmaster's process id.
+    fn postmaster(&self) -> Option<String> {
+        self.child.as_ref().map(|c| c.id().to_string())
+    }
+
+    /// The postmaster's children (its backends and helpers), by id.
+    fn children(&self, postmaster: &str) -> Vec<String> {
+        let out = Command::new("pgrep").args(["-P", postmaster]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_string).collect()
+    }
+
+    fn signal(signal: &str, pid: &str) {
+        let _ = Command::new("kill").args([signal, pid]).status();
     }
 
     /// Freeze the server (SIGSTOP to each of its processes): connections stay open but nothing
-    /// answers, as with a database host that hangs. `thaw` undoes it.
+    /// answers, as with a database host that hangs. `thaw` undoes it. The postmaster stops
+    /// first and its children are listed after: listed before, a backend it forked in between
+    /// (a gateway connecting at that moment) would stay awake and keep answering.
     pub fn freeze(&self) {
-        for pid in self.processes() {
-            let _ = Command::new("kill").args(["-STOP", &pid]).status();
+        let Some(postmaster) = self.postmaster() else { return };
+        Self::signal("-STOP", &postmaster);
+        for pid in self.children(&postmaster) {
+            Self::signal("-STOP", &pid);
         }
     }
 
     pub fn thaw(&self) {
-        for pid in self.processes() {
-            let _ = Command::new("kill").args(["-CONT", &pid]).status();
+        let Some(postmaster) = self.postmaster() else { return };
+        for pid in self.children(&postmaster) {
+            Self::signal("-CONT", &pid);
         }
+        Self::signal("-CONT", &postmaster);
     }
 }
