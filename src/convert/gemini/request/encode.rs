@@ -1,6 +1,8 @@
 //! The IR to a request for a Gemini upstream (`generateContent`, `streamGenerateContent`,
 //! `countTokens`). The model and the method go in the URL ([`super::super::upstream_path`]).
 
+use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
 use serde_json::{Map, Value, json};
 
 use super::super::PLACEHOLDER_SIGNATURE;
@@ -16,19 +18,88 @@ const MAX_THINKING_BUDGET: u64 = 24_576;
 
 /// IR → a `generateContent` body.
 pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
-    let (body, losses) = encode_object(req)?;
-    Ok(Encoded { body: serde_json::to_vec(&Value::Object(body)).unwrap_or_default(), losses })
+    let (fields, losses) = encode_object(req)?;
+    let body = BodyOut { fields, tools: tools_out(req) };
+    Ok(Encoded { body: serde_json::to_vec(&body).unwrap_or_default(), losses })
 }
 
 /// IR → a `countTokens` body: the whole request as `generateContentRequest` (so the system
 /// instruction and the tools are counted too), with the model it needs there.
 pub fn encode_count_tokens_request(req: &Request) -> Result<Encoded, ConvertError> {
-    let (mut body, losses) = encode_object(req)?;
+    let (mut fields, losses) = encode_object(req)?;
     let model = req.model.trim();
     let name = if model.contains('/') { model.to_owned() } else { format!("models/{model}") };
-    body.insert("model".into(), json!(name));
-    let wrapped = object([("generateContentRequest", Value::Object(body))]);
+    fields.insert("model".into(), json!(name));
+    let wrapped = CountTokensOut { generate_content_request: BodyOut { fields, tools: tools_out(req) } };
     Ok(Encoded { body: serde_json::to_vec(&wrapped).unwrap_or_default(), losses })
+}
+
+/// A request body: the fields built as a `Value` map, and the tools beside them, written from
+/// the IR (a tool's schema is not copied into the body).
+#[derive(Serialize)]
+struct BodyOut<'a> {
+    #[serde(flatten)]
+    fields: Map<String, Value>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<ToolsOut<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CountTokensOut<'a> {
+    generate_content_request: BodyOut<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ToolsOut<'a> {
+    function_declarations: Vec<DeclarationOut<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DeclarationOut<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+    parameters_json_schema: ParametersSchema<'a>,
+}
+
+/// `tools`: one entry holding every function declaration, or none without tools.
+fn tools_out(req: &Request) -> Vec<ToolsOut<'_>> {
+    if req.tools.is_empty() {
+        return Vec::new();
+    }
+    let function_declarations = req
+        .tools
+        .iter()
+        .map(|t| DeclarationOut {
+            name: &t.name,
+            description: t.description.as_deref().filter(|d| !d.is_empty()),
+            parameters_json_schema: ParametersSchema(&t.input_schema),
+        })
+        .collect();
+    vec![ToolsOut { function_declarations }]
+}
+
+/// A tool's schema as Gemini gets it: without `$schema` (metadata Gemini's schema reader has no
+/// use for), and an empty object schema for a tool that declared nothing.
+struct ParametersSchema<'a>(&'a Value);
+
+impl Serialize for ParametersSchema<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let kept = self.0.as_object().map(|o| o.iter().filter(|(key, _)| key.as_str() != "$schema"));
+        match kept {
+            Some(entries) if entries.clone().next().is_some() => {
+                let mut map = serializer.serialize_map(None)?;
+                for (key, value) in entries {
+                    map.serialize_entry(key, value)?;
+                }
+                map.end()
+            }
+            _ => json!({"type": "object", "properties": {}}).serialize(serializer),
+        }
+    }
 }
 
 fn encode_object(req: &Request) -> Result<(Map<String, Value>, Vec<Loss>), ConvertError> {
@@ -46,10 +117,6 @@ fn encode_object(req: &Request) -> Result<(Map<String, Value>, Vec<Loss>), Conve
         body.insert("systemInstruction".into(), object([("parts", Value::Array(system))]));
     }
 
-    if !req.tools.is_empty() {
-        let decls: Vec<Value> = req.tools.iter().map(declaration).collect();
-        body.insert("tools".into(), Value::Array(vec![object([("functionDeclarations", Value::Array(decls))])]));
-    }
     if let Some(choice) = &req.tool_choice {
         match (choice, req.tools.is_empty()) {
             (ToolChoice::Auto | ToolChoice::None, true) => {}
@@ -213,26 +280,6 @@ fn function_response(tool_use_id: &str, name: &str, content: &[ToolResultContent
         }
     }
     parts
-}
-
-fn declaration(t: &Tool) -> Value {
-    let mut schema = match &t.input_schema {
-        Value::Object(o) => o.clone(),
-        _ => Map::new(),
-    };
-    // Metadata only; Gemini's schema reader has no use for it.
-    schema.remove("$schema");
-    if schema.is_empty() {
-        schema.insert("type".into(), json!("object"));
-        schema.insert("properties".into(), json!({}));
-    }
-    let mut d = Map::new();
-    d.insert("name".into(), json!(t.name));
-    if let Some(desc) = t.description.as_deref().filter(|d| !d.is_empty()) {
-        d.insert("description".into(), json!(desc));
-    }
-    d.insert("parametersJsonSchema".into(), Value::Object(schema));
-    Value::Object(d)
 }
 
 fn generation_config(req: &Request, losses: &mut Vec<Loss>) -> Map<String, Value> {
@@ -471,6 +518,45 @@ mod tests {
         };
         let e = encode_count_tokens_request(&req).unwrap();
         assert_snapshot!(String::from_utf8(e.body).unwrap(), @r#"{"generateContentRequest":{"contents":[{"parts":[{"text":"count me"}],"role":"user"}],"model":"models/gemini-2.5-pro"}}"#);
+    }
+
+    #[test]
+    fn tool_schemas_lose_their_dollar_schema_and_an_empty_one_becomes_an_object_schema() {
+        let tool = |name: &str, input_schema: Value, description: Option<&str>| Tool {
+            name: name.into(),
+            description: description.map(Into::into),
+            input_schema,
+            strict: None,
+            namespace: None,
+        };
+        let req = Request {
+            model: "gemini-2.5-flash".into(),
+            messages: vec![msg(Role::User, vec![text("hi")])],
+            tools: vec![
+                tool(
+                    "read",
+                    json!({"$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "properties": {"path": {"type": "string"}}}),
+                    Some("Read a file"),
+                ),
+                tool("only_meta", json!({"$schema": "http://json-schema.org/draft-07/schema#"}), Some("")),
+                tool("none", Value::Null, None),
+            ],
+            ..Request::default()
+        };
+        for body in [encode_request(&req).unwrap().body, encode_count_tokens_request(&req).unwrap().body] {
+            let body: Value = serde_json::from_slice(&body).unwrap();
+            let body = body.get("generateContentRequest").unwrap_or(&body);
+            let decls = &body["tools"][0]["functionDeclarations"];
+            assert_eq!(
+                decls[0]["parametersJsonSchema"],
+                json!({"type": "object", "properties": {"path": {"type": "string"}}})
+            );
+            assert_eq!(decls[0]["description"], "Read a file");
+            for d in [&decls[1], &decls[2]] {
+                assert_eq!(d["parametersJsonSchema"], json!({"type": "object", "properties": {}}), "{d}");
+                assert!(d.get("description").is_none(), "an empty description is left out: {d}");
+            }
+        }
     }
 
     #[test]
