@@ -442,6 +442,20 @@ impl ConvertError {
 }
 
 /// A body that must be one JSON object (a request, an answer), or the refusal that says why not.
+/// The parameters schema of a tool that declared none: an object with no properties.
+pub static NO_PARAMETERS: std::sync::LazyLock<Value> =
+    std::sync::LazyLock::new(|| serde_json::json!({"type": "object", "properties": {}}));
+
+/// A request body an encoder builds as a `Value` map, with its tools written beside it from the
+/// IR (a tool's schema is serialized from where it is, not copied into the map).
+#[derive(serde::Serialize)]
+pub struct BodyWithTools<T> {
+    #[serde(flatten)]
+    pub fields: serde_json::Map<String, Value>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<T>,
+}
+
 /// A JSON object of values already built. `json!` serializes every value it is given again, a
 /// deep copy of a turn's blocks, a call's input or an image's data: encoders that build a `Value`
 /// body put the big parts in with this instead.

@@ -332,18 +332,9 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
         body.insert("stream".into(), Value::Bool(true));
     }
 
-    let body =
-        serde_json::to_vec(&BodyOut { fields: body, tools }).map_err(|e| ConvertError::new("body", e.to_string()))?;
+    let body = serde_json::to_vec(&BodyWithTools { fields: body, tools })
+        .map_err(|e| ConvertError::new("body", e.to_string()))?;
     Ok(Encoded { body, losses })
-}
-
-/// The request body: the fields built as a `Value` map, and the tools beside them.
-#[derive(Serialize)]
-struct BodyOut<'a> {
-    #[serde(flatten)]
-    fields: Map<String, Value>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<ToolOut<'a>>,
 }
 
 #[derive(Serialize)]
@@ -383,7 +374,7 @@ impl Serialize for InputSchema<'_> {
                 }
                 map.end()
             }
-            _ => json!({"type": "object", "properties": {}}).serialize(serializer),
+            _ => NO_PARAMETERS.serialize(serializer),
         }
     }
 }

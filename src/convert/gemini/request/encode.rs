@@ -19,7 +19,7 @@ const MAX_THINKING_BUDGET: u64 = 24_576;
 /// IR → a `generateContent` body.
 pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
     let (fields, losses) = encode_object(req)?;
-    let body = BodyOut { fields, tools: tools_out(req) };
+    let body = BodyWithTools { fields, tools: tools_out(req) };
     Ok(Encoded { body: serde_json::to_vec(&body).unwrap_or_default(), losses })
 }
 
@@ -30,24 +30,14 @@ pub fn encode_count_tokens_request(req: &Request) -> Result<Encoded, ConvertErro
     let model = req.model.trim();
     let name = if model.contains('/') { model.to_owned() } else { format!("models/{model}") };
     fields.insert("model".into(), json!(name));
-    let wrapped = CountTokensOut { generate_content_request: BodyOut { fields, tools: tools_out(req) } };
+    let wrapped = CountTokensOut { generate_content_request: BodyWithTools { fields, tools: tools_out(req) } };
     Ok(Encoded { body: serde_json::to_vec(&wrapped).unwrap_or_default(), losses })
-}
-
-/// A request body: the fields built as a `Value` map, and the tools beside them, written from
-/// the IR (a tool's schema is not copied into the body).
-#[derive(Serialize)]
-struct BodyOut<'a> {
-    #[serde(flatten)]
-    fields: Map<String, Value>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<ToolsOut<'a>>,
 }
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct CountTokensOut<'a> {
-    generate_content_request: BodyOut<'a>,
+    generate_content_request: BodyWithTools<ToolsOut<'a>>,
 }
 
 #[derive(Serialize)]
@@ -97,7 +87,7 @@ impl Serialize for ParametersSchema<'_> {
                 }
                 map.end()
             }
-            _ => json!({"type": "object", "properties": {}}).serialize(serializer),
+            _ => NO_PARAMETERS.serialize(serializer),
         }
     }
 }

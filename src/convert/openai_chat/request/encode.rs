@@ -3,7 +3,6 @@
 //! its tools' schemas are serialized from where they are, never copied into a `Value` first.
 
 use std::borrow::Cow;
-use std::sync::LazyLock;
 
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -14,9 +13,6 @@ use crate::protocol::lenient::{arguments_string, data_url, filename_for_media_ty
 
 /// OpenAI rejects a longer `user` (gateways such as Bifrost drop it for the same reason).
 const MAX_USER_LEN: usize = 64;
-
-/// The parameters of a tool that declared none.
-static NO_PARAMETERS: LazyLock<Value> = LazyLock::new(|| json!({"type": "object", "properties": {}}));
 
 #[derive(Serialize)]
 struct ChatRequestOut<'a> {
