@@ -389,6 +389,9 @@ pub struct ClientAddr(pub std::net::SocketAddr);
 /// The connection's service: in-flight accounting, the body timer, and the overload answer.
 pub struct Counted<S> {
     pub inner: S,
+    /// The gateway whose proxy paths are served straight from here, past the router
+    /// (`server::straight_to_proxy`); `None` sends every request through `inner`.
+    pub proxy: Option<Arc<crate::gateway::Gateway>>,
     pub peer: Option<std::net::SocketAddr>,
     pub activity: Arc<Activity>,
     pub body_read_timeout: Duration,
@@ -449,6 +452,18 @@ where
         }
         let pause = self.body_read_timeout;
         let mut request = request.map(|body| TimedBody { body, pause, timer: None, progressed: false });
+        if let Some(gw) = &self.proxy
+            && crate::server::straight_to_proxy(request.method(), request.uri().path())
+        {
+            let (gw, request) = (gw.clone(), request.map(axum::body::Body::new));
+            // The handler's state lives in the box from the start: its future is created by the
+            // box's first poll, inside the box (built here and moved in, it would be copied whole).
+            let answer: Pin<Box<_>> = Box::pin(async move {
+                let response = crate::proxy::handle(axum::extract::State(gw), request).await;
+                Ok(response.map(|body| CountedBody { body, _in_flight: in_flight }))
+            });
+            return answer;
+        }
         if let Some(peer) = self.peer
             && !request.uri().path().starts_with("/v1/")
         {

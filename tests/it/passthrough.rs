@@ -292,3 +292,77 @@ async fn real_client_fixtures_reach_the_upstream_unchanged() {
     assert_eq!(seen_any, 5);
     let _ = mock::INPUT_TOKENS;
 }
+
+/// Proxy requests go from the connection straight to the proxy handler, past the router
+/// (`server::straight_to_proxy`): every request answers exactly as the router would have it —
+/// the proxy's paths, and the neighbours the router keeps for itself (the model lists, a bare
+/// `/v1/`, `HEAD`).
+#[tokio::test]
+async fn proxy_requests_answer_alike_straight_from_the_connection_and_through_the_router() {
+    use tower_service::Service;
+    let up = MockUpstream::start().await;
+    let g = TestGateway::start().await;
+    g.add("up", "anthropic", &up.url(), json!({"models": ["claude-*"]})).await;
+    let claude = claude_body("claude-x", false).to_string();
+    let gemini = json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}).to_string();
+    let cases: [(&str, &str, &str); 12] = [
+        ("POST", "/v1/messages", &claude),
+        ("POST", "/v1/messages", "{not json"),
+        ("POST", "/v1/chat/completions", r#"{"model":"gpt-x","messages":[]}"#),
+        ("POST", "/v1/messages/count_tokens", &claude),
+        ("GET", "/v1/models", ""),
+        ("POST", "/v1/models", ""),
+        ("GET", "/v1/models/claude-x", ""),
+        ("GET", "/v1/", ""),
+        ("HEAD", "/v1/messages", ""),
+        ("GET", "/v1beta/models", ""),
+        ("POST", "/v1beta/models/gemini-x:generateContent", &gemini),
+        ("GET", "/v1beta/", ""),
+    ];
+    // Request ids, and the mock's message ids, differ between any two requests.
+    let ids = regex::Regex::new("(req|msg_mock)[0-9a-zA-Z_-]+").unwrap();
+    let comparable = |b: &[u8]| ids.replace_all(&String::from_utf8_lossy(b), "$1").into_owned();
+    for (method, path, body) in cases {
+        let straight = ccmesh::server::straight_to_proxy(&method.parse().unwrap(), path);
+        // Through the router, as before: the same gateway, the same request.
+        up.push(Reply::anthropic_message("hello"));
+        let request = axum::http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", "application/json")
+            .header("host", "127.0.0.1")
+            .body(axum::body::Body::from(body.to_string()))
+            .unwrap();
+        let routed = ccmesh::server::router(g.gw.clone()).call(request).await.unwrap();
+        let routed_status = routed.status().as_u16();
+        let routed_body = axum::body::to_bytes(routed.into_body(), 1 << 20).await.unwrap();
+        // From a client connection: straight to the proxy when `straight_to_proxy` says so.
+        up.push(Reply::anthropic_message("hello"));
+        let served = g
+            .http
+            .request(method.parse().unwrap(), format!("{}{path}", g.url))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        let served_status = served.status().as_u16();
+        let served_body = served.bytes().await.unwrap();
+        assert_eq!(served_status, routed_status, "{method} {path} (straight to the proxy: {straight})");
+        assert_eq!(comparable(&served_body), comparable(&routed_body), "{method} {path}");
+    }
+    for (method, path, straight) in [
+        ("POST", "/v1/messages", true),
+        ("POST", "/v1beta/models/g:streamGenerateContent", true),
+        ("GET", "/v1/models/claude-x", true),
+        ("GET", "/v1/models", false),
+        ("GET", "/v1beta/models", false),
+        ("GET", "/v1/", false),
+        ("GET", "/v1", false),
+        ("HEAD", "/v1/messages", false),
+        ("GET", "/api/status", false),
+        ("GET", "/health", false),
+    ] {
+        assert_eq!(ccmesh::server::straight_to_proxy(&method.parse().unwrap(), path), straight, "{method} {path}");
+    }
+}
