@@ -231,8 +231,7 @@ pub fn error_body(upstream: Format, client: Format, status: u16, body: &[u8]) ->
 }
 
 /// Response headers for a converted body: the upstream's minus what described its own body.
-pub fn converted_headers(upstream: &HeaderMap, content_type: &'static str) -> HeaderMap {
-    let mut headers = upstream.clone();
+pub fn converted_headers(mut headers: HeaderMap, content_type: &'static str) -> HeaderMap {
     headers.remove(header::CONTENT_LENGTH);
     headers.remove(header::CONTENT_ENCODING);
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));

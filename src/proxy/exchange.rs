@@ -438,7 +438,7 @@ impl Run {
             } else {
                 body = conversion::error_body(format, client, status.as_u16(), &body);
             }
-            headers = conversion::converted_headers(&headers, "application/json");
+            headers = conversion::converted_headers(headers, "application/json");
         }
         let retry_after = headers
             .get(axum::http::header::RETRY_AFTER)
@@ -477,13 +477,13 @@ impl Run {
         let protocol = self.protocol();
         let settings = self.snapshot.settings.clone();
         let timeouts = settings.timeouts(protocol);
-        let status = response.status();
+        let (head, mut upstream) = response.into_parts();
+        let status = head.status;
         let code = Some(status.as_u16());
-        let mut headers = response_headers(response.headers());
+        let mut headers = response_headers(head.headers);
         if observer.converts() {
-            headers = conversion::converted_headers(&headers, self.client_stream_content_type());
+            headers = conversion::converted_headers(headers, self.client_stream_content_type());
         }
-        let mut upstream = response.into_body();
         let mut held: Vec<Bytes> = Vec::new();
         let mut received = 0usize;
         let first_byte_deadline = sent_at + timeouts.first_byte;

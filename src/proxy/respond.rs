@@ -67,7 +67,7 @@ impl Run {
         }
         let mut response = Response::new(Body::from(body));
         *response.status_mut() = answer.status;
-        *response.headers_mut() = response_headers(&answer.headers);
+        *response.headers_mut() = response_headers(answer.headers);
         tag(response.headers_mut(), attempts, Some(endpoint));
         if let Some(mut t) = self.closing_trail() {
             t.tag_response(response.headers_mut());

@@ -256,28 +256,29 @@ pub fn request_headers(client: &HeaderMap, endpoint: &LiveEndpoint, hop: &Header
 /// `x-ccmesh-request-id`, `Server-Timing`, and a conversion's content type), reserved up front.
 const ADDED_RESPONSE_HEADERS: usize = 5;
 
-/// Response headers from the upstream that the client may see. Length and framing are the
-/// server's business (a streamed body is re-framed).
-pub fn response_headers(upstream: &HeaderMap) -> HeaderMap {
-    let mut out = HeaderMap::with_capacity(upstream.len() + ADDED_RESPONSE_HEADERS);
-    for (name, value) in upstream {
-        let drop = matches!(
-            name.as_str(),
-            "connection"
-                | "keep-alive"
-                | "proxy-connection"
-                | "te"
-                | "trailer"
-                | "transfer-encoding"
-                | "upgrade"
-                | "content-length"
-                | "set-cookie"
-        );
-        if !drop {
-            out.append(name.clone(), value.clone());
-        }
+/// Response headers from the upstream that the client must not see: length and framing are the
+/// server's business (a streamed body is re-framed), and cookies stay with the gateway.
+const DROPPED_RESPONSE_HEADERS: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::CONTENT_LENGTH,
+    header::SET_COOKIE,
+];
+
+/// The upstream's response headers, less those the client must not see, with room for the
+/// ones the gateway adds. Filtered in place: copying the rest into a new map cost more than
+/// looking up the few that go.
+pub fn response_headers(mut upstream: HeaderMap) -> HeaderMap {
+    for name in &DROPPED_RESPONSE_HEADERS {
+        upstream.remove(name);
     }
-    out
+    upstream.reserve(ADDED_RESPONSE_HEADERS);
+    upstream
 }
 
 #[cfg(test)]
@@ -527,5 +528,51 @@ mod tests {
             join_url("http://h", Format::Gemini, "/models/m:streamGenerateContent?alt=sse", Some("x=1")),
             "http://h/v1beta/models/m:streamGenerateContent?alt=sse&x=1"
         );
+    }
+
+    /// Framing, hop-by-hop headers and cookies stay behind (every value of each); everything
+    /// else reaches the client with its values in order, and the headers the gateway adds fit
+    /// without the map growing.
+    #[test]
+    fn response_headers_drop_framing_hop_by_hop_and_cookies_and_keep_the_rest() {
+        let mut upstream = HeaderMap::new();
+        for (name, value) in [
+            ("content-type", "application/json"),
+            ("connection", "keep-alive"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-connection", "close"),
+            ("te", "trailers"),
+            ("trailer", "x-checksum"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "h2c"),
+            ("content-length", "42"),
+            ("set-cookie", "a=1"),
+            ("set-cookie", "b=2"),
+            ("x-request-id", "abc"),
+            ("anthropic-ratelimit-requests-remaining", "99"),
+            ("vary", "origin"),
+            ("vary", "accept-encoding"),
+        ] {
+            upstream.append(HeaderName::from_static(name), HeaderValue::from_static(value));
+        }
+        let out = response_headers(upstream);
+        let kept: Vec<(String, String)> =
+            out.iter().map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_string())).collect();
+        let expected = [
+            ("content-type", "application/json"),
+            ("x-request-id", "abc"),
+            ("anthropic-ratelimit-requests-remaining", "99"),
+            ("vary", "origin"),
+            ("vary", "accept-encoding"),
+        ];
+        let mut expected: Vec<(String, String)> =
+            expected.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
+        let mut sorted = kept.clone();
+        sorted.sort();
+        expected.sort();
+        assert_eq!(sorted, expected);
+        let vary: Vec<_> = out.get_all("vary").iter().collect();
+        assert_eq!(vary, ["origin", "accept-encoding"], "a header's values keep their order");
+        assert!(out.capacity() >= out.len() + ADDED_RESPONSE_HEADERS);
     }
 }
