@@ -157,6 +157,7 @@ fn a_failed_batch_leaves_nothing_so_its_retry_cannot_store_a_record_twice() {
     )
     .unwrap();
     assert!(insert_batch_noting(&mut c, &batch, &mut periods, Batch::Fresh).is_err());
+    assert!(c.is_autocommit(), "the failed batch's transaction is over, not left open");
     assert_eq!(count(&c).unwrap(), 0, "the first record went back with the batch");
     let periods_rows: i64 = c.query_row("SELECT count(*) FROM request_periods", [], |r| r.get(0)).unwrap();
     assert_eq!(periods_rows, 0);
