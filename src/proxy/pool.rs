@@ -241,7 +241,11 @@ impl Pool {
         loop {
             let (mut sender, reused) = match pooled.take() {
                 Some(sender) => (sender, true),
-                None => (self.connect(&uri).await?, false),
+                // Boxed: inline, the connecting state (~2.4 KB: resolver, TCP, TLS, handshake)
+                // would size every future that awaits a send — the exchange, the attempt loop —
+                // and be copied with each of them, on every request, for the rare one that
+                // opens a connection.
+                None => (Box::pin(self.connect(&uri)).await?, false),
             };
             match sender.try_send_request(request).await {
                 Ok(response) => {
