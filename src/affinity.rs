@@ -73,18 +73,35 @@ pub fn session_in_user_id(user_id: &str) -> Option<String> {
     usable(id)
 }
 
-/// The session id of a request, from the sources in order of preference, or `None`.
-pub fn session_id(headers: &HeaderMap, body: BodySession<'_>) -> Option<String> {
-    body.prompt_cache_key
-        .and_then(usable)
-        .or_else(|| header(headers, &CLAUDE_CODE_SESSION))
-        .or_else(|| body.user_id.and_then(session_in_user_id))
-        .or_else(|| CODEX_SESSION.iter().find_map(|n| header(headers, n)))
+/// The session ids a request's headers carry, read once: the record takes the id at once, and
+/// [`session_id`] weighs them again against the body's fields once it is read.
+#[derive(Clone, Debug, Default)]
+pub struct SessionHeaders {
+    claude_code: Option<String>,
+    codex: Option<String>,
 }
 
-/// The session id from the headers alone (before the body is read).
-pub fn header_session_id(headers: &HeaderMap) -> Option<String> {
-    session_id(headers, BodySession::default())
+impl SessionHeaders {
+    pub fn read(headers: &HeaderMap) -> SessionHeaders {
+        SessionHeaders {
+            claude_code: header(headers, &CLAUDE_CODE_SESSION),
+            codex: CODEX_SESSION.iter().find_map(|n| header(headers, n)),
+        }
+    }
+
+    /// The session id from the headers alone (before the body is read).
+    pub fn id(&self) -> Option<String> {
+        self.claude_code.clone().or_else(|| self.codex.clone())
+    }
+}
+
+/// The session id of a request, from the sources in order of preference, or `None`.
+pub fn session_id(headers: &SessionHeaders, body: BodySession<'_>) -> Option<String> {
+    body.prompt_cache_key
+        .and_then(usable)
+        .or_else(|| headers.claude_code.clone())
+        .or_else(|| body.user_id.and_then(session_in_user_id))
+        .or_else(|| headers.codex.clone())
 }
 
 /// Whose session: the protocol, the client key (`-` without keys) and the session id.
@@ -243,7 +260,7 @@ mod tests {
 
     fn of(headers: &HeaderMap, body: &Value) -> Option<String> {
         session_id(
-            headers,
+            &SessionHeaders::read(headers),
             BodySession {
                 prompt_cache_key: body["prompt_cache_key"].as_str(),
                 user_id: body["metadata"]["user_id"].as_str(),
@@ -286,11 +303,11 @@ mod tests {
 
     #[test]
     fn no_session_and_hostile_ids() {
-        let headers = HeaderMap::new();
+        let headers = SessionHeaders::read(&HeaderMap::new());
         assert_eq!(session_id(&headers, BodySession::default()), None);
         let mut long = HeaderMap::new();
         long.insert("session-id", "x".repeat(MAX_SESSION_ID + 1).parse().unwrap());
-        assert_eq!(header_session_id(&long), None);
+        assert_eq!(SessionHeaders::read(&long).id(), None);
         assert_eq!(session_id(&headers, BodySession { prompt_cache_key: Some("  "), user_id: None }), None);
     }
 

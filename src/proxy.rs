@@ -126,6 +126,7 @@ pub async fn handle(State(gw): State<Arc<Gateway>>, request: Request) -> Respons
     };
     let protocol = route.protocol();
     let snapshot = gw.snapshot_full();
+    let sessions = affinity::SessionHeaders::read(&parts.headers);
     let mut trail = Trail::start(
         gw.events.clone(),
         gw.clock.wall(),
@@ -133,6 +134,7 @@ pub async fn handle(State(gw): State<Arc<Gateway>>, request: Request) -> Respons
         &parts.method,
         parts.uri.path(),
         &parts.headers,
+        &sessions,
     );
     if has_dot_segment(parts.uri.path()) {
         let e = GatewayError::new(
@@ -158,7 +160,7 @@ pub async fn handle(State(gw): State<Arc<Gateway>>, request: Request) -> Respons
         Ok(gate) => gate,
         Err(refusal) => return respond::refuse(refusal.to_error(), protocol, trail, &snapshot),
     };
-    match prepare(&gw, &snapshot, route, gemini_call, parts, body, hop, gate, &mut trail).await {
+    match prepare(&gw, &snapshot, route, gemini_call, parts, body, hop, gate, sessions, &mut trail).await {
         Ok((inbound, candidates, is_explicit)) => {
             // The attempt loop's state (~10 KB) is written straight into its heap slot, allocated
             // first: held inline, it would be copied whole when the server boxes this handler's
@@ -186,6 +188,7 @@ async fn prepare(
     body: axum::body::Body,
     hop: HeaderValue,
     gate: gate::Gate,
+    sessions: affinity::SessionHeaders,
     trail: &mut Trail,
 ) -> Result<(Inbound, Vec<Arc<LiveEndpoint>>, bool), GatewayError> {
     let limit = snapshot.settings.max_body_bytes;
@@ -307,7 +310,7 @@ async fn prepare(
         }
     };
     let model_span = if gemini.is_some() { None } else { peek.as_ref().and_then(|p| p.model_span.clone()) };
-    let session_id = affinity::session_id(&parts.headers, peek.as_ref().map(|p| p.session()).unwrap_or_default());
+    let session_id = affinity::session_id(&sessions, peek.as_ref().map(|p| p.session()).unwrap_or_default());
     trail.set_session(session_id.as_deref());
     drop(peek);
 

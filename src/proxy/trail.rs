@@ -121,11 +121,12 @@ impl Trail {
         method: &Method,
         path: &str,
         headers: &HeaderMap,
+        sessions: &crate::affinity::SessionHeaders,
     ) -> Trail {
         let unix_ms = wall.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
         let header = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).map(|v| capped(v, MAX_NAME));
         // The body may name a better one (`set_session`).
-        let session_id = crate::affinity::header_session_id(headers);
+        let session_id = sessions.id();
         let record = RequestRecord {
             id: new_id(unix_ms),
             started_at_ms: unix_ms,
