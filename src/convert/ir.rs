@@ -441,7 +441,6 @@ impl ConvertError {
     }
 }
 
-/// A body that must be one JSON object (a request, an answer), or the refusal that says why not.
 /// The parameters schema of a tool that declared none: an object with no properties.
 pub static NO_PARAMETERS: std::sync::LazyLock<Value> =
     std::sync::LazyLock::new(|| serde_json::json!({"type": "object", "properties": {}}));
@@ -463,6 +462,7 @@ pub fn object<const N: usize>(entries: [(&str, Value); N]) -> Value {
     Value::Object(entries.into_iter().map(|(key, value)| (key.to_owned(), value)).collect())
 }
 
+/// A body that must be one JSON object (a request, an answer), or the refusal that says why not.
 pub fn parse_object(body: &[u8]) -> Result<serde_json::Map<String, Value>, ConvertError> {
     match crate::protocol::lenient::from_json::<Value>(body) {
         Ok(Value::Object(m)) => Ok(m),
