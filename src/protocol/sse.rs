@@ -353,9 +353,44 @@ fn emit<'a>(lines: impl Iterator<Item = &'a [u8]>, joined: &mut String, on_event
         return;
     };
     let data: Cow<'_, str> = if multi { Cow::Borrowed(joined.as_str()) } else { utf8_lossy(first) };
-    let event = event.filter(|e| !e.is_empty()).map(utf8_lossy);
+    let event = event.filter(|e| !e.is_empty()).map(event_name);
     on_event(SseEvent { event: event.as_deref(), data: &data });
 }
+
+/// An event's name as text. The names the protocols use are matched as bytes, which costs less
+/// than checking them as UTF-8 (a named event is most of an Anthropic or Responses stream); any
+/// other name is checked as data is.
+fn event_name(bytes: &[u8]) -> Cow<'_, str> {
+    match KNOWN_EVENT_NAMES.iter().find(|name| name.as_bytes() == bytes) {
+        Some(name) => Cow::Borrowed(name),
+        None => utf8_lossy(bytes),
+    }
+}
+
+/// The event names of the Anthropic Messages and OpenAI Responses streams, the most frequent
+/// first (Chat and Gemini streams name no events).
+const KNOWN_EVENT_NAMES: [&str; 20] = [
+    "content_block_delta",
+    "response.output_text.delta",
+    "response.function_call_arguments.delta",
+    "response.reasoning_summary_text.delta",
+    "content_block_start",
+    "content_block_stop",
+    "message_start",
+    "message_delta",
+    "message_stop",
+    "ping",
+    "error",
+    "response.created",
+    "response.in_progress",
+    "response.completed",
+    "response.output_item.added",
+    "response.output_item.done",
+    "response.content_part.added",
+    "response.content_part.done",
+    "response.output_text.done",
+    "response.function_call_arguments.done",
+];
 
 /// `String::from_utf8_lossy`, with a SIMD check first ([`lenient::utf8`]): valid text (nearly
 /// every event) is borrowed without the byte-at-a-time walk of the lossy conversion (visible per
@@ -687,6 +722,24 @@ pub(crate) mod tests {
         assert_eq!(got, vec![ev(None, "c")]);
         let (got, _) = parse_whole(b"\xEFdata: a\n\ndata: b\n\n");
         assert_eq!(got, vec![ev(None, "b")]);
+    }
+
+    #[test]
+    fn event_names_read_as_their_text_whether_known_or_not() {
+        let mut names: Vec<Vec<u8>> = KNOWN_EVENT_NAMES.iter().map(|n| n.as_bytes().to_vec()).collect();
+        for known in KNOWN_EVENT_NAMES {
+            // Near misses: one byte short, one more, a different last byte, another case.
+            names.push(known.as_bytes()[..known.len() - 1].to_vec());
+            names.push([known.as_bytes(), b"x"].concat());
+            names.push([&known.as_bytes()[..known.len() - 1], b"\xff"].concat());
+            names.push(known.to_uppercase().into_bytes());
+        }
+        names.extend([b"message_st\xc3\xa1rt".to_vec(), b"\xe9vent".to_vec(), b"custom".to_vec()]);
+        for name in names {
+            let stream = [b"event: ", &name[..], b"\ndata: {}\n\n"].concat();
+            let (got, _) = parse_whole(&stream);
+            assert_eq!(got, [ev(Some(&String::from_utf8_lossy(&name)), "{}")], "{name:?}");
+        }
     }
 
     #[test]
