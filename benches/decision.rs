@@ -33,7 +33,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
-use axum::http::HeaderMap;
 use bytes::Bytes;
 use serde_json::json;
 
@@ -138,14 +137,8 @@ fn snapshot(endpoints: Vec<Endpoint>, breakers: &Breakers, strategy: RoutingStra
     let endpoints = endpoints
         .into_iter()
         .map(|config| {
-            let auth = ccmesh::snapshot::auth_header(&config);
-            Arc::new(LiveEndpoint {
-                breaker: breakers.cell(config.id),
-                auth,
-                extra_headers: HeaderMap::new(),
-                host: None,
-                config,
-            })
+            let breaker = breakers.cell(config.id);
+            Arc::new(LiveEndpoint::new(config, breaker))
         })
         .collect();
     let mut settings = Settings::default();

@@ -240,7 +240,7 @@ pub async fn get_page(up: Upstream<'_>, e: &LiveEndpoint, url: &str) -> Result<(
     headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
     let answer = up
         .client
-        .send(Method::GET, url, headers, Bytes::new())
+        .send(Method::GET, url.to_string(), e.origin.as_ref(), headers, Bytes::new())
         .await
         .map_err(|err| ListError::Network(network_text(&err, url)))?;
     let status = answer.status();

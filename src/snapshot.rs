@@ -12,6 +12,7 @@ use crate::config::Settings;
 use crate::endpoint::Endpoint;
 use crate::observe::cost::PriceTable;
 use crate::protocol::Format;
+use crate::proxy::upstream::UpstreamOrigin;
 
 /// An endpoint as the request path sees it: its configuration plus everything precomputed
 /// so that a request does no parsing, formatting or lookups for it.
@@ -25,6 +26,8 @@ pub struct LiveEndpoint {
     /// The `Host` header its requests carry (host, and port unless the scheme's default), built
     /// once here rather than by the HTTP client from the URL on every request.
     pub host: Option<HeaderValue>,
+    /// Its base URL's scheme and authority, parsed once for the URLs of all its requests.
+    pub origin: Option<UpstreamOrigin>,
 }
 
 impl AsRef<Endpoint> for LiveEndpoint {
@@ -68,6 +71,7 @@ impl LiveEndpoint {
             auth: auth_header(&config),
             extra_headers: extra_headers(&config),
             host: host_header(&config.base_url),
+            origin: UpstreamOrigin::of(&config.base_url),
             breaker,
             config,
         }

@@ -83,7 +83,13 @@ async fn real_request(gw: &Gateway, endpoint: &LiveEndpoint, model: &str) -> Res
     headers.insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/json"));
     let answer = gw
         .client
-        .send(axum::http::Method::POST, &url, headers, bytes::Bytes::from(body.to_string()))
+        .send(
+            axum::http::Method::POST,
+            url.clone(),
+            endpoint.origin.as_ref(),
+            headers,
+            bytes::Bytes::from(body.to_string()),
+        )
         .await
         .map_err(|e| network_text(&e, &url))?;
     if answer.status().is_success() {

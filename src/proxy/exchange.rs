@@ -273,7 +273,7 @@ impl Run {
         }
         let sent_at = tokio::time::Instant::now();
         let head_limit = if self.inbound.stream { timeouts.first_byte } else { timeouts.request };
-        let request = self.gw.client.send(self.inbound.method.clone(), &url, headers, body);
+        let request = self.gw.client.send(self.inbound.method.clone(), url, endpoint.origin.as_ref(), headers, body);
 
         let response = match tokio::time::timeout_at((sent_at + head_limit).min(self.deadline), request).await {
             Err(_) if sent_at + head_limit > self.deadline => return self.cut_by_deadline(permit),

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::http::uri::{Authority, Parts, PathAndQuery, Scheme};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, Uri, header};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -81,20 +82,67 @@ impl UpstreamClient {
         THREAD_POOL.with(|p| p.borrow().as_ref().unwrap_or(&self.shared).clone())
     }
 
-    /// Send one request. `url` is absolute (`join_url`); `headers` are the final upstream
-    /// headers (`request_headers`); the Host header and the body's length are added here.
+    /// Send one request. `url` is absolute (`join_url`); `origin`, when given, is that of the
+    /// endpoint whose base URL `url` starts with; `headers` are the final upstream headers
+    /// (`request_headers`); the Host header and the body's length are added here.
     pub async fn send(
         &self,
         method: Method,
-        url: &str,
+        url: String,
+        origin: Option<&UpstreamOrigin>,
         headers: HeaderMap,
         body: Bytes,
     ) -> Result<UpstreamResponse, SendError> {
         let mut request = Request::new(Full::new(body));
         *request.method_mut() = method;
         *request.headers_mut() = headers;
-        *request.uri_mut() = Uri::try_from(url).map_err(|_| SendError::BadUrl(url.to_string()))?;
+        *request.uri_mut() = match origin {
+            Some(origin) => origin.uri(url),
+            None => Uri::try_from(url.as_str()).map_err(|_| SendError::BadUrl(url)),
+        }?;
         self.pool().send(request).await
+    }
+}
+
+/// The scheme and authority of an endpoint's base URL, parsed once with the configuration: the
+/// URL of each request to it (which starts with its base URL, `join_url`) is put together from
+/// them and its own path and query, instead of being parsed whole every time.
+#[derive(Clone, Debug)]
+pub struct UpstreamOrigin {
+    /// The base URL up to its path (`scheme://authority`), as written.
+    text: String,
+    scheme: Scheme,
+    authority: Authority,
+}
+
+impl UpstreamOrigin {
+    /// `None` when `base_url` is not an absolute URL.
+    pub fn of(base_url: &str) -> Option<UpstreamOrigin> {
+        let uri: Uri = base_url.parse().ok()?;
+        let scheme = uri.scheme()?.clone();
+        let authority = uri.authority()?.clone();
+        // The authority is kept as written, so the origin's text ends where it does.
+        let end = base_url.find("://")? + "://".len() + authority.as_str().len();
+        let text = base_url.get(..end)?.to_string();
+        Some(UpstreamOrigin { text, scheme, authority })
+    }
+
+    /// `url` as a URI: only what follows the origin is parsed. A URL that does not start with
+    /// the origin and a path is parsed whole, as it would be without one.
+    pub fn uri(&self, url: String) -> Result<Uri, SendError> {
+        let path_follows = url.strip_prefix(&self.text).is_some_and(|rest| rest.starts_with('/'));
+        if !path_follows {
+            return Uri::try_from(url.as_str()).map_err(|_| SendError::BadUrl(url));
+        }
+        let whole = Bytes::from(url);
+        let built = PathAndQuery::from_maybe_shared(whole.slice(self.text.len()..)).ok().and_then(|path| {
+            let mut parts = Parts::default();
+            parts.scheme = Some(self.scheme.clone());
+            parts.authority = Some(self.authority.clone());
+            parts.path_and_query = Some(path);
+            Uri::from_parts(parts).ok()
+        });
+        built.ok_or_else(|| SendError::BadUrl(String::from_utf8_lossy(&whole).into_owned()))
     }
 }
 
@@ -258,7 +306,8 @@ const ADDED_RESPONSE_HEADERS: usize = 5;
 
 /// Response headers from the upstream that the client must not see: length and framing are the
 /// server's business (a streamed body is re-framed), and cookies stay with the gateway.
-const DROPPED_RESPONSE_HEADERS: [HeaderName; 9] = [
+const DROPPED_RESPONSE_HEADER_COUNT: usize = 9;
+const DROPPED_RESPONSE_HEADERS: [HeaderName; DROPPED_RESPONSE_HEADER_COUNT] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -272,9 +321,16 @@ const DROPPED_RESPONSE_HEADERS: [HeaderName; 9] = [
 
 /// The upstream's response headers, less those the client must not see, with room for the
 /// ones the gateway adds. Filtered in place: copying the rest into a new map cost more than
-/// looking up the few that go.
+/// looking up the few that go. Only the names present are removed: an answer has a handful of
+/// headers, and comparing them costs less than hashing all nine names for a lookup each.
 pub fn response_headers(mut upstream: HeaderMap) -> HeaderMap {
-    for name in &DROPPED_RESPONSE_HEADERS {
+    let mut present = [false; DROPPED_RESPONSE_HEADER_COUNT];
+    for name in upstream.keys() {
+        if let Some(i) = DROPPED_RESPONSE_HEADERS.iter().position(|dropped| dropped == name) {
+            present[i] = true;
+        }
+    }
+    for (name, _) in DROPPED_RESPONSE_HEADERS.iter().zip(present).filter(|(_, present)| *present) {
         upstream.remove(name);
     }
     upstream.reserve(ADDED_RESPONSE_HEADERS);
@@ -331,7 +387,7 @@ mod tests {
     }
 
     async fn get_ok(client: &UpstreamClient, url: &str) {
-        let answer = client.send(Method::GET, url, HeaderMap::new(), Bytes::new()).await.unwrap();
+        let answer = client.send(Method::GET, url.to_string(), None, HeaderMap::new(), Bytes::new()).await.unwrap();
         assert_eq!(read_body(answer.into_body(), 1024).await.unwrap(), "ok");
     }
 
@@ -358,11 +414,11 @@ mod tests {
             server_answering(b"HTTP/1.1 200 OK\r\ncontent-length: 100000\r\n\r\npartial").await;
         let client = UpstreamClient::new().unwrap();
         client.install_on_this_thread();
-        let answer = client.send(Method::GET, &url, HeaderMap::new(), Bytes::new()).await.unwrap();
+        let answer = client.send(Method::GET, url.clone(), None, HeaderMap::new(), Bytes::new()).await.unwrap();
         drop(answer);
         tokio::time::timeout(Duration::from_secs(10), closed.recv()).await.unwrap().unwrap();
         assert_eq!(idle(&client, &url), 0);
-        let _second = client.send(Method::GET, &url, HeaderMap::new(), Bytes::new()).await.unwrap();
+        let _second = client.send(Method::GET, url.clone(), None, HeaderMap::new(), Bytes::new()).await.unwrap();
         assert_eq!(accepted.load(Ordering::SeqCst), 2, "the next request needed a new connection");
     }
 
@@ -371,7 +427,7 @@ mod tests {
         let (url, accepted, _closed) = keepalive_server().await;
         let client = UpstreamClient::new().unwrap();
         client.install_on_this_thread();
-        let answer = client.send(Method::GET, &url, HeaderMap::new(), Bytes::new()).await.unwrap();
+        let answer = client.send(Method::GET, url.clone(), None, HeaderMap::new(), Bytes::new()).await.unwrap();
         // The pool forgets every origin while the answer is still unread (as its idle sweep
         // forgets origins without idle connections).
         client.close_idle_connections_on_this_thread();
@@ -398,7 +454,7 @@ mod tests {
         let client = UpstreamClient::new().unwrap();
         client.install_on_this_thread();
         for _ in 0..3 {
-            let answer = client.send(Method::GET, &url, HeaderMap::new(), Bytes::new()).await.unwrap();
+            let answer = client.send(Method::GET, url.clone(), None, HeaderMap::new(), Bytes::new()).await.unwrap();
             assert_eq!(answer.status(), 204);
             // The body is never polled.
         }
@@ -411,7 +467,7 @@ mod tests {
         let url = format!("http://{}/", listener.local_addr().unwrap());
         drop(listener);
         let client = UpstreamClient::new().unwrap();
-        let err = client.send(Method::GET, &url, HeaderMap::new(), Bytes::new()).await.unwrap_err();
+        let err = client.send(Method::GET, url.clone(), None, HeaderMap::new(), Bytes::new()).await.unwrap_err();
         assert!(err.is_connect(), "{err}");
         assert_eq!(
             super::super::outcome::classify_network_error(&err),
@@ -533,6 +589,49 @@ mod tests {
     /// Framing, hop-by-hop headers and cookies stay behind (every value of each); everything
     /// else reaches the client with its values in order, and the headers the gateway adds fit
     /// without the map growing.
+    #[test]
+    fn a_url_put_together_from_its_endpoints_origin_is_the_url_parsed_whole() {
+        let bases = [
+            "http://127.0.0.1:8080",
+            "http://127.0.0.1:8080/",
+            "HTTP://127.0.0.1:80/openai/v1",
+            "https://api.anthropic.com",
+            "https://user:secret@relay.example.com:8443/api/",
+            "http://[::1]:9000/v1",
+            "https://generativelanguage.googleapis.com/v1beta",
+        ];
+        let rests = ["/messages", "/chat/completions", "/models/m:streamGenerateContent?alt=sse", "/a%20b"];
+        for base in bases {
+            let origin = UpstreamOrigin::of(base).unwrap();
+            for format in [Format::Anthropic, Format::Openai, Format::Responses, Format::Gemini] {
+                for rest in rests {
+                    for query in [None, Some("x=1&y=2")] {
+                        let url = join_url(base, format, rest, query);
+                        let whole = Uri::try_from(url.as_str()).unwrap();
+                        let built = origin.uri(url.clone()).unwrap();
+                        assert_eq!(built, whole, "{url}");
+                        assert_eq!(built.to_string(), whole.to_string(), "{url}");
+                        assert_eq!(built.authority(), whole.authority(), "{url}");
+                    }
+                }
+            }
+        }
+        // Not starting with the origin, or with no path after it: parsed whole, as without one.
+        let origin = UpstreamOrigin::of("http://127.0.0.1:8080").unwrap();
+        for url in ["http://127.0.0.2:8080/v1/messages", "http://127.0.0.1:8080", "http://127.0.0.1:80801/x"] {
+            assert_eq!(origin.uri(url.to_string()).unwrap(), Uri::try_from(url).unwrap(), "{url}");
+        }
+        // What the whole parse refuses is refused, the URL named.
+        for url in ["http://127.0.0.1:8080/a b", "http://127.0.0.1:8080/\u{7f}", "not a url"] {
+            assert!(Uri::try_from(url).is_err(), "{url}");
+            match origin.uri(url.to_string()) {
+                Err(SendError::BadUrl(named)) => assert_eq!(named, url),
+                other => panic!("{url}: {other:?}"),
+            }
+        }
+        assert!(UpstreamOrigin::of("relay.example.com/v1").is_none());
+    }
+
     #[test]
     fn response_headers_drop_framing_hop_by_hop_and_cookies_and_keep_the_rest() {
         let mut upstream = HeaderMap::new();
