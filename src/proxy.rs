@@ -319,7 +319,7 @@ async fn prepare(
         // A Gemini endpoint's base URL decides its version (`join_url`): the client's `/v1beta`
         // and `/v1` paths go to the same place.
         Some(_) => path.strip_prefix("/v1beta").or_else(|| path.strip_prefix("/v1")).unwrap_or(path),
-        None => path.trim_start_matches("/v1"),
+        None => without_version_prefixes(path),
     };
     let inbound = Inbound {
         route,
@@ -338,6 +338,15 @@ async fn prepare(
         client_key: admitted.key.as_ref().map(|k| k.name.clone()),
     };
     Ok((inbound, candidates, is_explicit))
+}
+
+/// The path after its `/v1` prefix (every one, as a client that doubled it means the same):
+/// `str::trim_start_matches` would build a substring searcher for this on every request.
+fn without_version_prefixes(mut path: &str) -> &str {
+    while let Some(rest) = path.strip_prefix("/v1") {
+        path = rest;
+    }
+    path
 }
 
 /// The `endpoint=` query selector; given twice with different names it is refused (SPEC §2.2:
@@ -371,4 +380,22 @@ pub async fn not_found(request: Request) -> Response {
         request.uri().path()
     );
     GatewayError::new(ErrorKind::NotFound, "not_found", message).into_response(Protocol::Openai)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_rest_of_a_path_is_what_follows_its_v1_prefixes() {
+        for (path, rest) in [
+            ("/v1/messages", "/messages"),
+            ("/v1/v1/chat/completions", "/chat/completions"),
+            ("/v1", ""),
+            ("/v1/", "/"),
+            ("/messages", "/messages"),
+            ("/v2/messages", "/v2/messages"),
+        ] {
+            assert_eq!(super::without_version_prefixes(path), rest, "{path}");
+            assert_eq!(super::without_version_prefixes(path), path.trim_start_matches("/v1"), "{path}");
+        }
+    }
 }

@@ -24,7 +24,10 @@ const X_CCMESH_ATTEMPTS: HeaderName = HeaderName::from_static("x-ccmesh-attempts
 
 /// `x-ccmesh-attempts` and, when an endpoint was tried, `x-ccmesh-endpoint` (SPEC §3).
 fn tag(headers: &mut HeaderMap, attempts: usize, endpoint: Option<&str>) {
-    headers.insert(X_CCMESH_ATTEMPTS, HeaderValue::from(attempts));
+    // The usual counts without formatting them into a new allocation.
+    const FEW: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+    let count = FEW.get(attempts).map_or_else(|| HeaderValue::from(attempts), |n| HeaderValue::from_static(n));
+    headers.insert(X_CCMESH_ATTEMPTS, count);
     if let Some(Ok(v)) = endpoint.map(HeaderValue::from_str) {
         headers.insert(X_CCMESH_ENDPOINT, v);
     }
@@ -186,5 +189,18 @@ impl Run {
     /// The record, unless a resume is running: then the relay that started it closes it.
     fn closing_trail(&mut self) -> Option<Trail> {
         if self.resuming.is_some() { None } else { self.trail.take() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_attempt_count_is_written_in_decimal_whatever_its_size() {
+        for n in [0, 1, 2, 9, 10, 11, 99, 12345] {
+            let mut headers = axum::http::HeaderMap::new();
+            super::tag(&mut headers, n, Some("relay-a"));
+            assert_eq!(headers["x-ccmesh-attempts"], n.to_string().as_str());
+            assert_eq!(headers["x-ccmesh-endpoint"], "relay-a");
+        }
     }
 }
