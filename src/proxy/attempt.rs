@@ -31,7 +31,7 @@ pub async fn run(
     inbound: Inbound,
     mut candidates: Vec<Arc<LiveEndpoint>>,
     explicit: bool,
-    trail: Trail,
+    mut trail: Trail,
 ) -> Response {
     let protocol = inbound.route.protocol();
     let settings = snapshot.settings.clone();
@@ -48,7 +48,6 @@ pub async fn run(
     conversion.session_id = inbound.session_id.clone();
     // Session affinity (not under `priority`, whose point is to return to the first endpoint;
     // not for an explicit endpoint, which is the only candidate anyway).
-    let mut trail = trail;
     if let Some(session) = inbound.session_id.clone()
         && !explicit
         && settings.routing_strategy != crate::config::RoutingStrategy::Priority
