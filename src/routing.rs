@@ -140,8 +140,11 @@ pub fn filter_by_model<'a, T: AsRef<Endpoint>>(
     route: Route,
     model: &str,
 ) -> Result<Vec<&'a T>, GatewayError> {
-    let serving: Vec<&'a T> = routable.iter().copied().filter(|e| e.as_ref().serves(model)).collect();
-    if !serving.is_empty() {
+    if routable.iter().any(|e| e.as_ref().serves(model)) {
+        // Filtered in place: the list is the request's own, and a second one would cost an
+        // allocation on every request.
+        let mut serving = routable;
+        serving.retain(|e| e.as_ref().serves(model));
         return Ok(serving);
     }
     let compatible = all.iter().map(AsRef::as_ref).filter(|e| e.enabled && route.compatible_with(e.format));
