@@ -22,6 +22,7 @@ use std::borrow::Cow;
 use crate::protocol::Format;
 use crate::protocol::errors::ErrorKind;
 use crate::protocol::sse::SseEvent;
+use crate::protocol::stream_events::{EventKind, StreamContext};
 use ir::{ConvertError, EncodeContext, Encoded, ErrorBody, Request, Response, StreamEvent};
 
 pub fn decode_request(format: Format, body: &[u8]) -> Result<Request, ConvertError> {
@@ -102,6 +103,23 @@ impl StreamDecoder {
             StreamDecoder::Openai(d) => d.decode(event, out),
             StreamDecoder::Responses(d) => d.decode(event, out),
             StreamDecoder::Gemini(d) => d.decode(event, out),
+        }
+    }
+
+    /// [`decode`](Self::decode), and the event's classification when the decoder's read gives
+    /// it (see `openai_chat::StreamDecoder::decode_classified`).
+    pub fn decode_classified(
+        &mut self,
+        event: &SseEvent<'_>,
+        out: &mut Vec<StreamEvent>,
+        ctx: &mut StreamContext,
+    ) -> Option<EventKind> {
+        match self {
+            StreamDecoder::Openai(d) => d.decode_classified(event, out, ctx),
+            other => {
+                other.decode(event, out);
+                None
+            }
         }
     }
 
@@ -205,6 +223,28 @@ impl StreamConversion {
                 flush(encoder, scratch, splice, out);
             }
             Mode::GeminiJsonArray(r) => r.event(event, out),
+        }
+    }
+
+    /// [`event`](Self::event), which also classifies the event (as
+    /// `stream_events::inspect_and_observe` would) when the decoder's own read of it can: a
+    /// Chat upstream's chunk is then parsed once, not twice. `None` leaves it to the classifier.
+    pub fn event_classified(
+        &mut self,
+        event: &SseEvent<'_>,
+        out: &mut Vec<u8>,
+        ctx: &mut StreamContext,
+    ) -> Option<EventKind> {
+        match &mut self.mode {
+            Mode::Codec { decoder, encoder, scratch, splice } => {
+                let kind = decoder.decode_classified(event, scratch, ctx);
+                flush(encoder, scratch, splice, out);
+                kind
+            }
+            Mode::GeminiJsonArray(r) => {
+                r.event(event, out);
+                None
+            }
         }
     }
 

@@ -469,13 +469,26 @@ pub enum Parse {
 /// read into a `Value` (kept in `slot`, for `T` to borrow) and `T` is read from that, so a caller
 /// has one `T` either way and one logic.
 pub fn read_object<'a, T: Deserialize<'a>>(text: &'a str, slot: &'a mut Option<Value>, parse: Parse) -> Object<T> {
-    // A derived struct would also read an array, field by position: only an object goes direct.
     if parse == Parse::Direct
-        && is_object(text.as_bytes())
-        && let Ok(t) = serde_json::from_str::<T>(text)
+        && let Some(t) = read_direct(text)
     {
         return Object::Read(t);
     }
+    read_through_value(text, slot)
+}
+
+/// The first way of [`read_object`]: `T` straight from the text, when the text is an object
+/// that `T` reads. A reader that must know which way was taken calls the two halves itself.
+pub fn read_direct<'a, T: Deserialize<'a>>(text: &'a str) -> Option<T> {
+    // A derived struct would also read an array, field by position: only an object goes direct.
+    if !is_object(text.as_bytes()) {
+        return None;
+    }
+    serde_json::from_str::<T>(text).ok()
+}
+
+/// The second way of [`read_object`]: through a `Value`, which keeps the last of a repeated key.
+pub fn read_through_value<'a, T: Deserialize<'a>>(text: &'a str, slot: &'a mut Option<Value>) -> Object<T> {
     read_via_value(serde_json::from_str(text), slot)
 }
 
@@ -573,6 +586,112 @@ impl<'de> Deserialize<'de> for NonEmpty {
             }
         }
         d.deserialize_any(V)
+    }
+}
+
+/// A value read as `T` reads it, together with two facts about the value as sent: whether it was
+/// an array, and whether it carries anything ([`NonEmpty`]'s sense). A reader that wants both the
+/// value and the facts (the Chat stream decoder, which also classifies the chunk) gets them from
+/// one parse. An absent field is the default: `T`'s default, not an array, carrying nothing.
+#[derive(Debug, Default)]
+pub struct Observed<T> {
+    pub value: T,
+    pub array: bool,
+    pub non_empty: bool,
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Observed<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::IntoDeserializer;
+        use serde::de::value::{BorrowedStrDeserializer, SeqAccessDeserializer, StrDeserializer, UnitDeserializer};
+
+        fn scalar<T>(value: T, non_empty: bool) -> Observed<T> {
+            Observed { value, array: false, non_empty }
+        }
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = Observed<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+                Ok(scalar(T::deserialize(IntoDeserializer::<E>::into_deserializer(v))?, v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(scalar(T::deserialize(IntoDeserializer::<E>::into_deserializer(v))?, true))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(scalar(T::deserialize(IntoDeserializer::<E>::into_deserializer(v))?, true))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+                Ok(scalar(T::deserialize(IntoDeserializer::<E>::into_deserializer(v))?, true))
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(scalar(T::deserialize(BorrowedStrDeserializer::<E>::new(v))?, !v.is_empty()))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(scalar(T::deserialize(StrDeserializer::<E>::new(v))?, !v.is_empty()))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(scalar(T::deserialize(UnitDeserializer::<E>::new())?, false))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+                self.visit_unit()
+            }
+            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
+                Observed::deserialize(d)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+                let mut counted = CountedSeq { seq, count: 0 };
+                let value = T::deserialize(SeqAccessDeserializer::new(&mut counted))?;
+                Ok(Observed { value, array: true, non_empty: counted.count > 0 })
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                let mut counted = CountedMap { map, count: 0 };
+                let value = T::deserialize(MapAccessDeserializer::new(&mut counted))?;
+                Ok(Observed { value, array: false, non_empty: counted.count > 0 })
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+/// A sequence that counts the elements read from it (every reader here reads them all).
+struct CountedSeq<A> {
+    seq: A,
+    count: usize,
+}
+
+impl<'de, A: SeqAccess<'de>> SeqAccess<'de> for CountedSeq<A> {
+    type Error = A::Error;
+    fn next_element_seed<S: de::DeserializeSeed<'de>>(&mut self, seed: S) -> Result<Option<S::Value>, A::Error> {
+        let element = self.seq.next_element_seed(seed)?;
+        self.count += usize::from(element.is_some());
+        Ok(element)
+    }
+    fn size_hint(&self) -> Option<usize> {
+        self.seq.size_hint()
+    }
+}
+
+/// A map that counts the keys read from it.
+struct CountedMap<A> {
+    map: A,
+    count: usize,
+}
+
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for CountedMap<A> {
+    type Error = A::Error;
+    fn next_key_seed<K: de::DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, A::Error> {
+        let key = self.map.next_key_seed(seed)?;
+        self.count += usize::from(key.is_some());
+        Ok(key)
+    }
+    fn next_value_seed<S: de::DeserializeSeed<'de>>(&mut self, seed: S) -> Result<S::Value, A::Error> {
+        self.map.next_value_seed(seed)
+    }
+    fn size_hint(&self) -> Option<usize> {
+        self.map.size_hint()
     }
 }
 
@@ -878,6 +997,49 @@ mod tests {
         let p = probe(r#"{"s":null,"n":null,"t":null,"e":null,"o":null}"#);
         assert!(matches!(p.s, Lax::Absent));
         assert!(p.o.0.is_none());
+    }
+
+    /// An observed value reads as its type reads it, and tells whether the value was an array
+    /// and whether it carries anything exactly as `NonEmpty` does, for every kind of JSON value,
+    /// read from the text or from a `Value`.
+    #[test]
+    fn an_observed_value_reads_as_its_type_and_tells_what_non_empty_tells() {
+        let samples = [
+            "null",
+            "true",
+            "false",
+            "0",
+            "-3",
+            "2.5",
+            r#""""#,
+            r#""x""#,
+            r#""\u0041""#,
+            "[]",
+            "[null]",
+            "[1,2]",
+            "{}",
+            r#"{"k":1}"#,
+            r#"{"k":null,"j":"x"}"#,
+            r#"[{"k":1},2]"#,
+        ];
+        for text in samples {
+            let value: Value = serde_json::from_str(text).unwrap();
+            let non_empty = serde_json::from_str::<NonEmpty>(text).unwrap().0;
+            let list = serde_json::from_str::<Observed<List<Inner>>>(text).unwrap();
+            assert_eq!((list.array, list.non_empty), (value.is_array(), non_empty), "{text}");
+            let plain = serde_json::from_str::<List<Inner>>(text).unwrap();
+            assert_eq!(list.value.0.len(), plain.0.len(), "{text}");
+            let object = serde_json::from_str::<Observed<Lenient<Inner>>>(text).unwrap();
+            assert_eq!(object.non_empty, non_empty, "{text}");
+            let plain = serde_json::from_str::<Lenient<Inner>>(text).unwrap();
+            assert_eq!(object.value.0.map(|i| i.k.0), plain.0.map(|i| i.k.0), "{text}");
+            let scalar = serde_json::from_str::<Observed<Lax<'_>>>(text).unwrap();
+            assert_eq!(format!("{:?}", scalar.value), format!("{:?}", serde_json::from_str::<Lax<'_>>(text).unwrap()));
+            let via_value = Observed::<Lax<'_>>::deserialize(&value).unwrap();
+            assert_eq!((via_value.array, via_value.non_empty), (value.is_array(), non_empty), "{text}");
+        }
+        let absent: Observed<List<Inner>> = Observed::default();
+        assert!(!absent.array && !absent.non_empty);
     }
 
     use proptest::strategy::Strategy as _;

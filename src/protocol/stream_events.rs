@@ -167,26 +167,58 @@ fn openai(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
     let Ok(chunk) = serde_json::from_str::<ChatChunk<'_>>(data) else {
         return EventKind::Malformed;
     };
-    if let Some(model) = chunk.model.as_str()
-        && ctx.model.is_none()
-        && !model.is_empty()
-    {
-        set(&mut ctx.model, model);
-    }
+    note_chat_model(chunk.model.as_str(), ctx);
     // `{"error":{...}}` (OpenAI, OpenRouter), `{"object":"error",...}` (vLLM), `{"type":"error"}`.
     if chunk.error.0 || chunk.object.as_str() == Some("error") || chunk.kind.as_str() == Some("error") {
         return error_from_data(data, ErrorAt::ErrorKey);
     }
     let c = &chunk.choices;
-    if c.finish {
+    chat_chunk_kind(&ChatChunkFacts {
+        choices_array: c.present,
+        finish: c.finish,
+        content: c.content,
+        usage: chunk.usage.0,
+    })
+}
+
+/// What a Chat chunk that parsed and is not an error says, as its classification needs it.
+/// The classifier gathers it with its own small parse; the Chat stream decoder, which reads
+/// every chunk of a converted stream whole, gathers the same from its read, so such a chunk is
+/// parsed once (`convert::StreamConversion::event_classified`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChatChunkFacts {
+    /// `choices` was an array (empty or not).
+    pub choices_array: bool,
+    /// A choice has a non-empty `finish_reason`.
+    pub finish: bool,
+    /// A choice's `delta` has a key other than `role` that carries something, or the choice
+    /// carries a legacy `text` or a whole `message`.
+    pub content: bool,
+    /// `usage` carries something.
+    pub usage: bool,
+}
+
+/// The kind of a Chat chunk that is not an error.
+pub fn chat_chunk_kind(facts: &ChatChunkFacts) -> EventKind {
+    if facts.finish {
         EventKind::ContentWithFinish
-    } else if c.content || chunk.usage.0 {
+    } else if facts.content || facts.usage {
         EventKind::Content
-    } else if c.present {
+    } else if facts.choices_array {
         // Only role / empty deltas, or `choices: []` without usage.
         EventKind::Preamble
     } else {
         EventKind::Content
+    }
+}
+
+/// The model a Chat chunk names, kept when the stream has none yet.
+pub fn note_chat_model(model: Option<&str>, ctx: &mut StreamContext) {
+    if let Some(model) = model
+        && ctx.model.is_none()
+        && !model.is_empty()
+    {
+        set(&mut ctx.model, model);
     }
 }
 

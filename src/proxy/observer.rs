@@ -145,9 +145,12 @@ impl StreamObserver {
                 // be twice another's), so the encoders write without growing the buffer.
                 let mut out = Vec::with_capacity(chunk.len().saturating_mul(2).saturating_add(64));
                 self.scanner.feed(&chunk, |event| {
-                    watch.observe(&inspect_and_observe(format, &event, context));
+                    let kind = match conversion.event_classified(&event, &mut out, context) {
+                        Some(kind) => kind,
+                        None => inspect_and_observe(format, &event, context),
+                    };
+                    watch.observe(&kind);
                     usage.observe(format, &event);
-                    conversion.event(&event, &mut out);
                 });
                 (!out.is_empty()).then(|| Bytes::from(out))
             }

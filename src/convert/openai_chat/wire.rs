@@ -9,10 +9,10 @@ use std::fmt;
 
 use serde::Deserialize;
 use serde::de::value::SeqAccessDeserializer;
-use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
-use crate::protocol::lenient::{Count, Lax, Lenient, List, NotNull, drain_map};
+use crate::protocol::lenient::{Count, Lax, Lenient, List, NonEmpty, NotNull, Observed, drain_map};
 
 // ---------------------------------------------------------------------------------------------
 // The answer
@@ -193,11 +193,13 @@ pub(super) struct Chunk<'a> {
     pub created: Lax<'a>,
     #[serde(default)]
     pub error: NotNull,
+    /// Observed: whether `choices` was an array at all is one of the classifier's facts.
     #[serde(borrow, default)]
-    pub choices: List<Choice<'a>>,
+    pub choices: Observed<List<Choice<'a>>>,
     /// Boxed: it comes once a stream, and inline it would make every chunk ~150 bytes larger.
+    /// Observed: whether it carries anything is one of the classifier's facts.
     #[serde(default)]
-    pub usage: Lenient<Box<ChatUsage>>,
+    pub usage: Observed<Lenient<Box<ChatUsage>>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -208,23 +210,86 @@ pub(super) struct Choice<'a> {
     pub delta: Lenient<Delta<'a>>,
     #[serde(borrow, default)]
     pub finish_reason: Lax<'a>,
+    /// Legacy completions-style chunks carry `text`, some providers a whole `message`: the
+    /// decoder converts neither, but either makes the chunk content for the classifier.
+    #[serde(default)]
+    pub text: NonEmpty,
+    #[serde(default)]
+    pub message: NonEmpty,
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// A choice's `delta`. Read by hand rather than derived so that the same pass also answers the
+/// classifier's question: does any key other than `role` carry something (`has_content`)?
+#[derive(Debug, Default)]
 pub(super) struct Delta<'a> {
-    #[serde(borrow, default)]
     pub content: Lax<'a>,
-    #[serde(borrow, default)]
     pub refusal: Lax<'a>,
-    #[serde(borrow, default)]
     pub reasoning_content: Lax<'a>,
-    #[serde(borrow, default)]
     pub reasoning: Lax<'a>,
-    #[serde(borrow, default)]
     pub tool_calls: List<ToolCall<'a>>,
     /// The legacy single call (no `index`, no `id`).
-    #[serde(borrow, default)]
     pub function_call: Lenient<Function<'a>>,
+    pub has_content: bool,
+}
+
+/// The keys of [`Delta`], in the order of `Delta::seen`.
+const DELTA_KEYS: [&str; 6] = ["content", "refusal", "reasoning_content", "reasoning", "tool_calls", "function_call"];
+
+impl<'de: 'a, 'a> Deserialize<'de> for Delta<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<Delta<'a>>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Delta<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a delta object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Delta<'a>, A::Error> {
+                let mut delta = Delta::default();
+                // A key sent twice is refused, as a derived struct refuses it: the reader then
+                // goes through a `Value`, which keeps the last.
+                let mut seen = [false; DELTA_KEYS.len()];
+                while let Some(key) = map.next_key::<Lax<'de>>()? {
+                    let Some(at) = key.as_str().and_then(|k| DELTA_KEYS.iter().position(|known| *known == k)) else {
+                        if key.as_str() == Some("role") {
+                            map.next_value::<IgnoredAny>()?;
+                        } else {
+                            delta.has_content |= map.next_value::<NonEmpty>()?.0;
+                        }
+                        continue;
+                    };
+                    if std::mem::replace(&mut seen[at], true) {
+                        return Err(de::Error::duplicate_field(DELTA_KEYS[at]));
+                    }
+                    let non_empty = match at {
+                        0..=3 => {
+                            let text = map.next_value::<Observed<Lax<'a>>>()?;
+                            let slot = match at {
+                                0 => &mut delta.content,
+                                1 => &mut delta.refusal,
+                                2 => &mut delta.reasoning_content,
+                                _ => &mut delta.reasoning,
+                            };
+                            *slot = text.value;
+                            text.non_empty
+                        }
+                        4 => {
+                            let calls = map.next_value::<Observed<List<ToolCall<'a>>>>()?;
+                            delta.tool_calls = calls.value;
+                            calls.non_empty
+                        }
+                        _ => {
+                            let call = map.next_value::<Observed<Lenient<Function<'a>>>>()?;
+                            delta.function_call = call.value;
+                            call.non_empty
+                        }
+                    };
+                    delta.has_content |= non_empty;
+                }
+                Ok(delta)
+            }
+        }
+        d.deserialize_map(V(std::marker::PhantomData))
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]

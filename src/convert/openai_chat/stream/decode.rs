@@ -7,8 +7,9 @@ use super::super::response::{decode_usage, stop_reason, synth_call_id};
 use super::super::wire::{Chunk, Delta};
 use crate::convert::ir::*;
 use crate::protocol::errors::ErrorKind;
-use crate::protocol::lenient::{Object, Parse, read_object, truncate_marked};
+use crate::protocol::lenient::{Object, Parse, read_direct, read_through_value, truncate_marked};
 use crate::protocol::sse::SseEvent;
+use crate::protocol::stream_events::{ChatChunkFacts, EventKind, StreamContext, chat_chunk_kind, note_chat_model};
 
 /// The stream key of a legacy `delta.function_call` (it has no `index`).
 const FUNCTION_CALL_KEY: u64 = u64::MAX;
@@ -20,6 +21,17 @@ struct ToolSlot {
     index: usize,
     id: String,
     open: bool,
+}
+
+/// The classifier's facts of a chunk that is not an error (`stream_events::ChatChunkFacts`).
+fn chunk_facts(chunk: &Chunk<'_>) -> ChatChunkFacts {
+    let choices = chunk.choices.value.objects();
+    let (mut finish, mut content) = (false, false);
+    for c in choices {
+        finish |= c.finish_reason.as_str().is_some_and(|r| !r.is_empty());
+        content |= c.delta.0.as_ref().is_some_and(|d| d.has_content) || c.text.0 || c.message.0;
+    }
+    ChatChunkFacts { choices_array: chunk.choices.array, finish, content, usage: chunk.usage.non_empty }
 }
 
 /// Incremental: one upstream SSE event in, zero or more IR events out, immediately (never buffer the
@@ -49,26 +61,57 @@ impl StreamDecoder {
     }
 
     pub fn decode(&mut self, event: &SseEvent<'_>, out: &mut Vec<StreamEvent>) {
-        self.decode_with(event, out, Parse::Direct);
+        self.decode_with(event, out, Parse::Direct, None);
     }
 
-    fn decode_with(&mut self, event: &SseEvent<'_>, out: &mut Vec<StreamEvent>, parse: Parse) {
+    /// [`decode`](Self::decode), which also classifies the event as
+    /// `stream_events::inspect_and_observe` would (noting its model in `ctx`) when its own read
+    /// of the chunk tells: a chunk read straight from the text that is not an error. `None`
+    /// leaves the event to the classifier.
+    pub fn decode_classified(
+        &mut self,
+        event: &SseEvent<'_>,
+        out: &mut Vec<StreamEvent>,
+        ctx: &mut StreamContext,
+    ) -> Option<EventKind> {
+        self.decode_with(event, out, Parse::Direct, Some(ctx))
+    }
+
+    fn decode_with(
+        &mut self,
+        event: &SseEvent<'_>,
+        out: &mut Vec<StreamEvent>,
+        parse: Parse,
+        classify: Option<&mut StreamContext>,
+    ) -> Option<EventKind> {
         if self.ended || self.failed {
-            return;
+            return None;
         }
         let data = event.data.trim();
         if data.is_empty() {
-            return;
+            return None;
         }
         if data == "[DONE]" {
             self.start(out, String::new(), String::new(), None);
             self.emit_finish(out);
             out.push(StreamEvent::End);
             self.ended = true;
-            return;
+            return None;
         }
         let mut slot = None;
-        let chunk: Chunk<'_> = match read_object(data, &mut slot, parse) {
+        let direct = match parse {
+            Parse::Direct => read_direct::<Chunk<'_>>(data),
+            #[cfg(test)]
+            Parse::ViaValue => None,
+        };
+        // Read straight from the text, the chunk was also a valid read for the classifier's own
+        // struct, whose fields and nested fields this one holds: it would have classified it.
+        let classified_here = direct.is_some();
+        let read = match direct {
+            Some(chunk) => Object::Read(chunk),
+            None => read_through_value(data, &mut slot),
+        };
+        let chunk: Chunk<'_> = match read {
             Object::Read(chunk) => chunk,
             Object::Malformed(_) => {
                 self.fail(
@@ -76,7 +119,7 @@ impl StreamDecoder {
                     ErrorKind::Api,
                     format!("the upstream sent a malformed stream chunk: {}", truncate_marked(data, MAX_ERROR_TEXT)),
                 );
-                return;
+                return None;
             }
             Object::NotObject(v) => {
                 // Gemini's OpenAI layer reports errors as `[{"error":{...}}]`.
@@ -88,7 +131,7 @@ impl StreamDecoder {
                     format!("the upstream sent an unexpected stream chunk: {}", truncate_marked(data, MAX_ERROR_TEXT))
                 });
                 self.fail(out, kind, message);
-                return;
+                return None;
             }
         };
         let is_error = chunk.error.0
@@ -109,11 +152,22 @@ impl StreamDecoder {
                 kind,
                 f.message.unwrap_or_else(|| "the upstream reported an error in the stream".to_owned()),
             );
-            return;
+            return None;
         }
+        let kind = match classify {
+            Some(ctx) if classified_here => {
+                note_chat_model(chunk.model.as_str(), ctx);
+                Some(chat_chunk_kind(&chunk_facts(&chunk)))
+            }
+            _ => None,
+        };
+        self.decode_chunk(&chunk, out);
+        kind
+    }
 
-        let choices = &chunk.choices.0;
-        let usage = chunk.usage.0.as_ref();
+    fn decode_chunk(&mut self, chunk: &Chunk<'_>, out: &mut Vec<StreamEvent>) {
+        let choices = &chunk.choices.value.0;
+        let usage = chunk.usage.value.0.as_ref();
         let model = chunk.model.as_str().unwrap_or_default();
         if !self.started && choices.is_empty() && usage.is_none() && model.is_empty() {
             // Azure's leading `prompt_filter_results` chunk: no id, model or content yet.
@@ -127,7 +181,7 @@ impl StreamDecoder {
             // Only a late usage chunk or [DONE] can follow the Finish.
             return;
         }
-        for choice in chunk.choices.objects() {
+        for choice in chunk.choices.value.objects() {
             if choice.index.as_u64().unwrap_or(0) != 0 {
                 continue;
             }
@@ -306,6 +360,9 @@ impl StreamDecoder {
 mod tests {
     use super::*;
     use crate::convert::openai_chat::tests::*;
+    use crate::protocol::Format;
+    use crate::protocol::lenient::read_object;
+    use crate::protocol::stream_events::inspect_and_observe;
     use insta::assert_json_snapshot;
     use proptest::prelude::*;
     use serde_json::json;
@@ -496,7 +553,7 @@ mod tests {
         let mut out = Vec::new();
         let texts: Vec<String> = chunks.iter().map(Value::to_string).collect();
         for data in texts.iter().map(String::as_str).chain(done.then_some("[DONE]")) {
-            d.decode_with(&SseEvent { event: None, data }, &mut out, parse);
+            d.decode_with(&SseEvent { event: None, data }, &mut out, parse, None);
         }
         d.finish(&mut out);
         out
@@ -586,5 +643,226 @@ mod tests {
             assert!(matches!(evs.first(), Some(StreamEvent::Start { .. }) | Some(StreamEvent::Error { .. })), "{name}");
             check_block_discipline(&evs);
         }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // The decoder's classification of the chunks it reads, held to the classifier's
+
+    /// JSON written by hand, so that an object can hold a key twice (a `Value` cannot).
+    #[derive(Clone, Debug)]
+    enum Doc {
+        Value(Value),
+        Object(Vec<(&'static str, Doc)>),
+        Array(Vec<Doc>),
+    }
+
+    impl Doc {
+        fn write(&self, out: &mut String) {
+            match self {
+                Doc::Value(v) => out.push_str(&v.to_string()),
+                Doc::Object(members) => {
+                    out.push('{');
+                    for (i, (key, value)) in members.iter().enumerate() {
+                        if i > 0 {
+                            out.push(',');
+                        }
+                        out.push_str(&json!(key).to_string());
+                        out.push(':');
+                        value.write(out);
+                    }
+                    out.push('}');
+                }
+                Doc::Array(items) => {
+                    out.push('[');
+                    for (i, item) in items.iter().enumerate() {
+                        if i > 0 {
+                            out.push(',');
+                        }
+                        item.write(out);
+                    }
+                    out.push(']');
+                }
+            }
+        }
+    }
+
+    fn value(v: impl Strategy<Value = Value> + 'static) -> BoxedStrategy<Doc> {
+        v.prop_map(Doc::Value).boxed()
+    }
+
+    /// An object of some of `keys` (each value from `member`), usually each key once and
+    /// sometimes one of them twice.
+    fn doc_object(keys: &'static [&'static str], member: fn(&'static str) -> BoxedStrategy<Doc>) -> BoxedStrategy<Doc> {
+        let pair = prop::sample::select(keys).prop_flat_map(move |k| member(k).prop_map(move |v| (k, v)));
+        (prop::collection::vec(pair, 0..7), prop::bool::weighted(0.8))
+            .prop_map(|(mut members, once)| {
+                if once {
+                    let mut seen = Vec::new();
+                    members.retain(|(k, _)| {
+                        let new = !seen.contains(k);
+                        seen.push(*k);
+                        new
+                    });
+                }
+                Doc::Object(members)
+            })
+            .boxed()
+    }
+
+    fn something() -> BoxedStrategy<Doc> {
+        value(prop_oneof![
+            arb_text(),
+            Just(json!([])),
+            Just(json!({})),
+            Just(json!([null])),
+            Just(json!({"type": "url_citation"})),
+            Just(json!(false)),
+            Just(json!(true)),
+            Just(json!(0)),
+            Just(json!(-2.5)),
+        ])
+    }
+
+    fn delta_member(key: &'static str) -> BoxedStrategy<Doc> {
+        match key {
+            "tool_calls" => prop_oneof![
+                3 => prop::collection::vec(
+                    value(prop_oneof![
+                        3 => arb_object(vec![("index", arb_count().boxed()), ("id", arb_scalar().boxed()), ("function", arb_function())]),
+                        1 => arb_scalar(),
+                    ]),
+                    0..3
+                )
+                .prop_map(Doc::Array),
+                1 => something(),
+            ]
+            .boxed(),
+            "function_call" => value(arb_function()),
+            "role" => value(prop_oneof![Just(json!("assistant")), arb_scalar()]),
+            _ => something(),
+        }
+    }
+
+    fn choice_member(key: &'static str) -> BoxedStrategy<Doc> {
+        const DELTA_KEYS: &[&str] = &[
+            "role",
+            "content",
+            "refusal",
+            "reasoning_content",
+            "reasoning",
+            "tool_calls",
+            "function_call",
+            "audio",
+            "annotations",
+        ];
+        match key {
+            "index" => value(arb_count()),
+            "delta" => prop_oneof![
+                4 => doc_object(DELTA_KEYS, delta_member),
+                // The preamble's shapes: a role, and nothing that carries anything.
+                2 => value(prop_oneof![
+                    Just(json!({"role": "assistant"})),
+                    Just(json!({"role": "assistant", "content": "", "refusal": null})),
+                    Just(json!({"role": "", "tool_calls": [], "audio": {}})),
+                    Just(json!({})),
+                ]),
+                1 => something(),
+            ]
+            .boxed(),
+            "finish_reason" => value(prop_oneof![
+                prop::sample::select(vec!["", "stop", "tool_calls", "length"]).prop_map(|s| json!(s)),
+                arb_scalar(),
+            ]),
+            _ => something(),
+        }
+    }
+
+    fn chunk_member(key: &'static str) -> BoxedStrategy<Doc> {
+        const CHOICE_KEYS: &[&str] = &["index", "delta", "finish_reason", "text", "message", "logprobs"];
+        match key {
+            "choices" => prop_oneof![
+                4 => prop::collection::vec(prop_oneof![4 => doc_object(CHOICE_KEYS, choice_member), 1 => something()], 0..3)
+                    .prop_map(Doc::Array),
+                1 => something(),
+            ]
+            .boxed(),
+            "usage" => prop_oneof![3 => value(arb_chat_usage()), 1 => something()].boxed(),
+            "model" => value(prop_oneof![Just(json!("gpt-4.1")), Just(json!("")), arb_scalar()]),
+            "object" => value(prop_oneof![4 => Just(json!("chat.completion.chunk")), 1 => Just(json!("error")), 1 => arb_scalar()]),
+            "type" => value(prop_oneof![Just(json!("error")), arb_scalar()]),
+            "error" => value(prop_oneof![
+                3 => Just(Value::Null),
+                1 => Just(json!({})),
+                1 => Just(json!({"message": "slow down", "type": "rate_limit_error"})),
+            ]),
+            "created" => value(arb_count()),
+            _ => value(arb_scalar()),
+        }
+    }
+
+    /// A chunk's data: mostly an object, now and then something else the stream may carry.
+    fn arb_chunk_text() -> BoxedStrategy<String> {
+        const CHUNK_KEYS: &[&str] =
+            &["id", "object", "model", "created", "choices", "usage", "error", "type", "system_fingerprint"];
+        prop_oneof![
+            12 => doc_object(CHUNK_KEYS, chunk_member).prop_map(|d| {
+                let mut text = String::new();
+                d.write(&mut text);
+                text
+            }),
+            1 => Just("[DONE]".to_owned()),
+            1 => Just("{\"choices\":[".to_owned()),
+            1 => Just("[{\"error\":{\"message\":\"quota\"}}]".to_owned()),
+            1 => Just(String::new()),
+        ]
+        .boxed()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+        /// Whenever the decoder classifies a chunk it read, the classifier would have said the
+        /// same and noted the same model; and classifying does not change what it decodes.
+        #[test]
+        fn a_chunk_the_decoder_classifies_is_classified_as_the_classifier_would(
+            chunks in prop::collection::vec((arb_chunk_text(), prop::bool::weighted(0.05)), 1..6),
+        ) {
+            let (mut classifying, mut plain) = (StreamDecoder::new(), StreamDecoder::new());
+            let (mut decoder_ctx, mut classifier_ctx) = (StreamContext::default(), StreamContext::default());
+            for (data, named_error) in &chunks {
+                let event = SseEvent { event: named_error.then_some("error"), data };
+                let (mut out, mut plain_out) = (Vec::new(), Vec::new());
+                let by_decoder = classifying.decode_classified(&event, &mut out, &mut decoder_ctx);
+                plain.decode(&event, &mut plain_out);
+                prop_assert_eq!(&out, &plain_out);
+                let by_classifier = inspect_and_observe(Format::Openai, &event, &mut classifier_ctx);
+                match by_decoder {
+                    Some(kind) => prop_assert_eq!(kind, by_classifier, "{}", data),
+                    // What the observer does with an event the decoder leaves alone.
+                    None => drop(inspect_and_observe(Format::Openai, &event, &mut decoder_ctx)),
+                }
+                prop_assert_eq!(&decoder_ctx.model, &classifier_ctx.model, "{}", data);
+            }
+        }
+    }
+
+    #[test]
+    fn real_chunks_are_classified_by_the_decoder_and_the_rest_left_to_the_classifier() {
+        let mut scanner = crate::protocol::sse::SseScanner::new();
+        let (mut d, mut ctx) = (StreamDecoder::new(), StreamContext::default());
+        let mut kinds = Vec::new();
+        scanner.feed(T_PARALLEL_TOOLS.as_bytes(), |e| kinds.push(d.decode_classified(&e, &mut Vec::new(), &mut ctx)));
+        let (last, chunks) = kinds.split_last().expect("events");
+        assert_eq!(*last, None, "[DONE] is the classifier's");
+        assert!(chunks.iter().all(Option::is_some), "{kinds:?}");
+        assert_eq!(chunks.first(), Some(&Some(EventKind::Preamble)), "a role-only first chunk");
+        assert_eq!(ctx.model.as_deref(), Some("gpt-4.1-2025-04-14"));
+
+        let twice = r#"{"model":"m","choices":[{"delta":{"content":"a","content":"b"}}]}"#;
+        let kind = StreamDecoder::new().decode_classified(
+            &SseEvent { event: None, data: twice },
+            &mut Vec::new(),
+            &mut StreamContext::default(),
+        );
+        assert_eq!(kind, None, "a chunk read through a Value is the classifier's");
     }
 }
