@@ -278,9 +278,10 @@ fn build(p: Proto, body_bytes: usize, delta_bytes: usize) -> Prebuilt {
                 ),
             ]
             .concat();
-            // The delta is stored as the part before the sequence number; see `responses_delta`.
+            // In the API's order, `sequence_number` second; stored with a NUL where the number
+            // goes (see `responses_delta`).
             let delta = format!(
-                "event: response.output_text.delta\ndata: {{\"type\":\"response.output_text.delta\",\"item_id\":\"msg_mock0001\",\"output_index\":0,\"content_index\":0,\"delta\":{},\"logprobs\":[],\"sequence_number\":",
+                "event: response.output_text.delta\ndata: {{\"type\":\"response.output_text.delta\",\"sequence_number\":\0,\"item_id\":\"msg_mock0001\",\"output_index\":0,\"content_index\":0,\"delta\":{},\"logprobs\":[]}}\n\n",
                 json!(delta_text)
             );
             let full = text_of(delta_bytes); // the tail repeats one delta's text: enough for the shape
@@ -321,10 +322,11 @@ fn build(p: Proto, body_bytes: usize, delta_bytes: usize) -> Prebuilt {
 }
 
 /// A Responses delta with its sequence number.
-fn responses_delta(prefix: &Bytes, seq: u64, out: &mut BytesMut) {
-    out.extend_from_slice(prefix);
+fn responses_delta(delta: &Bytes, seq: u64, out: &mut BytesMut) {
+    let at = delta.iter().position(|&b| b == 0).unwrap_or(delta.len());
+    out.extend_from_slice(&delta[..at]);
     out.extend_from_slice(seq.to_string().as_bytes());
-    out.extend_from_slice(b"}\n\n");
+    out.extend_from_slice(delta.get(at + 1..).unwrap_or_default());
 }
 
 /// Whether a JSON request body asks for a stream: a top-level-looking `"stream": true` (an

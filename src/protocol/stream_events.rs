@@ -242,7 +242,50 @@ struct ResponseObject<'a> {
     created_at: Lax<'a>,
 }
 
+/// The delta events that are most of a Responses stream. None of them is a preamble, terminal or
+/// error event, and none carries a `response` object: what they tell is their sequence number.
+const RESPONSES_DELTAS: [&str; 6] = [
+    "response.output_text.delta",
+    "response.function_call_arguments.delta",
+    "response.reasoning_summary_text.delta",
+    "response.reasoning_text.delta",
+    "response.refusal.delta",
+    "response.custom_tool_call_input.delta",
+];
+
+/// A delta as the API writes it: named in its event line, and its data beginning with that
+/// `type` and then its `sequence_number` (`{"type":"response.output_text.delta","sequence_number":14,`).
+/// Content, whose one fact is that number; parsing the rest (~3 k instructions an event) would
+/// tell nothing more. As with Anthropic's deltas, the rest is only checked to end the object
+/// (`looks_whole`). Any other shape is parsed.
+fn plain_responses_delta(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> Option<EventKind> {
+    let name = ev.event?;
+    if !RESPONSES_DELTAS.contains(&name) {
+        return None;
+    }
+    let rest = ev.data.strip_prefix(r#"{"type":""#)?.strip_prefix(name)?.strip_prefix(r#"","sequence_number":"#)?;
+    let digits = rest.bytes().position(|b| !b.is_ascii_digit())?;
+    let number = &rest[..digits];
+    // A JSON number has no leading zero; past u64 it is left to the parse, as serde_json reads it.
+    if number.is_empty() || (number.len() > 1 && number.starts_with('0')) {
+        return None;
+    }
+    if !matches!(rest.as_bytes()[digits], b',' | b'}') || !looks_whole(ev.data) {
+        return None;
+    }
+    let n: u64 = number.parse().ok()?;
+    ctx.last_sequence_number = Some(ctx.last_sequence_number.map_or(n, |m| m.max(n)));
+    Some(EventKind::Content)
+}
+
 fn responses(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
+    match plain_responses_delta(ev, ctx) {
+        Some(kind) => kind,
+        None => parsed_responses_event(ev, ctx),
+    }
+}
+
+fn parsed_responses_event(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
     let parsed: Option<ResponsesEvent<'_>> = serde_json::from_str(ev.data).ok();
     if let Some(p) = parsed.as_ref() {
         if let Some(n) = p.sequence_number.as_u64() {
@@ -550,6 +593,7 @@ pub(crate) mod tests {
     use super::super::sse::SseScanner;
     use super::super::sse::tests::{ANTHROPIC, OPENAI, RESPONSES};
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
 
     fn ev<'a>(event: Option<&'a str>, data: &'a str) -> SseEvent<'a> {
@@ -1040,5 +1084,114 @@ pub(crate) mod tests {
         assert_eq!(ctx.model.as_deref(), Some("gpt-5"));
         assert_eq!(ctx.last_sequence_number, Some(7));
         assert_eq!(ctx.created_at, Some(1700000000));
+    }
+
+    /// A Responses event's data for an event named `name`: valid JSON, each member once, in the
+    /// API's order (`type`, `sequence_number`, the rest) or any other, with members of every kind
+    /// the parse reads (an escaped key or type, odd sequence numbers, a `response` object on an
+    /// event that is not a delta).
+    fn responses_event_data(name: &'static str) -> impl Strategy<Value = String> {
+        let own_type = prop_oneof![
+            6 => Just(format!(r#""type":"{name}""#)),
+            1 => Just(format!(r#""type":"{}""#, name.replace('.', "\\u002e"))),
+            1 => Just(r#""type":"response.completed""#.to_owned()),
+            1 => Just(r#""type":5"#.to_owned()),
+            1 => Just(String::new()),
+        ];
+        let sequence_number = prop_oneof![
+            6 => (0u64..40).prop_map(|n| format!(r#""sequence_number":{n}"#)),
+            2 => prop::sample::select(vec!["-1", "3.0", "1e2", "0.5", "\"9\"", "null", "18446744073709551615", "123456789012345678901", "[]"])
+                .prop_map(|v| format!(r#""sequence_number":{v}"#)),
+            1 => Just(r#""sequence\u005fnumber":9"#.to_owned()),
+            1 => Just(String::new()),
+        ];
+        // A delta carries no `response` object (the API's deltas never do; the shortcut relies on it).
+        let response = if RESPONSES_DELTAS.contains(&name) {
+            Just(String::new()).boxed()
+        } else {
+            prop_oneof![
+                4 => Just(String::new()),
+                1 => Just(r#""response":{"id":"resp_1","model":"gpt-5","created_at":1700000000}"#.to_owned()),
+                1 => Just(r#""response":null"#.to_owned()),
+            ]
+            .boxed()
+        };
+        let others = prop::sample::subsequence(
+            vec![
+                r#""item_id":"msg_1""#,
+                r#""output_index":0"#,
+                r#""content_index":0"#,
+                r#""delta":"Hi \"there\" {\"sequence_number\":7}\n""#,
+                r#""logprobs":[{"token":"a","logprob":-0.5,"top_logprobs":[]}]"#,
+                r#""obfuscation":"r8kX""#,
+            ],
+            0..=6,
+        );
+        (own_type, sequence_number, response, others, any::<bool>(), any::<bool>()).prop_flat_map(
+            |(own, number, response, others, in_order, spaced)| {
+                let members: Vec<String> = [own, number, response]
+                    .into_iter()
+                    .filter(|m| !m.is_empty())
+                    .chain(others.into_iter().map(str::to_owned))
+                    .collect();
+                let sep = if spaced { ", " } else { "," };
+                let ordered = if in_order { Just(members).boxed() } else { Just(members).prop_shuffle().boxed() };
+                ordered.prop_map(move |m| format!("{{{}}}", m.join(sep)))
+            },
+        )
+    }
+
+    fn named_event() -> impl Strategy<Value = (&'static str, String)> {
+        prop::sample::select(vec![
+            "response.output_text.delta",
+            "response.function_call_arguments.delta",
+            "response.completed",
+        ])
+        .prop_flat_map(|name| responses_event_data(name).prop_map(move |data| (name, data)))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+        /// Whenever a delta is classified without its parse, the parse would have said the same
+        /// and noted the same sequence number.
+        #[test]
+        fn a_plain_responses_delta_is_classified_as_its_parse_would(
+            (name, data) in named_event(),
+            before in prop::option::of(0u64..40),
+        ) {
+            let event = ev(Some(name), &data);
+            let start = StreamContext { last_sequence_number: before, ..StreamContext::default() };
+            let (mut plain, mut parsed) = (start.clone(), start);
+            let by_parse = parsed_responses_event(&event, &mut parsed);
+            if let Some(kind) = plain_responses_delta(&event, &mut plain) {
+                prop_assert_eq!(kind, by_parse, "{}", data);
+                prop_assert_eq!(plain.last_sequence_number, parsed.last_sequence_number, "{}", data);
+                prop_assert_eq!(plain.response_id, parsed.response_id);
+                prop_assert_eq!(plain.model, parsed.model);
+            }
+        }
+    }
+
+    #[test]
+    fn a_responses_delta_as_the_api_writes_it_is_not_parsed() {
+        let mut ctx = StreamContext { last_sequence_number: Some(3), ..StreamContext::default() };
+        let data = r#"{"type":"response.output_text.delta","sequence_number":14,"item_id":"msg_1","output_index":1,"content_index":0,"delta":"The","logprobs":[],"obfuscation":"japg2KaCkjNsp"}"#;
+        let named = ev(Some("response.output_text.delta"), data);
+        assert_eq!(plain_responses_delta(&named, &mut ctx), Some(Content));
+        assert_eq!(ctx.last_sequence_number, Some(14));
+        let earlier = r#"{"type":"response.output_text.delta","sequence_number":2}"#;
+        assert_eq!(plain_responses_delta(&ev(Some("response.output_text.delta"), earlier), &mut ctx), Some(Content));
+        assert_eq!(ctx.last_sequence_number, Some(14), "the highest number is kept");
+
+        // Anything else is parsed: no event name, another order, a leading zero, a cut.
+        assert_eq!(plain_responses_delta(&ev(None, data), &mut ctx), None);
+        let reordered = r#"{"type":"response.output_text.delta","item_id":"msg_1","sequence_number":15}"#;
+        assert_eq!(plain_responses_delta(&ev(Some("response.output_text.delta"), reordered), &mut ctx), None);
+        assert_eq!(kind(Responses, Some("response.output_text.delta"), reordered), Content);
+        let zero = r#"{"type":"response.output_text.delta","sequence_number":015}"#;
+        assert_eq!(plain_responses_delta(&ev(Some("response.output_text.delta"), zero), &mut ctx), None);
+        let cut = &data[..data.len() - 1];
+        assert_eq!(plain_responses_delta(&ev(Some("response.output_text.delta"), cut), &mut ctx), None);
+        assert_eq!(kind(Responses, Some("response.output_text.delta"), cut), Malformed);
     }
 }
