@@ -332,13 +332,18 @@ impl Grammar {
         gap_end: usize,
     ) -> Option<usize> {
         let mut t = TRANSITIONS[usize::from(self.state << 4 | class)];
+        // Most steps (whitespace, `:` and `,`, a string inside a container) only change state.
+        if t < 0x10 {
+            self.state = t;
+            return Some(at + 1);
+        }
         if t & TRACK != 0 && t != FAIL {
             members.track(self.state, at)?;
             t &= !TRACK;
-        }
-        if t & 0xf0 == 0 {
-            self.state = t;
-            return Some(at + 1);
+            if t < 0x10 {
+                self.state = t;
+                return Some(at + 1);
+            }
         }
         if t & 0xf0 == PUSH && self.depth < MAX_DEPTH {
             self.returns[self.depth] = RETURN_STATE[usize::from(self.state)];
