@@ -63,10 +63,27 @@ pub fn push_hex(out: &mut String, n: u64, digits: u32) {
     }
 }
 
+/// How many hex digits `n` has (`{n:x}`'s length; one for zero).
+pub fn hex_len(n: u64) -> u32 {
+    (16 - n.leading_zeros() / 4).max(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    #[test]
+    fn hex_written_by_hand_is_what_format_writes() {
+        for n in [0u64, 1, 0xf, 0x10, 0xfff_ffff, 0x1_0000_0000, 1_764_820_000, u64::MAX >> 4, u64::MAX] {
+            let mut plain = String::new();
+            push_hex(&mut plain, n, hex_len(n));
+            assert_eq!(plain, format!("{n:x}"));
+            let mut padded = String::new();
+            push_hex(&mut padded, n, hex_len(n).max(8));
+            assert_eq!(padded, format!("{n:08x}"));
+        }
+    }
 
     /// One test, because the node number is process-wide.
     #[test]

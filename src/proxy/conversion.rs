@@ -8,6 +8,7 @@ use bytes::Bytes;
 
 use crate::convert::{self, ir};
 use crate::observe::record::Tokens;
+use crate::observe::record_id::{hex_len, push_hex};
 use crate::observe::usage::{self, AnswerRead};
 use crate::protocol::Format;
 
@@ -168,11 +169,15 @@ impl RequestConversion {
     }
 }
 
-/// A unique id suffix: time plus a process-wide counter, hex.
+/// A unique id suffix: time plus a process-wide counter, hex (`{now_unix:x}{n:08x}`, written
+/// without `format!`, which took ~1.5 k instructions of a converted request).
 fn id_seed(now_unix: u64) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("{now_unix:x}{n:08x}")
+    let mut seed = String::with_capacity(24);
+    push_hex(&mut seed, now_unix, hex_len(now_unix));
+    push_hex(&mut seed, n, hex_len(n).max(8));
+    seed
 }
 
 impl RequestConversion {

@@ -316,7 +316,7 @@ impl Trail {
     }
 
     pub fn set_conversion(&mut self, from: &str, to: &str, losses: Vec<String>) {
-        self.record.conversion = Some(format!("{from}→{to}"));
+        self.record.conversion = Some(conversion_label(from, to));
         self.record.losses = losses;
     }
 
@@ -481,9 +481,28 @@ pub fn error_excerpt(body: &[u8]) -> String {
     String::from_utf8_lossy(cut).into_owned()
 }
 
+/// The record's `conversion`, `{from}→{to}`, pushed rather than formatted (`format!` cost ~0.7 k
+/// instructions of a converted request).
+fn conversion_label(from: &str, to: &str) -> String {
+    let mut label = String::with_capacity(from.len() + '→'.len_utf8() + to.len());
+    label.push_str(from);
+    label.push('→');
+    label.push_str(to);
+    label
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_conversion_is_labelled_as_format_would() {
+        for (from, to) in [("anthropic", "openai"), ("responses", "gemini"), ("", "")] {
+            let label = conversion_label(from, to);
+            assert_eq!(label, format!("{from}→{to}"));
+            assert_eq!(label.capacity(), label.len(), "sized exactly");
+        }
+    }
 
     #[test]
     fn milliseconds_are_written_as_format_would() {
