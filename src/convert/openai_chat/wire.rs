@@ -232,7 +232,7 @@ pub(super) struct Delta<'a> {
     pub has_content: bool,
 }
 
-/// The keys of [`Delta`], in the order of `Delta::seen`.
+/// The keys [`Delta`] reads into its fields; its reader marks each one seen by its index here.
 const DELTA_KEYS: [&str; 6] = ["content", "refusal", "reasoning_content", "reasoning", "tool_calls", "function_call"];
 
 impl<'de: 'a, 'a> Deserialize<'de> for Delta<'a> {
