@@ -156,6 +156,8 @@ impl SseScanner {
     }
 
     fn scan(&mut self, chunk: &[u8], on_event: &mut impl FnMut(SseEvent<'_>)) {
+        let between_events = self.carry.is_empty() && self.line_start && !self.after_cr && !self.significant;
+        let chunk = if between_events { self.scan_plain(chunk, on_event) } else { chunk };
         // Where the current event starts in `chunk`; `None` while it starts in `carry`.
         // Invariant: `carry` is non-empty only while `significant`.
         let mut start: Option<usize> = if self.carry.is_empty() { Some(0) } else { None };
@@ -293,6 +295,72 @@ impl SseScanner {
     }
 }
 
+impl SseScanner {
+    /// Dispatch the events at the front of `chunk` that have the shape every API streams, while
+    /// the scanner is between events: found with two line searches each, instead of the general
+    /// walk's state per line (most of the scanner's cost per event). Returns the rest of the
+    /// chunk, from the first event of any other shape or cut by the chunk's end, for that walk.
+    fn scan_plain<'c>(&mut self, mut chunk: &'c [u8], on_event: &mut impl FnMut(SseEvent<'_>)) -> &'c [u8] {
+        while let Some(plain) = PlainEvent::at_front(chunk, self.limit) {
+            #[cfg(test)]
+            {
+                self.work += plain.len as u64;
+            }
+            deliver(plain.name, utf8_lossy(plain.data), on_event);
+            chunk = chunk.get(plain.len..).unwrap_or_default();
+        }
+        chunk
+    }
+}
+
+/// An event of the usual shape: an optional `event:` line, then one `data:` line, then the blank
+/// line, every line ended by `\n` alone. Any other event (a comment, another field, a second
+/// data line, a `\r`) is left to the general walk, which reads all of them.
+struct PlainEvent<'a> {
+    name: Option<&'a [u8]>,
+    data: &'a [u8],
+    /// Its bytes, through the blank line.
+    len: usize,
+}
+
+impl<'a> PlainEvent<'a> {
+    fn at_front(chunk: &'a [u8], limit: usize) -> Option<Self> {
+        let first_end = plain_line_end(chunk)?;
+        let first = chunk.get(..first_end)?;
+        let (name, data_line, data_end) = match first.strip_prefix(b"event:") {
+            Some(name) => {
+                let rest = chunk.get(first_end + 1..)?;
+                let end = plain_line_end(rest)?;
+                (Some(field_value(name)), rest.get(..end)?, first_end + 1 + end)
+            }
+            None => (None, first, first_end),
+        };
+        let data = data_line.strip_prefix(b"data:")?;
+        if chunk.get(data_end + 1) != Some(&b'\n') {
+            return None;
+        }
+        // An event over the limit is refused by the general walk.
+        let len = data_end + 2;
+        (len <= limit).then_some(PlainEvent { name, data: field_value(data), len })
+    }
+}
+
+/// Where the line at the front of `bytes` ends, if it ends with a `\n` that has no `\r` before it.
+fn plain_line_end(bytes: &[u8]) -> Option<usize> {
+    find_eol(bytes).filter(|&end| bytes.get(end) == Some(&b'\n'))
+}
+
+/// A field's value: what follows its colon, less one leading space.
+fn field_value(after_colon: &[u8]) -> &[u8] {
+    after_colon.strip_prefix(b" ").unwrap_or(after_colon)
+}
+
+/// Hand an event to the caller: its name (`None` when absent or empty) as text, and its data.
+fn deliver(name: Option<&[u8]>, data: Cow<'_, str>, on_event: &mut impl FnMut(SseEvent<'_>)) {
+    let name = name.filter(|name| !name.is_empty()).map(event_name);
+    on_event(SseEvent { event: name.as_deref(), data: &data });
+}
+
 /// Parse one complete event (its lines through the terminating blank line) and dispatch it.
 fn dispatch(bytes: &[u8], joined: &mut String, on_event: &mut impl FnMut(SseEvent<'_>)) {
     let mut pos = 0;
@@ -325,11 +393,7 @@ fn emit<'a>(lines: impl Iterator<Item = &'a [u8]>, joined: &mut String, on_event
             continue;
         }
         let (name, value) = match line.iter().position(|&c| c == b':') {
-            Some(c) => {
-                let v = line.get(c + 1..).unwrap_or_default();
-                let v = v.strip_prefix(b" ").unwrap_or(v);
-                (line.get(..c).unwrap_or_default(), v)
-            }
+            Some(c) => (line.get(..c).unwrap_or_default(), field_value(line.get(c + 1..).unwrap_or_default())),
             None => (line, &b""[..]),
         };
         match name {
@@ -353,8 +417,7 @@ fn emit<'a>(lines: impl Iterator<Item = &'a [u8]>, joined: &mut String, on_event
         return;
     };
     let data: Cow<'_, str> = if multi { Cow::Borrowed(joined.as_str()) } else { utf8_lossy(first) };
-    let event = event.filter(|e| !e.is_empty()).map(event_name);
-    on_event(SseEvent { event: event.as_deref(), data: &data });
+    deliver(event, data, on_event);
 }
 
 /// An event's name as text. The names the protocols use are matched as bytes, which costs less
@@ -841,6 +904,77 @@ pub(crate) mod tests {
             // Each byte is examined at most ~twice (line scan, then the dispatch parse).
             assert!(s.work() <= 2 * input.len() as u64 + 64, "work {} for {}", s.work(), input.len());
         }
+    }
+
+    /// Pieces of streams: events of the usual shape and every near miss of it (other line
+    /// endings, comments, other fields, several data lines, no data, no colon, a cut line).
+    const PIECES: [&[u8]; 20] = [
+        b"event: content_block_delta\ndata: {\"a\":1}\n\n",
+        b"data: {\"b\":2}\n\n",
+        b"event:ping\ndata:x\n\n",
+        b"event: \ndata: unnamed\n\n",
+        b"event: a\r\ndata: b\r\n\r\n",
+        b"event: a\ndata: b\r\n\n",
+        b"event: a\ndata: b\n\r\n",
+        b"data: a\rdata: b\n\n",
+        b"data: one\ndata: two\n\n",
+        b"event: only-a-name\n\n",
+        b"data\n\n",
+        b": keep-alive\n\n",
+        b"event: a\n: between\ndata: b\n\n",
+        b"id: 7\ndata: y\n\n",
+        b"event: a\nData: x\n\n",
+        b"data: caf\xC3\xA9 \xFF\n\n",
+        b"event: cut\ndata: {\"x\":",
+        b"\n",
+        b"\r",
+        b"data:  two spaces\n\n",
+    ];
+
+    proptest::proptest! {
+        /// Events read from whole chunks (where the usual shape takes the short way) are the
+        /// events read a byte at a time (where it never can), with the same bytes left pending
+        /// and the same refusal of an event over the limit.
+        #[test]
+        #[allow(clippy::indexing_slicing)]
+        fn events_read_from_whole_chunks_are_those_read_byte_by_byte(
+            picks in proptest::collection::vec(0..PIECES.len(), 0..16),
+            cuts in proptest::collection::vec(1usize..80, 1..6),
+            limit in proptest::prop_oneof![proptest::strategy::Just(usize::MAX), 10usize..60],
+        ) {
+            let input: Vec<u8> = picks.iter().flat_map(|&i| PIECES[i].iter().copied()).collect();
+            let read = |sizes: &mut dyn FnMut() -> usize| {
+                let mut scanner = SseScanner::with_limit(limit);
+                let mut events = Vec::new();
+                let mut rest = &input[..];
+                while !rest.is_empty() {
+                    let (piece, tail) = rest.split_at(sizes().clamp(1, rest.len()));
+                    events.extend(feed_all(&mut scanner, &[piece]));
+                    rest = tail;
+                }
+                (events, scanner.pending_bytes(), scanner.overflowed())
+            };
+            let bytewise = read(&mut || 1);
+            proptest::prop_assert_eq!(&read(&mut || usize::MAX), &bytewise);
+            let mut next = cuts.iter().cycle();
+            proptest::prop_assert_eq!(&read(&mut || next.next().copied().unwrap_or(1)), &bytewise);
+        }
+    }
+
+    #[test]
+    fn the_usual_shape_is_read_without_the_general_walk() {
+        // The general walk counts each line start as work besides the bytes; the short way
+        // counts an event's bytes once.
+        let input = b"event: content_block_delta\ndata: {\"a\":1}\n\ndata: [DONE]\n\n";
+        let mut s = SseScanner::new();
+        let got = feed_all(&mut s, &[input]);
+        assert_eq!(got, vec![ev(Some("content_block_delta"), "{\"a\":1}"), ev(None, "[DONE]")]);
+        assert_eq!(s.work(), input.len() as u64);
+        // Behind an event of another shape, the rest of the chunk is walked.
+        let mut s = SseScanner::new();
+        let input = b": hi\ndata: 1\n\ndata: 2\n\n";
+        assert_eq!(feed_all(&mut s, &[input]), vec![ev(None, "1"), ev(None, "2")]);
+        assert!(s.work() > input.len() as u64);
     }
 
     #[test]
