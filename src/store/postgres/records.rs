@@ -103,7 +103,7 @@ impl RecordDb for PgRecords {
     fn insert_batch(&mut self, records: &[RequestRecord]) -> Result<usize, StoreError> {
         let mut details: Vec<(String, String)> = Vec::with_capacity(records.len());
         for r in records {
-            details.push((r.id.clone(), detail_json(r)?));
+            details.push((r.id.clone(), detail_json(r)));
         }
         let periods = self.periods.missing(records);
         let inserted = self.with(|client| {

@@ -778,3 +778,91 @@ fn extreme_start_times_are_listed_by_value_without_overflow() {
     let unwalked = Filter { endpoint: None, ..window };
     assert_eq!(all_pages(&c, &unwalked, 5), [tid(0, "zero")]);
 }
+
+mod detail_property {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-zA-Z0-9 /._:-]{0,16}",
+            "\\PC{0,8}",
+            // What must be escaped: quotes, backslashes, control characters.
+            "[\"\\\\\\x00-\\x1fa→]{0,6}",
+        ]
+    }
+
+    fn millis() -> impl Strategy<Value = f64> {
+        prop_oneof![Just(0.0), 0.0f64..1e7, proptest::num::f64::NORMAL]
+    }
+
+    fn attempt() -> impl Strategy<Value = AttemptRecord> {
+        let classification = prop_oneof![
+            Just(Classification::Success),
+            Just(Classification::Neutral),
+            Just(Classification::Failure),
+            Just(Classification::RateLimited),
+            Just(Classification::Transient),
+            Just(Classification::Cancelled),
+        ];
+        (
+            (text(), proptest::option::of(text()), text(), millis(), millis()),
+            (proptest::option::of(any::<u16>()), proptest::option::of(text()), proptest::option::of(text())),
+            (classification, proptest::option::of(text())),
+        )
+            .prop_map(
+                |(
+                    (endpoint, resume, format, started_ms, duration_ms),
+                    (status, error_kind, error),
+                    (classification, breaker),
+                )| AttemptRecord {
+                    endpoint,
+                    resume,
+                    format,
+                    started_ms,
+                    duration_ms,
+                    status,
+                    error_kind,
+                    error,
+                    classification,
+                    breaker,
+                },
+            )
+    }
+
+    fn error() -> impl Strategy<Value = RecordError> {
+        (text(), proptest::option::of(text()), text(), proptest::option::of(text()))
+            .prop_map(|(source, kind, message, upstream_body)| RecordError { source, kind, message, upstream_body })
+    }
+
+    proptest! {
+        /// Whatever a record's detail holds (text that needs escaping or not, fields present or
+        /// at their default, any number of attempts), it is stored and read back as it was.
+        #[test]
+        fn a_record_s_detail_reads_back_as_it_was_recorded(
+            (method, path, user_agent, session_id, model_answered) in
+                (text(), text(), proptest::option::of(text()), proptest::option::of(text()), proptest::option::of(text())),
+            (error, first_token_ms, attempts) in
+                (proptest::option::of(error()), proptest::option::of(millis()), proptest::collection::vec(attempt(), 0..4)),
+            (conversion, losses, affinity) in
+                (proptest::option::of(text()), proptest::collection::vec(text(), 0..3), any::<bool>()),
+        ) {
+            let id = tid(1_700_000_000_000, "p");
+            let mut r = record(&id, 1_700_000_000_000);
+            r.method = method.into();
+            r.path = path;
+            r.user_agent = user_agent;
+            r.session_id = session_id;
+            r.model_answered = model_answered;
+            r.error = error;
+            r.first_token_ms = first_token_ms;
+            r.attempts = attempts;
+            r.conversion = conversion;
+            r.losses = losses;
+            r.affinity = affinity;
+            let mut c = db();
+            prop_assert_eq!(insert_batch(&mut c, std::slice::from_ref(&r)).unwrap(), 1);
+            prop_assert_eq!(read_back(&c, &id), r);
+        }
+    }
+}

@@ -6,7 +6,7 @@ use rusqlite::{CachedStatement, Connection, ToSql, TransactionBehavior, params};
 use super::PeriodsWritten;
 use serde::Serialize;
 
-use crate::observe::record::{AttemptRecord, RecordError, RequestRecord};
+use crate::observe::record::{AttemptRecord, RequestRecord};
 use crate::store::StoreError;
 use crate::store::sql::Sql;
 
@@ -94,38 +94,168 @@ impl<'a> Columns<'a> {
 /// The stored detail: the record as JSON without what its `requests` row holds (`Columns`);
 /// `query::get` puts those fields back from the row. A detail stored whole (before this was
 /// so) reads the same: the row's values are the ones it holds.
-pub fn detail_json(r: &RequestRecord) -> Result<String, StoreError> {
-    serde_json::to_string(&Detail::of(r)).map_err(|e| StoreError::Corrupt(format!("record {}: {e}", r.id)))
+///
+/// Fields at their default (`null`, `[]`, `false`) are left out, as most are on a request that
+/// went well: writing their keys was a third of the detail's cost. [`restore_detail_defaults`]
+/// puts them back when the detail is read. Written by hand, not derived: a derived serializer
+/// checked every key for characters to escape and wrote it in three pieces, which cost twice
+/// what the rest of the detail did (BENCHMARKS.md).
+pub fn detail_json(r: &RequestRecord) -> String {
+    // Every field named, none with `..`: a field added to the record must be placed here or in
+    // `Columns` (and `query::get`) before this compiles.
+    let RequestRecord {
+        id: _,
+        started_at_ms: _,
+        protocol: _,
+        method,
+        path,
+        user_agent,
+        session_id,
+        model_requested: _,
+        model_sent: _,
+        model_answered,
+        endpoint: _,
+        stream: _,
+        status: _,
+        error,
+        first_byte_ms: _,
+        first_token_ms,
+        total_ms: _,
+        overhead_ms: _,
+        tokens: _,
+        cost_usd: _,
+        attempts,
+        failed_over: _,
+        conversion,
+        losses,
+        client_key: _,
+        affinity,
+    } = r;
+    let mut out = Vec::with_capacity(160 + 160 * attempts.len());
+    let mut detail = JsonObject::open(&mut out);
+    detail.text("method", method);
+    detail.text("path", path);
+    detail.text_if("user_agent", user_agent.as_deref());
+    detail.text_if("session_id", session_id.as_deref());
+    detail.text_if("model_answered", model_answered.as_deref());
+    if let Some(error) = error {
+        detail.value("error", error);
+    }
+    if let Some(ms) = first_token_ms {
+        detail.value("first_token_ms", ms);
+    }
+    detail.key("attempts");
+    detail.out.push(b'[');
+    for (i, attempt) in attempts.iter().enumerate() {
+        if i > 0 {
+            detail.out.push(b',');
+        }
+        write_attempt(detail.out, attempt);
+    }
+    detail.out.push(b']');
+    detail.text_if("conversion", conversion.as_deref());
+    if !losses.is_empty() {
+        detail.value("losses", losses);
+    }
+    if *affinity {
+        detail.value("affinity", &true);
+    }
+    detail.close();
+    // Only text and serde_json's output went in: always UTF-8.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
-/// The fields of a record only its detail holds. Those at their default (`null`, `[]`, `false`)
-/// are left out, as most are on a request that went well: writing their keys was a third of the
-/// detail's cost. [`restore_detail_defaults`] puts them back when the detail is read.
-#[derive(Serialize)]
-struct Detail<'a> {
-    method: &'a str,
-    path: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    user_agent: &'a Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    session_id: &'a Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    model_answered: &'a Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: &'a Option<RecordError>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    first_token_ms: Option<f64>,
-    attempts: StoredAttempts<'a>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    conversion: &'a Option<String>,
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    losses: &'a [String],
-    #[serde(skip_serializing_if = "is_false")]
-    affinity: bool,
+/// One attempt of the detail, with the fields at `null` left out (`ATTEMPT_NULLS`).
+fn write_attempt(out: &mut Vec<u8>, attempt: &AttemptRecord) {
+    // Every field named, none with `..`: a field added to an attempt must be placed here.
+    let AttemptRecord {
+        endpoint,
+        resume,
+        format,
+        started_ms,
+        duration_ms,
+        status,
+        error_kind,
+        error,
+        classification,
+        breaker,
+    } = attempt;
+    let mut json = JsonObject::open(out);
+    json.text("endpoint", endpoint);
+    json.text_if("resume", resume.as_deref());
+    json.text("format", format);
+    json.value("started_ms", started_ms);
+    json.value("duration_ms", duration_ms);
+    if let Some(status) = status {
+        json.value("status", status);
+    }
+    json.text_if("error_kind", error_kind.as_deref());
+    json.text_if("error", error.as_deref());
+    json.value("classification", classification);
+    json.text_if("breaker", breaker.as_deref());
+    json.close();
 }
 
-fn is_false(b: &bool) -> bool {
-    !*b
+/// A JSON object being written: keys are the detail's own names (nothing to escape), values
+/// are written by serde_json, strings with nothing to escape straight.
+struct JsonObject<'a> {
+    out: &'a mut Vec<u8>,
+    /// No member written yet.
+    empty: bool,
+}
+
+impl<'a> JsonObject<'a> {
+    fn open(out: &'a mut Vec<u8>) -> Self {
+        out.push(b'{');
+        JsonObject { out, empty: true }
+    }
+
+    fn close(self) {
+        self.out.push(b'}');
+    }
+
+    fn key(&mut self, name: &'static str) {
+        if self.empty {
+            self.empty = false;
+        } else {
+            self.out.push(b',');
+        }
+        self.out.push(b'"');
+        self.out.extend_from_slice(name.as_bytes());
+        self.out.extend_from_slice(b"\":");
+    }
+
+    fn text(&mut self, name: &'static str, text: &str) {
+        self.key(name);
+        push_json_string(self.out, text);
+    }
+
+    fn text_if(&mut self, name: &'static str, text: Option<&str>) {
+        if let Some(text) = text {
+            self.text(name, text);
+        }
+    }
+
+    fn value(&mut self, name: &'static str, value: &impl Serialize) {
+        self.key(name);
+        // Numbers, flags and the record's own types cannot fail to serialise; `null` keeps the
+        // detail well-formed if one ever did.
+        if serde_json::to_writer(&mut *self.out, value).is_err() {
+            self.out.extend_from_slice(b"null");
+        }
+    }
+}
+
+/// A JSON string: straight when nothing in it needs escaping (a quote, a backslash, a control
+/// character), as nearly every name and path in a record; else as serde_json escapes it.
+fn push_json_string(out: &mut Vec<u8>, text: &str) {
+    if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push(b'"');
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
+    } else if serde_json::to_writer(&mut *out, text).is_err() {
+        out.extend_from_slice(b"null");
+    }
 }
 
 /// The keys a stored detail may leave out that stand for `null`; `losses` stands for `[]` and
@@ -135,7 +265,7 @@ const DETAIL_NULLS: [&str; 6] = ["user_agent", "session_id", "model_answered", "
 /// The keys a stored attempt may leave out; each stands for `null`.
 const ATTEMPT_NULLS: [&str; 4] = ["status", "error_kind", "error", "breaker"];
 
-/// Put back the keys [`Detail`] leaves out at their default, so a record reads as it was
+/// Put back the keys `detail_json` leaves out at their default, so a record reads as it was
 /// recorded (and as a detail stored whole reads).
 pub(super) fn restore_detail_defaults(detail: &mut serde_json::Map<String, serde_json::Value>) {
     for key in DETAIL_NULLS {
@@ -147,113 +277,6 @@ pub(super) fn restore_detail_defaults(detail: &mut serde_json::Map<String, serde
     for attempt in attempts.into_iter().flatten().filter_map(serde_json::Value::as_object_mut) {
         for key in ATTEMPT_NULLS {
             attempt.entry(key).or_insert(serde_json::Value::Null);
-        }
-    }
-}
-
-/// A record's attempts as its detail stores them.
-struct StoredAttempts<'a>(&'a [AttemptRecord]);
-
-impl Serialize for StoredAttempts<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(StoredAttempt::of))
-    }
-}
-
-/// One attempt, with the fields at `null` left out (`ATTEMPT_NULLS`).
-#[derive(Serialize)]
-struct StoredAttempt<'a> {
-    endpoint: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    resume: &'a Option<String>,
-    format: &'a str,
-    started_ms: f64,
-    duration_ms: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    status: Option<u16>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error_kind: &'a Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: &'a Option<String>,
-    classification: crate::observe::record::Classification,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    breaker: &'a Option<String>,
-}
-
-impl<'a> StoredAttempt<'a> {
-    fn of(a: &'a AttemptRecord) -> StoredAttempt<'a> {
-        // Every field named, none with `..`: a field added to an attempt must be placed here.
-        let AttemptRecord {
-            endpoint,
-            resume,
-            format,
-            started_ms,
-            duration_ms,
-            status,
-            error_kind,
-            error,
-            classification,
-            breaker,
-        } = a;
-        StoredAttempt {
-            endpoint,
-            resume,
-            format,
-            started_ms: *started_ms,
-            duration_ms: *duration_ms,
-            status: *status,
-            error_kind,
-            error,
-            classification: *classification,
-            breaker,
-        }
-    }
-}
-
-impl<'a> Detail<'a> {
-    fn of(r: &'a RequestRecord) -> Detail<'a> {
-        // Every field named, none with `..`: a field added to the record must be placed here
-        // or in `Columns` (and `query::get`) before this compiles.
-        let RequestRecord {
-            id: _,
-            started_at_ms: _,
-            protocol: _,
-            method,
-            path,
-            user_agent,
-            session_id,
-            model_requested: _,
-            model_sent: _,
-            model_answered,
-            endpoint: _,
-            stream: _,
-            status: _,
-            error,
-            first_byte_ms: _,
-            first_token_ms,
-            total_ms: _,
-            overhead_ms: _,
-            tokens: _,
-            cost_usd: _,
-            attempts,
-            failed_over: _,
-            conversion,
-            losses,
-            client_key: _,
-            affinity,
-        } = r;
-        Detail {
-            method,
-            path,
-            user_agent,
-            session_id,
-            model_answered,
-            error,
-            first_token_ms: *first_token_ms,
-            attempts: StoredAttempts(attempts),
-            conversion,
-            losses,
-            affinity: *affinity,
         }
     }
 }
@@ -351,7 +374,7 @@ pub fn insert_batch_noting(
             if batch == Batch::MayBeStored && stored.exists(params![c.started_at, c.id])? {
                 continue;
             }
-            let json = detail_json(r)?;
+            let json = detail_json(r);
             rows.push((c, json));
         }
     }
