@@ -1,7 +1,7 @@
 //! The benchmark harness's own client (`bench/run`), for what `wrk` cannot measure.
 //!
 //! ```text
-//! bench_client body --kind small|large|codex --model M [--stream]          # a request body on stdout
+//! bench_client body --kind small|large|codex|chat --model M [--stream]     # a request body on stdout
 //! bench_client latency --target 'NAME|URL|BODY_FILE[|Header: value...]' ... --n N [--stream]
 //!                      [--pre 'NAME|URL'] [--out FILE]
 //! bench_client streams --url URL --body FILE [--header 'Name: value'] --streams N --pace-ms P
@@ -46,10 +46,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Print a request body on stdout (Anthropic Messages; `codex`: a Responses request).
+    /// Print a request body on stdout (Anthropic Messages; `codex`: a Responses request; `chat`:
+    /// an OpenAI Chat request).
     Body {
-        /// `small` (one short user turn), `large` (Claude Code turn 2 grown to ~200 KB of history)
-        /// or `codex` (Codex CLI's turn 2, a Responses request).
+        /// `small` (one short user turn), `large` (Claude Code turn 2 grown to ~200 KB of history),
+        /// `codex` (Codex CLI's turn 2, a Responses request) or `chat` (the short turn as an
+        /// OpenAI SDK sends it to Chat Completions).
         #[arg(long)]
         kind: String,
         #[arg(long)]
@@ -132,6 +134,7 @@ fn main() {
                 "small" => small_body(&model, stream),
                 "large" => long_history(&fixtures, &model, stream, size),
                 "codex" => codex_turn(&fixtures, &model, stream),
+                "chat" => chat_body(&model, stream),
                 other => panic!("unknown body kind {other}"),
             };
             println!("{}", String::from_utf8(body).unwrap());
@@ -202,6 +205,21 @@ fn small_body(model: &str, stream: bool) -> Vec<u8> {
         "stream": stream,
     }))
     .unwrap()
+}
+
+/// The short turn as an OpenAI SDK sends it to Chat Completions (asking for usage in a stream,
+/// as clients that count tokens do).
+fn chat_body(model: &str, stream: bool) -> Vec<u8> {
+    let mut body = json!({
+        "model": model,
+        "max_completion_tokens": 256,
+        "messages": [{"role": "user", "content": "Write a haiku about a gateway."}],
+        "stream": stream,
+    });
+    if stream {
+        body["stream_options"] = json!({"include_usage": true});
+    }
+    serde_json::to_vec(&body).unwrap()
 }
 
 /// Claude Code's turn-2 request with its history grown to about `target` bytes by repeating
