@@ -232,9 +232,14 @@ fn build(p: Proto, body_bytes: usize, delta_bytes: usize) -> Prebuilt {
                         "logprobs": null, "finish_reason": null}]),
                 Value::Null,
             );
-            let delta = chunk(
-                json!([{"index": 0, "delta": {"content": delta_text}, "logprobs": null, "finish_reason": null}]),
-                Value::Null,
+            // In OpenAI's member order (`json!` would sort the keys), as the API streams it.
+            let delta = format!(
+                "data: {{\"id\":\"chatcmpl-mock0001\",\"object\":\"chat.completion.chunk\",\"created\":1760000000,\
+                 \"model\":{},\"service_tier\":\"default\",\"system_fingerprint\":\"fp_mock\",\
+                 \"choices\":[{{\"index\":0,\"delta\":{{\"content\":{}}},\"logprobs\":null,\"finish_reason\":null}}],\
+                 \"usage\":null}}\n\n",
+                Value::from(MODEL),
+                Value::String(delta_text.clone())
             );
             let tail = [
                 chunk(json!([{"index": 0, "delta": {}, "logprobs": null, "finish_reason": "stop"}]), Value::Null),

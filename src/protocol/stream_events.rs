@@ -18,6 +18,8 @@ use super::sse::SseEvent;
 
 use super::Format;
 
+mod plain_chat;
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum EventKind {
     /// Held back until content arrives: Anthropic `message_start`, `ping`; Responses
@@ -164,6 +166,16 @@ fn openai(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
     if ev.event == Some("error") {
         return error_from_data(data, ErrorAt::ErrorKey);
     }
+    if let Some(delta) = plain_chat::plain_chat_delta(data) {
+        note_chat_model(Some(delta.model), ctx);
+        // Choices with no finish, no usage: content, or a preamble when the content is empty.
+        return if delta.content { EventKind::Content } else { EventKind::Preamble };
+    }
+    parsed_chat_chunk(data, ctx)
+}
+
+/// A Chat chunk that is not `[DONE]` nor named an error, classified from its parse.
+fn parsed_chat_chunk(data: &str, ctx: &mut StreamContext) -> EventKind {
     let Ok(chunk) = serde_json::from_str::<ChatChunk<'_>>(data) else {
         return EventKind::Malformed;
     };

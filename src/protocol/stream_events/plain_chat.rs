@@ -1,0 +1,220 @@
+//! A Chat content chunk as OpenAI writes it (and the vendors that copy its shape), matched whole,
+//! byte for byte, instead of parsed. Such chunks are nearly all of a Chat stream, and parsing one
+//! (~4.5 k instructions) to learn that it is content cost as much as the rest of relaying it.
+//!
+//! The match is exact: every byte of the chunk is accounted for by the shape below, so a chunk it
+//! accepts is valid JSON that the parse would read the same way — a content delta with no finish,
+//! no usage and no error, naming its model. Anything else (another member order, whitespace, a
+//! role or a tool call in the delta, a `\u` escape, a finish reason) is left to the parse.
+//!
+//! ```text
+//! {"id":S,"object":"chat.completion.chunk","created":N,"model":S[,"service_tier":S]
+//!  [,"system_fingerprint":S|null],"choices":[{"index":0,"delta":{"content":T},"logprobs":null,
+//!  "finish_reason":null}][,"usage":null][,"obfuscation":S]}
+//! ```
+//! S: a string with no escape; N: a whole number; T: any string without a `\u` escape.
+
+/// What a matched chunk tells its classification.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct PlainChatDelta<'a> {
+    pub model: &'a str,
+    /// The delta's content is not empty.
+    pub content: bool,
+}
+
+pub(super) fn plain_chat_delta(data: &str) -> Option<PlainChatDelta<'_>> {
+    let mut c = Cursor(data);
+    c.literal(r#"{"id":"#)?;
+    c.plain_string()?;
+    c.literal(r#","object":"chat.completion.chunk","created":"#)?;
+    c.whole_number()?;
+    c.literal(r#","model":"#)?;
+    let model = c.plain_string()?;
+    if c.literal(r#","service_tier":"#).is_some() {
+        c.plain_string()?;
+    }
+    if c.literal(r#","system_fingerprint":"#).is_some() && c.literal("null").is_none() {
+        c.plain_string()?;
+    }
+    c.literal(r#","choices":[{"index":0,"delta":{"content":"#)?;
+    let content = c.string_without_unicode_escapes()?;
+    c.literal(r#"},"logprobs":null,"finish_reason":null}]"#)?;
+    let _ = c.literal(r#","usage":null"#);
+    if c.literal(r#","obfuscation":"#).is_some() {
+        c.plain_string()?;
+    }
+    c.literal("}")?;
+    c.0.is_empty().then_some(PlainChatDelta { model, content: !content.is_empty() })
+}
+
+/// The text not matched yet; each step consumes what it matched, or nothing when it fails.
+struct Cursor<'a>(&'a str);
+
+impl<'a> Cursor<'a> {
+    fn literal(&mut self, text: &str) -> Option<()> {
+        self.0 = self.0.strip_prefix(text)?;
+        Some(())
+    }
+
+    /// A string with nothing escaped (no backslash, no control character): its text as written
+    /// is its value.
+    fn plain_string(&mut self) -> Option<&'a str> {
+        let inner = self.0.strip_prefix('"')?;
+        let end = inner.bytes().position(|b| b == b'"' || b == b'\\' || b < 0x20)?;
+        let (value, rest) = inner.split_at(end);
+        self.0 = rest.strip_prefix('"')?;
+        Some(value)
+    }
+
+    /// A valid JSON string whose escapes are all single characters (`\n`, `\"`, ...); returns its
+    /// text as written. A `\u` escape is refused: whether a lone surrogate is an error depends on
+    /// how the parse reads the value, which this does not decide.
+    fn string_without_unicode_escapes(&mut self) -> Option<&'a str> {
+        let inner = self.0.strip_prefix('"')?;
+        let bytes = inner.as_bytes();
+        let mut at = 0;
+        loop {
+            match *bytes.get(at)? {
+                b'"' => break,
+                b'\\' if matches!(bytes.get(at + 1), Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't')) => {
+                    at += 2;
+                }
+                b if b < 0x20 || b == b'\\' => return None,
+                _ => at += 1,
+            }
+        }
+        let (value, rest) = inner.split_at(at);
+        self.0 = rest.strip_prefix('"')?;
+        Some(value)
+    }
+
+    /// A JSON number that is a whole number written plainly (no sign, fraction or exponent, and
+    /// no leading zero, which JSON forbids).
+    fn whole_number(&mut self) -> Option<()> {
+        let digits = self.0.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 || (digits > 1 && self.0.starts_with('0')) {
+            return None;
+        }
+        self.0 = self.0.get(digits..)?;
+        Some(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::super::{EventKind, StreamContext, parsed_chat_chunk};
+    use super::*;
+    use proptest::prelude::*;
+
+    /// JSON strings, mostly valid: plain text, escapes of every kind; now and then a `\u` escape,
+    /// a bad escape, a raw control character, an unclosed string or not a string at all.
+    fn string() -> impl Strategy<Value = String> {
+        prop_oneof![
+            12 => "[a-zA-Z0-9 ._-]{0,8}".prop_map(|s| format!("\"{s}\"")),
+            8 => "[a-z \"\\\\/\n\t\u{8}\u{c}\r\u{1}é😀]{0,6}".prop_map(|s| serde_json::to_string(&s).unwrap()),
+            1 => Just(r#""\u00e9""#.to_owned()),
+            1 => Just(r#""\ud800""#.to_owned()),
+            1 => Just(r#""a\qb""#.to_owned()),
+            1 => Just("\"a\tb\"".to_owned()),
+            1 => Just("\"open".to_owned()),
+            1 => Just("null".to_owned()),
+            1 => Just("7".to_owned()),
+        ]
+    }
+
+    /// The first option (as OpenAI writes it) most of the time, else one of the others.
+    fn one_of(options: &'static [&'static str]) -> impl Strategy<Value = String> {
+        let usual = options[0];
+        prop_oneof![
+            3 * (options.len() - 1).max(1) as u32 => Just(usual.to_owned()),
+            options.len() as u32 => prop::sample::select(options).prop_map(str::to_owned),
+        ]
+    }
+
+    /// Chunks in OpenAI's shape and near it: each member as OpenAI writes it or changed.
+    fn chunk() -> impl Strategy<Value = String> {
+        let head = (
+            string(),
+            one_of(&[
+                r#","object":"chat.completion.chunk""#,
+                r#","object":"error""#,
+                r#", "object":"chat.completion.chunk""#,
+            ]),
+            one_of(&["1741570283", "0", "012", "-1", "1.5", "1e3", "\"1\""]),
+            string(),
+            prop::option::of(string()),
+            prop::option::of(prop_oneof![Just("null".to_owned()), string()]),
+        );
+        let choices = (
+            one_of(&[
+                r#","choices":[{"index":0,"delta":{"content":"#,
+                r#","choices":[{"index":1,"delta":{"content":"#,
+                r#","choices":[{"index":0,"delta":{"role":"assistant","content":"#,
+                r#","choices":{"index":0,"delta":{"content":"#,
+            ]),
+            string(),
+            one_of(&[
+                r#"},"logprobs":null,"finish_reason":null}]"#,
+                r#"},"logprobs":null,"finish_reason":"stop"}]"#,
+                r#"},"logprobs":null,"finish_reason":""}]"#,
+                r#"},"finish_reason":null}]"#,
+            ]),
+        );
+        let tail = (
+            prop::option::of(one_of(&[r#","usage":null"#, r#","usage":{"prompt_tokens":3}"#, r#","usage":{}"#])),
+            prop::option::of(string()),
+            one_of(&["}", "} ", "", r#","error":{"message":"x"}}"#, r#","model":"again"}"#, "}}"]),
+        );
+        (head, choices, tail).prop_map(
+            |((id, object, created, model, tier, fingerprint), (open, content, close), (usage, obfuscation, end))| {
+                let mut s = format!("{{\"id\":{id}{object},\"created\":{created},\"model\":{model}");
+                if let Some(tier) = tier {
+                    s += &format!(",\"service_tier\":{tier}");
+                }
+                if let Some(fingerprint) = fingerprint {
+                    s += &format!(",\"system_fingerprint\":{fingerprint}");
+                }
+                s += &format!("{open}{content}{close}{}", usage.unwrap_or_default());
+                if let Some(o) = obfuscation {
+                    s += &format!(",\"obfuscation\":{o}");
+                }
+                s + &end
+            },
+        )
+    }
+
+    fn parsed(data: &str) -> (EventKind, Option<String>) {
+        let mut ctx = StreamContext::default();
+        let kind = parsed_chat_chunk(data, &mut ctx);
+        (kind, ctx.model)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+        /// Whenever the match accepts a chunk, the parse classifies it as the match does and
+        /// reads the same model.
+        #[test]
+        fn a_matched_chunk_is_classified_as_its_parse_would(data in chunk()) {
+            if let Some(delta) = plain_chat_delta(&data) {
+                let kind = if delta.content { EventKind::Content } else { EventKind::Preamble };
+                let model = Some(delta.model.to_owned()).filter(|m| !m.is_empty());
+                prop_assert_eq!((kind, model), parsed(&data), "{}", data);
+            }
+        }
+    }
+
+    #[test]
+    fn chunks_as_the_api_writes_them_are_matched() {
+        let openai = r#"{"id":"chatcmpl-B9MB","object":"chat.completion.chunk","created":1741570283,"model":"gpt-4o-2024-08-06","service_tier":"default","system_fingerprint":"fp_fc9f1d7035","choices":[{"index":0,"delta":{"content":"Bon\"jour\n"},"logprobs":null,"finish_reason":null}],"usage":null}"#;
+        assert_eq!(plain_chat_delta(openai), Some(PlainChatDelta { model: "gpt-4o-2024-08-06", content: true }));
+        let deepseek = r#"{"id":"d1","object":"chat.completion.chunk","created":1,"model":"deepseek-chat","system_fingerprint":null,"choices":[{"index":0,"delta":{"content":""},"logprobs":null,"finish_reason":null}]}"#;
+        assert_eq!(plain_chat_delta(deepseek), Some(PlainChatDelta { model: "deepseek-chat", content: false }));
+        assert_eq!(parsed(deepseek), (EventKind::Preamble, Some("deepseek-chat".to_owned())));
+        // The first chunk names the role, the last one finishes: both are parsed.
+        let role = openai.replace(r#""delta":{"#, r#""delta":{"role":"assistant","#);
+        let finish = openai.replace(r#""finish_reason":null"#, r#""finish_reason":"stop""#);
+        assert_eq!(plain_chat_delta(&role), None);
+        assert_eq!(plain_chat_delta(&finish), None);
+    }
+}
