@@ -189,6 +189,16 @@ impl StreamUsage {
     }
 
     fn observe_chat(&mut self, ev: &SseEvent<'_>) {
+        // Most chunks of a stream whose client asked for usage end with a null one (it comes in
+        // a last chunk of its own). Such a chunk has nothing to tell once the model is settled,
+        // and seeing that costs less than searching it for a usage object.
+        if (self.model.is_some() || self.model_tries >= MODEL_TRIES) && ends_with_null_usage(ev.data) {
+            return;
+        }
+        self.observe_chat_searched(ev);
+    }
+
+    fn observe_chat_searched(&mut self, ev: &SseEvent<'_>) {
         if !self.worth_parsing(ev.data, "\"model\"") {
             return;
         }
@@ -270,6 +280,16 @@ fn has_usage_object(data: &str) -> bool {
         }
     }
     false
+}
+
+/// Whether the text ends with a top-level `"usage":null`: in valid JSON, a key (an unescaped
+/// quoted string followed by a colon) whose object the text's last brace closes is the
+/// outermost object's, so its usage is null. Any other `usage` in the chunk would then be nested
+/// (which the reader ignores) or the same key again (which fails its parse): either way the
+/// chunk has no usage to read. Text that is not valid JSON fails the parse too.
+fn ends_with_null_usage(data: &str) -> bool {
+    const TAIL: &str = "\"usage\":null}";
+    data.strip_suffix(TAIL).is_some_and(|before| !before.ends_with('\\'))
 }
 
 /// Whether `key` occurs in `data`, through memchr's SIMD search (`str::contains` sets up a
@@ -930,5 +950,58 @@ data: {\"type\":\"response.completed\",\"sequence_number\":5,\"response\":{\"id\
         assert!(!has_usage_object(r#"{"text":"the \"usage\": {} key"}"#));
         assert!(!has_usage_object(r#"{"usage""#));
         assert!(!has_usage_object(""));
+    }
+
+    mod null_usage_tail {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Chat chunks with their usage in every place and form: null last, an object last,
+        /// the key twice, a usage nested in a choice, a key that only ends in `usage`, a model or
+        /// none, a chunk cut short.
+        fn chunk() -> impl Strategy<Value = String> {
+            let model = prop::sample::select(vec![r#","model":"m1""#, r#","model":"""#, r#","model":null"#, ""]);
+            let choices = prop::sample::select(vec![
+                r#","choices":[{"delta":{"content":"x"}}]"#,
+                r#","choices":[{"delta":{},"usage":{"prompt_tokens":9}}]"#,
+                "",
+            ]);
+            // Each usage object counts differently, so passing one over would show.
+            let member = prop_oneof![
+                Just(r#","usage":null"#.to_owned()),
+                (1u32..1000).prop_map(|n| format!(r#","usage":{{"prompt_tokens":{n},"completion_tokens":4}}"#)),
+                Just(r#","a\"usage":null"#.to_owned()),
+                Just(r#","usage": null"#.to_owned()),
+            ];
+            let end = prop::sample::select(vec!["}", "}", "}", "} ", ""]);
+            (model, choices, prop::collection::vec(member, 0..3), end).prop_map(|(model, choices, members, end)| {
+                format!("{{\"id\":\"c\"{model}{choices}{}{end}", members.concat())
+            })
+        }
+
+        proptest! {
+            /// Passing over a chunk that ends with a null usage once the model is settled reads
+            /// every stream as searching each chunk does.
+            #[test]
+            fn a_chunk_passed_over_had_nothing_to_tell(chunks in prop::collection::vec(chunk(), 1..8)) {
+                let (mut quick, mut searching) = (StreamUsage::default(), StreamUsage::default());
+                for data in &chunks {
+                    let ev = SseEvent { event: None, data };
+                    quick.observe(Format::Openai, &ev);
+                    searching.observe_chat_searched(&ev);
+                    prop_assert_eq!(quick.tokens(), searching.tokens(), "{}", data);
+                    prop_assert_eq!(quick.model(), searching.model(), "{}", data);
+                }
+            }
+        }
+
+        #[test]
+        fn only_a_top_level_null_usage_at_the_very_end_counts() {
+            assert!(ends_with_null_usage(r#"{"model":"m","choices":[],"usage":null}"#));
+            assert!(!ends_with_null_usage(r#"{"model":"m","usage":null} "#));
+            assert!(!ends_with_null_usage(r#"{"model":"m","usage": null}"#));
+            assert!(!ends_with_null_usage(r#"{"a\"usage":null}"#));
+            assert!(!ends_with_null_usage(r#"{"usage":{"prompt_tokens":1}}"#));
+        }
     }
 }
