@@ -9,7 +9,6 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
-use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker, ready};
 use std::time::Duration;
@@ -236,9 +235,11 @@ impl Relay {
 
 impl Body for Relay {
     type Data = Bytes;
-    type Error = io::Error;
+    /// Never produced (a broken upstream ends the stream with the protocol's error event); axum's
+    /// own error type lets `respond` hand the relay to axum without an error-mapping layer.
+    type Error = axum::Error;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
         let this = self.get_mut();
         loop {
             if let Some(chunk) = this.s.pending.pop_front() {

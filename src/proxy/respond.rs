@@ -33,6 +33,13 @@ fn tag(headers: &mut HeaderMap, attempts: usize, endpoint: Option<&str>) {
     }
 }
 
+/// A stream's body as axum's: boxed the way axum boxes a body whose error is already its own,
+/// so `Body::new` keeps it as it is. A body with another error type gets a layer that maps its
+/// errors, and that layer is polled for every event of every stream.
+fn stream_body(body: impl hyper::body::Body<Data = Bytes, Error = axum::Error> + Send + 'static) -> Body {
+    Body::new(http_body_util::BodyExt::boxed_unsync(body))
+}
+
 /// A request refused before any attempt (bad request, nothing configured, a loop): the
 /// gateway's error in the client's protocol, and the record closed.
 pub fn refuse(error: GatewayError, protocol: Protocol, mut trail: Trail, snapshot: &Snapshot) -> Response {
@@ -182,7 +189,8 @@ impl Run {
             relay::ResumePlan::new(Box::new(self), endpoint_id, attempts)
         });
         let relay = relay::relay(committed, permit, upstream, resume);
-        *response.body_mut() = if paced { Body::new(super::gemini::ErrorPacing::new(relay)) } else { Body::new(relay) };
+        *response.body_mut() =
+            if paced { stream_body(super::gemini::ErrorPacing::new(relay)) } else { stream_body(relay) };
         response
     }
 
