@@ -186,10 +186,10 @@ fn build(p: Proto, body_bytes: usize, delta_bytes: usize) -> Prebuilt {
                                   "cache_read_input_tokens": 0, "output_tokens": 1, "service_tier": "standard"}}}),
                 ),
                 sse(Some("ping"), &json!({"type": "ping"})),
-                sse(
-                    Some("content_block_start"),
-                    &json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-                ),
+                // In the API's member order, `type` first (`json!` would sort the keys).
+                "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\
+                 \"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"
+                    .to_string(),
             ]
             .concat();
             // `type` first, as the API writes its deltas (`json!` would sort the keys).
@@ -197,16 +197,13 @@ fn build(p: Proto, body_bytes: usize, delta_bytes: usize) -> Prebuilt {
                 "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":{}}}}}\n\n",
                 Value::String(delta_text.clone())
             );
-            let tail = [
-                sse(Some("content_block_stop"), &json!({"type": "content_block_stop", "index": 0})),
-                sse(
-                    Some("message_delta"),
-                    &json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null},
-                            "usage": {"output_tokens": 16}}),
-                ),
-                sse(Some("message_stop"), &json!({"type": "message_stop"})),
-            ]
-            .concat();
+            let tail = concat!(
+                "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+                "event: message_delta\ndata: {\"type\":\"message_delta\",\
+                 \"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":16}}\n\n",
+                "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+            )
+            .to_string();
             Prebuilt {
                 json: Bytes::from(anthropic_json(&text).to_string()),
                 head: Bytes::from(head),
