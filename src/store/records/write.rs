@@ -98,8 +98,8 @@ impl<'a> Columns<'a> {
 /// Fields at their default (`null`, `[]`, `false`) are left out, as most are on a request that
 /// went well: writing their keys was a third of the detail's cost. [`restore_detail_defaults`]
 /// puts them back when the detail is read. Written by hand, not derived: a derived serializer
-/// checked every key for characters to escape and wrote it in three pieces, which cost twice
-/// what the rest of the detail did (BENCHMARKS.md).
+/// checked every key for characters to escape and wrote it in three pieces, nearly half of
+/// what the detail cost (BENCHMARKS.md).
 pub fn detail_json(r: &RequestRecord) -> String {
     // Every field named, none with `..`: a field added to the record must be placed here or in
     // `Columns` (and `query::get`) before this compiles.
