@@ -174,6 +174,11 @@ impl StreamUsage {
         }
     }
 
+    /// The model is known, or no longer looked for (the first tries are spent).
+    fn model_settled(&self) -> bool {
+        self.model.is_some() || self.model_tries >= MODEL_TRIES
+    }
+
     /// Whether an event of a Chat or Responses stream is worth parsing: it has a usage object,
     /// or the model is still unknown, the first tries are not spent, and `model_key` (the key
     /// that holds the model) occurs in it.
@@ -181,7 +186,7 @@ impl StreamUsage {
         if has_usage_object(data) {
             return true;
         }
-        if self.model.is_some() || self.model_tries >= MODEL_TRIES || !contains(data, model_key) {
+        if self.model_settled() || !contains(data, model_key) {
             return false;
         }
         self.model_tries += 1;
@@ -192,7 +197,7 @@ impl StreamUsage {
         // Most chunks of a stream whose client asked for usage end with a null one (it comes in
         // a last chunk of its own). Such a chunk has nothing to tell once the model is settled,
         // and seeing that costs less than searching it for a usage object.
-        if (self.model.is_some() || self.model_tries >= MODEL_TRIES) && ends_with_null_usage(ev.data) {
+        if self.model_settled() && ends_with_null_usage(ev.data) {
             return;
         }
         self.observe_chat_searched(ev);

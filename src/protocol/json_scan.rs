@@ -16,6 +16,12 @@
 
 use std::ops::Range;
 
+/// Whether a JSON string must escape this byte to hold it: a quote, a backslash, a control
+/// character. Text without one is its own JSON string body.
+pub fn escaped_in_json_string(b: u8) -> bool {
+    b == b'"' || b == b'\\' || b < 0x20
+}
+
 /// Nesting deeper than this is left to serde_json, whose own limit is 128.
 const MAX_DEPTH: usize = 64;
 

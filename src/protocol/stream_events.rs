@@ -100,18 +100,20 @@ struct AnthropicMessage<'a> {
     model: Lax<'a>,
 }
 
-/// The Anthropic events classified by their name when their data begins with the same `type`,
-/// and their kind: every event of a stream but `message_start` (which names the model) and
-/// `error`. A delta is the bulk of a stream; the others come once or twice a stream, ~1–1.5 k
-/// instructions a parse.
-fn plain_anthropic_kind(name: &str) -> Option<EventKind> {
+/// The Anthropic events classified by their name alone when their data begins with the same
+/// `type`: every event of a stream but `message_start` (which names the model) and `error`. A
+/// delta is the bulk of a stream; the others come once or twice a stream, ~1–1.5 k instructions
+/// a parse.
+const PLAIN_ANTHROPIC_EVENTS: [&str; 6] =
+    ["content_block_delta", "content_block_start", "content_block_stop", "message_delta", "message_stop", "ping"];
+
+/// What an Anthropic event is by its name (the data's `type`, else the event line's), for any
+/// name but `error`, whose kind its data tells.
+fn anthropic_kind_by_name(name: &str) -> EventKind {
     match name {
-        "content_block_delta" | "content_block_start" | "content_block_stop" | "message_delta" => {
-            Some(EventKind::Content)
-        }
-        "message_stop" => Some(EventKind::Terminal),
-        "ping" => Some(EventKind::Preamble),
-        _ => None,
+        "message_start" | "ping" => EventKind::Preamble,
+        "message_stop" => EventKind::Terminal,
+        _ => EventKind::Content,
     }
 }
 
@@ -122,11 +124,10 @@ fn plain_anthropic_kind(name: &str) -> Option<EventKind> {
 /// `StreamContext::model` keeps only for a Responses stream's error event; a second `type` or
 /// a broken middle, which the parse refuses (the API sends neither). Anything else is parsed.
 fn plain_anthropic_event(ev: &SseEvent<'_>) -> Option<EventKind> {
-    let name = ev.event?;
-    let kind = plain_anthropic_kind(name)?;
+    let name = ev.event.filter(|name| PLAIN_ANTHROPIC_EVENTS.contains(name))?;
     let after_type = ev.data.strip_prefix(r#"{"type":""#).or_else(|| ev.data.strip_prefix(r#"{"type": ""#))?;
     after_type.strip_prefix(name)?.strip_prefix('"')?;
-    looks_whole(ev.data).then_some(kind)
+    looks_whole(ev.data).then(|| anthropic_kind_by_name(name))
 }
 
 fn anthropic(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
@@ -155,11 +156,10 @@ fn parsed_anthropic_event(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKi
         return error_from_data(ev.data, ErrorAt::ErrorKey);
     }
     match name {
-        Some("message_start" | "ping") => EventKind::Preamble,
-        Some("message_stop") => EventKind::Terminal,
         Some("error") => error_from_data(ev.data, ErrorAt::ErrorKey),
+        Some(name) => anthropic_kind_by_name(name),
         None if parsed.as_ref().is_some_and(|p| p.error.0) => error_from_data(ev.data, ErrorAt::ErrorKey),
-        _ => EventKind::Content,
+        None => EventKind::Content,
     }
 }
 

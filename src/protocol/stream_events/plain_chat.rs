@@ -60,7 +60,7 @@ impl<'a> Cursor<'a> {
     /// is its value.
     fn plain_string(&mut self) -> Option<&'a str> {
         let inner = self.0.strip_prefix('"')?;
-        let end = inner.bytes().position(|b| b == b'"' || b == b'\\' || b < 0x20)?;
+        let end = inner.bytes().position(crate::protocol::json_scan::escaped_in_json_string)?;
         let (value, rest) = inner.split_at(end);
         self.0 = rest.strip_prefix('"')?;
         Some(value)

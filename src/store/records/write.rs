@@ -249,7 +249,7 @@ impl<'a> JsonObject<'a> {
 /// A JSON string: straight when nothing in it needs escaping (a quote, a backslash, a control
 /// character), as nearly every name and path in a record; else as serde_json escapes it.
 fn push_json_string(out: &mut Vec<u8>, text: &str) {
-    if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+    if !text.bytes().any(crate::protocol::json_scan::escaped_in_json_string) {
         out.push(b'"');
         out.extend_from_slice(text.as_bytes());
         out.push(b'"');
