@@ -138,6 +138,55 @@ main(async () => {
     await page.waitForSelector('#fast-empty', { state: 'visible' });
   });
 
+  await step('a list fetched before a change and answered after it does not undo the change', async () => {
+    // The page's next list request is fetched from the server at once, so before the change
+    // below, and handed to the page only once the change's own answer has been drawn.
+    let holding = false;
+    let held = null;
+    await page.route('**/api/endpoints', async (route) => {
+      if (route.request().method() !== 'GET' || holding) { await route.continue(); return; }
+      holding = true;
+      held = { route, response: await route.fetch() };
+    });
+    // Another client's write: the page reloads its list, drags done above notwithstanding.
+    check((await api('PATCH', '/api/endpoints/beta', { enabled: true })).status === 200, 'the other client\'s write');
+    await until('the page reloading its list after another client\'s write', async () => held !== null);
+    await page.evaluate(() => {
+      const queue = document.querySelector('#fast-queue');
+      const shown = () => !!queue.querySelector('li[data-name="beta"]');
+      window.betaWasShown = false;
+      window.betaLeftQueue = false;
+      new MutationObserver(() => {
+        if (shown()) window.betaWasShown = true;
+        else if (window.betaWasShown) window.betaLeftQueue = true;
+      }).observe(queue, { childList: true });
+    });
+    await page.focus('tr[data-name="beta"] .handle');
+    await page.keyboard.press('f');
+    // The page announces a save once its answer is drawn.
+    await until('the save drawn', async () => (await page.textContent('#reorder-status')) === 'beta is now number 1 in the fast queue');
+    check(same(await fastNames(), ['beta']), 'beta saved in the fast queue');
+    let listsAfter = 0;
+    const countLists = (request) => {
+      if (request.method() === 'GET' && new URL(request.url()).pathname === '/api/endpoints') listsAfter += 1;
+    };
+    const stale = held.route.request();
+    await held.route.fulfill({ response: held.response });
+    await page.waitForEvent('requestfinished', { predicate: (r) => r === stale });
+    page.on('requestfinished', countLists);
+    // A list asked for after the stale one was delivered has been drawn by then too.
+    await until('a fresh list', async () => {
+      check(!(await page.evaluate(() => window.betaLeftQueue)), 'the stale list took beta out of the fast queue on the page');
+      return listsAfter > 0 && await page.isVisible('#fast-queue li[data-name="beta"]');
+    });
+    page.off('requestfinished', countLists);
+    await page.unroute('**/api/endpoints');
+    check(!(await page.evaluate(() => window.betaLeftQueue)), 'beta stayed in the fast queue on the page');
+    await page.click('#fast-queue li[data-name="beta"] button[aria-label^="Remove"]');
+    await until('the fast queue is empty again', async () => (await fastNames()).length === 0);
+    await page.waitForSelector('#fast-empty', { state: 'visible' });
+  });
+
   await step('connectivity test, breaker reset, make current', async () => {
     await page.click('tr[data-name="alpha"] button:text-is("Test")');
     // The page says what the test found (and the API stored it).

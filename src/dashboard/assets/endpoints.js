@@ -30,12 +30,40 @@ const announce = (text) => { $('#reorder-status').textContent = text; };
 
 async function loadAll() {
   const [eps, health, settings, current] = await Promise.all([
-    api('GET', '/api/endpoints'), api('GET', '/api/health'), api('GET', '/api/settings'), api('GET', '/api/current'),
+    fetchEndpoints(), api('GET', '/api/health'), api('GET', '/api/settings'), api('GET', '/api/current'),
   ]);
   state.settings = settings;
   state.current = current;
   setHealth(health, false);
-  setEndpoints(eps);
+  if (eps) setEndpoints(eps);
+}
+
+// A list fetched while one of this page's changes was on its way may show the server from before
+// that change, and answers can arrive in any order: drawn after the change's own answer, it would
+// undo the change on the page while the server kept it. Such a list is not shown; a fresh one is
+// asked for instead, so the page still learns what other clients changed meanwhile.
+let changesInFlight = 0;
+let changesAnswered = 0;
+
+/** Runs one change to the endpoints on the server (`call` returns the API's promise). */
+async function change(call) {
+  changesInFlight += 1;
+  try {
+    return await call();
+  } finally {
+    changesInFlight -= 1;
+    changesAnswered += 1;
+  }
+}
+
+/** GET /api/endpoints, or null when a change of this page may have overtaken the answer. */
+async function fetchEndpoints() {
+  const answeredBefore = changesAnswered;
+  const busyBefore = changesInFlight > 0;
+  const list = await api('GET', '/api/endpoints');
+  if (!busyBefore && changesInFlight === 0 && changesAnswered === answeredBefore) return list;
+  reloadEndpoints();
+  return null;
 }
 
 let drawn = '';
@@ -58,7 +86,7 @@ const reloadHealth = throttle(() => {
   api('GET', '/api/health').then((l) => setHealth(l)).catch(() => {});
   api('GET', '/api/current').then((c) => { state.current = c; scheduleHealth(); }).catch(() => {});
 }, 1000);
-const reloadEndpoints = throttle(() => api('GET', '/api/endpoints').then(setEndpoints).catch(() => {}), 300);
+const reloadEndpoints = throttle(() => fetchEndpoints().then((l) => { if (l) setEndpoints(l); }).catch(() => {}), 300);
 
 // ------------------------------------------------------------------------------ rendering
 
@@ -252,7 +280,7 @@ function saveOrder(names, message) {
   render();
   return serial(async () => {
     try {
-      setEndpoints(await api('PUT', '/api/order', { endpoints: names }));
+      setEndpoints(await change(() => api('PUT', '/api/order', { endpoints: names })));
       if (message) announce(message);
     } catch (err) {
       toast(`Could not save the order: ${err.message}`, 'error');
@@ -267,7 +295,7 @@ function saveFast(names, message) {
   render();
   return serial(async () => {
     try {
-      setEndpoints(await api('PUT', '/api/fast-queue', { endpoints: names }));
+      setEndpoints(await change(() => api('PUT', '/api/fast-queue', { endpoints: names })));
       if (message) { announce(message); toast(message, 'ok'); }
     } catch (err) {
       toast(`Could not save the fast queue: ${err.message}`, 'error');
@@ -326,7 +354,11 @@ document.addEventListener('dragstart', (ev) => {
   ev.dataTransfer.setData('text/plain', item.dataset.name);
   item.classList.add('dragging');
 });
-document.addEventListener('dragend', () => { state.drag = null; clearMarks(); });
+// A drop redraws the lists, which detaches the dragged element: its `dragend` then reaches no
+// listener here, so the drop ends the drag too. A drag left set would stop the page from
+// reloading the list on other clients' changes.
+function endDrag() { state.drag = null; clearMarks(); }
+document.addEventListener('dragend', endDrag);
 
 /** Where in `items` a drop at (x, y) lands: the index to insert before. */
 function dropIndex(items, x, y, horizontal) {
@@ -362,7 +394,7 @@ body.addEventListener('drop', (ev) => {
   let at = i;
   if (from >= 0) { names.splice(from, 1); if (from < at) at -= 1; }
   names.splice(at, 0, name);
-  clearMarks();
+  endDrag();
   saveOrder(names, `${name} moved to position ${at + 1} of ${names.length}`);
 });
 
@@ -394,7 +426,7 @@ for (const zone of [$('#fast-panel')]) {
     const from = names.indexOf(name);
     if (from >= 0) { names.splice(from, 1); if (from < i) i -= 1; }
     names.splice(i, 0, name);
-    clearMarks();
+    endDrag();
     saveFast(names, `${name} is now number ${i + 1} in the fast queue`);
   });
 }
@@ -406,7 +438,7 @@ async function setEnabled(e, input) {
   state.toggling.add(e.name);
   input.disabled = true;
   try {
-    const updated = await api('PATCH', `/api/endpoints/${encodeURIComponent(e.name)}`, { enabled: want });
+    const updated = await change(() => api('PATCH', `/api/endpoints/${encodeURIComponent(e.name)}`, { enabled: want }));
     state.endpoints = state.endpoints.map((x) => (x.name === e.name ? updated : x));
     toast(`${e.name} ${want ? 'enabled' : 'disabled'}`, 'ok');
   } catch (err) {
@@ -423,7 +455,7 @@ async function runTest(e, button) {
   button.disabled = true;
   button.textContent = 'Testing…';
   try {
-    const updated = await api('POST', `/api/endpoints/${encodeURIComponent(e.name)}/test`);
+    const updated = await change(() => api('POST', `/api/endpoints/${encodeURIComponent(e.name)}/test`));
     const ok = updated.test_status === 'available';
     toast(ok ? `${e.name}: available (${fmtMs(updated.test_latency_ms)} ms)` : `${e.name}: unavailable — ${updated.test_error || ''}`, ok ? 'ok' : 'error');
     state.endpoints = state.endpoints.map((x) => (x.name === e.name ? updated : x));
@@ -465,10 +497,10 @@ function confirmDelete(e) {
   confirmDialog.addEventListener('close', async () => {
     if (confirmDialog.returnValue !== 'yes') return;
     try {
-      await api('DELETE', `/api/endpoints/${encodeURIComponent(e.name)}`);
+      await change(() => api('DELETE', `/api/endpoints/${encodeURIComponent(e.name)}`));
       toast(`${e.name} deleted`, 'ok');
       state.expanded.delete(e.name);
-      setEndpoints(await api('GET', '/api/endpoints'));
+      reloadEndpoints();
     } catch (err) {
       toast(`Could not delete ${e.name}: ${err.message}`, 'error');
     }
@@ -551,12 +583,12 @@ form.addEventListener('submit', async (ev) => {
   const save = $('#ep-save');
   save.disabled = true;
   try {
-    const saved = editing.mode === 'edit'
-      ? await api('PATCH', `/api/endpoints/${encodeURIComponent(editing.name)}`, payload)
-      : await api('POST', '/api/endpoints', payload);
+    const saved = await change(() => (editing.mode === 'edit'
+      ? api('PATCH', `/api/endpoints/${encodeURIComponent(editing.name)}`, payload)
+      : api('POST', '/api/endpoints', payload)));
     dialog.close();
     toast(`${saved.name} saved`, 'ok');
-    setEndpoints(await api('GET', '/api/endpoints'));
+    reloadEndpoints();
     reloadHealth();
   } catch (err) {
     if (!showFieldError(form, err.field || guessField(err.message), err.message)) {
