@@ -457,11 +457,14 @@ where
         {
             let (gw, request) = (gw.clone(), request.map(axum::body::Body::new));
             // The handler's state lives in the box from the start: its future is created by the
-            // box's first poll, inside the box (built here and moved in, it would be copied whole).
-            let answer: Pin<Box<_>> = Box::pin(async move {
+            // box's first poll, inside the box, and this block's own future (as large as all the
+            // handler's state) is written into a slot allocated first. Built first and then moved
+            // into a box, it would be copied whole.
+            let slot = Box::new_uninit();
+            let answer: Pin<Box<_>> = Box::into_pin(Box::write(slot, async move {
                 let response = crate::proxy::handle(axum::extract::State(gw), request).await;
                 Ok(response.map(|body| CountedBody { body, _in_flight: in_flight }))
-            });
+            }));
             return answer;
         }
         if let Some(peer) = self.peer
