@@ -79,11 +79,8 @@ impl Run {
         *response.status_mut() = answer.status;
         *response.headers_mut() = response_headers(answer.headers);
         tag(response.headers_mut(), attempts, Some(endpoint));
-        if let Some(mut t) = self.closing_trail() {
-            t.tag_response(response.headers_mut());
-            let (tokens, model) = usage.unwrap_or_default();
-            t.finish(status, tokens, model, &self.snapshot);
-        }
+        let (tokens, model) = usage.unwrap_or_default();
+        self.close_trail(response.headers_mut(), status, tokens, model);
         response
     }
 
@@ -112,10 +109,7 @@ impl Run {
         }
         let mut response = error.into_response(self.protocol());
         tag(response.headers_mut(), attempts, endpoint);
-        if let Some(mut t) = self.closing_trail() {
-            t.tag_response(response.headers_mut());
-            t.finish(status, Tokens::default(), None, &self.snapshot);
-        }
+        self.close_trail(response.headers_mut(), status, Tokens::default(), None);
         response
     }
 
@@ -160,10 +154,7 @@ impl Run {
             .headers_mut()
             .insert(HeaderName::from_static("x-ccmesh-token-count"), HeaderValue::from_static("estimated"));
         tag(response.headers_mut(), attempts, endpoint);
-        if let Some(mut t) = self.closing_trail() {
-            t.tag_response(response.headers_mut());
-            t.finish(200, Tokens::default(), None, &self.snapshot);
-        }
+        self.close_trail(response.headers_mut(), 200, Tokens::default(), None);
         response
     }
 
@@ -194,9 +185,18 @@ impl Run {
         response
     }
 
-    /// The record, unless a resume is running: then the relay that started it closes it.
-    fn closing_trail(&mut self) -> Option<Trail> {
-        if self.resuming.is_some() { None } else { self.trail.take() }
+    /// Tags the answer with the record's headers and closes the record, unless a resume is
+    /// running: then the relay that started it closes it. The record is closed where it lies,
+    /// not taken out first: the trail, with its record, is too large to move for nothing.
+    fn close_trail(&mut self, headers: &mut HeaderMap, status: u16, tokens: Tokens, model: Option<String>) {
+        if self.resuming.is_some() {
+            return;
+        }
+        if let Some(trail) = self.trail.as_mut() {
+            trail.tag_response(headers);
+            trail.finish(status, tokens, model, &self.snapshot);
+        }
+        self.trail = None;
     }
 }
 

@@ -353,7 +353,7 @@ impl Trail {
     }
 
     /// Finish and hand the record to the hub.
-    pub fn finish(mut self, status: u16, tokens: Tokens, model_answered: Option<String>, snapshot: &Snapshot) {
+    pub fn finish(&mut self, status: u16, tokens: Tokens, model_answered: Option<String>, snapshot: &Snapshot) {
         self.record.status = status;
         self.set_usage(tokens, model_answered, snapshot);
         self.submit();
