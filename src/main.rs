@@ -69,9 +69,9 @@ unsafe impl GlobalAlloc for Allocator {
 /// of its last burst (~10 MiB after 1024 streams; BENCHMARKS.md).
 ///
 /// The library forbids `unsafe`; the binary has two audited uses, the allocator above and this
-/// call. `mi_collect` takes no pointer, has no
-/// precondition and may be called from any thread at any time; it only frees pages the calling
-/// thread's heap no longer uses and purges the allocator's expired free memory.
+/// call. `mi_collect` takes no pointer, has no precondition and may be called from any thread at
+/// any time; it only frees pages the calling thread's heap no longer uses and purges the
+/// allocator's expired free memory.
 #[allow(unsafe_code)]
 fn release_idle_memory() {
     // SAFETY: see above; a plain FFI call with a bool argument into the allocator that is linked.
