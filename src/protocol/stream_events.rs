@@ -62,8 +62,8 @@ pub struct StreamContext {
     pub response_id: Option<String>,
     /// Responses: the highest `sequence_number` seen.
     pub last_sequence_number: Option<u64>,
-    /// The model the upstream reported (Anthropic `message_start`, OpenAI chunks, Responses
-    /// response objects).
+    /// The model the upstream reported (OpenAI chunks, Responses response objects). Not kept for
+    /// Anthropic streams, whose error event names no model.
     pub model: Option<String>,
     /// Responses: the response's `created_at` (unix seconds), so the `response.failed` event
     /// repeats it without this module reading the clock.
@@ -74,7 +74,7 @@ pub struct StreamContext {
 /// stream (one parse of the event serves both).
 pub fn inspect_and_observe(format: Format, event: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
     match format {
-        Format::Anthropic => anthropic(event, ctx),
+        Format::Anthropic => anthropic(event),
         Format::Openai => openai(event, ctx),
         Format::Responses => responses(event, ctx),
         Format::Gemini => gemini(event, ctx),
@@ -88,24 +88,24 @@ pub fn inspect_and_observe(format: Format, event: &SseEvent<'_>, ctx: &mut Strea
 struct AnthropicEvent<'a> {
     #[serde(rename = "type", borrow, default)]
     kind: Lax<'a>,
-    #[serde(borrow, default)]
-    message: Lenient<AnthropicMessage<'a>>,
     #[serde(default)]
     error: NonEmpty,
 }
 
-#[derive(Deserialize)]
-struct AnthropicMessage<'a> {
-    #[serde(borrow, default)]
-    model: Lax<'a>,
-}
-
 /// The Anthropic events classified by their name alone when their data begins with the same
-/// `type`: every event of a stream but `message_start` (which names the model) and `error`. A
-/// delta is the bulk of a stream; the others come once or twice a stream, ~1–1.5 k instructions
-/// a parse.
-const PLAIN_ANTHROPIC_EVENTS: [&str; 6] =
-    ["content_block_delta", "content_block_start", "content_block_stop", "message_delta", "message_stop", "ping"];
+/// `type`: every event of a stream but `error`. A delta is the bulk of a stream; the others come
+/// once or twice a stream, ~1–2.5 k instructions a parse (`message_start`, with its message and
+/// usage, the most). The stream's model is not kept from `message_start`: an Anthropic error
+/// event names none (`StreamContext::model`), and the record's model is the usage reader's.
+const PLAIN_ANTHROPIC_EVENTS: [&str; 7] = [
+    "content_block_delta",
+    "content_block_start",
+    "content_block_stop",
+    "message_delta",
+    "message_start",
+    "message_stop",
+    "ping",
+];
 
 /// What an Anthropic event is by its name (the data's `type`, else the event line's), for any
 /// name but `error`, whose kind its data tells.
@@ -120,9 +120,8 @@ fn anthropic_kind_by_name(name: &str) -> EventKind {
 /// An event named in its event line and, first, in its data (compact as the API sends it, or
 /// spaced as its documentation shows it): the parse would classify it by that name, so it is
 /// not parsed (~100 ns an event), and the rest of its data is only checked to end the object
-/// (`looks_whole`). What the parse would read besides: a `message` object's model, which
-/// `StreamContext::model` keeps only for a Responses stream's error event; a second `type` or
-/// a broken middle, which the parse refuses (the API sends neither). Anything else is parsed.
+/// (`looks_whole`). What the parse would notice besides: a second `type` or a broken middle,
+/// which it refuses (the API sends neither). Anything else is parsed.
 fn plain_anthropic_event(ev: &SseEvent<'_>) -> Option<EventKind> {
     let name = ev.event.filter(|name| PLAIN_ANTHROPIC_EVENTS.contains(name))?;
     let after_type = ev.data.strip_prefix(r#"{"type":""#).or_else(|| ev.data.strip_prefix(r#"{"type": ""#))?;
@@ -130,14 +129,14 @@ fn plain_anthropic_event(ev: &SseEvent<'_>) -> Option<EventKind> {
     looks_whole(ev.data).then(|| anthropic_kind_by_name(name))
 }
 
-fn anthropic(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
+fn anthropic(ev: &SseEvent<'_>) -> EventKind {
     match plain_anthropic_event(ev) {
         Some(kind) => kind,
-        None => parsed_anthropic_event(ev, ctx),
+        None => parsed_anthropic_event(ev),
     }
 }
 
-fn parsed_anthropic_event(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
+fn parsed_anthropic_event(ev: &SseEvent<'_>) -> EventKind {
     let parsed: Option<AnthropicEvent<'_>> = serde_json::from_str(ev.data).ok();
     // Unparseable data under a name that says it all (a `ping` with junk, an empty
     // `message_stop`) is classified by the name; under any other name it would break the client.
@@ -145,12 +144,6 @@ fn parsed_anthropic_event(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKi
         return EventKind::Malformed;
     }
     let name = parsed.as_ref().and_then(|p| p.kind.as_str()).or(ev.event);
-    if let Some(p) = parsed.as_ref()
-        && let Some(model) = p.message.0.as_ref().and_then(|m| m.model.as_str())
-        && (name == Some("message_start") || ctx.model.is_none())
-    {
-        set(&mut ctx.model, model);
-    }
     // `event: error` is an error whatever the data says (the SDKs raise on the name alone).
     if ev.event == Some("error") {
         return error_from_data(ev.data, ErrorAt::ErrorKey);
@@ -690,7 +683,9 @@ pub(crate) mod tests {
             Content, Terminal,
         ];
         assert_eq!(kinds, want);
-        assert_eq!(ctx.model.as_deref(), Some("claude-sonnet-4-5-20250929"));
+        // An Anthropic error event names no model, so none is kept (the record's is the usage
+        // reader's).
+        assert_eq!(ctx.model, None);
     }
 
     #[test]
@@ -731,6 +726,7 @@ pub(crate) mod tests {
             (Some("content_block_stop"), r#"{"type":"content_block_stop","index":0}"#, Content),
             (Some("message_stop"), r#"{"type":"message_stop"}"#, Terminal),
             (Some("ping"), r#"{"type": "ping"}"#, Preamble),
+            (Some("message_start"), r#"{"type":"message_start","message":{"model":"m"}}"#, Preamble),
             (Some("content_block_delta"), r#"{"type":"content_block_delta"}"#, Content),
         ] {
             assert_eq!(plain_anthropic_event(&ev(event, data)), Some(kind), "{data}");
@@ -739,7 +735,7 @@ pub(crate) mod tests {
             (None, compact),
             (Some("error"), compact),
             (Some("message_delta"), compact),
-            (Some("message_start"), r#"{"type":"message_start","message":{"model":"m"}}"#),
+            (Some("message_start"), r#"{"type":"message_delta","message":{"model":"m"}}"#),
             (Some("content_block_delta"), r#"{"type":"content_block_deltas","index":0}"#),
             (Some("content_block_delta"), r#"{"index":0,"type":"content_block_delta"}"#),
             (Some("content_block_delta"), r#"{"type":"content_block_delta","index":0"#),
@@ -1102,7 +1098,7 @@ pub(crate) mod tests {
             ),
             &mut ctx,
         );
-        assert_eq!(ctx.model.as_deref(), Some("claude-x"));
+        assert_eq!(ctx.model, None, "an Anthropic error event names no model");
         assert_eq!(ctx.response_id, None);
 
         let mut ctx = StreamContext::default();
@@ -1266,14 +1262,12 @@ pub(crate) mod tests {
         #[test]
         fn a_plain_anthropic_event_is_classified_as_its_parse_would((name, data) in anthropic_event()) {
             let event = ev(Some(name), &data);
-            let mut parsed = StreamContext::default();
-            let by_parse = parsed_anthropic_event(&event, &mut parsed);
+            let by_parse = parsed_anthropic_event(&event);
             // Not JSON, yet ending as an object does (cut inside, after a nested object): the
             // shortcut does not look inside, by design (its comment).
             let broken_middle = looks_whole(&data) && serde_json::from_str::<Value>(&data).is_err();
             if let Some(kind) = plain_anthropic_event(&event).filter(|_| !broken_middle) {
                 prop_assert_eq!(kind, by_parse, "{}", data);
-                prop_assert_eq!(parsed.model, None);
             }
         }
 
