@@ -58,10 +58,11 @@ async function change(call) {
 
 /** GET /api/endpoints, or null when a change of this page may have overtaken the answer. */
 async function fetchEndpoints() {
+  // A change on its way when the list was asked for is, by the answer, still on its way or
+  // counted as answered: these two checks cover it.
   const answeredBefore = changesAnswered;
-  const busyBefore = changesInFlight > 0;
   const list = await api('GET', '/api/endpoints');
-  if (!busyBefore && changesInFlight === 0 && changesAnswered === answeredBefore) return list;
+  if (changesInFlight === 0 && changesAnswered === answeredBefore) return list;
   reloadEndpoints();
   return null;
 }
