@@ -6,6 +6,7 @@
 pub mod errors;
 pub mod json_scan;
 pub mod lenient;
+pub mod plain_json;
 pub mod sse;
 pub mod stream_events;
 

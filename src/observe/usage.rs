@@ -33,6 +33,9 @@ use crate::protocol::Format;
 use crate::protocol::lenient::{Count, Lenient, NotNull, Text};
 use crate::protocol::sse::SseEvent;
 
+mod plain_anthropic;
+use plain_anthropic::plain_anthropic_answer;
+
 /// Usage and the answering model from a complete (non-streaming) answer body. A body that is
 /// not the format's answer (an error, not JSON) gives unknown tokens and no model.
 pub fn from_body(format: Format, body: &[u8]) -> (Tokens, Option<String>) {
@@ -63,17 +66,22 @@ pub fn read_answer(format: Format, body: &[u8]) -> AnswerRead {
     if !crate::protocol::lenient::is_object(body) {
         return AnswerRead::default();
     }
-    fn read<'a, T: Deserialize<'a> + Answer>(body: &'a [u8]) -> AnswerRead {
-        match crate::protocol::lenient::from_json::<T>(body) {
-            Ok(answer) => answer.into_read(),
-            Err(_) => AnswerRead::default(),
-        }
-    }
     match format {
-        Format::Anthropic => read::<AnthropicMessage>(body),
-        Format::Openai => read::<ChatBody>(body),
-        Format::Responses => read::<ResponseObject>(body),
-        Format::Gemini => read::<GeminiBody>(body),
+        Format::Anthropic => match crate::protocol::lenient::utf8(body).and_then(plain_anthropic_answer) {
+            Some(read) => read,
+            None => parsed::<AnthropicMessage>(body),
+        },
+        Format::Openai => parsed::<ChatBody>(body),
+        Format::Responses => parsed::<ResponseObject>(body),
+        Format::Gemini => parsed::<GeminiBody>(body),
+    }
+}
+
+/// An answer read by parsing it as the format's answer body `T`.
+fn parsed<'a, T: Deserialize<'a> + Answer>(body: &'a [u8]) -> AnswerRead {
+    match crate::protocol::lenient::from_json::<T>(body) {
+        Ok(answer) => answer.into_read(),
+        Err(_) => AnswerRead::default(),
     }
 }
 

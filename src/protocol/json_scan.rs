@@ -22,6 +22,34 @@ pub fn escaped_in_json_string(b: u8) -> bool {
     b == b'"' || b == b'\\' || b < 0x20
 }
 
+/// How many bytes from the start of `bytes` need no escape in a JSON string (see
+/// [`escaped_in_json_string`]): the length of a plain run of string text, 16 bytes at a time.
+pub fn plain_run(bytes: &[u8]) -> usize {
+    let mut at = 0;
+    #[cfg(target_arch = "x86_64")]
+    while let Some(lane) = bytes.get(at..at + 16).and_then(|lane| <&[u8; 16]>::try_from(lane).ok()) {
+        let escaped = escaped_lane(lane);
+        if escaped != 0 {
+            return at + escaped.trailing_zeros() as usize;
+        }
+        at += 16;
+    }
+    let rest = bytes.get(at..).unwrap_or_default();
+    at + rest.iter().position(|&b| escaped_in_json_string(b)).unwrap_or(rest.len())
+}
+
+/// The bytes of a 16-byte lane that [`escaped_in_json_string`] holds (bit `i` = byte `i`).
+#[cfg(target_arch = "x86_64")]
+fn escaped_lane(lane: &[u8; 16]) -> u32 {
+    use safe_arch::{cmp_eq_mask_i8_m128i, load_unaligned_m128i, max_u8_m128i, move_mask_i8_m128i, set_splat_i8_m128i};
+    let v = load_unaligned_m128i(lane);
+    let last_control = set_splat_i8_m128i(0x1f);
+    let quote = cmp_eq_mask_i8_m128i(v, set_splat_i8_m128i(b'"' as i8));
+    let backslash = cmp_eq_mask_i8_m128i(v, set_splat_i8_m128i(b'\\' as i8));
+    let control = cmp_eq_mask_i8_m128i(max_u8_m128i(v, last_control), last_control);
+    (move_mask_i8_m128i(quote) | move_mask_i8_m128i(backslash) | move_mask_i8_m128i(control)) as u32 & 0xffff
+}
+
 /// Nesting deeper than this is left to serde_json, whose own limit is 128.
 const MAX_DEPTH: usize = 64;
 

@@ -301,3 +301,17 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// The lane-wise run ends where a byte-by-byte look finds the first byte to escape.
+    #[test]
+    fn plain_run_ends_at_the_first_byte_to_escape(
+        bytes in proptest::collection::vec(prop_oneof![8 => 0x20u8..0x7f, 1 => Just(b'"'), 1 => Just(b'\\'), 1 => 0u8..0x20, 2 => 0x80u8..=0xff], 0..80),
+    ) {
+        let expected = bytes.iter().position(|&b| escaped_in_json_string(b)).unwrap_or(bytes.len());
+        prop_assert_eq!(plain_run(&bytes), expected);
+        // A run that must cross several lanes.
+        let long: Vec<u8> = [vec![b'a'; 37], bytes.clone()].concat();
+        prop_assert_eq!(plain_run(&long), 37 + expected);
+    }
+}

@@ -14,6 +14,8 @@
 //! ```
 //! S: a string with no escape; N: a whole number; T: any string without a `\u` escape.
 
+use crate::protocol::plain_json::Cursor;
+
 /// What a matched chunk tells its classification.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct PlainChatDelta<'a> {
@@ -44,60 +46,7 @@ pub(super) fn plain_chat_delta(data: &str) -> Option<PlainChatDelta<'_>> {
         c.plain_string()?;
     }
     c.literal("}")?;
-    c.0.is_empty().then_some(PlainChatDelta { model, content: !content.is_empty() })
-}
-
-/// The text not matched yet; each step consumes what it matched, or nothing when it fails.
-struct Cursor<'a>(&'a str);
-
-impl<'a> Cursor<'a> {
-    fn literal(&mut self, text: &str) -> Option<()> {
-        self.0 = self.0.strip_prefix(text)?;
-        Some(())
-    }
-
-    /// A string with nothing escaped (no backslash, no control character): its text as written
-    /// is its value.
-    fn plain_string(&mut self) -> Option<&'a str> {
-        let inner = self.0.strip_prefix('"')?;
-        let end = inner.bytes().position(crate::protocol::json_scan::escaped_in_json_string)?;
-        let (value, rest) = inner.split_at(end);
-        self.0 = rest.strip_prefix('"')?;
-        Some(value)
-    }
-
-    /// A valid JSON string whose escapes are all single characters (`\n`, `\"`, ...); returns its
-    /// text as written. A `\u` escape is refused: whether a lone surrogate is an error depends on
-    /// how the parse reads the value, which this does not decide.
-    fn string_without_unicode_escapes(&mut self) -> Option<&'a str> {
-        let inner = self.0.strip_prefix('"')?;
-        let bytes = inner.as_bytes();
-        let mut at = 0;
-        loop {
-            match *bytes.get(at)? {
-                b'"' => break,
-                b'\\' if matches!(bytes.get(at + 1), Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't')) => {
-                    at += 2;
-                }
-                b if b < 0x20 || b == b'\\' => return None,
-                _ => at += 1,
-            }
-        }
-        let (value, rest) = inner.split_at(at);
-        self.0 = rest.strip_prefix('"')?;
-        Some(value)
-    }
-
-    /// A JSON number that is a whole number written plainly (no sign, fraction or exponent, and
-    /// no leading zero, which JSON forbids).
-    fn whole_number(&mut self) -> Option<()> {
-        let digits = self.0.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 || (digits > 1 && self.0.starts_with('0')) {
-            return None;
-        }
-        self.0 = self.0.get(digits..)?;
-        Some(())
-    }
+    c.is_done().then_some(PlainChatDelta { model, content: !content.is_empty() })
 }
 
 #[cfg(test)]

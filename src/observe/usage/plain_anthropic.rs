@@ -1,0 +1,308 @@
+//! A Messages answer of the usual kind, matched instead of parsed. Nearly every non-streaming
+//! answer is an object of plain members around text blocks, and parsing one (~5.5 k
+//! instructions for a short answer) cost more than relaying it.
+//!
+//! The match is exact, as `protocol::plain_json` promises: a body it accepts is valid JSON that
+//! the parse (`parsed::<AnthropicMessage>`) reads to the same usage, model and envelope. Members may
+//! come in any order (the API's own, or a relay's sorted keys). Anything the grammar below does
+//! not cover (whitespace between tokens, a `\u` escape, a nested input, an `error` or `status`
+//! member, a field the reading keeps named twice) is left to the parse.
+//!
+//! ```text
+//! answer:  {M,...} and nothing after but whitespace
+//! M:       "model":S | "usage":{U,...} | "content":[{"K":V,...},...] | "K":V   (not "error", "status")
+//! U:       "input_tokens":C | "output_tokens":C | "cache_read_input_tokens":C
+//!          | "cache_creation_input_tokens":C | "K":V
+//! V:       T | a whole number | null | {"K":T-or-number-or-null,...}
+//! ```
+//! S and K: a string with no escape; T: any string without a `\u` escape; C: a whole number of
+//! at most 19 digits, or null. `model`, `usage` and each count at most once.
+
+use super::{AnswerRead, Envelope, answered_model};
+use crate::observe::record::Tokens;
+use crate::protocol::plain_json::Cursor;
+
+pub(super) fn plain_anthropic_answer(body: &str) -> Option<AnswerRead> {
+    let mut c = Cursor(body.trim_end_matches([' ', '\t', '\n', '\r']));
+    let mut model = None;
+    let mut tokens = None;
+    members(&mut c, |c, key| {
+        match key {
+            "model" if model.is_none() => model = Some(c.plain_string()?),
+            "usage" if tokens.is_none() => tokens = Some(usage(c)?),
+            "model" | "usage" | "error" | "status" => return None,
+            "content" => content(c)?,
+            _ => other_value(c, true)?,
+        }
+        Some(())
+    })?;
+    c.is_done().then(|| AnswerRead {
+        tokens: tokens.unwrap_or_default(),
+        model: model.and_then(answered_model),
+        envelope: Some(Envelope { error: false, status: None }),
+    })
+}
+
+/// An object of members with plain keys, each value matched by `value` (given its key).
+fn members<'a>(c: &mut Cursor<'a>, mut value: impl FnMut(&mut Cursor<'a>, &'a str) -> Option<()>) -> Option<()> {
+    c.literal("{")?;
+    if c.literal("}").is_some() {
+        return Some(());
+    }
+    loop {
+        let key = c.plain_string()?;
+        c.literal(":")?;
+        value(c, key)?;
+        if c.literal("}").is_some() {
+            return Some(());
+        }
+        c.literal(",")?;
+    }
+}
+
+/// The content blocks, which the reading skips: objects of plain members.
+fn content(c: &mut Cursor<'_>) -> Option<()> {
+    c.literal("[")?;
+    if c.literal("]").is_some() {
+        return Some(());
+    }
+    loop {
+        members(c, |c, _| other_value(c, true))?;
+        if c.literal("]").is_some() {
+            return Some(());
+        }
+        c.literal(",")?;
+    }
+}
+
+/// The `usage` object: its four counts, the other members checked and skipped.
+fn usage(c: &mut Cursor<'_>) -> Option<Tokens> {
+    let mut tokens = Tokens::default();
+    let mut seen = [false; 4];
+    members(c, |c, key| {
+        let (slot, field) = match key {
+            "input_tokens" => (0, &mut tokens.input),
+            "output_tokens" => (1, &mut tokens.output),
+            "cache_read_input_tokens" => (2, &mut tokens.cache_read),
+            "cache_creation_input_tokens" => (3, &mut tokens.cache_write),
+            _ => return other_value(c, true),
+        };
+        // A field named twice is an error to the parse; what it then reads is its to say.
+        if std::mem::replace(seen.get_mut(slot)?, true) {
+            return None;
+        }
+        *field = c.count()?;
+        Some(())
+    })?;
+    Some(tokens)
+}
+
+/// A value the reading skips: a string without `\u` escapes, a whole number, `null`, or (when
+/// `nested` allows) an object of plain keys holding those.
+fn other_value(c: &mut Cursor<'_>, nested: bool) -> Option<()> {
+    match c.0.as_bytes().first()? {
+        b'"' => c.string_without_unicode_escapes().map(drop),
+        b'n' => c.literal("null"),
+        b'{' if nested => members(c, |c, _| other_value(c, false)),
+        _ => c.whole_number(),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::super::{AnthropicMessage, parsed};
+    use super::*;
+    use proptest::prelude::*;
+
+    /// JSON strings, mostly valid: plain text, escapes of every kind; now and then a `\u` escape,
+    /// a bad escape, a raw control character, an unclosed string or not a string at all.
+    fn string() -> impl Strategy<Value = String> {
+        prop_oneof![
+            12 => "[a-zA-Z0-9 ._-]{0,8}".prop_map(|s| format!("\"{s}\"")),
+            8 => "[a-z \"\\\\/\n\t\u{8}\u{c}\r\u{1}é😀]{0,6}".prop_map(|s| serde_json::to_string(&s).unwrap()),
+            1 => Just(r#""\u00e9""#.to_owned()),
+            1 => Just(r#""\ud800""#.to_owned()),
+            1 => Just(r#""a\qb""#.to_owned()),
+            1 => Just("\"a\tb\"".to_owned()),
+            1 => Just("\"open".to_owned()),
+            1 => Just("null".to_owned()),
+            1 => Just("7".to_owned()),
+        ]
+    }
+
+    /// The first option (as Anthropic writes it) most of the time, else one of the others.
+    fn one_of(options: &'static [&'static str]) -> impl Strategy<Value = String> {
+        let usual = options[0];
+        prop_oneof![
+            3 * (options.len() - 1).max(1) as u32 => Just(usual.to_owned()),
+            options.len() as u32 => prop::sample::select(options).prop_map(str::to_owned),
+        ]
+    }
+
+    fn count() -> impl Strategy<Value = String> {
+        prop_oneof![
+            8 => (0u64..100_000).prop_map(|n| n.to_string()),
+            1 => Just(u64::MAX.to_string()),
+            1 => prop::sample::select(vec![
+                "null", "1234567890123456789", "12345678901234567890", "018", "-3", "2.0", "1e2", "\"5\"",
+                "true", "[]", "{}",
+            ])
+            .prop_map(str::to_owned),
+        ]
+    }
+
+    fn usage_member() -> impl Strategy<Value = String> {
+        let counted = prop::sample::select(vec![
+            "input_tokens",
+            "output_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+        ]);
+        let other_key = prop::sample::select(vec!["service_tier", "cache_creation", "server_tool_use", "speed"]);
+        let other_value = prop_oneof![
+            string(),
+            count(),
+            Just(r#"{"ephemeral_5m_input_tokens":0,"ephemeral_1h_input_tokens":12}"#.to_owned()),
+            Just(r#"{"web_search_requests":1}"#.to_owned()),
+            Just("{}".to_owned()),
+            Just(r#"{"a":{"b":1}}"#.to_owned()),
+            Just(r#"{"a":[1]}"#.to_owned()),
+            Just("[1,2]".to_owned()),
+            Just("false".to_owned()),
+        ];
+        prop_oneof![
+            3 => (counted, count()).prop_map(|(k, v)| format!("\"{k}\":{v}")),
+            1 => (other_key, other_value).prop_map(|(k, v)| format!("\"{k}\":{v}")),
+            1 => Just(r#""in\u0070ut_tokens":4"#.to_owned()),
+        ]
+    }
+
+    fn usage() -> impl Strategy<Value = String> {
+        prop_oneof![
+            8 => prop::collection::vec(usage_member(), 0..7).prop_map(|m| format!("{{{}}}", m.join(","))),
+            1 => Just("null".to_owned()),
+            1 => Just("[]".to_owned()),
+            1 => Just(r#"{"input_tokens":1,}"#.to_owned()),
+            1 => Just(r#"{"input_tokens":1 }"#.to_owned()),
+        ]
+    }
+
+    fn block() -> impl Strategy<Value = String> {
+        prop_oneof![
+            6 => string().prop_map(|t| format!(r#"{{"type":"text","text":{t}}}"#)),
+            1 => string().prop_map(|t| format!(r#"{{"text":{t},"type":"text","citations":null}}"#)),
+            1 => Just(r#"{"type":"tool_use","id":"t1","name":"f","input":{"command":"ls","n":2}}"#.to_owned()),
+            1 => Just(r#"{"type":"tool_use","id":"t1","name":"f","input":{"a":{"b":1}}}"#.to_owned()),
+            1 => Just(r#"{"type":"text","text":"a",}"#.to_owned()),
+            1 => Just("\"text\"".to_owned()),
+        ]
+    }
+
+    fn string_or_null() -> impl Strategy<Value = String> {
+        prop_oneof![string(), Just("null".to_owned())]
+    }
+
+    /// An answer's members: those Anthropic writes, in its order, each as it writes it or changed;
+    /// then now and then another member.
+    fn members() -> BoxedStrategy<Vec<String>> {
+        let written = (
+            string(),
+            one_of(&[r#""message""#, r#""error""#, "null"]),
+            one_of(&[r#""assistant""#, r#""user""#]),
+            string(),
+            prop::collection::vec(block(), 0..4),
+            (string_or_null(), string_or_null()),
+            usage(),
+        );
+        let extra = prop::collection::vec(
+            prop::sample::select(vec![
+                r#""error":null"#,
+                r#""error":{"type":"x"}"#,
+                r#""status":"ok""#,
+                r#""model":"again""#,
+                r#""usage":{"output_tokens":9}"#,
+                r#""container":null"#,
+                r#""context":{"a":1}"#,
+                r#""flags":[1]"#,
+                r#""ok":true"#,
+                r#""content":"text""#,
+            ]),
+            0..2,
+        );
+        (written, extra)
+            .prop_map(|((id, kind, role, model, blocks, (reason, sequence), usage), extra)| {
+                let mut members = vec![
+                    format!("\"id\":{id}"),
+                    format!("\"type\":{kind}"),
+                    format!("\"role\":{role}"),
+                    format!("\"model\":{model}"),
+                    format!("\"content\":[{}]", blocks.join(",")),
+                    format!("\"stop_reason\":{reason}"),
+                    format!("\"stop_sequence\":{sequence}"),
+                    format!("\"usage\":{usage}"),
+                ];
+                members.extend(extra.into_iter().map(str::to_owned));
+                members
+            })
+            .boxed()
+    }
+
+    /// Answers in Anthropic's shape and near it: its members in its order or shuffled (as a relay
+    /// that sorts keys writes them), some left out, the object's ends as written or changed.
+    fn answer() -> impl Strategy<Value = String> {
+        let members = prop_oneof![
+            3 => members(),
+            2 => members().prop_shuffle(),
+            1 => members().prop_flat_map(|m| prop::sample::subsequence(m.clone(), 0..=m.len())),
+        ];
+        let ends = (one_of(&["{", "{ ", " {", "[{"]), one_of(&["}", "}\n", "} ", "", "}}", "},", "} x"]));
+        (members, ends).prop_map(|(members, (open, close))| format!("{open}{}{close}", members.join(",")))
+    }
+
+    fn same(a: &AnswerRead, b: &AnswerRead) -> bool {
+        a.tokens == b.tokens && a.model == b.model && a.envelope == b.envelope
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+        /// Whenever the match accepts an answer, the parse reads the same usage, model and
+        /// envelope from it.
+        #[test]
+        fn a_matched_answer_is_read_as_its_parse_would(body in answer()) {
+            if let Some(matched) = plain_anthropic_answer(&body) {
+                let parsed = parsed::<AnthropicMessage>(body.as_bytes());
+                prop_assert!(same(&matched, &parsed), "{body}\nmatched {matched:?}\nparsed {parsed:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn answers_as_the_api_writes_them_are_matched() {
+        let api = r#"{"id":"msg_01XFDUDYJgAACzvnptvVoYEL","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[{"type":"text","text":"Hello!\nHow can I \"help\"? é 😀"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"cache_creation_input_tokens":100,"cache_read_input_tokens":2048,"cache_creation":{"ephemeral_5m_input_tokens":100,"ephemeral_1h_input_tokens":0},"output_tokens":6,"service_tier":"standard"}}"#;
+        let read = plain_anthropic_answer(api).unwrap();
+        let tokens = Tokens { input: Some(12), output: Some(6), cache_read: Some(2048), cache_write: Some(100) };
+        assert_eq!(read.tokens, tokens);
+        assert_eq!(read.model.as_deref(), Some("claude-sonnet-4-5-20250929"));
+        assert!(same(&read, &parsed::<AnthropicMessage>(api.as_bytes())));
+        // The benchmark's mock writes its keys sorted (`examples/mock_upstream.rs`), as some relays do.
+        let mock = r#"{"content":[{"text":"lorem","type":"text"}],"id":"msg_mock0001","model":"m","role":"assistant","stop_reason":"end_turn","stop_sequence":null,"type":"message","usage":{"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"input_tokens":25,"output_tokens":16,"service_tier":"standard"}}"#;
+        let read = plain_anthropic_answer(mock).unwrap();
+        assert_eq!(
+            read.tokens,
+            Tokens { input: Some(25), output: Some(16), cache_read: Some(0), cache_write: Some(0) }
+        );
+        assert!(same(&read, &parsed::<AnthropicMessage>(mock.as_bytes())));
+        // An error member, or a nested tool input, is the parse's.
+        let error = api.replace(r#""usage":"#, r#""error":null,"usage":"#);
+        assert!(plain_anthropic_answer(&error).is_none());
+        let nested = api.replace(r#"[{"type":"text""#, r#"[{"type":"tool_use","input":{"a":{"b":1}}},{"type":"text""#);
+        assert!(plain_anthropic_answer(&nested).is_none());
+        // A flat tool input is matched: the reading skips content whatever it holds.
+        let flat = api.replace(
+            r#"[{"type":"text""#,
+            r#"[{"type":"tool_use","id":"t","name":"f","input":{"command":"ls"}},{"type":"text""#,
+        );
+        assert!(same(&plain_anthropic_answer(&flat).unwrap(), &parsed::<AnthropicMessage>(flat.as_bytes())));
+    }
+}

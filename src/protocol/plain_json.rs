@@ -1,0 +1,138 @@
+//! Matching JSON text whose exact shape is known in advance, byte by byte, instead of parsing
+//! it. The busiest bodies on the request path (a Chat content chunk, a plain Messages answer) are
+//! written by their APIs in one fixed shape; a match of that shape costs a fraction of a parse,
+//! and whatever it does not account for is left to the parse.
+//!
+//! Every step accepts only text that is valid JSON and whose value, as a parse reads it, is what
+//! the step returns, so a whole match implies a parse would read the same thing.
+
+use super::json_scan::plain_run;
+
+/// The text not matched yet; each step consumes what it matched, or nothing when it fails.
+pub(crate) struct Cursor<'a>(pub &'a str);
+
+/// The longest whole number [`Cursor::count`] reads: any 19 digits fit in a `u64`.
+const MAX_COUNT_DIGITS: usize = 19;
+
+impl<'a> Cursor<'a> {
+    pub fn literal(&mut self, text: &str) -> Option<()> {
+        self.0 = self.0.strip_prefix(text)?;
+        Some(())
+    }
+
+    /// Whether all the text has been matched.
+    pub fn is_done(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// A string with nothing escaped (no backslash, no control character): its text as written
+    /// is its value.
+    pub fn plain_string(&mut self) -> Option<&'a str> {
+        let inner = self.0.strip_prefix('"')?;
+        let end = plain_run(inner.as_bytes());
+        let (value, rest) = inner.split_at_checked(end)?;
+        self.0 = rest.strip_prefix('"')?;
+        Some(value)
+    }
+
+    /// A valid JSON string whose escapes are all single characters (`\n`, `\"`, ...); returns its
+    /// text as written. A `\u` escape is refused: whether a lone surrogate is an error depends on
+    /// how the parse reads the value, which this does not decide.
+    pub fn string_without_unicode_escapes(&mut self) -> Option<&'a str> {
+        let inner = self.0.strip_prefix('"')?;
+        let bytes = inner.as_bytes();
+        let mut at = 0;
+        loop {
+            at += plain_run(bytes.get(at..)?);
+            match *bytes.get(at)? {
+                b'"' => break,
+                b'\\' if matches!(bytes.get(at + 1), Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't')) => {
+                    at += 2;
+                }
+                _ => return None,
+            }
+        }
+        let (value, rest) = inner.split_at_checked(at)?;
+        self.0 = rest.strip_prefix('"')?;
+        Some(value)
+    }
+
+    /// The digits of a JSON number that is a whole number written plainly (no sign, fraction
+    /// or exponent, and no leading zero, which JSON forbids).
+    fn digits(&mut self) -> Option<&'a str> {
+        let len = self.0.bytes().take_while(u8::is_ascii_digit).count();
+        if len == 0 || (len > 1 && self.0.starts_with('0')) {
+            return None;
+        }
+        let (digits, rest) = self.0.split_at(len);
+        // A digit run ending in a fraction or an exponent is another kind of number.
+        if rest.starts_with(['.', 'e', 'E']) {
+            return None;
+        }
+        self.0 = rest;
+        Some(digits)
+    }
+
+    /// [`Self::digits`], the value unread.
+    pub fn whole_number(&mut self) -> Option<()> {
+        self.digits().map(drop)
+    }
+
+    /// A token count as [`super::lenient::Count`] reads one, for the two forms it meets in
+    /// practice: a whole number of at most 19 digits (its value) or `null` (unknown).
+    pub fn count(&mut self) -> Option<Option<u64>> {
+        if self.literal("null").is_some() {
+            return Some(None);
+        }
+        let before = self.0;
+        let digits = self.digits().filter(|d| d.len() <= MAX_COUNT_DIGITS);
+        // At most 19 digits: the sum cannot overflow.
+        let value = digits.map(|d| d.bytes().fold(0u64, |n, b| n * 10 + u64::from(b - b'0')));
+        if value.is_none() {
+            self.0 = before;
+        }
+        value.map(Some)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::protocol::lenient::Count;
+
+    /// Whenever a step accepts a JSON value, the value's parse agrees with what it returned.
+    fn parsed_count(text: &str) -> Option<u64> {
+        serde_json::from_str::<Count>(text).unwrap().0
+    }
+
+    #[test]
+    fn count_reads_what_the_parse_reads_or_refuses() {
+        for text in ["0", "7", "1234567890123456789", "null"] {
+            let mut c = Cursor(text);
+            assert_eq!(c.count(), Some(parsed_count(text)), "{text}");
+            assert!(c.is_done(), "{text}");
+        }
+        // A leading zero, a sign, a fraction, an exponent, more digits than fit: not matched,
+        // and nothing consumed.
+        for text in ["01", "-1", "1.5", "1e3", "2E2", "12345678901234567890", "\"3\"", "nul"] {
+            let mut c = Cursor(text);
+            assert_eq!(c.count(), None, "{text}");
+            assert_eq!(c.0, text);
+        }
+    }
+
+    #[test]
+    fn strings_are_matched_only_when_their_text_is_their_value() {
+        let mut c = Cursor(r#""a b""#);
+        assert_eq!(c.plain_string(), Some("a b"));
+        for text in [r#""a\"b""#, "\"a\tb\"", "\"open"] {
+            assert_eq!(Cursor(text).plain_string(), None, "{text}");
+        }
+        let mut c = Cursor(r#""a\"b\n""#);
+        assert_eq!(c.string_without_unicode_escapes(), Some(r#"a\"b\n"#));
+        for text in [r#""\u00e9""#, r#""a\qb""#, "\"a\u{1}\"", r#""a\"#] {
+            assert_eq!(Cursor(text).string_without_unicode_escapes(), None, "{text}");
+        }
+    }
+}
