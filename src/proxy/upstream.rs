@@ -632,6 +632,102 @@ mod tests {
         assert!(UpstreamOrigin::of("relay.example.com/v1").is_none());
     }
 
+    fn live_endpoint(format: Format, extra: &[(&str, &str)]) -> LiveEndpoint {
+        use crate::endpoint::{Endpoint, EndpointId, TestResult};
+        let config = Endpoint {
+            id: EndpointId(1),
+            name: "e".into(),
+            base_url: "http://127.0.0.1:9/api".into(),
+            api_key: "sk-endpoint-key-0000".into(),
+            format,
+            models: Vec::new(),
+            model_map: Vec::new(),
+            enabled: true,
+            fast: false,
+            fast_sort_order: 0,
+            sort_order: 0,
+            headers: extra.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            test_model: None,
+            test: TestResult::default(),
+            price_multiplier: 1.0,
+        };
+        let breakers =
+            crate::breaker::Breakers::new(Arc::new(crate::clock::SystemClock), Arc::new(crate::breaker::NoSink));
+        LiveEndpoint::new(config, breakers.cell(EndpointId(1)))
+    }
+
+    fn values<'a>(headers: &'a HeaderMap, name: &str) -> Vec<&'a str> {
+        headers.get_all(name).iter().map(|v| v.to_str().unwrap()).collect()
+    }
+
+    #[test]
+    fn request_headers_forward_the_clients_and_let_the_endpoints_own_win() {
+        let hop = HeaderValue::from_static("gw-1");
+        let mut client = HeaderMap::new();
+        for (name, value) in [
+            ("host", "gateway.local"),
+            ("content-length", "12"),
+            ("content-type", "application/json"),
+            ("x-api-key", "client-key"),
+            ("authorization", "Bearer client-token"),
+            ("cookie", "ccmesh_session=s"),
+            ("accept-encoding", "gzip"),
+            ("connection", "keep-alive, X-Private"),
+            ("x-private", "hop-by-hop"),
+            ("x-ccmesh-endpoint", "other"),
+            ("x-ccmesh-hop", "forged"),
+            ("anthropic-beta", "a"),
+            ("anthropic-beta", "b"),
+            ("x-team", "client-team"),
+            ("api-key", "client-azure-key"),
+        ] {
+            client.append(HeaderName::from_static(name), HeaderValue::from_static(value));
+        }
+        let endpoint = live_endpoint(Format::Anthropic, &[("x-team", "endpoint-team"), ("accept-encoding", "br")]);
+        let out = request_headers(&client, &endpoint, &hop);
+        let mut names: Vec<&str> = out.keys().map(HeaderName::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            [
+                "accept-encoding",
+                "anthropic-beta",
+                "anthropic-version",
+                "api-key",
+                "content-type",
+                "host",
+                "x-api-key",
+                "x-ccmesh-hop",
+                "x-team",
+            ]
+        );
+        assert_eq!(values(&out, "anthropic-beta"), ["a", "b"], "a repeated header keeps every value");
+        assert_eq!(values(&out, "x-team"), ["endpoint-team"], "the endpoint's extra header replaces the client's");
+        assert_eq!(values(&out, "accept-encoding"), ["br"], "an extra header replaces even the gateway's default");
+        assert_eq!(values(&out, "x-api-key"), ["sk-endpoint-key-0000"]);
+        assert!(out.get("x-api-key").unwrap().is_sensitive());
+        assert_eq!(values(&out, "host"), ["127.0.0.1:9"]);
+        assert_eq!(values(&out, "x-ccmesh-hop"), ["gw-1"]);
+        assert_eq!(values(&out, "anthropic-version"), ["2023-06-01"], "the default when no one set one");
+        assert_eq!(values(&out, "api-key"), ["client-azure-key"]);
+
+        // The client's anthropic-version is kept; an endpoint's extra one replaces it.
+        client.insert("anthropic-version", HeaderValue::from_static("2026-10-21"));
+        assert_eq!(values(&request_headers(&client, &endpoint, &hop), "anthropic-version"), ["2026-10-21"]);
+        let pinned = live_endpoint(Format::Anthropic, &[("anthropic-version", "2024-01-01")]);
+        assert_eq!(values(&request_headers(&client, &pinned, &hop), "anthropic-version"), ["2024-01-01"]);
+
+        // Another format: its own credential, no anthropic-version added, the client's kept.
+        let chat = live_endpoint(Format::Openai, &[]);
+        client.remove("anthropic-version");
+        let out = request_headers(&client, &chat, &hop);
+        assert_eq!(values(&out, "authorization"), ["Bearer sk-endpoint-key-0000"]);
+        assert_eq!(values(&out, "x-api-key"), Vec::<&str>::new());
+        assert_eq!(values(&out, "anthropic-version"), Vec::<&str>::new());
+        assert_eq!(values(&out, "accept-encoding"), ["identity"]);
+        assert_eq!(values(&out, "x-team"), ["client-team"]);
+    }
+
     #[test]
     fn response_headers_drop_framing_hop_by_hop_and_cookies_and_keep_the_rest() {
         let mut upstream = HeaderMap::new();
