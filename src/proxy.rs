@@ -80,11 +80,9 @@ fn check_hops(gw: &Gateway, headers: &HeaderMap) -> Result<HeaderValue, GatewayE
         .map_err(|_| GatewayError::new(ErrorKind::InvalidRequest, "invalid_header", "x-ccmesh-hop must be ASCII"))
 }
 
-/// Decide the route from the path. `None` = not a proxied path.
+/// Decide the route of a path that is not a Gemini call (`gemini::parse_call` decides those).
+/// `None` = not a proxied path.
 pub fn route_for(method: &Method, path: &str, headers: &HeaderMap) -> Option<Route> {
-    if let Some(call) = gemini::parse_call(method, path, None) {
-        return Some(gemini::route(&call));
-    }
     let rest = path.strip_prefix("/v1/")?;
     Some(match (method, rest.trim_end_matches('/')) {
         (&Method::POST, "messages") => Route::Protocol(Protocol::Claude),

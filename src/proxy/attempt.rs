@@ -39,9 +39,10 @@ pub async fn run(
     let total = settings.timeouts(protocol).total;
     let deadline = trail.started() + total;
     let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-    let deadline_clock = clock.now() + left;
+    let now = clock.now();
+    let deadline_clock = now + left;
     // One budget per request for every wait (SPEC §15.1), and never past the total deadline.
-    let budget_deadline = (clock.now() + settings.rate_limit_backoff_budget).min(deadline_clock);
+    let budget_deadline = (now + settings.rate_limit_backoff_budget).min(deadline_clock);
     let seen_current = gw.rotation.current(protocol);
     let mut conversion = RequestConversion::new(Format::native_to(protocol), inbound.route.is_count_tokens())
         .with_stream(inbound.stream);
@@ -475,8 +476,9 @@ impl Run {
         let clock = self.gw.clock.clone();
         let total = settings.timeouts(self.protocol()).total;
         self.deadline = tokio::time::Instant::now() + total;
-        self.deadline_clock = clock.now() + total;
-        self.budget_deadline = (clock.now() + settings.rate_limit_backoff_budget).min(self.deadline_clock);
+        let now = clock.now();
+        self.deadline_clock = now + total;
+        self.budget_deadline = (now + settings.rate_limit_backoff_budget).min(self.deadline_clock);
         self.resuming = Some(super::resume::Resuming::new(delivered));
         let p = &mut self.progress;
         let cap = p.cap.unwrap_or(usize::MAX);
