@@ -60,9 +60,10 @@ pub struct AttemptRecord {
     /// This attempt continued a cut stream: how (SPEC §6 stream resume).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume: Option<String>,
-    /// The endpoint's format (`anthropic`, `openai`, `responses`); differs from the client's
-    /// protocol when the request was converted.
-    pub format: String,
+    /// The endpoint's format (`anthropic`, `openai`, `responses`, `gemini`); differs from the
+    /// client's protocol when the request was converted. Borrowed from a constant when a request
+    /// makes the record, as `RequestRecord::protocol` is.
+    pub format: Cow<'static, str>,
     /// Milliseconds from the request's arrival to this attempt's send.
     pub started_ms: f64,
     /// Until the outcome was decided (for a stream that succeeded: its end).
@@ -103,7 +104,8 @@ pub struct RequestRecord {
     pub protocol: Cow<'static, str>,
     /// The HTTP method, borrowed for the standard ones as `protocol` is.
     pub method: Cow<'static, str>,
-    pub path: String,
+    /// Borrowed for the proxied paths the gateway serves by name, as `method` is.
+    pub path: Cow<'static, str>,
     pub user_agent: Option<String>,
     /// The client's session id (`affinity::session_id`: Codex's `prompt_cache_key`, Claude
     /// Code's session header or `metadata.user_id`, Codex's session header), when it sent one.

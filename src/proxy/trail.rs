@@ -76,7 +76,6 @@ pub struct Trail {
     submitted: bool,
 }
 
-/// Milliseconds with three decimals (microsecond resolution), as Server-Timing wants them.
 /// A standard method's name without an allocation; any other's copied.
 fn method_name(method: &Method) -> Cow<'static, str> {
     const STANDARD: [(Method, &str); 9] = [
@@ -96,9 +95,21 @@ fn method_name(method: &Method) -> Cow<'static, str> {
     }
 }
 
+/// A proxied path the gateway serves by name, without an allocation; any other path copied (and
+/// capped). A record is made on a serving thread and dropped on the writer's, where each of its
+/// strings is a free from another thread's heap.
+fn path_name(path: &str) -> Cow<'static, str> {
+    const PROXIED: [&str; 4] = ["/v1/messages", "/v1/chat/completions", "/v1/responses", "/v1/messages/count_tokens"];
+    match PROXIED.iter().find(|known| **known == path) {
+        Some(known) => Cow::Borrowed(known),
+        None => Cow::Owned(capped(path, MAX_TEXT)),
+    }
+}
+
 const SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
 const X_CCMESH_REQUEST_ID: HeaderName = HeaderName::from_static("x-ccmesh-request-id");
 
+/// Milliseconds with three decimals (microsecond resolution), as Server-Timing wants them.
 fn push_ms(out: &mut String, d: Duration) {
     let us = d.as_micros();
     push_decimal(out, u64::try_from(us / 1000).unwrap_or(u64::MAX));
@@ -132,7 +143,7 @@ impl Trail {
             started_at_ms: unix_ms,
             protocol: Cow::Borrowed(protocol),
             method: method_name(method),
-            path: capped(path, MAX_TEXT),
+            path: path_name(path),
             user_agent: header(&axum::http::header::USER_AGENT),
             session_id,
             ..empty_record()
@@ -224,7 +235,7 @@ impl Trail {
         &mut self,
         endpoint: &str,
         id: EndpointId,
-        format: &str,
+        format: &'static str,
         model_sent: Option<&str>,
         multiplier: f64,
     ) {
@@ -232,7 +243,7 @@ impl Trail {
         self.attempt_endpoint = Some(id);
         self.record.attempts.push(AttemptRecord {
             endpoint: endpoint.to_string(),
-            format: format.to_string(),
+            format: Cow::Borrowed(format),
             started_ms: ms(now - self.started),
             duration_ms: 0.0,
             status: None,
@@ -449,7 +460,7 @@ fn empty_record() -> RequestRecord {
         started_at_ms: 0,
         protocol: Cow::Borrowed(""),
         method: Cow::Borrowed(""),
-        path: String::new(),
+        path: Cow::Borrowed(""),
         user_agent: None,
         session_id: None,
         model_requested: None,
@@ -530,6 +541,16 @@ mod tests {
         }
         let custom = Method::from_bytes(b"PURGE").unwrap();
         assert_eq!(method_name(&custom), "PURGE");
+    }
+
+    #[test]
+    fn a_proxied_path_is_borrowed_and_any_other_copied_and_capped() {
+        for path in ["/v1/messages", "/v1/chat/completions", "/v1/responses", "/v1/messages/count_tokens"] {
+            assert!(matches!(path_name(path), Cow::Borrowed(p) if p == path), "{path}");
+        }
+        assert_eq!(path_name("/v1beta/models/g:generateContent"), "/v1beta/models/g:generateContent");
+        let long = format!("/v1/{}", "x".repeat(MAX_TEXT * 2));
+        assert_eq!(path_name(&long), capped(&long, MAX_TEXT));
     }
 
     #[test]

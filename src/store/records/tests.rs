@@ -104,7 +104,7 @@ fn batches_of_every_size_store_each_record_whole_with_its_own_detail() {
             .map(|i| {
                 let at = 1_700_000_000_000 + i as u64;
                 let mut r = if i % 3 == 0 { failed(&tid(at, &format!("b{i}")), at) } else { record(&tid(at, "b"), at) };
-                r.path = format!("/v1/messages?row={i}");
+                r.path = format!("/v1/messages?row={i}").into();
                 r.status = 200 + i as u16;
                 r
             })
@@ -818,7 +818,7 @@ mod detail_property {
                 )| AttemptRecord {
                     endpoint,
                     resume,
-                    format,
+                    format: format.into(),
                     started_ms,
                     duration_ms,
                     status,
@@ -850,7 +850,7 @@ mod detail_property {
             let id = tid(1_700_000_000_000, "p");
             let mut r = record(&id, 1_700_000_000_000);
             r.method = method.into();
-            r.path = path;
+            r.path = path.into();
             r.user_agent = user_agent;
             r.session_id = session_id;
             r.model_answered = model_answered;
