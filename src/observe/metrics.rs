@@ -473,19 +473,19 @@ impl Vocabulary {
 
     /// The label for a known model (its configured spelling, or the price entry that prices
     /// it), or `None`.
-    fn model(&self, model: &str) -> Option<String> {
+    fn model(&self, model: &str) -> Option<&str> {
         // Lowercasing allocates: skip it for names that are lowercase already (most of them).
         let lowered = || {
             let already = model.is_ascii() && !model.bytes().any(|b| b.is_ascii_uppercase());
             if already { None } else { self.models.get(&model.to_lowercase()) }
         };
         if let Some(canonical) = self.models.get(model).or_else(lowered) {
-            return Some(canonical.clone());
+            return Some(canonical);
         }
         // Labelled by the price entry, not the name as sent: dated variants
         // (`claude-sonnet-4-5-20250929`) and glob entries (`glm-*`) would otherwise admit
         // unbounded sets of names.
-        self.prices.lookup(model).map(|entry| entry.model.clone())
+        self.prices.lookup(model).map(|entry| entry.model.as_str())
     }
 }
 
@@ -586,17 +586,17 @@ impl Metrics {
         let model = if counts.iter().any(Option::is_some) {
             self.model_label(vocabulary, record.model_answered.as_deref().or(record.model_sent.as_deref()))
         } else {
-            String::new()
+            ""
         };
         match record.attempts.as_slice() {
             [only] if record.endpoint.as_deref() == Some(only.endpoint.as_str()) => {
                 self.observe_plain(
                     record,
                     [protocol, endpoint, record.status_class(), outcome_str(only.classification)],
-                    &model,
+                    model,
                 );
             }
-            _ => self.observe_each(record, protocol, endpoint, &model),
+            _ => self.observe_each(record, protocol, endpoint, model),
         }
         if let Some(name) = record.client_key.as_deref() {
             let key = self.key_label(vocabulary, name);
@@ -731,18 +731,20 @@ impl Metrics {
         if known && self.endpoints_seen.admit(name) { name } else { "" }
     }
 
-    fn model_label(&self, vocabulary: Option<&Vocabulary>, model: Option<&str>) -> String {
-        let Some(model) = model.filter(|m| !m.is_empty()) else { return String::new() };
+    /// The label is borrowed (from the configuration or the record): a request's metrics
+    /// allocate nothing for it.
+    fn model_label<'a>(&self, vocabulary: Option<&'a Vocabulary>, model: Option<&'a str>) -> &'a str {
+        let Some(model) = model.filter(|m| !m.is_empty()) else { return "" };
         if model.len() > MAX_MODEL_LEN {
-            return OTHER_MODEL.to_string();
+            return OTHER_MODEL;
         }
         let label = match vocabulary {
             Some(v) => v.model(model),
-            None => Some(model.to_string()),
+            None => Some(model),
         };
         match label {
-            Some(l) if self.models_seen.admit(&l) => l,
-            _ => OTHER_MODEL.to_string(),
+            Some(l) if self.models_seen.admit(l) => l,
+            _ => OTHER_MODEL,
         }
     }
 
