@@ -22,7 +22,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use axum::http::{HeaderMap, HeaderName};
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 
 use std::sync::Arc;
@@ -40,7 +40,9 @@ pub const MAX_BINDINGS: usize = 100_000;
 pub const MAX_SESSION_ID: usize = 256;
 
 const CLAUDE_CODE_SESSION: HeaderName = HeaderName::from_static("x-claude-code-session-id");
-const CODEX_SESSION: [HeaderName; 2] = [HeaderName::from_static("session-id"), HeaderName::from_static("session_id")];
+const CODEX_SESSIONS: usize = 2;
+const CODEX_SESSION: [HeaderName; CODEX_SESSIONS] =
+    [HeaderName::from_static("session-id"), HeaderName::from_static("session_id")];
 
 /// The session fields of a request body (read by the same pass that reads the model).
 #[derive(Clone, Copy, Debug, Default)]
@@ -54,10 +56,6 @@ pub struct BodySession<'a> {
 fn usable(id: &str) -> Option<String> {
     let id = id.trim();
     (!id.is_empty() && id.len() <= MAX_SESSION_ID && !id.chars().any(char::is_control)).then(|| id.to_string())
-}
-
-fn header(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
-    headers.get(name).and_then(|v| v.to_str().ok()).and_then(usable)
 }
 
 /// The session id in Claude Code's `metadata.user_id`: a JSON object in a string
@@ -82,10 +80,24 @@ pub struct SessionHeaders {
 }
 
 impl SessionHeaders {
+    /// Each name's first value, as `HeaderMap::get` gives it, found in one pass over the
+    /// client's headers: three lookups hashed three names for headers most requests lack.
     pub fn read(headers: &HeaderMap) -> SessionHeaders {
+        let mut claude_code = None;
+        let mut codex = [None; CODEX_SESSIONS];
+        for (name, value) in headers {
+            if *name == CLAUDE_CODE_SESSION {
+                claude_code.get_or_insert(value);
+            } else if let Some(i) = CODEX_SESSION.iter().position(|n| n == name)
+                && let Some(first) = codex.get_mut(i)
+            {
+                first.get_or_insert(value);
+            }
+        }
+        let usable_value = |v: &HeaderValue| v.to_str().ok().and_then(usable);
         SessionHeaders {
-            claude_code: header(headers, &CLAUDE_CODE_SESSION),
-            codex: CODEX_SESSION.iter().find_map(|n| header(headers, n)),
+            claude_code: claude_code.and_then(usable_value),
+            codex: codex.iter().flatten().find_map(|v| usable_value(v)),
         }
     }
 
@@ -299,6 +311,38 @@ mod tests {
         // Codex 0.80 on Chat Completions: only the `session_id` header.
         let (headers, body) = fixture("codex_0.80.0_chat_turn2_tool.json");
         assert_eq!(of(&headers, &body).as_deref(), Some("01a22988-99d5-7ad3-bb08-36871333fe64"));
+    }
+
+    /// The lookups the single pass stands for.
+    fn looked_up(headers: &HeaderMap) -> SessionHeaders {
+        let header = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).and_then(usable);
+        SessionHeaders { claude_code: header(&CLAUDE_CODE_SESSION), codex: CODEX_SESSION.iter().find_map(header) }
+    }
+
+    proptest::proptest! {
+        /// Whatever the headers (repeated, unusable, in any order), the one pass reads what
+        /// looking each name up reads.
+        #[test]
+        fn session_headers_read_in_one_pass_as_by_lookups(
+            entries in proptest::collection::vec(
+                (
+                    proptest::sample::select(vec![
+                        "x-claude-code-session-id", "session-id", "session_id", "content-type", "x-other",
+                    ]),
+                    proptest::sample::select(vec!["s1", "s2", "  ", "", "  s3  ", "\u{e9}t\u{e9}"]),
+                ),
+                0..8,
+            ),
+        ) {
+            let mut headers = HeaderMap::new();
+            for (name, value) in &entries {
+                let value = HeaderValue::from_bytes(value.as_bytes()).unwrap();
+                headers.append(HeaderName::from_static(name), value);
+            }
+            let (one, each) = (SessionHeaders::read(&headers), looked_up(&headers));
+            proptest::prop_assert_eq!(one.claude_code, each.claude_code);
+            proptest::prop_assert_eq!(one.codex, each.codex);
+        }
     }
 
     #[test]
