@@ -164,6 +164,30 @@ fn raise_open_files_limit() {
     }
 }
 
+/// Descriptors beyond two per client connection (its own and its upstream's): the store's
+/// files, the listeners, Redis and PostgreSQL sockets, the dashboard's event streams.
+const DESCRIPTOR_HEADROOM: usize = 256;
+
+/// Grow the process's descriptor table now to hold what `max_connections` client connections
+/// need (within the open-files limit). The kernel grows it by doubling as descriptors are
+/// opened, and in a threaded process each growth waits for an RCU grace period (10–20 ms on a
+/// small VM) while every thread opening a descriptor (an accept, an upstream connect) waits
+/// with it: the first burst of several hundred streams stalled every stream on both serving
+/// threads. Opening one descriptor at the top makes the kernel grow the table once, here; it
+/// never shrinks, and a slot costs the kernel 8 bytes.
+fn reserve_descriptor_table(max_connections: usize) {
+    use rustix::process::{Resource, getrlimit};
+    let limit = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
+    let wanted = max_connections.saturating_mul(2).saturating_add(DESCRIPTOR_HEADROOM) as u64;
+    let Ok(top) = i32::try_from(wanted.min(limit).saturating_sub(1)) else { return };
+    let reserved = std::fs::File::open("/dev/null").and_then(|null| Ok(rustix::io::fcntl_dupfd_cloexec(&null, top)?));
+    match reserved {
+        // Closed at once: the slot's table stays.
+        Ok(descriptor) => drop(descriptor),
+        Err(e) => tracing::debug!(error = %e, top, "could not size the descriptor table ahead; it grows as needed"),
+    }
+}
+
 /// Below this an admin token can be guessed by an attacker who can reach the port.
 const SHORT_TOKEN: usize = 24;
 
@@ -242,10 +266,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         None => {}
     }
     let keys_exist = store.count_keys()? > 0;
-    let keys_required = match store.load_settings()? {
-        Some(doc) => crate::config::Settings::default().patched(&doc).map(|s| s.require_client_key).unwrap_or(false),
-        None => false,
-    };
+    let stored_settings = store.load_settings()?.and_then(|doc| crate::config::Settings::default().patched(&doc).ok());
+    let keys_required = stored_settings.as_ref().is_some_and(|s| s.require_client_key);
+    reserve_descriptor_table(stored_settings.unwrap_or_default().limits.max_connections);
     if check_open_proxy(&args.listen, keys_exist, keys_required, args.open_proxy)? {
         tracing::warn!(
             event = "open_proxy",

@@ -81,6 +81,38 @@ async fn the_soft_open_files_limit_is_raised_to_the_hard_limit() {
     assert_ne!(numbers[0], "256");
 }
 
+/// A process's soft open-files limit and descriptor-table size, from `/proc`.
+fn descriptor_table(pid: u32) -> (u64, u64) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits.lines().find(|l| l.starts_with("Max open files")).unwrap();
+    let soft = line.split_whitespace().find_map(|w| w.parse().ok()).unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let size = status.lines().find_map(|l| l.strip_prefix("FDSize:")).unwrap().trim().parse().unwrap();
+    (soft, size)
+}
+
+/// The descriptor table is grown once at start for `limits.max_connections` (two descriptors a
+/// connection, and 256 more), so that no accept or upstream connect waits for it to grow under
+/// load; never past the open-files limit, which a gateway that cannot raise it still starts with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_descriptor_table_is_sized_for_max_connections_at_start() {
+    let server = Server::start(None, &[]);
+    let (soft, size) = descriptor_table(server.child.id());
+    let wanted = (4096 * 2 + 256).min(soft);
+    assert!(size >= wanted, "FDSize {size} for the default 4096 connections (open-files limit {soft})");
+
+    let config = "[settings.limits]\nmax_connections = 100\n";
+    let small = Server::start(Some(config), &[]);
+    let (soft, size) = descriptor_table(small.child.id());
+    assert!(size >= (100 * 2 + 256).min(soft), "FDSize {size} for 100 connections");
+    assert!(size < 4096 * 2, "FDSize {size}: sized by the setting, not the default");
+
+    let capped = Server::launch(Launch { shell_prefix: Some("ulimit -n 300;"), ..Launch::default() }).unwrap();
+    let (soft, size) = descriptor_table(capped.child.id());
+    assert_eq!(soft, 300);
+    assert!((300..4096).contains(&size), "FDSize {size} under a hard limit of 300");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_gateway_on_the_same_data_dir_is_refused_with_the_holders_pid() {
     let first = Server::launch(Launch::default()).unwrap();
