@@ -67,8 +67,11 @@ pub fn read_answer(format: Format, body: &[u8]) -> AnswerRead {
         return AnswerRead::default();
     }
     match format {
-        Format::Anthropic => match crate::protocol::lenient::utf8(body).and_then(plain_anthropic_answer) {
-            Some(read) => read,
+        // The text's UTF-8 is checked once, for the match and for the parse it may fall back to.
+        Format::Anthropic => match crate::protocol::lenient::utf8(body) {
+            Some(text) => {
+                plain_anthropic_answer(text).unwrap_or_else(|| read(serde_json::from_str::<AnthropicMessage>(text)))
+            }
             None => parsed::<AnthropicMessage>(body),
         },
         Format::Openai => parsed::<ChatBody>(body),
@@ -79,10 +82,12 @@ pub fn read_answer(format: Format, body: &[u8]) -> AnswerRead {
 
 /// An answer read by parsing it as the format's answer body `T`.
 fn parsed<'a, T: Deserialize<'a> + Answer>(body: &'a [u8]) -> AnswerRead {
-    match crate::protocol::lenient::from_json::<T>(body) {
-        Ok(answer) => answer.into_read(),
-        Err(_) => AnswerRead::default(),
-    }
+    read(crate::protocol::lenient::from_json::<T>(body))
+}
+
+/// What a parse of an answer gives: nothing when the body is not the format's answer.
+fn read<T: Answer>(parse: serde_json::Result<T>) -> AnswerRead {
+    parse.map(Answer::into_read).unwrap_or_default()
 }
 
 /// The answer body of each format, as one read sees it.

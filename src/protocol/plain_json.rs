@@ -95,6 +95,38 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// Inputs for the matchers' property tests: JSON text in an API's shape and near it.
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+pub(crate) mod strategies {
+    use proptest::prelude::*;
+
+    /// JSON strings, mostly valid: plain text, escapes of every kind; now and then a `\u` escape,
+    /// a bad escape, a raw control character, an unclosed string or not a string at all.
+    pub fn string() -> impl Strategy<Value = String> {
+        prop_oneof![
+            12 => "[a-zA-Z0-9 ._-]{0,8}".prop_map(|s| format!("\"{s}\"")),
+            8 => "[a-z \"\\\\/\n\t\u{8}\u{c}\r\u{1}é😀]{0,6}".prop_map(|s| serde_json::to_string(&s).unwrap()),
+            1 => Just(r#""\u00e9""#.to_owned()),
+            1 => Just(r#""\ud800""#.to_owned()),
+            1 => Just(r#""a\qb""#.to_owned()),
+            1 => Just("\"a\tb\"".to_owned()),
+            1 => Just("\"open".to_owned()),
+            1 => Just("null".to_owned()),
+            1 => Just("7".to_owned()),
+        ]
+    }
+
+    /// The first option (as the API writes it) most of the time, else one of the others.
+    pub fn one_of(options: &'static [&'static str]) -> impl Strategy<Value = String> {
+        let usual = options[0];
+        prop_oneof![
+            3 * (options.len() - 1).max(1) as u32 => Just(usual.to_owned()),
+            options.len() as u32 => prop::sample::select(options).prop_map(str::to_owned),
+        ]
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
