@@ -28,6 +28,7 @@
 //! [`ConvertError`]: super::ir::ConvertError
 
 mod error;
+mod plain_answer;
 mod request;
 mod response;
 mod stream;

@@ -6,6 +6,8 @@
 //! Every step accepts only text that is valid JSON and whose value, as a parse reads it, is what
 //! the step returns, so a whole match implies a parse would read the same thing.
 
+use std::borrow::Cow;
+
 use super::json_scan::plain_run;
 
 /// The text not matched yet; each step consumes what it matched, or nothing when it fails.
@@ -73,9 +75,64 @@ impl<'a> Cursor<'a> {
         Some(digits)
     }
 
+    /// [`Self::string_without_unicode_escapes`], read as its value: the escapes resolved.
+    pub fn string_value(&mut self) -> Option<Cow<'a, str>> {
+        let written = self.string_without_unicode_escapes()?;
+        if !written.contains('\\') {
+            return Some(Cow::Borrowed(written));
+        }
+        let mut value = String::with_capacity(written.len());
+        let mut chars = written.chars();
+        while let Some(c) = chars.next() {
+            if c != '\\' {
+                value.push(c);
+                continue;
+            }
+            // The escapes `string_without_unicode_escapes` lets through, and only those.
+            value.push(match chars.next()? {
+                'n' => '\n',
+                't' => '\t',
+                'r' => '\r',
+                'b' => '\u{8}',
+                'f' => '\u{c}',
+                other => other,
+            });
+        }
+        Some(Cow::Owned(value))
+    }
+
     /// [`Self::digits`], the value unread.
     pub fn whole_number(&mut self) -> Option<()> {
         self.digits().map(drop)
+    }
+
+    /// An object of members with plain keys (no escape), each value matched by `value`, given
+    /// its key.
+    pub fn members(&mut self, mut value: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+        self.literal("{")?;
+        if self.literal("}").is_some() {
+            return Some(());
+        }
+        loop {
+            let key = self.plain_string()?;
+            self.literal(":")?;
+            value(self, key)?;
+            if self.literal("}").is_some() {
+                return Some(());
+            }
+            self.literal(",")?;
+        }
+    }
+
+    /// A value the reading skips: a string without `\u` escapes, a whole number, `null`, or (when
+    /// `nested` allows) an object of plain keys holding those.
+    pub fn skipped_value(&mut self, nested: bool) -> Option<()> {
+        match self.0.as_bytes().first()? {
+            b'"' => self.string_without_unicode_escapes().map(drop),
+            b'n' => self.literal("null"),
+            b'{' if nested => self.members(|c, _| c.skipped_value(false)),
+            _ => self.whole_number(),
+        }
     }
 
     /// A token count as [`super::lenient::Count`] reads one, for the two forms it meets in
@@ -165,6 +222,20 @@ mod tests {
         assert_eq!(c.string_without_unicode_escapes(), Some(r#"a\"b\n"#));
         for text in [r#""\u00e9""#, r#""a\qb""#, "\"a\u{1}\"", r#""a\"#] {
             assert_eq!(Cursor(text).string_without_unicode_escapes(), None, "{text}");
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+        /// A string's value, when the step reads one, is the value the parse reads, and a plain
+        /// one is borrowed from the text.
+        #[test]
+        fn a_string_value_is_the_parses(text in strategies::string()) {
+            if let Some(value) = Cursor(&text).string_value() {
+                let parsed = serde_json::from_str::<String>(&text).ok();
+                proptest::prop_assert_eq!(Some(value.as_ref()), parsed.as_deref());
+                proptest::prop_assert_eq!(matches!(value, Cow::Borrowed(_)), !text.contains('\\'));
+            }
         }
     }
 }

@@ -45,10 +45,13 @@ pub(super) fn decode_usage(u: &ChatUsage) -> Usage {
 
 /// Upstream non-streaming response body (this protocol) -> IR.
 pub fn decode_response(body: &[u8]) -> Result<Response, ConvertError> {
+    if let Some(matched) = crate::protocol::lenient::utf8(body).and_then(super::plain_answer::plain_chat_answer) {
+        return Ok(matched);
+    }
     decode_response_with(body, Parse::Direct)
 }
 
-fn decode_response_with(body: &[u8], parse: Parse) -> Result<Response, ConvertError> {
+pub(super) fn decode_response_with(body: &[u8], parse: Parse) -> Result<Response, ConvertError> {
     let mut slot = None;
     let o: Completion<'_> = match read_object_bytes(body, &mut slot, parse) {
         Object::Read(o) => o,

@@ -26,13 +26,13 @@ pub(super) fn plain_anthropic_answer(body: &str) -> Option<AnswerRead> {
     let mut c = Cursor(body.trim_end_matches([' ', '\t', '\n', '\r']));
     let mut model = None;
     let mut tokens = None;
-    members(&mut c, |c, key| {
+    c.members(|c, key| {
         match key {
             "model" if model.is_none() => model = Some(c.plain_string()?),
             "usage" if tokens.is_none() => tokens = Some(usage(c)?),
             "model" | "usage" | "error" | "status" => return None,
             "content" => content(c)?,
-            _ => other_value(c, true)?,
+            _ => c.skipped_value(true)?,
         }
         Some(())
     })?;
@@ -43,23 +43,6 @@ pub(super) fn plain_anthropic_answer(body: &str) -> Option<AnswerRead> {
     })
 }
 
-/// An object of members with plain keys, each value matched by `value` (given its key).
-fn members<'a>(c: &mut Cursor<'a>, mut value: impl FnMut(&mut Cursor<'a>, &'a str) -> Option<()>) -> Option<()> {
-    c.literal("{")?;
-    if c.literal("}").is_some() {
-        return Some(());
-    }
-    loop {
-        let key = c.plain_string()?;
-        c.literal(":")?;
-        value(c, key)?;
-        if c.literal("}").is_some() {
-            return Some(());
-        }
-        c.literal(",")?;
-    }
-}
-
 /// The content blocks, which the reading skips: objects of plain members.
 fn content(c: &mut Cursor<'_>) -> Option<()> {
     c.literal("[")?;
@@ -67,7 +50,7 @@ fn content(c: &mut Cursor<'_>) -> Option<()> {
         return Some(());
     }
     loop {
-        members(c, |c, _| other_value(c, true))?;
+        c.members(|c, _| c.skipped_value(true))?;
         if c.literal("]").is_some() {
             return Some(());
         }
@@ -79,13 +62,13 @@ fn content(c: &mut Cursor<'_>) -> Option<()> {
 fn usage(c: &mut Cursor<'_>) -> Option<Tokens> {
     let mut tokens = Tokens::default();
     let mut seen = [false; 4];
-    members(c, |c, key| {
+    c.members(|c, key| {
         let (slot, field) = match key {
             "input_tokens" => (0, &mut tokens.input),
             "output_tokens" => (1, &mut tokens.output),
             "cache_read_input_tokens" => (2, &mut tokens.cache_read),
             "cache_creation_input_tokens" => (3, &mut tokens.cache_write),
-            _ => return other_value(c, true),
+            _ => return c.skipped_value(true),
         };
         // A field named twice is an error to the parse; what it then reads is its to say.
         if std::mem::replace(seen.get_mut(slot)?, true) {
@@ -95,17 +78,6 @@ fn usage(c: &mut Cursor<'_>) -> Option<Tokens> {
         Some(())
     })?;
     Some(tokens)
-}
-
-/// A value the reading skips: a string without `\u` escapes, a whole number, `null`, or (when
-/// `nested` allows) an object of plain keys holding those.
-fn other_value(c: &mut Cursor<'_>, nested: bool) -> Option<()> {
-    match c.0.as_bytes().first()? {
-        b'"' => c.string_without_unicode_escapes().map(drop),
-        b'n' => c.literal("null"),
-        b'{' if nested => members(c, |c, _| other_value(c, false)),
-        _ => c.whole_number(),
-    }
 }
 
 #[cfg(test)]
