@@ -462,6 +462,29 @@ pub fn object<const N: usize>(entries: [(&str, Value); N]) -> Value {
     Value::Object(entries.into_iter().map(|(key, value)| (key.to_owned(), value)).collect())
 }
 
+/// An answer's body written as JSON. `serde_json::to_vec` starts from an empty buffer and grows
+/// it over and over for an answer of a few hundred bytes; this one starts at the size the
+/// answer's text suggests.
+pub fn answer_json(body: &impl serde::Serialize, answer: &Response) -> Vec<u8> {
+    /// Room for the members around the text: ids, model, stop reason, usage.
+    const ENVELOPE: usize = 512;
+    let text: usize = answer
+        .content
+        .iter()
+        .map(|part| match part {
+            Part::Text(t) => t.text.len(),
+            Part::Thinking { text, .. } => text.len(),
+            Part::ToolUse { arguments, .. } => arguments.as_ref().map_or(64, String::len),
+            _ => 64,
+        })
+        .sum();
+    let mut out = Vec::with_capacity(ENVELOPE + text);
+    if serde_json::to_writer(&mut out, body).is_err() {
+        out.clear();
+    }
+    out
+}
+
 /// A body that must be one JSON object (a request, an answer), or the refusal that says why not.
 pub fn parse_object(body: &[u8]) -> Result<serde_json::Map<String, Value>, ConvertError> {
     match crate::protocol::lenient::from_json::<Value>(body) {

@@ -197,7 +197,7 @@ pub fn encode_response(resp: &Response, ctx: &EncodeContext) -> Vec<u8> {
         stop_sequence: resp.stop_sequence.as_deref(),
         usage: UsageOut::from_ir(&resp.usage),
     };
-    serde_json::to_vec(&msg).unwrap_or_default()
+    answer_json(&msg, resp)
 }
 
 #[cfg(test)]

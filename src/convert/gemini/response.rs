@@ -403,7 +403,7 @@ pub fn encode_response(response: &Response, ctx: &EncodeContext) -> Vec<u8> {
         "modelVersion": if response.model.is_empty() { ctx.request_model.as_str() } else { response.model.as_str() },
         "responseId": if response.id.is_empty() { ctx.id_seed.as_str() } else { response.id.as_str() },
     });
-    serde_json::to_vec(&body).unwrap_or_default()
+    answer_json(&body, response)
 }
 
 /// A `countTokens` answer (`{"totalTokens": N}`) → the count.

@@ -274,7 +274,7 @@ pub fn encode_response(resp: &Response, ctx: &EncodeContext) -> Vec<u8> {
         }],
         usage: usage_out(&resp.usage),
     };
-    serde_json::to_vec(&out).unwrap_or_default()
+    answer_json(&out, resp)
 }
 
 #[cfg(test)]

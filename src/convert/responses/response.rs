@@ -346,7 +346,7 @@ pub fn encode_response(resp: &Response, ctx: &EncodeContext) -> Vec<u8> {
     let created = resp.created.unwrap_or(ctx.created);
     let obj =
         response_object(ctx, created, &resp.model, Outcome::for_stop(resp.stop_reason), output, Some(&resp.usage));
-    serde_json::to_vec(&obj).unwrap_or_default()
+    answer_json(&obj, resp)
 }
 
 #[cfg(test)]
