@@ -152,6 +152,20 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// Which of an object's members a matcher reads have been matched (up to 16, by slot): a member
+/// named twice is left to the parse, which refuses it (or, reading through a `Value`, keeps the
+/// last).
+#[derive(Default)]
+pub(crate) struct Seen(u16);
+
+impl Seen {
+    /// `Some` the first time `slot` is named, `None` after.
+    pub fn first(&mut self, slot: u8) -> Option<()> {
+        let bit = 1u16.checked_shl(u32::from(slot))?;
+        (self.0 & bit == 0).then(|| self.0 |= bit)
+    }
+}
+
 /// Inputs for the matchers' property tests: JSON text in an API's shape and near it.
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::indexing_slicing)]

@@ -31,7 +31,7 @@ use super::text;
 use super::wire::{ChatUsage, CompletionTokensDetails, PromptTokensDetails};
 use crate::convert::ir::{Part, Response};
 use crate::protocol::lenient::{Count, Lenient};
-use crate::protocol::plain_json::Cursor;
+use crate::protocol::plain_json::{Cursor, Seen};
 
 pub(super) fn plain_chat_answer(body: &str) -> Option<Response> {
     let mut c = Cursor(body.trim_end_matches([' ', '\t', '\n', '\r']));
@@ -76,18 +76,6 @@ pub(super) fn plain_chat_answer(body: &str) -> Option<Response> {
         created,
         content,
     })
-}
-
-/// Which of an object's members the parse reads have been matched: a second one is left to it.
-#[derive(Default)]
-struct Seen(u16);
-
-impl Seen {
-    /// `Some` the first time `slot` is named, `None` after.
-    fn first(&mut self, slot: u8) -> Option<()> {
-        let bit = 1u16 << slot;
-        (self.0 & bit == 0).then(|| self.0 |= bit)
-    }
 }
 
 /// What the decoding reads of the one choice.

@@ -20,7 +20,7 @@
 
 use super::{AnswerRead, Envelope, answered_model};
 use crate::observe::record::Tokens;
-use crate::protocol::plain_json::Cursor;
+use crate::protocol::plain_json::{Cursor, Seen};
 
 pub(super) fn plain_anthropic_answer(body: &str) -> Option<AnswerRead> {
     let mut c = Cursor(body.trim_end_matches([' ', '\t', '\n', '\r']));
@@ -61,7 +61,7 @@ fn content(c: &mut Cursor<'_>) -> Option<()> {
 /// The `usage` object: its four counts, the other members checked and skipped.
 fn usage(c: &mut Cursor<'_>) -> Option<Tokens> {
     let mut tokens = Tokens::default();
-    let mut seen = [false; 4];
+    let mut seen = Seen::default();
     c.members(|c, key| {
         let (slot, field) = match key {
             "input_tokens" => (0, &mut tokens.input),
@@ -70,10 +70,7 @@ fn usage(c: &mut Cursor<'_>) -> Option<Tokens> {
             "cache_creation_input_tokens" => (3, &mut tokens.cache_write),
             _ => return c.skipped_value(true),
         };
-        // A field named twice is an error to the parse; what it then reads is its to say.
-        if std::mem::replace(seen.get_mut(slot)?, true) {
-            return None;
-        }
+        seen.first(slot)?;
         *field = c.count()?;
         Some(())
     })?;
