@@ -237,8 +237,7 @@ pub fn error_body(upstream: Format, client: Format, status: u16, body: &[u8]) ->
 
 /// Response headers for a converted body: the upstream's minus what described its own body.
 pub fn converted_headers(mut headers: HeaderMap, content_type: &'static str) -> HeaderMap {
-    headers.remove(header::CONTENT_LENGTH);
-    headers.remove(header::CONTENT_ENCODING);
+    super::upstream::remove_present(&mut headers, &[header::CONTENT_LENGTH, header::CONTENT_ENCODING]);
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     headers
 }
@@ -258,6 +257,29 @@ pub fn foreign_header(name: &str, target: Format) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_converted_answer_loses_its_length_and_encoding_and_takes_the_new_type() {
+        let mut upstream = HeaderMap::new();
+        for (name, value) in [
+            ("content-type", "text/event-stream"),
+            ("content-length", "120"),
+            ("content-encoding", "identity"),
+            ("x-request-id", "r1"),
+            ("x-request-id", "r2"),
+        ] {
+            upstream.append(header::HeaderName::from_static(name), HeaderValue::from_static(value));
+        }
+        let out = converted_headers(upstream, "application/json");
+        assert_eq!(out.get(header::CONTENT_TYPE).unwrap(), "application/json");
+        assert!(!out.contains_key(header::CONTENT_LENGTH) && !out.contains_key(header::CONTENT_ENCODING));
+        assert_eq!(out.get_all("x-request-id").iter().count(), 2);
+        assert_eq!(out.len(), 3);
+        // Nothing to remove: the map is only given its type.
+        let mut plain = HeaderMap::new();
+        plain.insert(header::HeaderName::from_static("x-request-id"), HeaderValue::from_static("r"));
+        assert_eq!(converted_headers(plain, "text/event-stream").len(), 2);
+    }
 
     fn json(b: &Bytes) -> serde_json::Value {
         serde_json::from_slice(b).unwrap()

@@ -306,8 +306,7 @@ const ADDED_RESPONSE_HEADERS: usize = 5;
 
 /// Response headers from the upstream that the client must not see: length and framing are the
 /// server's business (a streamed body is re-framed), and cookies stay with the gateway.
-const DROPPED_RESPONSE_HEADER_COUNT: usize = 9;
-const DROPPED_RESPONSE_HEADERS: [HeaderName; DROPPED_RESPONSE_HEADER_COUNT] = [
+const DROPPED_RESPONSE_HEADERS: [HeaderName; 9] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -321,20 +320,25 @@ const DROPPED_RESPONSE_HEADERS: [HeaderName; DROPPED_RESPONSE_HEADER_COUNT] = [
 
 /// The upstream's response headers, less those the client must not see, with room for the
 /// ones the gateway adds. Filtered in place: copying the rest into a new map cost more than
-/// looking up the few that go. Only the names present are removed: an answer has a handful of
-/// headers, and comparing them costs less than hashing all nine names for a lookup each.
+/// looking up the few that go.
 pub fn response_headers(mut upstream: HeaderMap) -> HeaderMap {
-    let mut present = [false; DROPPED_RESPONSE_HEADER_COUNT];
-    for name in upstream.keys() {
-        if let Some(i) = DROPPED_RESPONSE_HEADERS.iter().position(|dropped| dropped == name) {
+    remove_present(&mut upstream, &DROPPED_RESPONSE_HEADERS);
+    upstream.reserve(ADDED_RESPONSE_HEADERS);
+    upstream
+}
+
+/// Remove `names` from `headers`, looking up only those present: a map of a handful of headers
+/// is compared with the names faster than each name is hashed for a lookup.
+pub fn remove_present<const N: usize>(headers: &mut HeaderMap, names: &[HeaderName; N]) {
+    let mut present = [false; N];
+    for name in headers.keys() {
+        if let Some(i) = names.iter().position(|n| n == name) {
             present[i] = true;
         }
     }
-    for (name, _) in DROPPED_RESPONSE_HEADERS.iter().zip(present).filter(|(_, present)| *present) {
-        upstream.remove(name);
+    for (name, _) in names.iter().zip(present).filter(|(_, present)| *present) {
+        headers.remove(name);
     }
-    upstream.reserve(ADDED_RESPONSE_HEADERS);
-    upstream
 }
 
 #[cfg(test)]
