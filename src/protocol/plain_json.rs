@@ -188,6 +188,20 @@ pub(crate) mod strategies {
         ]
     }
 
+    /// Token counts: whole numbers mostly, now and then one too long for a `u64`, a leading
+    /// zero, a sign, a fraction, a string or another type.
+    pub fn count() -> impl Strategy<Value = String> {
+        prop_oneof![
+            8 => (0u64..100_000).prop_map(|n| n.to_string()),
+            1 => Just(u64::MAX.to_string()),
+            1 => prop::sample::select(vec![
+                "null", "1234567890123456789", "12345678901234567890", "018", "-3", "2.0", "1e2", "\"5\"",
+                "true", "[]", "{}",
+            ])
+            .prop_map(str::to_owned),
+        ]
+    }
+
     /// The first option (as the API writes it) most of the time, else one of the others.
     pub fn one_of(options: &'static [&'static str]) -> impl Strategy<Value = String> {
         let usual = options[0];

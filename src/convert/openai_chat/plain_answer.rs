@@ -214,19 +214,8 @@ mod tests {
     use super::*;
     use crate::convert::ir::{StopReason, Usage};
     use crate::protocol::lenient::Parse;
-    use crate::protocol::plain_json::strategies::{one_of, string};
+    use crate::protocol::plain_json::strategies::{count, one_of, string};
     use proptest::prelude::*;
-
-    fn count() -> impl Strategy<Value = String> {
-        prop_oneof![
-            8 => (0u64..100_000).prop_map(|n| n.to_string()),
-            1 => prop::sample::select(vec![
-                "null", "1234567890123456789", "12345678901234567890", "018", "-3", "2.0", "1e2", "\"5\"", "true",
-                "[]", "{}",
-            ])
-            .prop_map(str::to_owned),
-        ]
-    }
 
     fn string_or_null() -> impl Strategy<Value = String> {
         prop_oneof![4 => string(), 1 => Just("null".to_owned()), 1 => Just("\"\"".to_owned())]

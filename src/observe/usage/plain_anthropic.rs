@@ -82,20 +82,8 @@ fn usage(c: &mut Cursor<'_>) -> Option<Tokens> {
 mod tests {
     use super::super::{AnthropicMessage, parsed};
     use super::*;
-    use crate::protocol::plain_json::strategies::{one_of, string};
+    use crate::protocol::plain_json::strategies::{count, one_of, string};
     use proptest::prelude::*;
-
-    fn count() -> impl Strategy<Value = String> {
-        prop_oneof![
-            8 => (0u64..100_000).prop_map(|n| n.to_string()),
-            1 => Just(u64::MAX.to_string()),
-            1 => prop::sample::select(vec![
-                "null", "1234567890123456789", "12345678901234567890", "018", "-3", "2.0", "1e2", "\"5\"",
-                "true", "[]", "{}",
-            ])
-            .prop_map(str::to_owned),
-        ]
-    }
 
     fn usage_member() -> impl Strategy<Value = String> {
         let counted = prop::sample::select(vec![
