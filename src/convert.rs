@@ -473,7 +473,7 @@ mod tests {
                     tools.push(Tool {
                         name: name.clone(),
                         description: Some(format!("tool {i}")),
-                        input_schema: json!({"type": "object", "properties": {"q": {"type": "string"}, "n": {"type": "integer"}, "flag": {"type": "boolean"}}}),
+                        input_schema: json!({"type": "object", "properties": {"q": {"type": "string"}, "n": {"type": "integer"}, "flag": {"type": "boolean"}}}).into(),
                         strict: None,
                         namespace: None,
                     });
@@ -688,7 +688,7 @@ mod tests {
             tools: vec![Tool {
                 name: "f".into(),
                 description: Some("d".into()),
-                input_schema: json!({"type": "object", "properties": {"a": {"type": "integer"}}}),
+                input_schema: json!({"type": "object", "properties": {"a": {"type": "integer"}}}).into(),
                 strict: None,
                 namespace: None,
             }],
@@ -717,6 +717,46 @@ mod tests {
             let back = decode_request(Format::Gemini, &upstream.body).unwrap();
             assert_eq!(essence(&back), essence(&req), "{client} → gemini");
         }
+    }
+
+    /// A Messages client's tool schema, spaced and with numbers as written, reaches a Chat or a
+    /// Responses upstream as the very text the client sent; Gemini gets it without `$schema`.
+    #[test]
+    fn a_messages_clients_tool_schema_reaches_the_upstream_as_written() {
+        let schema = r#"{"$schema": "http://json-schema.org/draft-07/schema#", "type":"object",
+            "properties": {"n": {"type": "number", "maximum": 1e2, "multipleOf": 0.50}}}"#;
+        let body = format!(
+            r#"{{"model": "m", "max_tokens": 9, "messages": [{{"role": "user", "content": "hi"}}],
+            "tools": [{{"name": "f", "input_schema": {schema}}}]}}"#
+        );
+        let req = decode_request(Format::Anthropic, body.as_bytes()).unwrap();
+        for target in [Format::Openai, Format::Responses] {
+            let sent = String::from_utf8(encode_request(target, &req).unwrap().body).unwrap();
+            assert!(sent.contains(&format!(r#""parameters":{schema}"#)), "{target}: {sent}");
+        }
+        let gemini: Value = serde_json::from_slice(&encode_request(Format::Gemini, &req).unwrap().body).unwrap();
+        assert_eq!(
+            gemini["tools"][0]["functionDeclarations"][0]["parametersJsonSchema"],
+            json!({"type": "object", "properties": {"n": {"type": "number", "maximum": 100.0, "multipleOf": 0.5}}})
+        );
+    }
+
+    /// Valid JSON that a `Value` cannot hold (nested deeper than `serde_json` builds) is relayed
+    /// as it is where the schema is relayed whole, and refused, naming the tool, where it must
+    /// be rewritten (Gemini).
+    #[test]
+    fn a_schema_too_deep_to_rewrite_is_relayed_whole_or_refused_by_name() {
+        let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+        let body = format!(
+            r#"{{"model": "m", "messages": [{{"role": "user", "content": "hi"}}],
+            "tools": [{{"name": "f", "input_schema": {{"default": {deep}}}}}]}}"#
+        );
+        let req = decode_request(Format::Anthropic, body.as_bytes()).unwrap();
+        let sent = encode_request(Format::Openai, &req).unwrap().body;
+        assert!(String::from_utf8(sent).unwrap().contains(&deep));
+        let refused = encode_request(Format::Gemini, &req).unwrap_err();
+        assert_eq!(refused.field, "tools[0].input_schema");
+        assert!(refused.message.contains("cannot be converted for a Gemini endpoint"), "{}", refused.message);
     }
 
     #[test]

@@ -113,8 +113,9 @@ pub(crate) mod tests {
             "tools": r.tools.iter().map(|t| json!({
                 "name": t.name,
                 "description": t.description.as_deref().map(short),
-                "input_schema": if full_schemas { t.input_schema.clone() } else {
-                    json!(format!("<{} properties>", t.input_schema.get("properties").and_then(Value::as_object).map_or(0, Map::len)))
+                "input_schema": if full_schemas { json!(t.input_schema) } else {
+                    let schema = t.input_schema.value().expect("a readable schema");
+                    json!(format!("<{} properties>", schema.get("properties").and_then(Value::as_object).map_or(0, Map::len)))
                 },
                 "strict": t.strict,
             })).collect::<Vec<_>>(),
@@ -172,7 +173,8 @@ pub(crate) mod tests {
         Tool {
             name: "get_weather".into(),
             description: Some("Weather for a city".into()),
-            input_schema: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+            input_schema: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+                .into(),
             strict: None,
             namespace: None,
         }
@@ -424,7 +426,7 @@ data: {\"type\":\"message_stop\"}\n\n";
                 .map(|name| Tool {
                     name,
                     description: Some("d".into()),
-                    input_schema: json!({"type": "object", "properties": {}}),
+                    input_schema: json!({"type": "object", "properties": {}}).into(),
                     strict: None,
                     namespace: None,
                 })
@@ -646,7 +648,7 @@ data: {\"type\":\"message_stop\"}\n\n";
             |(name, description, input_schema, strict)| Tool {
                 name,
                 description,
-                input_schema,
+                input_schema: input_schema.into(),
                 strict,
                 namespace: None,
             },

@@ -53,7 +53,7 @@ pub fn estimate(request: &Request) -> u64 {
         if let Some(d) = &tool.description {
             total += text_tokens(d);
         }
-        total += text_tokens(&tool.input_schema.to_string());
+        total += text_tokens(&tool.input_schema.text());
     }
     total
 }
@@ -116,13 +116,13 @@ mod tests {
             tools: vec![Tool {
                 name: "get_weather".into(),
                 description: Some("Weather for a city".into()),
-                input_schema: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+                input_schema: json!({"type": "object", "properties": {"city": {"type": "string"}}}).into(),
                 strict: None,
                 namespace: None,
             }],
             ..Request::default()
         };
-        let schema = text_tokens(&req.tools[0].input_schema.to_string());
+        let schema = text_tokens(&req.tools[0].input_schema.text());
         let want = 3
             + text_tokens("Be brief.")
             + MESSAGE_OVERHEAD

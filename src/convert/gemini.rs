@@ -335,7 +335,8 @@ pub(crate) mod tests {
         Tool {
             name: "get_weather".into(),
             description: Some("Weather for a city".into()),
-            input_schema: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+            input_schema: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+                .into(),
             strict: None,
             namespace: None,
         }
@@ -492,7 +493,7 @@ data: {\"candidates\": [{\"content\": {\"parts\": [{\"functionCall\": {\"name\":
         let tool = (ident(), prop::option::of(word()), arb_json()).prop_map(|(name, description, input_schema)| Tool {
             name,
             description,
-            input_schema,
+            input_schema: input_schema.into(),
             strict: None,
             namespace: None,
         });

@@ -9,6 +9,9 @@ use serde_json::Value;
 
 use crate::protocol::errors::ErrorKind;
 
+mod schema;
+pub use schema::{ObjectWithSchemas, Schema, Schemas, parse_object_keeping_schemas};
+
 /// The `signature` of a thinking block that carries a Responses reasoning item (its id and
 /// `encrypted_content`) to an Anthropic client: the Anthropic SDKs keep a thinking block's
 /// signature and send it back next turn, so the encrypted reasoning survives the round trip
@@ -188,8 +191,8 @@ pub struct Tool {
     /// (reversibly: see `namespace`).
     pub name: String,
     pub description: Option<String>,
-    /// The JSON Schema of the arguments, kept intact.
-    pub input_schema: Value,
+    /// The JSON Schema of the arguments, kept intact (as the client's text when it can be).
+    pub input_schema: Schema,
     /// Chat / Responses `strict`.
     pub strict: Option<bool>,
     /// Set when this tool came from a Responses `namespace` tool: (namespace, original name),
@@ -442,8 +445,8 @@ impl ConvertError {
 }
 
 /// The parameters schema of a tool that declared none: an object with no properties.
-pub static NO_PARAMETERS: std::sync::LazyLock<Value> =
-    std::sync::LazyLock::new(|| serde_json::json!({"type": "object", "properties": {}}));
+pub static NO_PARAMETERS: std::sync::LazyLock<Schema> =
+    std::sync::LazyLock::new(|| serde_json::json!({"type": "object", "properties": {}}).into());
 
 /// A request body an encoder builds as a `Value` map, with its tools written beside it from the
 /// IR (a tool's schema is serialized from where it is, not copied into the map).

@@ -378,7 +378,7 @@ mod tests {
                 .map(|(name, description)| Tool {
                     name,
                     description,
-                    input_schema: json!({"type": "object", "properties": {"a": {"type": "string"}}}),
+                    input_schema: json!({"type": "object", "properties": {"a": {"type": "string"}}}).into(),
                     strict: None,
                     namespace: None,
                 })
@@ -949,7 +949,7 @@ mod tests {
                             .map(|(name, input_schema)| Tool {
                                 name,
                                 description: None,
-                                input_schema,
+                                input_schema: input_schema.into(),
                                 strict: None,
                                 namespace: None,
                             })

@@ -470,11 +470,11 @@ mod tests {
                 Tool {
                     name: "Bash".into(),
                     description: Some("Run a command".into()),
-                    input_schema: json!({"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}),
+                    input_schema: json!({"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}).into(),
                     strict: None,
                     namespace: None,
                 },
-                Tool { name: "Read".into(), description: None, input_schema: json!({"type": "object"}), strict: Some(true), namespace: None },
+                Tool { name: "Read".into(), description: None, input_schema: json!({"type": "object"}).into(), strict: Some(true), namespace: None },
             ],
             tool_choice: Some(ToolChoice::Any),
             parallel_tool_calls: Some(false),
@@ -718,7 +718,7 @@ mod tests {
             }
         }
         for t in &r.tools {
-            v.push(format!("tool {} {:?} {}", t.name, t.description, t.input_schema));
+            v.push(format!("tool {} {:?} {}", t.name, t.description, t.input_schema.text()));
         }
         v.push(format!(
             "{:?} {:?} {:?} {:?} {:?} {:?}",
@@ -911,7 +911,7 @@ mod tests {
             |(name, description, strict)| Tool {
                 name,
                 description,
-                input_schema: json!({"type": "object"}),
+                input_schema: json!({"type": "object"}).into(),
                 strict,
                 namespace: None,
             },

@@ -6,7 +6,6 @@ use std::fmt;
 use serde_json::{Map, Value, json};
 
 use super::super::{as_object, as_object_mut, shown};
-use crate::convert::ir::parse_object;
 use crate::convert::ir::*;
 use crate::protocol::lenient::{count, get, get_mut, get_str, take, take_str, take_text};
 
@@ -92,7 +91,8 @@ fn req_string(
 
 /// Client request body (Anthropic Messages) → IR.
 pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
-    let mut obj = parse_object(body)?;
+    let ObjectWithSchemas { object: mut obj, mut schemas } =
+        parse_object_keeping_schemas(body, "tools", "input_schema")?;
     let mut losses = Vec::new();
 
     let model = match get_mut(&mut obj, "model") {
@@ -128,7 +128,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
 
     let tools = match get_mut(&mut obj, "tools") {
         None => Vec::new(),
-        Some(Value::Array(a)) => decode_tools(a, &mut losses)?,
+        Some(Value::Array(a)) => decode_tools(a, &mut schemas, &mut losses)?,
         Some(_) => return Err(ConvertError::new("tools", "`tools` must be an array")),
     };
 
@@ -522,7 +522,7 @@ fn text_editor_tool_schema(version: &str) -> Value {
     json!({"type": "object", "properties": props, "required": ["command", "path"]})
 }
 
-fn decode_tools(arr: &mut [Value], losses: &mut Vec<Loss>) -> Result<Vec<Tool>, ConvertError> {
+fn decode_tools(arr: &mut [Value], schemas: &mut Schemas, losses: &mut Vec<Loss>) -> Result<Vec<Tool>, ConvertError> {
     let mut tools = Vec::with_capacity(arr.len());
     for (i, t) in arr.iter_mut().enumerate() {
         let field = Path::Index(&Path::Key("tools"), i);
@@ -532,15 +532,15 @@ fn decode_tools(arr: &mut [Value], losses: &mut Vec<Loss>) -> Result<Vec<Tool>, 
         match kind.as_deref() {
             None | Some("custom") => {
                 let name = name.ok_or_else(|| not_a_string(&field, "name"))?;
-                let input_schema = match take(to, "input_schema") {
-                    Some(s @ Value::Object(_)) => s,
+                let input_schema = match schemas.take(i, to, "input_schema") {
+                    Some(s) if s.is_object() => s,
                     Some(_) => {
                         return Err(ConvertError::new(
                             format!("{field}.input_schema"),
                             "`input_schema` must be an object",
                         ));
                     }
-                    None => json!({"type": "object", "properties": {}}),
+                    None => json!({"type": "object", "properties": {}}).into(),
                 };
                 let description = take_str(to, "description");
                 let strict = opt_bool(to, "strict", &field)?;
@@ -554,7 +554,7 @@ fn decode_tools(arr: &mut [Value], losses: &mut Vec<Loss>) -> Result<Vec<Tool>, 
                 tools.push(Tool {
                     name: name.unwrap_or_else(|| "bash".to_string()),
                     description: Some("Run commands in a bash shell. State persists across calls; set `restart` to true to restart the shell.".to_string()),
-                    input_schema: bash_tool_schema(),
+                    input_schema: bash_tool_schema().into(),
                     strict: None,
                     namespace: None,
                 });
@@ -570,7 +570,7 @@ fn decode_tools(arr: &mut [Value], losses: &mut Vec<Loss>) -> Result<Vec<Tool>, 
                 tools.push(Tool {
                     name: name.unwrap_or_else(|| default_name.to_string()),
                     description: Some("View, create and edit text files: `view` a file or directory, `create` a file, `str_replace` an exact unique string, `insert` text after a line.".to_string()),
-                    input_schema: text_editor_tool_schema(version),
+                    input_schema: text_editor_tool_schema(version).into(),
                     strict: None,
                     namespace: None,
                 });
@@ -686,11 +686,12 @@ mod tests {
     fn decode_claude_code_turn1() {
         let body = fixture_body(CC_TURN1);
         let req = decode_request(&body).expect("decodes");
-        // Tool schemas are kept intact.
+        // Tool schemas are kept intact, as the text the client sent.
         let raw: Value = serde_json::from_slice(&body).expect("json");
         assert_eq!(req.tools.len(), 24);
         for (t, rt) in req.tools.iter().zip(raw["tools"].as_array().expect("tools")) {
-            assert_eq!(t.input_schema, rt["input_schema"]);
+            assert_eq!(*t.input_schema.value().unwrap(), rt["input_schema"]);
+            assert!(matches!(t.input_schema, Schema::Text(_)), "{}: kept as the client's text", t.name);
             assert_eq!(Some(t.name.as_str()), rt["name"].as_str());
         }
         assert_eq!(req.messages[1].role, Role::System);

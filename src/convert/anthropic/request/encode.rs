@@ -360,11 +360,12 @@ impl<'a> ToolOut<'a> {
 
 /// A tool's schema as Anthropic requires it, an object schema with `type: "object"` (added when
 /// the schema names no type), written from the IR's schema without copying it.
-struct InputSchema<'a>(&'a Value);
+struct InputSchema<'a>(&'a Schema);
 
 impl Serialize for InputSchema<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self.0 {
+        let schema = self.0.value().map_err(serde::ser::Error::custom)?;
+        match &*schema {
             Value::Object(o) if o.contains_key("type") => o.serialize(serializer),
             Value::Object(o) => {
                 let mut map = serializer.serialize_map(Some(o.len() + 1))?;
@@ -674,7 +675,7 @@ mod tests {
             req.tools.push(Tool {
                 name: t["function"]["name"].as_str().unwrap_or_default().into(),
                 description: t["function"]["description"].as_str().map(Into::into),
-                input_schema: t["function"]["parameters"].clone(),
+                input_schema: t["function"]["parameters"].clone().into(),
                 strict: t["function"]["strict"].as_bool(),
                 namespace: None,
             });
@@ -698,7 +699,7 @@ mod tests {
         assert_eq!(msgs[2]["content"][0]["tool_use_id"], msgs[1]["content"][1]["id"]);
         assert_eq!(body["max_tokens"], DEFAULT_MAX_TOKENS);
         // Tool schemas intact; `strict: false` is Anthropic's default and is not sent.
-        assert_eq!(body["tools"][0]["input_schema"], req.tools[0].input_schema);
+        assert_eq!(body["tools"][0]["input_schema"], *req.tools[0].input_schema.value().unwrap());
         assert!(body["tools"][0].get("strict").is_none());
         let mut shown = body.clone();
         shown["tools"] =
@@ -946,7 +947,7 @@ mod tests {
             Tool {
                 name: "no_params".into(),
                 description: None,
-                input_schema: Value::Null,
+                input_schema: Value::Null.into(),
                 strict: Some(true),
                 namespace: None,
             },
@@ -966,7 +967,7 @@ mod tests {
         let tool = |name: &str, input_schema: Value| Tool {
             name: name.into(),
             description: None,
-            input_schema,
+            input_schema: input_schema.into(),
             strict: None,
             namespace: None,
         };
@@ -981,7 +982,7 @@ mod tests {
             body["tools"][0]["input_schema"],
             json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
         );
-        assert_eq!(body["tools"][1]["input_schema"], req.tools[1].input_schema);
+        assert_eq!(body["tools"][1]["input_schema"], *req.tools[1].input_schema.value().unwrap());
         assert_eq!(body["tools"][2]["input_schema"], json!({"type": "object", "properties": {}}));
         assert!(body["tools"][0].get("strict").is_none(), "strict is sent only when the client asked for it");
     }

@@ -226,7 +226,7 @@ fn tools(k: usize, tool: &Value, out: &mut Vec<Tool>, losses: &mut Vec<Loss>) ->
         out.push(Tool {
             name: name.to_owned(),
             description: get_str(decl, "description").map(str::to_owned),
-            input_schema,
+            input_schema: input_schema.into(),
             strict: None,
             namespace: None,
         });

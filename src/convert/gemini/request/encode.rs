@@ -19,7 +19,7 @@ const MAX_THINKING_BUDGET: u64 = 24_576;
 /// IR → a `generateContent` body.
 pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
     let (fields, losses) = encode_object(req)?;
-    let body = BodyWithTools { fields, tools: tools_out(req) };
+    let body = BodyWithTools { fields, tools: tools_out(req)? };
     Ok(Encoded { body: serde_json::to_vec(&body).unwrap_or_default(), losses })
 }
 
@@ -30,7 +30,7 @@ pub fn encode_count_tokens_request(req: &Request) -> Result<Encoded, ConvertErro
     let model = req.model.trim();
     let name = if model.contains('/') { model.to_owned() } else { format!("models/{model}") };
     fields.insert("model".into(), json!(name));
-    let wrapped = CountTokensOut { generate_content_request: BodyWithTools { fields, tools: tools_out(req) } };
+    let wrapped = CountTokensOut { generate_content_request: BodyWithTools { fields, tools: tools_out(req)? } };
     Ok(Encoded { body: serde_json::to_vec(&wrapped).unwrap_or_default(), losses })
 }
 
@@ -56,25 +56,40 @@ struct DeclarationOut<'a> {
 }
 
 /// `tools`: one entry holding every function declaration, or none without tools.
-fn tools_out(req: &Request) -> Vec<ToolsOut<'_>> {
+fn tools_out(req: &Request) -> Result<Vec<ToolsOut<'_>>, ConvertError> {
     if req.tools.is_empty() {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     let function_declarations = req
         .tools
         .iter()
-        .map(|t| DeclarationOut {
-            name: &t.name,
-            description: t.description.as_deref().filter(|d| !d.is_empty()),
-            parameters_json_schema: ParametersSchema(&t.input_schema),
+        .enumerate()
+        .map(|(i, t)| {
+            let schema = t.input_schema.value().map_err(|e| unreadable_schema(i, &e))?;
+            Ok(DeclarationOut {
+                name: &t.name,
+                description: t.description.as_deref().filter(|d| !d.is_empty()),
+                parameters_json_schema: ParametersSchema(schema),
+            })
         })
-        .collect();
-    vec![ToolsOut { function_declarations }]
+        .collect::<Result<_, _>>()?;
+    Ok(vec![ToolsOut { function_declarations }])
+}
+
+/// A tool's schema Gemini's rewrite needs as a `Value`, but which is too deep, or has a number
+/// too large, to be one: the request's own field, and what is wrong with it.
+fn unreadable_schema(i: usize, e: &serde_json::Error) -> ConvertError {
+    ConvertError::new(
+        format!("tools[{i}].input_schema"),
+        format!(
+            "the schema cannot be converted for a Gemini endpoint ({e}): simplify it, or send this model to an endpoint of another format"
+        ),
+    )
 }
 
 /// A tool's schema as Gemini gets it: without `$schema` (metadata Gemini's schema reader has no
 /// use for), and an empty object schema for a tool that declared nothing.
-struct ParametersSchema<'a>(&'a Value);
+struct ParametersSchema<'a>(std::borrow::Cow<'a, Value>);
 
 impl Serialize for ParametersSchema<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -515,7 +530,7 @@ mod tests {
         let tool = |name: &str, input_schema: Value, description: Option<&str>| Tool {
             name: name.into(),
             description: description.map(Into::into),
-            input_schema,
+            input_schema: input_schema.into(),
             strict: None,
             namespace: None,
         };

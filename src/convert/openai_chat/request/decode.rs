@@ -626,7 +626,7 @@ fn decode_tool(k: usize, tool: &mut Value, losses: &mut Vec<Loss>) -> Result<Opt
         take(o, "parameters")
     };
     let input_schema = schema.unwrap_or_else(|| json!({"type": "object", "properties": {}}));
-    Ok(Some(Tool { name, description, input_schema, strict, namespace: None }))
+    Ok(Some(Tool { name, description, input_schema: input_schema.into(), strict, namespace: None }))
 }
 
 fn decode_tool_choice(tc: &Value, tools: &mut Vec<Tool>) -> Result<ToolChoice, ConvertError> {

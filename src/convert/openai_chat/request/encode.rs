@@ -121,7 +121,7 @@ struct FunctionOut<'a> {
     name: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     description: Option<&'a str>,
-    parameters: &'a Value,
+    parameters: &'a Schema,
     #[serde(skip_serializing_if = "Option::is_none")]
     strict: Option<bool>,
 }
@@ -607,7 +607,7 @@ mod tests {
                 .map(|t| Tool {
                     name: t["name"].as_str().unwrap().into(),
                     description: t["description"].as_str().map(str::to_owned),
-                    input_schema: t["input_schema"].clone(),
+                    input_schema: t["input_schema"].clone().into(),
                     strict: None,
                     namespace: None,
                 })
@@ -719,14 +719,14 @@ mod tests {
                 Tool {
                     name: "read".into(),
                     description: Some("Read a file".into()),
-                    input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+                    input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}).into(),
                     strict: Some(true),
                     namespace: None,
                 },
                 Tool {
                     name: "shot".into(),
                     description: None,
-                    input_schema: Value::Null,
+                    input_schema: Value::Null.into(),
                     strict: None,
                     namespace: None,
                 },
@@ -838,7 +838,7 @@ mod tests {
         let f = Tool {
             name: "f".into(),
             description: None,
-            input_schema: json!({"type": "object"}),
+            input_schema: json!({"type": "object"}).into(),
             strict: None,
             namespace: None,
         };

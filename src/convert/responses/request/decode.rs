@@ -419,7 +419,8 @@ fn function_tool(field: &str, t: &mut Value, namespace: Option<&str>) -> Result<
     let input_schema = match t.get_mut("parameters").map(Value::take) {
         None | Some(Value::Null) => json!({"type": "object", "properties": {}}),
         Some(p) => p,
-    };
+    }
+    .into();
     let (flat, ns) = match namespace {
         Some(ns) => (flat_tool_name(ns, &name), Some((ns.to_owned(), name))),
         None => (name, None),

@@ -125,7 +125,7 @@ struct ToolOut<'a> {
     name: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     description: Option<&'a str>,
-    parameters: &'a Value,
+    parameters: &'a Schema,
     strict: bool,
 }
 

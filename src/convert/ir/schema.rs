@@ -1,0 +1,450 @@
+//! A tool's JSON Schema, and the parse that keeps a request's schemas as the client wrote them.
+//!
+//! Chat, Responses and Messages upstreams take a tool's schema unchanged, and a coding agent's
+//! schemas are a large part of each of its requests (Claude Code's two dozen tools: 12.4 KB of a
+//! 22.8 KB turn). Building them into `Value`s only to write them out again was the largest part
+//! of converting such a request, so the Messages decoder keeps them as their text, validated
+//! JSON, and only a target that reads inside a schema (Gemini, Messages) parses it.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use super::{ConvertError, parse_object};
+
+/// A tool's schema: parsed, or the client's text of it (never `null`: an absent schema is
+/// decoded to a default one).
+#[derive(Clone)]
+pub enum Schema {
+    Value(Value),
+    Text(Box<RawValue>),
+}
+
+impl Schema {
+    /// The schema as a `Value`, parsed when it is text. Text is valid JSON, but deeper or with
+    /// larger numbers than `serde_json` builds a `Value` of; that is the error.
+    pub fn value(&self) -> Result<Cow<'_, Value>, serde_json::Error> {
+        match self {
+            Schema::Value(v) => Ok(Cow::Borrowed(v)),
+            Schema::Text(t) => serde_json::from_str(t.get()).map(Cow::Owned),
+        }
+    }
+
+    pub fn is_null(&self) -> bool {
+        matches!(self, Schema::Value(Value::Null))
+    }
+
+    pub fn is_object(&self) -> bool {
+        match self {
+            Schema::Value(v) => v.is_object(),
+            Schema::Text(t) => t.get().starts_with('{'),
+        }
+    }
+
+    /// The schema as JSON text, for counting its tokens.
+    pub fn text(&self) -> Cow<'_, str> {
+        match self {
+            Schema::Value(v) => Cow::Owned(v.to_string()),
+            Schema::Text(t) => Cow::Borrowed(t.get()),
+        }
+    }
+
+    /// Text that is `null` (a client's "no schema") as absent, like a `null` member.
+    fn text_unless_null(text: Box<RawValue>) -> Option<Schema> {
+        (text.get() != "null").then_some(Schema::Text(text))
+    }
+}
+
+impl From<Value> for Schema {
+    fn from(v: Value) -> Self {
+        Schema::Value(v)
+    }
+}
+
+impl Serialize for Schema {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Schema::Value(v) => v.serialize(serializer),
+            Schema::Text(t) => t.serialize(serializer),
+        }
+    }
+}
+
+/// Two schemas are equal when they say the same, whichever form each is in.
+impl PartialEq for Schema {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Schema::Text(a), Schema::Text(b)) if a.get() == b.get() => true,
+            _ => matches!((self.value(), other.value()), (Ok(a), Ok(b)) if a == b),
+        }
+    }
+}
+
+/// Shown as the `Value` it holds, so that the IR reads the same whichever way it was decoded.
+impl fmt::Debug for Schema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.value() {
+            Ok(v) => v.fmt(f),
+            Err(_) => write!(f, "Text({})", self.text()),
+        }
+    }
+}
+
+/// A request body's object, with the member `schema_key` of each object in the array at
+/// `list_key` taken out as text into `schemas` (one that is `null` is left in place).
+pub struct ObjectWithSchemas {
+    pub object: Map<String, Value>,
+    pub schemas: Schemas,
+}
+
+/// The schemas taken out of a list's elements: the `i`-th is the `i`-th element's, `None` when
+/// it has none (or `null`) or is not an object.
+#[derive(Default)]
+pub struct Schemas(Vec<Option<Schema>>);
+
+impl Schemas {
+    /// The `i`-th element's schema, if it was kept as text; otherwise its member `schema_key`,
+    /// if any, taken from `element` (a `null` one is absent), as when a body is parsed whole.
+    pub fn take(&mut self, i: usize, element: &mut Map<String, Value>, schema_key: &str) -> Option<Schema> {
+        match self.0.get_mut(i).and_then(Option::take) {
+            Some(s) => Some(s),
+            None => element.get_mut(schema_key).map(Value::take).filter(|v| !v.is_null()).map(Schema::Value),
+        }
+    }
+}
+
+/// [`parse_object`], keeping the schemas at `list_key[*].schema_key` as text. A body this parse
+/// refuses gets `parse_object`'s own answer, so what is refused, and the words that say why, are
+/// the same as without it.
+pub fn parse_object_keeping_schemas(
+    body: &[u8],
+    list_key: &str,
+    schema_key: &str,
+) -> Result<ObjectWithSchemas, ConvertError> {
+    let mut schemas = Schemas::default();
+    let seed = Capture { level: Level::Body, list_key, schema_key, schemas: &mut schemas };
+    // Bytes that are not UTF-8 are left to `parse_object`, which reads them as `from_slice` does.
+    let parsed = crate::protocol::lenient::utf8(body).map(|text| {
+        let mut de = serde_json::Deserializer::from_str(text);
+        seed.deserialize(&mut de).and_then(|value| de.end().map(|()| value))
+    });
+    match parsed {
+        Some(Ok(Value::Object(object))) => Ok(ObjectWithSchemas { object, schemas }),
+        _ => parse_object(body).map(|object| ObjectWithSchemas { object, schemas: Schemas::default() }),
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Level {
+    /// The body's object.
+    Body,
+    /// The array at `list_key`.
+    List,
+    /// One of its elements.
+    Element,
+}
+
+/// Builds the `Value` that `Value::deserialize` would, except at the three levels it takes
+/// over: the body's members, the list's elements and an element's schema member.
+struct Capture<'s> {
+    level: Level,
+    list_key: &'s str,
+    schema_key: &'s str,
+    schemas: &'s mut Schemas,
+}
+
+impl Capture<'_> {
+    fn at(&mut self, level: Level) -> Capture<'_> {
+        Capture { level, list_key: self.list_key, schema_key: self.schema_key, schemas: self.schemas }
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Capture<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Capture<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        match self.level {
+            Level::Body => {
+                while let Some(key) = map.next_key::<String>()? {
+                    let value = if key == self.list_key {
+                        // A member named twice counts as its last (as in `Value`).
+                        self.schemas.0.clear();
+                        map.next_value_seed(self.at(Level::List))?
+                    } else {
+                        map.next_value()?
+                    };
+                    object.insert(key, value);
+                }
+            }
+            Level::Element => {
+                let slot = self.schemas.0.len() - 1;
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == self.schema_key {
+                        // A `null` stays a member, as in `Value`, and is read as absent.
+                        let schema = Schema::text_unless_null(map.next_value()?);
+                        match schema {
+                            Some(_) => object.remove(&key),
+                            None => object.insert(key, Value::Null),
+                        };
+                        self.schemas.0[slot] = schema;
+                    } else {
+                        object.insert(key, map.next_value()?);
+                    }
+                }
+            }
+            Level::List => return Value::deserialize(MapAccessDeserializer::new(map)),
+        }
+        Ok(Value::Object(object))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<Value, A::Error> {
+        if self.level != Level::List {
+            return Value::deserialize(SeqAccessDeserializer::new(seq));
+        }
+        let mut elements = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        loop {
+            self.schemas.0.push(None);
+            match seq.next_element_seed(self.at(Level::Element))? {
+                Some(element) => elements.push(element),
+                None => break,
+            }
+        }
+        self.schemas.0.pop();
+        Ok(Value::Array(elements))
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn parse(body: &str) -> Result<ObjectWithSchemas, ConvertError> {
+        parse_object_keeping_schemas(body.as_bytes(), "tools", "input_schema")
+    }
+
+    fn texts(parsed: &ObjectWithSchemas) -> Vec<Option<&str>> {
+        fn text(s: &Schema) -> &str {
+            match s {
+                Schema::Text(t) => t.get(),
+                Schema::Value(_) => panic!("a parsed schema among the kept ones"),
+            }
+        }
+        parsed.schemas.0.iter().map(|s| s.as_ref().map(text)).collect()
+    }
+
+    #[test]
+    fn schemas_are_kept_as_the_clients_text_and_the_rest_is_parsed() {
+        let body = r#"{"model": "m", "tools": [
+            {"name": "a", "input_schema": {"type":"object", "properties": {"n": {"type": "number", "maximum": 1e2}}}},
+            {"name": "b"},
+            7,
+            {"name": "c", "input_schema": null},
+            {"name": "d", "input_schema": {"type": "object"}, "input_schema": {"required": []}}
+        ], "max_tokens": 5}"#;
+        let parsed = parse(body).unwrap();
+        assert_eq!(
+            texts(&parsed),
+            [
+                Some(r#"{"type":"object", "properties": {"n": {"type": "number", "maximum": 1e2}}}"#),
+                None,
+                None,
+                None,
+                Some(r#"{"required": []}"#)
+            ]
+        );
+        // What is left is what a whole parse gives, less the schemas kept; a `null` one stays.
+        assert_eq!(
+            Value::Object(parsed.object),
+            json!({"model": "m", "max_tokens": 5, "tools": [
+                {"name": "a"}, {"name": "b"}, 7, {"name": "c", "input_schema": null}, {"name": "d"}
+            ]})
+        );
+    }
+
+    #[test]
+    fn a_list_named_twice_keeps_the_schemas_of_the_last() {
+        let parsed =
+            parse(r#"{"tools": [{"input_schema": {"a": 1}}], "tools": [{"x": 1}, {"input_schema": {"b": 2}}]}"#)
+                .unwrap();
+        assert_eq!(texts(&parsed), [None, Some(r#"{"b": 2}"#)]);
+        assert_eq!(Value::Object(parsed.object), json!({"tools": [{"x": 1}, {}]}));
+    }
+
+    #[test]
+    fn a_schema_named_null_after_text_is_absent_and_text_after_null_is_kept() {
+        let mut parsed = parse(r#"{"tools": [{"input_schema": {"a": 1}, "input_schema": null}, {"input_schema": null, "input_schema": {"b": 2}}]}"#).unwrap();
+        assert_eq!(texts(&parsed), [None, Some(r#"{"b": 2}"#)]);
+        let Some(Value::Array(tools)) = parsed.object.get_mut("tools") else { panic!("tools") };
+        let [first, second] = &mut tools[..] else { panic!("two tools") };
+        let (first, second) = (first.as_object_mut().unwrap(), second.as_object_mut().unwrap());
+        assert_eq!((first.get("input_schema"), second.get("input_schema")), (Some(&Value::Null), None));
+        assert_eq!(parsed.schemas.take(0, first, "input_schema"), None);
+        assert_eq!(parsed.schemas.take(1, second, "input_schema"), Some(json!({"b": 2}).into()));
+    }
+
+    #[test]
+    fn what_the_parse_refuses_gets_the_whole_parses_answer() {
+        for body in ["{\"tools\": [{\"input_schema\": {\"a\": }}]}", "[1]", "{\"a\": 1} x", "{\"tools\": [\u{1}]}", ""]
+        {
+            let refused = parse(body).err().expect(body);
+            assert_eq!(refused, parse_object(body.as_bytes()).unwrap_err(), "{body}");
+        }
+        // Bytes that are not UTF-8 are read as `from_slice` reads them.
+        assert_eq!(
+            parse_object_keeping_schemas(b"{\"a\": \"\xff\"}", "tools", "input_schema").err(),
+            parse_object(b"{\"a\": \"\xff\"}").err()
+        );
+    }
+
+    #[test]
+    fn a_schema_too_deep_for_a_value_is_kept_and_says_so_when_read() {
+        let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+        let parsed = parse(&format!(r#"{{"tools": [{{"input_schema": {{"a": {deep}}}}}]}}"#)).unwrap();
+        let schema = parsed.schemas.0[0].as_ref().unwrap();
+        assert_eq!(schema.text(), format!(r#"{{"a": {deep}}}"#));
+        assert!(schema.value().is_err());
+        assert!(parse_object(format!(r#"{{"a": {deep}}}"#).as_bytes()).is_err(), "a Value is refused this deep");
+    }
+
+    #[test]
+    fn schemas_compare_by_what_they_say() {
+        let text = |s: &str| Schema::Text(RawValue::from_string(s.to_owned()).unwrap());
+        assert_eq!(text(r#"{"a": [1, 2]}"#), Schema::from(json!({"a": [1, 2]})));
+        assert_eq!(text(r#"{"b":1,"a":2}"#), text(r#"{"a": 2, "b": 1}"#));
+        assert_ne!(text(r#"{"a": 1}"#), Schema::from(json!({"a": 2})));
+        assert_eq!(format!("{:?}", text(r#"{"a": 1}"#)), format!("{:?}", json!({"a": 1})));
+        assert!(text("{}").is_object() && !text("[]").is_object() && !text("\"{\"").is_object());
+    }
+
+    /// JSON texts: compact or spaced, now and then broken or not JSON at all.
+    fn json_text() -> BoxedStrategy<String> {
+        let leaf = prop_oneof![
+            Just("null".to_owned()),
+            Just("true".to_owned()),
+            "-?[0-9]{1,3}(\\.[0-9]{1,2})?(e[0-9])?".boxed(),
+            crate::protocol::plain_json::strategies::string().boxed(),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            let space = prop_oneof![Just(""), Just(" "), Just("\n  ")];
+            prop_oneof![
+                (prop::collection::vec(inner.clone(), 0..4), space.clone())
+                    .prop_map(|(items, sp)| format!("[{sp}{}]", items.join(&format!(",{sp}")))),
+                (
+                    prop::collection::vec((prop_oneof![Just("input_schema"), Just("tools"), Just("k")], inner), 0..4),
+                    space
+                )
+                    .prop_map(|(members, sp)| {
+                        let members: Vec<String> = members.iter().map(|(k, v)| format!("\"{k}\":{sp}{v}")).collect();
+                        format!("{{{sp}{}}}", members.join(","))
+                    }),
+            ]
+        })
+        .boxed()
+    }
+
+    /// Request bodies around the shapes the parse takes over: tools lists of objects with
+    /// schemas, named twice, not lists, with elements that are not objects; and broken ends.
+    fn body() -> impl Strategy<Value = String> {
+        let element = prop_oneof![
+            4 => prop::collection::vec(
+                (prop_oneof![Just("input_schema"), Just("name"), Just("tools")], json_text()),
+                0..4,
+            )
+            .prop_map(|members| {
+                let members: Vec<String> = members.iter().map(|(k, v)| format!("\"{k}\": {v}")).collect();
+                format!("{{{}}}", members.join(", "))
+            }),
+            1 => json_text(),
+        ];
+        let tools = prop_oneof![
+            4 => prop::collection::vec(element, 0..4).prop_map(|e| format!("[{}]", e.join(", "))),
+            1 => json_text(),
+        ];
+        let member = prop_oneof![
+            3 => tools.prop_map(|t| format!("\"tools\": {t}")),
+            1 => json_text().prop_map(|v| format!("\"model\": {v}")),
+        ];
+        let end = prop_oneof![8 => Just(""), 1 => Just(" "), 1 => Just("x"), 1 => Just("}")];
+        (prop::collection::vec(member, 0..3), end).prop_map(|(m, end)| format!("{{{}}}{end}", m.join(", ")))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+        /// The kept schemas, put back where they were, give the whole parse's object; what one
+        /// refuses, the other refuses with the same words. The one difference: a schema holding
+        /// what a `Value` cannot (here a lone surrogate escape; also nesting deeper than 128 and
+        /// numbers beyond `f64`) is valid JSON, kept as it is, where a whole parse refuses it.
+        #[test]
+        fn the_parse_agrees_with_a_whole_parse(body in body()) {
+            let whole = parse_object(body.as_bytes());
+            match (parse(&body), whole) {
+                (Err(refused), whole) => prop_assert_eq!(Err(refused), whole.map(|_| ())),
+                (Ok(_), Err(_)) => prop_assert!(body.contains(r"\ud800"), "only a Value's limits refuse more"),
+                (Ok(mut parsed), Ok(whole)) => {
+                    let mut kept = Vec::new();
+                    for (i, schema) in parsed.schemas.0.iter().enumerate() {
+                        if let Some(schema) = schema {
+                            prop_assert!(body.contains(schema.text().as_ref()), "kept text is the client's");
+                            kept.push((i, schema.value().unwrap().into_owned()));
+                        }
+                    }
+                    if let Some(Value::Array(tools)) = parsed.object.get_mut("tools") {
+                        for (i, value) in kept {
+                            tools[i].as_object_mut().unwrap().insert("input_schema".into(), value);
+                        }
+                    }
+                    prop_assert_eq!(parsed.object, whole);
+                }
+            }
+        }
+    }
+}
