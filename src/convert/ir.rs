@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::protocol::errors::ErrorKind;
 
 mod schema;
-pub use schema::{ObjectWithSchemas, Schema, Schemas, parse_object_keeping_schemas};
+pub use schema::{ObjectWithSchemas, Place, Schema, SchemaPlaces, Schemas, parse_object_keeping_schemas};
 
 /// The `signature` of a thinking block that carries a Responses reasoning item (its id and
 /// `encrypted_content`) to an Anthropic client: the Anthropic SDKs keep a thinking block's

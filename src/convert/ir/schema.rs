@@ -46,6 +46,24 @@ impl Schema {
         }
     }
 
+    /// Whether the schema is an object with a member `key`, read without building it: the
+    /// first member's name is compared first (`"type"` leads nearly every schema), and only
+    /// when that is not it are the other members' names read.
+    pub fn has_member(&self, key: &str) -> bool {
+        let text = match self {
+            Schema::Value(v) => return v.as_object().is_some_and(|o| o.contains_key(key)),
+            Schema::Text(t) => t.get(),
+        };
+        let Some(members) = text.strip_prefix('{') else { return false };
+        let first = members.trim_start_matches(JSON_WHITESPACE);
+        let first_is_key = first
+            .strip_prefix('"')
+            .and_then(|s| s.strip_prefix(key))
+            .and_then(|s| s.strip_prefix('"'))
+            .is_some_and(|s| s.trim_start_matches(JSON_WHITESPACE).starts_with(':'));
+        first_is_key || serde_json::from_str::<MemberNames>(text).is_ok_and(|names| names.0.iter().any(|n| n == key))
+    }
+
     /// The schema as JSON text, for counting its tokens.
     pub fn text(&self) -> Cow<'_, str> {
         match self {
@@ -57,6 +75,32 @@ impl Schema {
     /// Text that is `null` (a client's "no schema") as absent, like a `null` member.
     fn text_unless_null(text: Box<RawValue>) -> Option<Schema> {
         (text.get() != "null").then_some(Schema::Text(text))
+    }
+}
+
+const JSON_WHITESPACE: [char; 4] = [' ', '\t', '\n', '\r'];
+
+/// The names of an object's members, their values skipped.
+struct MemberNames(Vec<String>);
+
+impl<'de> Deserialize<'de> for MemberNames {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Names;
+        impl<'de> Visitor<'de> for Names {
+            type Value = MemberNames;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MemberNames, A::Error> {
+                let mut names = Vec::new();
+                while let Some(name) = map.next_key::<String>()? {
+                    map.next_value::<de::IgnoredAny>()?;
+                    names.push(name);
+                }
+                Ok(MemberNames(names))
+            }
+        }
+        deserializer.deserialize_map(Names)
     }
 }
 
@@ -95,39 +139,70 @@ impl fmt::Debug for Schema {
     }
 }
 
-/// A request body's object, with the member `schema_key` of each object in the array at
-/// `list_key` taken out as text into `schemas` (one that is `null` is left in place).
+/// Where a protocol's requests hold their tools' schemas: the member `member` of each object in
+/// the body's array `list`, and with `nested`, of each object in such an object's own `list`
+/// (a Responses namespace tool's `tools`).
+#[derive(Clone, Copy)]
+pub struct SchemaPlaces {
+    pub list: &'static str,
+    pub member: &'static str,
+    pub nested: bool,
+}
+
+/// Where a kept schema was: its element's index in the list, and for an element of that
+/// element's own list, the index there.
+pub type Place = (usize, Option<usize>);
+
+/// A request body's object, with the schemas at its [`SchemaPlaces`] taken out as text into
+/// `schemas` (one that is `null` is left in place).
 pub struct ObjectWithSchemas {
     pub object: Map<String, Value>,
     pub schemas: Schemas,
 }
 
-/// The schemas taken out of a list's elements: the `i`-th is the `i`-th element's, `None` when
-/// it has none (or `null`) or is not an object.
+/// The schemas taken out of a body, by [`Place`].
 #[derive(Default)]
-pub struct Schemas(Vec<Option<Schema>>);
+pub struct Schemas {
+    /// The list's elements' schemas by index; `None` for an element without one (or `null`)
+    /// or that is not an object.
+    own: Vec<Option<Schema>>,
+    /// The nested lists' elements' schemas, in the order of their places.
+    nested: Vec<((usize, usize), Option<Schema>)>,
+}
 
 impl Schemas {
-    /// The `i`-th element's schema, if it was kept as text; otherwise its member `schema_key`,
-    /// if any, taken from `element` (a `null` one is absent), as when a body is parsed whole.
-    pub fn take(&mut self, i: usize, element: &mut Map<String, Value>, schema_key: &str) -> Option<Schema> {
-        match self.0.get_mut(i).and_then(Option::take) {
-            Some(s) => Some(s),
-            None => element.get_mut(schema_key).map(Value::take).filter(|v| !v.is_null()).map(Schema::Value),
+    /// The schema at `place`, if it was kept as text; otherwise `member`, the schema member
+    /// still in its element, if any (a `null` one is absent), as when a body is parsed whole.
+    pub fn take(&mut self, place: Place, member: Option<&mut Value>) -> Option<Schema> {
+        let kept = match place {
+            (i, None) => self.own.get_mut(i).and_then(Option::take),
+            (i, Some(j)) => match self.nested.binary_search_by_key(&(i, j), |(at, _)| *at) {
+                Ok(k) => self.nested[k].1.take(),
+                Err(_) => None,
+            },
+        };
+        kept.or_else(|| member.map(Value::take).filter(|v| !v.is_null()).map(Schema::Value))
+    }
+
+    /// Keeps `schema` for `place`, in place of one kept there before.
+    fn keep(&mut self, place: Place, schema: Option<Schema>) {
+        match place {
+            (i, None) => self.own[i] = schema,
+            (i, Some(j)) => match self.nested.last_mut() {
+                // A nested element's places come last while it is read.
+                Some((at, kept)) if *at == (i, j) => *kept = schema,
+                _ => self.nested.push(((i, j), schema)),
+            },
         }
     }
 }
 
-/// [`parse_object`], keeping the schemas at `list_key[*].schema_key` as text. A body this parse
-/// refuses gets `parse_object`'s own answer, so what is refused, and the words that say why, are
-/// the same as without it.
-pub fn parse_object_keeping_schemas(
-    body: &[u8],
-    list_key: &str,
-    schema_key: &str,
-) -> Result<ObjectWithSchemas, ConvertError> {
+/// [`parse_object`], keeping the schemas at `places` as text. A body this parse refuses gets
+/// `parse_object`'s own answer, so what is refused, and the words that say why, are the same as
+/// without it.
+pub fn parse_object_keeping_schemas(body: &[u8], places: SchemaPlaces) -> Result<ObjectWithSchemas, ConvertError> {
     let mut schemas = Schemas::default();
-    let seed = Capture { level: Level::Body, list_key, schema_key, schemas: &mut schemas };
+    let seed = Capture { level: Level::Body, places, schemas: &mut schemas };
     // Bytes that are not UTF-8 are left to `parse_object`, which reads them as `from_slice` does.
     let parsed = crate::protocol::lenient::utf8(body).map(|text| {
         let mut de = serde_json::Deserializer::from_str(text);
@@ -143,24 +218,23 @@ pub fn parse_object_keeping_schemas(
 enum Level {
     /// The body's object.
     Body,
-    /// The array at `list_key`.
-    List,
+    /// The array at `list`; in the element at this index of the outer one, if nested.
+    List(Option<usize>),
     /// One of its elements.
-    Element,
+    Element(Place),
 }
 
-/// Builds the `Value` that `Value::deserialize` would, except at the three levels it takes
-/// over: the body's members, the list's elements and an element's schema member.
+/// Builds the `Value` that `Value::deserialize` would, except at the levels it takes over: the
+/// body's members, the lists' elements and an element's schema member.
 struct Capture<'s> {
     level: Level,
-    list_key: &'s str,
-    schema_key: &'s str,
+    places: SchemaPlaces,
     schemas: &'s mut Schemas,
 }
 
 impl Capture<'_> {
     fn at(&mut self, level: Level) -> Capture<'_> {
-        Capture { level, list_key: self.list_key, schema_key: self.schema_key, schemas: self.schemas }
+        Capture { level, places: self.places, schemas: self.schemas }
     }
 }
 
@@ -181,53 +255,66 @@ impl<'de> Visitor<'de> for Capture<'_> {
 
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Value, A::Error> {
         let mut object = Map::new();
+        let SchemaPlaces { list, member, nested } = self.places;
         match self.level {
             Level::Body => {
                 while let Some(key) = map.next_key::<String>()? {
-                    let value = if key == self.list_key {
+                    let value = if key == list {
                         // A member named twice counts as its last (as in `Value`).
-                        self.schemas.0.clear();
-                        map.next_value_seed(self.at(Level::List))?
+                        *self.schemas = Schemas::default();
+                        map.next_value_seed(self.at(Level::List(None)))?
                     } else {
                         map.next_value()?
                     };
                     object.insert(key, value);
                 }
             }
-            Level::Element => {
-                let slot = self.schemas.0.len() - 1;
+            Level::Element(place) => {
+                let nested_from = self.schemas.nested.len();
                 while let Some(key) = map.next_key::<String>()? {
-                    if key == self.schema_key {
+                    if key == member {
                         // A `null` stays a member, as in `Value`, and is read as absent.
                         let schema = Schema::text_unless_null(map.next_value()?);
                         match schema {
                             Some(_) => object.remove(&key),
                             None => object.insert(key, Value::Null),
                         };
-                        self.schemas.0[slot] = schema;
+                        self.schemas.keep(place, schema);
+                    } else if nested && place.1.is_none() && key == list {
+                        self.schemas.nested.truncate(nested_from);
+                        let value = map.next_value_seed(self.at(Level::List(Some(place.0))))?;
+                        object.insert(key, value);
                     } else {
                         object.insert(key, map.next_value()?);
                     }
                 }
             }
-            Level::List => return Value::deserialize(MapAccessDeserializer::new(map)),
+            Level::List(_) => return Value::deserialize(MapAccessDeserializer::new(map)),
         }
         Ok(Value::Object(object))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<Value, A::Error> {
-        if self.level != Level::List {
+        let Level::List(outer) = self.level else {
             return Value::deserialize(SeqAccessDeserializer::new(seq));
-        }
+        };
         let mut elements = Vec::with_capacity(seq.size_hint().unwrap_or(0));
         loop {
-            self.schemas.0.push(None);
-            match seq.next_element_seed(self.at(Level::Element))? {
+            let place = match outer {
+                None => {
+                    self.schemas.own.push(None);
+                    (elements.len(), None)
+                }
+                Some(i) => (i, Some(elements.len())),
+            };
+            match seq.next_element_seed(self.at(Level::Element(place)))? {
                 Some(element) => elements.push(element),
                 None => break,
             }
         }
-        self.schemas.0.pop();
+        if outer.is_none() {
+            self.schemas.own.pop();
+        }
         Ok(Value::Array(elements))
     }
 
@@ -266,8 +353,11 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::json;
 
+    const MESSAGES: SchemaPlaces = SchemaPlaces { list: "tools", member: "input_schema", nested: false };
+    const NESTED: SchemaPlaces = SchemaPlaces { nested: true, ..MESSAGES };
+
     fn parse(body: &str) -> Result<ObjectWithSchemas, ConvertError> {
-        parse_object_keeping_schemas(body.as_bytes(), "tools", "input_schema")
+        parse_object_keeping_schemas(body.as_bytes(), MESSAGES)
     }
 
     fn texts(parsed: &ObjectWithSchemas) -> Vec<Option<&str>> {
@@ -277,7 +367,7 @@ mod tests {
                 Schema::Value(_) => panic!("a parsed schema among the kept ones"),
             }
         }
-        parsed.schemas.0.iter().map(|s| s.as_ref().map(text)).collect()
+        parsed.schemas.own.iter().map(|s| s.as_ref().map(text)).collect()
     }
 
     #[test]
@@ -326,8 +416,46 @@ mod tests {
         let [first, second] = &mut tools[..] else { panic!("two tools") };
         let (first, second) = (first.as_object_mut().unwrap(), second.as_object_mut().unwrap());
         assert_eq!((first.get("input_schema"), second.get("input_schema")), (Some(&Value::Null), None));
-        assert_eq!(parsed.schemas.take(0, first, "input_schema"), None);
-        assert_eq!(parsed.schemas.take(1, second, "input_schema"), Some(json!({"b": 2}).into()));
+        assert_eq!(parsed.schemas.take((0, None), first.get_mut("input_schema")), None);
+        assert_eq!(parsed.schemas.take((1, None), second.get_mut("input_schema")), Some(json!({"b": 2}).into()));
+    }
+
+    #[test]
+    fn the_schemas_of_an_elements_own_list_are_kept_by_place() {
+        // Element 0: its own schema, and a list with a schema named twice, an element without
+        // one, and one with a list of its own (not taken apart: one level of nesting only).
+        // Element 1: a list named twice, the first longer; its last element's schema `null`.
+        let body = r#"{"tools": [
+            {"input_schema": {"a": 1}, "tools": [
+                {"input_schema": {"b": 2}, "input_schema": {"b": 3}},
+                {"x": 0},
+                {"input_schema": {"c": 3}, "tools": [{"input_schema": {"deep": 1}}]}
+            ]},
+            {"tools": [{"input_schema": {"d": 4}}, {"input_schema": {"e": 5}}],
+             "tools": [{"input_schema": {"f": 6}}, {"input_schema": {"g": 7}, "input_schema": null}]}
+        ]}"#;
+        let mut parsed = parse_object_keeping_schemas(body.as_bytes(), NESTED).unwrap();
+        assert_eq!(
+            Value::Object(parsed.object),
+            json!({"tools": [
+                {"tools": [{}, {"x": 0}, {"tools": [{"input_schema": {"deep": 1}}]}]},
+                {"tools": [{}, {"input_schema": null}]}
+            ]})
+        );
+        let places = [(0, None), (0, Some(0)), (0, Some(1)), (0, Some(2)), (1, None), (1, Some(0)), (1, Some(1))];
+        let kept: Vec<Option<String>> =
+            places.iter().map(|&place| parsed.schemas.take(place, None).map(|s| s.text().into_owned())).collect();
+        let text = |s: &str| Some(s.to_owned());
+        assert_eq!(
+            kept,
+            [text(r#"{"a": 1}"#), text(r#"{"b": 3}"#), None, text(r#"{"c": 3}"#), None, text(r#"{"f": 6}"#), None]
+        );
+        // Taken once: a second take finds the member left in the element, here none.
+        assert_eq!(parsed.schemas.take((0, Some(0)), None), None);
+        // Without `nested`, an element's own list is an ordinary member.
+        let flat = parse(body).unwrap();
+        assert!(flat.schemas.nested.is_empty());
+        assert_eq!(flat.object["tools"][0]["tools"][0], json!({"input_schema": {"b": 3}}));
     }
 
     #[test]
@@ -339,7 +467,7 @@ mod tests {
         }
         // Bytes that are not UTF-8 are read as `from_slice` reads them.
         assert_eq!(
-            parse_object_keeping_schemas(b"{\"a\": \"\xff\"}", "tools", "input_schema").err(),
+            parse_object_keeping_schemas(b"{\"a\": \"\xff\"}", MESSAGES).err(),
             parse_object(b"{\"a\": \"\xff\"}").err()
         );
     }
@@ -348,7 +476,7 @@ mod tests {
     fn a_schema_too_deep_for_a_value_is_kept_and_says_so_when_read() {
         let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
         let parsed = parse(&format!(r#"{{"tools": [{{"input_schema": {{"a": {deep}}}}}]}}"#)).unwrap();
-        let schema = parsed.schemas.0[0].as_ref().unwrap();
+        let schema = parsed.schemas.own[0].as_ref().unwrap();
         assert_eq!(schema.text(), format!(r#"{{"a": {deep}}}"#));
         assert!(schema.value().is_err());
         assert!(parse_object(format!(r#"{{"a": {deep}}}"#).as_bytes()).is_err(), "a Value is refused this deep");
@@ -362,6 +490,27 @@ mod tests {
         assert_ne!(text(r#"{"a": 1}"#), Schema::from(json!({"a": 2})));
         assert_eq!(format!("{:?}", text(r#"{"a": 1}"#)), format!("{:?}", json!({"a": 1})));
         assert!(text("{}").is_object() && !text("[]").is_object() && !text("\"{\"").is_object());
+    }
+
+    #[test]
+    fn a_member_is_found_in_text_as_in_a_value() {
+        let text = |s: &str| Schema::Text(RawValue::from_string(s.to_owned()).unwrap());
+        for (schema, has_type) in [
+            (r#"{"type":"object"}"#, true),
+            ("{ \n \"type\" : 1}", true),
+            (r#"{"properties": {}, "type": "object"}"#, true),
+            (r#"{"typ\u0065": 1}"#, true),
+            (r#"{"type\"": 1}"#, false),
+            (r#"{"types": 1, "a": "type"}"#, false),
+            (r#"{"properties": {"type": 1}}"#, false),
+            (r#"[{"type": 1}]"#, false),
+            (r#""{\"type\": 1}""#, false),
+            ("{}", false),
+        ] {
+            assert_eq!(text(schema).has_member("type"), has_type, "{schema}");
+            let value: Value = serde_json::from_str(schema).unwrap();
+            assert_eq!(Schema::from(value).has_member("type"), has_type, "{schema}");
+        }
     }
 
     /// JSON texts: compact or spaced, now and then broken or not JSON at all.
@@ -419,28 +568,41 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
+        #[test]
+        fn a_member_is_found_in_any_text_as_in_its_value(text in json_text(), key in prop_oneof![Just("k"), Just("tools")]) {
+            if let (Ok(raw), Ok(value)) = (RawValue::from_string(text.clone()), serde_json::from_str::<Value>(&text)) {
+                prop_assert_eq!(Schema::Text(raw).has_member(key), Schema::Value(value).has_member(key));
+            }
+        }
+
         /// The kept schemas, put back where they were, give the whole parse's object; what one
         /// refuses, the other refuses with the same words. The one difference: a schema holding
         /// what a `Value` cannot (here a lone surrogate escape; also nesting deeper than 128 and
         /// numbers beyond `f64`) is valid JSON, kept as it is, where a whole parse refuses it.
         #[test]
-        fn the_parse_agrees_with_a_whole_parse(body in body()) {
+        fn the_parse_agrees_with_a_whole_parse(body in body(), nested in any::<bool>()) {
+            let places = if nested { NESTED } else { MESSAGES };
             let whole = parse_object(body.as_bytes());
-            match (parse(&body), whole) {
+            match (parse_object_keeping_schemas(body.as_bytes(), places), whole) {
                 (Err(refused), whole) => prop_assert_eq!(Err(refused), whole.map(|_| ())),
                 (Ok(_), Err(_)) => prop_assert!(body.contains(r"\ud800"), "only a Value's limits refuse more"),
                 (Ok(mut parsed), Ok(whole)) => {
+                    prop_assert!(nested || parsed.schemas.nested.is_empty());
+                    let own = parsed.schemas.own.iter().enumerate().map(|(i, s)| ((i, None), s));
+                    let inner = parsed.schemas.nested.iter().map(|((i, j), s)| ((*i, Some(*j)), s));
                     let mut kept = Vec::new();
-                    for (i, schema) in parsed.schemas.0.iter().enumerate() {
+                    for (place, schema) in own.chain(inner) {
                         if let Some(schema) = schema {
                             prop_assert!(body.contains(schema.text().as_ref()), "kept text is the client's");
-                            kept.push((i, schema.value().unwrap().into_owned()));
+                            kept.push((place, schema.value().unwrap().into_owned()));
                         }
                     }
-                    if let Some(Value::Array(tools)) = parsed.object.get_mut("tools") {
-                        for (i, value) in kept {
-                            tools[i].as_object_mut().unwrap().insert("input_schema".into(), value);
+                    for ((i, j), value) in kept {
+                        let mut element = &mut parsed.object["tools"][i];
+                        if let Some(j) = j {
+                            element = &mut element["tools"][j];
                         }
+                        element.as_object_mut().unwrap().insert("input_schema".into(), value);
                     }
                     prop_assert_eq!(parsed.object, whole);
                 }

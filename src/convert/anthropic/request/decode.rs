@@ -9,6 +9,9 @@ use super::super::{as_object, as_object_mut, shown};
 use crate::convert::ir::*;
 use crate::protocol::lenient::{count, get, get_mut, get_str, take, take_str, take_text};
 
+/// Where a request's tool schemas are, kept as the client's text (`ir::schema`).
+const TOOL_SCHEMAS: SchemaPlaces = SchemaPlaces { list: "tools", member: "input_schema", nested: false };
+
 /// The first bytes of Claude Code's attribution line in `system[0]`.
 const BILLING_HEADER_PREFIX: &str = "x-anthropic-billing-header:";
 
@@ -91,8 +94,7 @@ fn req_string(
 
 /// Client request body (Anthropic Messages) → IR.
 pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
-    let ObjectWithSchemas { object: mut obj, mut schemas } =
-        parse_object_keeping_schemas(body, "tools", "input_schema")?;
+    let ObjectWithSchemas { object: mut obj, mut schemas } = parse_object_keeping_schemas(body, TOOL_SCHEMAS)?;
     let mut losses = Vec::new();
 
     let model = match get_mut(&mut obj, "model") {
@@ -532,7 +534,7 @@ fn decode_tools(arr: &mut [Value], schemas: &mut Schemas, losses: &mut Vec<Loss>
         match kind.as_deref() {
             None | Some("custom") => {
                 let name = name.ok_or_else(|| not_a_string(&field, "name"))?;
-                let input_schema = match schemas.take(i, to, "input_schema") {
+                let input_schema = match schemas.take((i, None), to.get_mut("input_schema")) {
                     Some(s) if s.is_object() => s,
                     Some(_) => {
                         return Err(ConvertError::new(

@@ -364,6 +364,12 @@ struct InputSchema<'a>(&'a Schema);
 
 impl Serialize for InputSchema<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        // Text that names its type goes as it is; anything else is read to be completed.
+        if let Schema::Text(text) = self.0
+            && self.0.has_member("type")
+        {
+            return text.serialize(serializer);
+        }
         let schema = self.0.value().map_err(serde::ser::Error::custom)?;
         match &*schema {
             Value::Object(o) if o.contains_key("type") => o.serialize(serializer),

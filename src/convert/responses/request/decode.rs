@@ -8,6 +8,10 @@ use super::super::{flat_tool_name, get_str, is_set, reasoning_part, take_str, te
 use crate::convert::ir::*;
 use crate::protocol::lenient::{count, media_type_for_filename, parse_arguments, parse_data_url};
 
+/// Where a request's tool schemas are, kept as the client's text (`ir::schema`): each function
+/// tool's `parameters`, a namespace's functions' too.
+const TOOL_SCHEMAS: SchemaPlaces = SchemaPlaces { list: "tools", member: "parameters", nested: true };
+
 /// `data:image/png;base64,AAAA` → base64 image; anything else is a URL.
 fn image_from_url(url: &str) -> Image {
     if let Some((media_type, data)) = parse_data_url(url) {
@@ -302,12 +306,15 @@ impl RequestDecoder {
         Ok(out)
     }
 
-    fn tools(&mut self, tools: &mut [Value]) -> Result<Vec<Tool>, ConvertError> {
+    fn tools(&mut self, tools: &mut [Value], schemas: &mut Schemas) -> Result<Vec<Tool>, ConvertError> {
         let mut out: Vec<Tool> = Vec::new();
         for (i, t) in tools.iter_mut().enumerate() {
             let field = format!("tools[{i}]");
             match get_str(t, "type") {
-                Some("function") => out.push(function_tool(&field, t, None)?),
+                Some("function") => {
+                    let schema = schemas.take((i, None), t.get_mut("parameters"));
+                    out.push(function_tool(&field, t, schema, None)?);
+                }
                 Some("namespace") => {
                     let Some(ns) = get_str(t, "name").map(str::to_owned) else {
                         return Err(ConvertError::new(format!("{field}.name"), "namespace tool without name"));
@@ -318,7 +325,10 @@ impl RequestDecoder {
                     for (j, nt) in nested.iter_mut().enumerate() {
                         let nf = format!("{field}.tools[{j}]");
                         match get_str(nt, "type") {
-                            Some("function") => out.push(function_tool(&nf, nt, Some(ns))?),
+                            Some("function") => {
+                                let schema = schemas.take((i, Some(j)), nt.get_mut("parameters"));
+                                out.push(function_tool(&nf, nt, schema, Some(ns))?);
+                            }
                             other => {
                                 let other = other.unwrap_or("untyped");
                                 self.loss(
@@ -412,15 +422,17 @@ impl RequestDecoder {
     }
 }
 
-fn function_tool(field: &str, t: &mut Value, namespace: Option<&str>) -> Result<Tool, ConvertError> {
+/// A function tool, `parameters` being its schema taken out of it.
+fn function_tool(
+    field: &str,
+    t: &mut Value,
+    parameters: Option<Schema>,
+    namespace: Option<&str>,
+) -> Result<Tool, ConvertError> {
     let Some(name) = take_str(t, "name") else {
         return Err(ConvertError::new(format!("{field}.name"), "function tool without name"));
     };
-    let input_schema = match t.get_mut("parameters").map(Value::take) {
-        None | Some(Value::Null) => json!({"type": "object", "properties": {}}),
-        Some(p) => p,
-    }
-    .into();
+    let input_schema = parameters.unwrap_or_else(|| NO_PARAMETERS.clone());
     let (flat, ns) = match namespace {
         Some(ns) => (flat_tool_name(ns, &name), Some((ns.to_owned(), name))),
         None => (name, None),
@@ -474,11 +486,8 @@ fn decode_input_file(field: &str, p: &Value) -> Result<Part, ConvertError> {
 
 /// Client request body (Responses) → IR.
 pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
-    let mut root: Value = crate::protocol::lenient::from_json(body)
-        .map_err(|e| ConvertError::new("body", format!("the body is not valid JSON: {e}")))?;
-    if !root.is_object() {
-        return Err(ConvertError::new("body", "the request body must be a JSON object"));
-    }
+    let ObjectWithSchemas { object, mut schemas } = parse_object_keeping_schemas(body, TOOL_SCHEMAS)?;
+    let mut root = Value::Object(object);
     let mut d = RequestDecoder::default();
     let mut req = Request::default();
 
@@ -546,7 +555,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
 
     match root.get_mut("tools") {
         None | Some(Value::Null) => {}
-        Some(Value::Array(tools)) => req.tools = d.tools(tools)?,
+        Some(Value::Array(tools)) => req.tools = d.tools(tools, &mut schemas)?,
         Some(_) => return Err(ConvertError::new("tools", "tools must be an array")),
     }
     if let Some(tc) = root.get("tool_choice") {
@@ -687,6 +696,21 @@ mod tests {
         }
         assert!(matches!(&req.messages[2].content[0],
             Part::ToolResult { tool_use_id, is_error: false, .. } if tool_use_id == "call_mocke38f0fe3a88f47629c688fce"));
+        // Every function's schema, a namespace's too, is kept as the text Codex sent.
+        let body: Value = serde_json::from_slice(&fixture_body(CODEX_TURN2)).unwrap();
+        let mut sent = Vec::new();
+        for t in body["tools"].as_array().unwrap() {
+            match t["type"].as_str() {
+                Some("function") => sent.push(&t["parameters"]),
+                Some("namespace") => sent.extend(t["tools"].as_array().unwrap().iter().map(|nt| &nt["parameters"])),
+                _ => {}
+            }
+        }
+        assert_eq!(req.tools.len(), sent.len());
+        for (tool, sent) in req.tools.iter().zip(sent) {
+            assert!(matches!(tool.input_schema, Schema::Text(_)), "{}", tool.name);
+            assert_eq!(*tool.input_schema.value().unwrap(), *sent, "{}", tool.name);
+        }
         insta::assert_snapshot!("codex_turn2_ir", format!("{req:#?}"));
     }
 
