@@ -741,6 +741,30 @@ mod tests {
         );
     }
 
+    /// A Responses client's function schemas, a namespace's too, reach a Messages or a Chat
+    /// upstream as written; Messages gets a `type` added where the schema names none.
+    #[test]
+    fn a_responses_clients_tool_schemas_reach_the_upstream_as_written() {
+        let typed = r#"{"type": "object", "properties": {"cmd": {"type": "string", "maxLength": 1e3}}}"#;
+        let untyped = r#"{"properties": {"n": {"type": "integer"}}}"#;
+        let body = format!(
+            r#"{{"model": "m", "input": "hi", "tools": [{{"type": "function", "name": "a", "parameters": {typed}}},
+            {{"type": "namespace", "name": "ns", "tools": [{{"type": "function", "name": "b", "parameters": {untyped}}}]}}]}}"#
+        );
+        let req = decode_request(Format::Responses, body.as_bytes()).unwrap();
+        let to_messages = String::from_utf8(encode_request(Format::Anthropic, &req).unwrap().body).unwrap();
+        assert!(to_messages.contains(&format!(r#""input_schema":{typed}"#)), "{to_messages}");
+        let sent: Value = serde_json::from_str(&to_messages).unwrap();
+        assert_eq!(
+            sent["tools"][1]["input_schema"],
+            json!({"type": "object", "properties": {"n": {"type": "integer"}}})
+        );
+        let to_chat = String::from_utf8(encode_request(Format::Openai, &req).unwrap().body).unwrap();
+        for schema in [typed, untyped] {
+            assert!(to_chat.contains(&format!(r#""parameters":{schema}"#)), "{to_chat}");
+        }
+    }
+
     /// Valid JSON that a `Value` cannot hold (nested deeper than `serde_json` builds) is relayed
     /// as it is where the schema is relayed whole, and refused, naming the tool, where it must
     /// be rewritten (Gemini).

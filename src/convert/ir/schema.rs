@@ -201,6 +201,10 @@ impl Schemas {
 /// `parse_object`'s own answer, so what is refused, and the words that say why, are the same as
 /// without it.
 pub fn parse_object_keeping_schemas(body: &[u8], places: SchemaPlaces) -> Result<ObjectWithSchemas, ConvertError> {
+    // A body that never names the list has no schema to keep: it is parsed the plain way.
+    if memchr::memmem::find(body, places.list.as_bytes()).is_none() {
+        return parse_object(body).map(|object| ObjectWithSchemas { object, schemas: Schemas::default() });
+    }
     let mut schemas = Schemas::default();
     let seed = Capture { level: Level::Body, places, schemas: &mut schemas };
     // Bytes that are not UTF-8 are left to `parse_object`, which reads them as `from_slice` does.
