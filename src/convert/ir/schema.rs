@@ -3,8 +3,9 @@
 //! Chat, Responses and Messages upstreams take a tool's schema unchanged, and a coding agent's
 //! schemas are a large part of each of its requests (Claude Code's two dozen tools: 12.4 KB of a
 //! 22.8 KB turn). Building them into `Value`s only to write them out again was the largest part
-//! of converting such a request, so the Messages decoder keeps them as their text, validated
-//! JSON, and only a target that reads inside a schema (Gemini, Messages) parses it.
+//! of converting such a request, so the Messages and Responses decoders keep them as their text,
+//! validated JSON, and only an encoder that must read inside a schema parses it (Gemini's, which
+//! rewrites it; the Messages one, for a schema that names no `type`).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -26,8 +27,9 @@ pub enum Schema {
 }
 
 impl Schema {
-    /// The schema as a `Value`, parsed when it is text. Text is valid JSON, but deeper or with
-    /// larger numbers than `serde_json` builds a `Value` of; that is the error.
+    /// The schema as a `Value`, parsed when it is text. Text is valid JSON, but may hold what
+    /// `serde_json` builds no `Value` of (nesting past 128 levels, a number beyond `f64`, a lone
+    /// surrogate escape); that is the error.
     pub fn value(&self) -> Result<Cow<'_, Value>, serde_json::Error> {
         match self {
             Schema::Value(v) => Ok(Cow::Borrowed(v)),
