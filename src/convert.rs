@@ -765,6 +765,27 @@ mod tests {
         }
     }
 
+    /// A Chat client's function schemas, in `function` or in the flat shape, reach a Responses
+    /// or a Messages upstream as written; the nested one wins when a tool has both.
+    #[test]
+    fn a_chat_clients_tool_schemas_reach_the_upstream_as_written() {
+        let nested = r#"{"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}"#;
+        let flat = r#"{"type": "object", "properties": {"n": {"type": "number", "minimum": 1.0}}}"#;
+        let body = format!(
+            r#"{{"model": "m", "messages": [{{"role": "user", "content": "hi"}}], "tools": [
+            {{"type": "function", "function": {{"name": "a", "parameters": {nested}}}, "parameters": {{"ignored": true}}}},
+            {{"type": "function", "name": "b", "parameters": {flat}}}]}}"#
+        );
+        let req = decode_request(Format::Openai, body.as_bytes()).unwrap();
+        let to_responses = String::from_utf8(encode_request(Format::Responses, &req).unwrap().body).unwrap();
+        let to_messages = String::from_utf8(encode_request(Format::Anthropic, &req).unwrap().body).unwrap();
+        for schema in [nested, flat] {
+            assert!(to_responses.contains(&format!(r#""parameters":{schema}"#)), "{to_responses}");
+            assert!(to_messages.contains(&format!(r#""input_schema":{schema}"#)), "{to_messages}");
+        }
+        assert!(!to_messages.contains("ignored"), "{to_messages}");
+    }
+
     /// Valid JSON that a `Value` cannot hold (nested deeper than `serde_json` builds) is relayed
     /// as it is where the schema is relayed whole, and refused, naming the tool, where it must
     /// be rewritten (Gemini).

@@ -3,7 +3,7 @@
 //! Chat, Responses and Messages upstreams take a tool's schema unchanged, and a coding agent's
 //! schemas are a large part of each of its requests (Claude Code's two dozen tools: 12.4 KB of a
 //! 22.8 KB turn). Building them into `Value`s only to write them out again was the largest part
-//! of converting such a request, so the Messages and Responses decoders keep them as their text,
+//! of converting such a request, so the request decoders keep them as their text (Gemini's aside),
 //! validated JSON, and only an encoder that must read inside a schema parses it (Gemini's, which
 //! rewrites it; the Messages one, for a schema that names no `type`).
 
@@ -142,18 +142,27 @@ impl fmt::Debug for Schema {
 }
 
 /// Where a protocol's requests hold their tools' schemas: the member `member` of each object in
-/// the body's array `list`, and with `nested`, of each object in such an object's own `list`
-/// (a Responses namespace tool's `tools`).
-#[derive(Clone, Copy)]
+/// the body's array `list`; with `nested`, of each object in such an object's own `list` too (a
+/// Responses namespace tool's `tools`); with `wrapper`, of the object such an object holds under
+/// that name too (a Chat tool's `function`).
+#[derive(Clone, Copy, Debug)]
 pub struct SchemaPlaces {
     pub list: &'static str,
     pub member: &'static str,
     pub nested: bool,
+    pub wrapper: Option<&'static str>,
 }
 
-/// Where a kept schema was: its element's index in the list, and for an element of that
-/// element's own list, the index there.
-pub type Place = (usize, Option<usize>);
+/// Where a kept schema was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// In the `i`-th element of the list.
+    Element(usize),
+    /// In the `j`-th element of the `i`-th element's own list.
+    Nested(usize, usize),
+    /// In the `i`-th element's wrapper object.
+    Wrapped(usize),
+}
 
 /// A request body's object, with the schemas at its [`SchemaPlaces`] taken out as text into
 /// `schemas` (one that is `null` is left in place).
@@ -170,6 +179,8 @@ pub struct Schemas {
     own: Vec<Option<Schema>>,
     /// The nested lists' elements' schemas, in the order of their places.
     nested: Vec<((usize, usize), Option<Schema>)>,
+    /// The elements' wrapper objects' schemas by index, like `own`.
+    wrapped: Vec<Option<Schema>>,
 }
 
 impl Schemas {
@@ -177,11 +188,12 @@ impl Schemas {
     /// still in its element, if any (a `null` one is absent), as when a body is parsed whole.
     pub fn take(&mut self, place: Place, member: Option<&mut Value>) -> Option<Schema> {
         let kept = match place {
-            (i, None) => self.own.get_mut(i).and_then(Option::take),
-            (i, Some(j)) => match self.nested.binary_search_by_key(&(i, j), |(at, _)| *at) {
+            Place::Element(i) => self.own.get_mut(i).and_then(Option::take),
+            Place::Nested(i, j) => match self.nested.binary_search_by_key(&(i, j), |(at, _)| *at) {
                 Ok(k) => self.nested[k].1.take(),
                 Err(_) => None,
             },
+            Place::Wrapped(i) => self.wrapped.get_mut(i).and_then(Option::take),
         };
         kept.or_else(|| member.map(Value::take).filter(|v| !v.is_null()).map(Schema::Value))
     }
@@ -189,12 +201,13 @@ impl Schemas {
     /// Keeps `schema` for `place`, in place of one kept there before.
     fn keep(&mut self, place: Place, schema: Option<Schema>) {
         match place {
-            (i, None) => self.own[i] = schema,
-            (i, Some(j)) => match self.nested.last_mut() {
+            Place::Element(i) => self.own[i] = schema,
+            Place::Nested(i, j) => match self.nested.last_mut() {
                 // A nested element's places come last while it is read.
                 Some((at, kept)) if *at == (i, j) => *kept = schema,
                 _ => self.nested.push(((i, j), schema)),
             },
+            Place::Wrapped(i) => self.wrapped[i] = schema,
         }
     }
 }
@@ -226,7 +239,7 @@ enum Level {
     Body,
     /// The array at `list`; in the element at this index of the outer one, if nested.
     List(Option<usize>),
-    /// One of its elements.
+    /// An object that may hold a schema: one of its elements, or an element's wrapper.
     Element(Place),
 }
 
@@ -261,7 +274,7 @@ impl<'de> Visitor<'de> for Capture<'_> {
 
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Value, A::Error> {
         let mut object = Map::new();
-        let SchemaPlaces { list, member, nested } = self.places;
+        let SchemaPlaces { list, member, nested, wrapper } = self.places;
         match self.level {
             Level::Body => {
                 while let Some(key) = map.next_key::<String>()? {
@@ -286,13 +299,20 @@ impl<'de> Visitor<'de> for Capture<'_> {
                             None => object.insert(key, Value::Null),
                         };
                         self.schemas.keep(place, schema);
-                    } else if nested && place.1.is_none() && key == list {
-                        self.schemas.nested.truncate(nested_from);
-                        let value = map.next_value_seed(self.at(Level::List(Some(place.0))))?;
-                        object.insert(key, value);
-                    } else {
-                        object.insert(key, map.next_value()?);
+                        continue;
                     }
+                    let value = match place {
+                        Place::Element(i) if nested && key == list => {
+                            self.schemas.nested.truncate(nested_from);
+                            map.next_value_seed(self.at(Level::List(Some(i))))?
+                        }
+                        Place::Element(i) if wrapper == Some(key.as_str()) => {
+                            self.schemas.wrapped[i] = None;
+                            map.next_value_seed(self.at(Level::Element(Place::Wrapped(i))))?
+                        }
+                        _ => map.next_value()?,
+                    };
+                    object.insert(key, value);
                 }
             }
             Level::List(_) => return Value::deserialize(MapAccessDeserializer::new(map)),
@@ -309,9 +329,10 @@ impl<'de> Visitor<'de> for Capture<'_> {
             let place = match outer {
                 None => {
                     self.schemas.own.push(None);
-                    (elements.len(), None)
+                    self.schemas.wrapped.push(None);
+                    Place::Element(elements.len())
                 }
-                Some(i) => (i, Some(elements.len())),
+                Some(i) => Place::Nested(i, elements.len()),
             };
             match seq.next_element_seed(self.at(Level::Element(place)))? {
                 Some(element) => elements.push(element),
@@ -320,6 +341,7 @@ impl<'de> Visitor<'de> for Capture<'_> {
         }
         if outer.is_none() {
             self.schemas.own.pop();
+            self.schemas.wrapped.pop();
         }
         Ok(Value::Array(elements))
     }
@@ -359,8 +381,9 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::json;
 
-    const MESSAGES: SchemaPlaces = SchemaPlaces { list: "tools", member: "input_schema", nested: false };
+    const MESSAGES: SchemaPlaces = SchemaPlaces { list: "tools", member: "input_schema", nested: false, wrapper: None };
     const NESTED: SchemaPlaces = SchemaPlaces { nested: true, ..MESSAGES };
+    const WRAPPED: SchemaPlaces = SchemaPlaces { wrapper: Some("function"), ..MESSAGES };
 
     fn parse(body: &str) -> Result<ObjectWithSchemas, ConvertError> {
         parse_object_keeping_schemas(body.as_bytes(), MESSAGES)
@@ -422,8 +445,11 @@ mod tests {
         let [first, second] = &mut tools[..] else { panic!("two tools") };
         let (first, second) = (first.as_object_mut().unwrap(), second.as_object_mut().unwrap());
         assert_eq!((first.get("input_schema"), second.get("input_schema")), (Some(&Value::Null), None));
-        assert_eq!(parsed.schemas.take((0, None), first.get_mut("input_schema")), None);
-        assert_eq!(parsed.schemas.take((1, None), second.get_mut("input_schema")), Some(json!({"b": 2}).into()));
+        assert_eq!(parsed.schemas.take(Place::Element(0), first.get_mut("input_schema")), None);
+        assert_eq!(
+            parsed.schemas.take(Place::Element(1), second.get_mut("input_schema")),
+            Some(json!({"b": 2}).into())
+        );
     }
 
     #[test]
@@ -448,7 +474,15 @@ mod tests {
                 {"tools": [{}, {"input_schema": null}]}
             ]})
         );
-        let places = [(0, None), (0, Some(0)), (0, Some(1)), (0, Some(2)), (1, None), (1, Some(0)), (1, Some(1))];
+        let places = [
+            Place::Element(0),
+            Place::Nested(0, 0),
+            Place::Nested(0, 1),
+            Place::Nested(0, 2),
+            Place::Element(1),
+            Place::Nested(1, 0),
+            Place::Nested(1, 1),
+        ];
         let kept: Vec<Option<String>> =
             places.iter().map(|&place| parsed.schemas.take(place, None).map(|s| s.text().into_owned())).collect();
         let text = |s: &str| Some(s.to_owned());
@@ -457,11 +491,47 @@ mod tests {
             [text(r#"{"a": 1}"#), text(r#"{"b": 3}"#), None, text(r#"{"c": 3}"#), None, text(r#"{"f": 6}"#), None]
         );
         // Taken once: a second take finds the member left in the element, here none.
-        assert_eq!(parsed.schemas.take((0, Some(0)), None), None);
+        assert_eq!(parsed.schemas.take(Place::Nested(0, 0), None), None);
         // Without `nested`, an element's own list is an ordinary member.
         let flat = parse(body).unwrap();
         assert!(flat.schemas.nested.is_empty());
         assert_eq!(flat.object["tools"][0]["tools"][0], json!({"input_schema": {"b": 3}}));
+    }
+
+    #[test]
+    fn a_wrappers_schema_is_kept_apart_from_the_elements_own() {
+        // Element 0: a schema of its own and one in its wrapper. Element 1: a wrapper named
+        // twice, the first with a schema. Element 2: a wrapper that is not an object. Element 3:
+        // a wrapper in a wrapper (one level only).
+        let body = r#"{"tools": [
+            {"input_schema": {"own": 1}, "function": {"name": "f", "input_schema": {"wrapped": 1}}},
+            {"function": {"input_schema": {"first": 1}}, "function": {"name": "g"}},
+            {"function": [{"input_schema": {"x": 1}}], "input_schema": null},
+            {"function": {"function": {"input_schema": {"deep": 1}}}}
+        ]}"#;
+        let mut parsed = parse_object_keeping_schemas(body.as_bytes(), WRAPPED).unwrap();
+        assert_eq!(
+            Value::Object(parsed.object),
+            json!({"tools": [
+                {"function": {"name": "f"}},
+                {"function": {"name": "g"}},
+                {"function": [{"input_schema": {"x": 1}}], "input_schema": null},
+                {"function": {"function": {"input_schema": {"deep": 1}}}}
+            ]})
+        );
+        let places = [
+            Place::Element(0),
+            Place::Wrapped(0),
+            Place::Element(1),
+            Place::Wrapped(1),
+            Place::Element(2),
+            Place::Wrapped(2),
+            Place::Wrapped(3),
+        ];
+        let kept: Vec<Option<String>> =
+            places.iter().map(|&place| parsed.schemas.take(place, None).map(|s| s.text().into_owned())).collect();
+        let text = |s: &str| Some(s.to_owned());
+        assert_eq!(kept, [text(r#"{"own": 1}"#), text(r#"{"wrapped": 1}"#), None, None, None, None, None]);
     }
 
     #[test]
@@ -533,7 +603,10 @@ mod tests {
                 (prop::collection::vec(inner.clone(), 0..4), space.clone())
                     .prop_map(|(items, sp)| format!("[{sp}{}]", items.join(&format!(",{sp}")))),
                 (
-                    prop::collection::vec((prop_oneof![Just("input_schema"), Just("tools"), Just("k")], inner), 0..4),
+                    prop::collection::vec(
+                        (prop_oneof![Just("input_schema"), Just("tools"), Just("function"), Just("k")], inner),
+                        0..4
+                    ),
                     space
                 )
                     .prop_map(|(members, sp)| {
@@ -550,7 +623,7 @@ mod tests {
     fn body() -> impl Strategy<Value = String> {
         let element = prop_oneof![
             4 => prop::collection::vec(
-                (prop_oneof![Just("input_schema"), Just("name"), Just("tools")], json_text()),
+                (prop_oneof![Just("input_schema"), Just("name"), Just("tools"), Just("function")], json_text()),
                 0..4,
             )
             .prop_map(|members| {
@@ -581,34 +654,37 @@ mod tests {
             }
         }
 
-        /// The kept schemas, put back where they were, give the whole parse's object; what one
+        /// For each kind of places: the kept schemas, put back where they were, give the whole parse's object; what one
         /// refuses, the other refuses with the same words. The one difference: a schema holding
         /// what a `Value` cannot (here a lone surrogate escape; also nesting deeper than 128 and
         /// numbers beyond `f64`) is valid JSON, kept as it is, where a whole parse refuses it.
         #[test]
-        fn the_parse_agrees_with_a_whole_parse(body in body(), nested in any::<bool>()) {
-            let places = if nested { NESTED } else { MESSAGES };
+        fn the_parse_agrees_with_a_whole_parse(body in body(), places in prop_oneof![Just(MESSAGES), Just(NESTED), Just(WRAPPED)]) {
             let whole = parse_object(body.as_bytes());
             match (parse_object_keeping_schemas(body.as_bytes(), places), whole) {
                 (Err(refused), whole) => prop_assert_eq!(Err(refused), whole.map(|_| ())),
                 (Ok(_), Err(_)) => prop_assert!(body.contains(r"\ud800"), "only a Value's limits refuse more"),
                 (Ok(mut parsed), Ok(whole)) => {
-                    prop_assert!(nested || parsed.schemas.nested.is_empty());
-                    let own = parsed.schemas.own.iter().enumerate().map(|(i, s)| ((i, None), s));
-                    let inner = parsed.schemas.nested.iter().map(|((i, j), s)| ((*i, Some(*j)), s));
+                    prop_assert!(places.nested || parsed.schemas.nested.is_empty());
+                    prop_assert!(places.wrapper.is_some() || parsed.schemas.wrapped.iter().all(Option::is_none));
+                    let own = parsed.schemas.own.iter().enumerate().map(|(i, s)| (Place::Element(i), s));
+                    let inner = parsed.schemas.nested.iter().map(|((i, j), s)| (Place::Nested(*i, *j), s));
+                    let wrapped = parsed.schemas.wrapped.iter().enumerate().map(|(i, s)| (Place::Wrapped(i), s));
                     let mut kept = Vec::new();
-                    for (place, schema) in own.chain(inner) {
+                    for (place, schema) in own.chain(inner).chain(wrapped) {
                         if let Some(schema) = schema {
                             prop_assert!(body.contains(schema.text().as_ref()), "kept text is the client's");
                             kept.push((place, schema.value().unwrap().into_owned()));
                         }
                     }
-                    for ((i, j), value) in kept {
-                        let mut element = &mut parsed.object["tools"][i];
-                        if let Some(j) = j {
-                            element = &mut element["tools"][j];
-                        }
-                        element.as_object_mut().unwrap().insert("input_schema".into(), value);
+                    for (place, value) in kept {
+                        let tools = &mut parsed.object["tools"];
+                        let holder = match place {
+                            Place::Element(i) => &mut tools[i],
+                            Place::Nested(i, j) => &mut tools[i]["tools"][j],
+                            Place::Wrapped(i) => &mut tools[i]["function"],
+                        };
+                        holder.as_object_mut().unwrap().insert("input_schema".into(), value);
                     }
                     prop_assert_eq!(parsed.object, whole);
                 }

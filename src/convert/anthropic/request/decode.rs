@@ -10,7 +10,7 @@ use crate::convert::ir::*;
 use crate::protocol::lenient::{count, get, get_mut, get_str, take, take_str, take_text};
 
 /// Where a request's tool schemas are, kept as the client's text (`ir::schema`).
-const TOOL_SCHEMAS: SchemaPlaces = SchemaPlaces { list: "tools", member: "input_schema", nested: false };
+const TOOL_SCHEMAS: SchemaPlaces = SchemaPlaces { list: "tools", member: "input_schema", nested: false, wrapper: None };
 
 /// The first bytes of Claude Code's attribution line in `system[0]`.
 const BILLING_HEADER_PREFIX: &str = "x-anthropic-billing-header:";
@@ -534,7 +534,7 @@ fn decode_tools(arr: &mut [Value], schemas: &mut Schemas, losses: &mut Vec<Loss>
         match kind.as_deref() {
             None | Some("custom") => {
                 let name = name.ok_or_else(|| not_a_string(&field, "name"))?;
-                let input_schema = match schemas.take((i, None), to.get_mut("input_schema")) {
+                let input_schema = match schemas.take(Place::Element(i), to.get_mut("input_schema")) {
                     Some(s) if s.is_object() => s,
                     Some(_) => {
                         return Err(ConvertError::new(

@@ -49,14 +49,15 @@ const KNOWN_REQUEST_FIELDS: &[&str] = &[
     "prompt_cache_retention",
 ];
 
+/// Where a request's tool schemas are, kept as the client's text (`ir::schema`): `parameters` in
+/// a tool's `function`, or beside it in the flat shape some clients send.
+const TOOL_SCHEMAS: SchemaPlaces =
+    SchemaPlaces { list: "tools", member: "parameters", nested: false, wrapper: Some("function") };
+
 /// Client request body (this protocol) -> IR. Malformed or unsupported-in-a-meaning-changing-way input
 /// -> ConvertError naming the field (the gateway answers 400 with it).
 pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
-    let v: Value = crate::protocol::lenient::from_json(body)
-        .map_err(|e| ConvertError::new("body", format!("the request body is not valid JSON: {e}")))?;
-    let Value::Object(mut o) = v else {
-        return Err(ConvertError::new("body", "the request body must be a JSON object"));
-    };
+    let ObjectWithSchemas { object: mut o, mut schemas } = parse_object_keeping_schemas(body, TOOL_SCHEMAS)?;
     let mut req = Request::default();
     let mut losses: Vec<Loss> = Vec::new();
 
@@ -157,7 +158,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
             return Err(ConvertError::new("tools", "`tools` must be an array"));
         };
         for (k, tool) in list.iter_mut().enumerate() {
-            if let Some(t) = decode_tool(k, tool, &mut losses)? {
+            if let Some(t) = decode_tool(k, tool, &mut schemas, &mut losses)? {
                 req.tools.push(t);
             }
         }
@@ -595,7 +596,12 @@ fn tool_result_content(content: Option<&mut Value>, at: &str) -> Result<Vec<Tool
     }
 }
 
-fn decode_tool(k: usize, tool: &mut Value, losses: &mut Vec<Loss>) -> Result<Option<Tool>, ConvertError> {
+fn decode_tool(
+    k: usize,
+    tool: &mut Value,
+    schemas: &mut Schemas,
+    losses: &mut Vec<Loss>,
+) -> Result<Option<Tool>, ConvertError> {
     let at = format!("tools[{k}]");
     let o = tool.as_object_mut().ok_or_else(|| ConvertError::new(at.clone(), "each tool must be an object"))?;
     let kind = get_str(o, "type").unwrap_or("function");
@@ -619,14 +625,12 @@ fn decode_tool(k: usize, tool: &mut Value, losses: &mut Vec<Loss>) -> Result<Opt
         .ok_or_else(|| ConvertError::new(format!("{at}.function.name"), "a function tool needs a `name`"))?;
     let description = field("description").and_then(Value::as_str).map(str::to_owned);
     let strict = field("strict").and_then(Value::as_bool);
-    let nested_schema = f.is_some_and(|f| get(f, "parameters").is_some());
-    let schema = if nested_schema {
-        get_mut(o, "function").and_then(Value::as_object_mut).and_then(|f| take(f, "parameters"))
-    } else {
-        take(o, "parameters")
+    let in_function = get_mut(o, "function").and_then(Value::as_object_mut).and_then(|f| f.get_mut("parameters"));
+    let input_schema = match schemas.take(Place::Wrapped(k), in_function) {
+        Some(nested) => nested,
+        None => schemas.take(Place::Element(k), o.get_mut("parameters")).unwrap_or_else(|| NO_PARAMETERS.clone()),
     };
-    let input_schema = schema.unwrap_or_else(|| json!({"type": "object", "properties": {}}));
-    Ok(Some(Tool { name, description, input_schema: input_schema.into(), strict, namespace: None }))
+    Ok(Some(Tool { name, description, input_schema, strict, namespace: None }))
 }
 
 fn decode_tool_choice(tc: &Value, tools: &mut Vec<Tool>) -> Result<ToolChoice, ConvertError> {
@@ -735,6 +739,8 @@ mod tests {
         );
         assert_eq!(req.tools.len(), 6);
         assert_eq!(req.tools[0].strict, Some(false));
+        // Every function's schema is kept as the text Codex sent.
+        assert!(req.tools.iter().all(|t| matches!(t.input_schema, Schema::Text(_))), "{:?}", req.tools);
         assert_json_snapshot!("decode_request_codex_080", j_req(&req));
     }
 

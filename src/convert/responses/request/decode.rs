@@ -10,7 +10,7 @@ use crate::protocol::lenient::{count, media_type_for_filename, parse_arguments, 
 
 /// Where a request's tool schemas are, kept as the client's text (`ir::schema`): each function
 /// tool's `parameters`, a namespace's functions' too.
-const TOOL_SCHEMAS: SchemaPlaces = SchemaPlaces { list: "tools", member: "parameters", nested: true };
+const TOOL_SCHEMAS: SchemaPlaces = SchemaPlaces { list: "tools", member: "parameters", nested: true, wrapper: None };
 
 /// `data:image/png;base64,AAAA` → base64 image; anything else is a URL.
 fn image_from_url(url: &str) -> Image {
@@ -312,7 +312,7 @@ impl RequestDecoder {
             let field = format!("tools[{i}]");
             match get_str(t, "type") {
                 Some("function") => {
-                    let schema = schemas.take((i, None), t.get_mut("parameters"));
+                    let schema = schemas.take(Place::Element(i), t.get_mut("parameters"));
                     out.push(function_tool(&field, t, schema, None)?);
                 }
                 Some("namespace") => {
@@ -326,7 +326,7 @@ impl RequestDecoder {
                         let nf = format!("{field}.tools[{j}]");
                         match get_str(nt, "type") {
                             Some("function") => {
-                                let schema = schemas.take((i, Some(j)), nt.get_mut("parameters"));
+                                let schema = schemas.take(Place::Nested(i, j), nt.get_mut("parameters"));
                                 out.push(function_tool(&nf, nt, schema, Some(ns))?);
                             }
                             other => {
