@@ -1,7 +1,7 @@
 //! The benchmark harness's own client (`bench/run`), for what `wrk` cannot measure.
 //!
 //! ```text
-//! bench_client body --kind small|large|codex|chat --model M [--stream]     # a request body on stdout
+//! bench_client body --kind small|large|codex|chat|chat-tools --model M [--stream]   # a request body on stdout
 //! bench_client latency --target 'NAME|URL|BODY_FILE[|Header: value...]' ... --n N [--stream]
 //!                      [--pre 'NAME|URL'] [--out FILE]
 //! bench_client streams --url URL --body FILE [--header 'Name: value'] --streams N --pace-ms P
@@ -50,8 +50,9 @@ enum Cmd {
     /// an OpenAI Chat request).
     Body {
         /// `small` (one short user turn), `large` (Claude Code turn 2 grown to ~200 KB of history),
-        /// `codex` (Codex CLI's turn 2, a Responses request) or `chat` (the short turn as an
-        /// OpenAI SDK sends it to Chat Completions).
+        /// `codex` (Codex CLI's turn 2, a Responses request), `chat` (the short turn as an
+        /// OpenAI SDK sends it to Chat Completions) or `chat-tools` (Codex CLI 0.80's turn 2 to
+        /// Chat Completions, with its six tools).
         #[arg(long)]
         kind: String,
         #[arg(long)]
@@ -133,7 +134,8 @@ fn main() {
             let body = match kind.as_str() {
                 "small" => small_body(&model, stream),
                 "large" => long_history(&fixtures, &model, stream, size),
-                "codex" => codex_turn(&fixtures, &model, stream),
+                "codex" => captured_turn(&fixtures, CODEX_TURN, &model, stream),
+                "chat-tools" => captured_turn(&fixtures, CODEX_CHAT_TURN, &model, stream),
                 "chat" => chat_body(&model, stream),
                 other => panic!("unknown body kind {other}"),
             };
@@ -252,8 +254,14 @@ fn long_history(fixtures: &str, model: &str, stream: bool, target: usize) -> Vec
 
 /// Codex CLI's turn-2 Responses request as captured (~12 KB: its instructions, tools and a
 /// function call's output), for a gateway that converts what Codex sends.
-fn codex_turn(fixtures: &str, model: &str, stream: bool) -> Vec<u8> {
-    let path = format!("{fixtures}/codex_0.171.0_responses_turn2_function_call_output.json");
+const CODEX_TURN: &str = "codex_0.171.0_responses_turn2_function_call_output.json";
+
+/// Codex CLI 0.80's turn 2 as it sent it to Chat Completions (its tools and a tool result).
+const CODEX_CHAT_TURN: &str = "codex_0.80.0_chat_turn2_tool.json";
+
+/// A captured request body from the fixtures, with the benchmark's model and stream flag.
+fn captured_turn(fixtures: &str, file: &str, model: &str, stream: bool) -> Vec<u8> {
+    let path = format!("{fixtures}/{file}");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let mut body = serde_json::from_str::<Value>(&text).expect("fixture json")["body"].clone();
     body["model"] = json!(model);
