@@ -174,13 +174,22 @@ pub struct ObjectWithSchemas {
 /// The schemas taken out of a body, by [`Place`].
 #[derive(Default)]
 pub struct Schemas {
-    /// The list's elements' schemas by index; `None` for an element without one (or `null`)
-    /// or that is not an object.
+    /// The list's elements' schemas by index, up to the last element that has one; `None` for
+    /// an element without one (or `null`) or that is not an object. Grown only when a schema is
+    /// kept, so a long list of anything else costs nothing here.
     own: Vec<Option<Schema>>,
     /// The nested lists' elements' schemas, in the order of their places.
     nested: Vec<((usize, usize), Option<Schema>)>,
     /// The elements' wrapper objects' schemas by index, like `own`.
     wrapped: Vec<Option<Schema>>,
+}
+
+/// `slots[i]`, the slots before it added (empty) if they are not there yet.
+fn slot(slots: &mut Vec<Option<Schema>>, i: usize) -> &mut Option<Schema> {
+    if slots.len() <= i {
+        slots.resize_with(i + 1, || None);
+    }
+    &mut slots[i]
 }
 
 impl Schemas {
@@ -201,13 +210,13 @@ impl Schemas {
     /// Keeps `schema` for `place`, in place of one kept there before.
     fn keep(&mut self, place: Place, schema: Option<Schema>) {
         match place {
-            Place::Element(i) => self.own[i] = schema,
+            Place::Element(i) => *slot(&mut self.own, i) = schema,
             Place::Nested(i, j) => match self.nested.last_mut() {
                 // A nested element's places come last while it is read.
                 Some((at, kept)) if *at == (i, j) => *kept = schema,
                 _ => self.nested.push(((i, j), schema)),
             },
-            Place::Wrapped(i) => self.wrapped[i] = schema,
+            Place::Wrapped(i) => *slot(&mut self.wrapped, i) = schema,
         }
     }
 }
@@ -307,7 +316,9 @@ impl<'de> Visitor<'de> for Capture<'_> {
                             map.next_value_seed(self.at(Level::List(Some(i))))?
                         }
                         Place::Element(i) if wrapper == Some(key.as_str()) => {
-                            self.schemas.wrapped[i] = None;
+                            if let Some(kept) = self.schemas.wrapped.get_mut(i) {
+                                *kept = None;
+                            }
                             map.next_value_seed(self.at(Level::Element(Place::Wrapped(i))))?
                         }
                         _ => map.next_value()?,
@@ -327,21 +338,13 @@ impl<'de> Visitor<'de> for Capture<'_> {
         let mut elements = Vec::with_capacity(seq.size_hint().unwrap_or(0));
         loop {
             let place = match outer {
-                None => {
-                    self.schemas.own.push(None);
-                    self.schemas.wrapped.push(None);
-                    Place::Element(elements.len())
-                }
+                None => Place::Element(elements.len()),
                 Some(i) => Place::Nested(i, elements.len()),
             };
             match seq.next_element_seed(self.at(Level::Element(place)))? {
                 Some(element) => elements.push(element),
                 None => break,
             }
-        }
-        if outer.is_none() {
-            self.schemas.own.pop();
-            self.schemas.wrapped.pop();
         }
         Ok(Value::Array(elements))
     }
@@ -426,6 +429,13 @@ mod tests {
                 {"name": "a"}, {"name": "b"}, 7, {"name": "c", "input_schema": null}, {"name": "d"}
             ]})
         );
+    }
+
+    #[test]
+    fn elements_after_the_last_schema_take_no_room() {
+        let body = format!(r#"{{"tools": [{{"input_schema": {{}}}}{}]}}"#, ", {}".repeat(1000));
+        let parsed = parse_object_keeping_schemas(body.as_bytes(), WRAPPED).unwrap();
+        assert_eq!((parsed.schemas.own.len(), parsed.schemas.wrapped.len()), (1, 0));
     }
 
     #[test]
