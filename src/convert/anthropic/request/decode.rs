@@ -542,7 +542,7 @@ fn decode_tools(arr: &mut [Value], schemas: &mut Schemas, losses: &mut Vec<Loss>
                             "`input_schema` must be an object",
                         ));
                     }
-                    None => json!({"type": "object", "properties": {}}).into(),
+                    None => NO_PARAMETERS.clone(),
                 };
                 let description = take_str(to, "description");
                 let strict = opt_bool(to, "strict", &field)?;

@@ -211,11 +211,11 @@ fn tools(k: usize, tool: &Value, out: &mut Vec<Tool>, losses: &mut Vec<Loss>) ->
             return Err(ConvertError::new(format!("{at}.name"), "`name` is required"));
         };
         let input_schema = if let Some(s) = field(decl, "parametersJsonSchema", "parameters_json_schema") {
-            s.clone()
+            s.clone().into()
         } else if let Some(s) = get(decl, "parameters") {
-            openapi_to_json_schema(s)
+            openapi_to_json_schema(s).into()
         } else {
-            serde_json::json!({"type": "object", "properties": {}})
+            NO_PARAMETERS.clone()
         };
         if field(decl, "response", "response").is_some()
             || field(decl, "responseJsonSchema", "response_json_schema").is_some()
@@ -226,7 +226,7 @@ fn tools(k: usize, tool: &Value, out: &mut Vec<Tool>, losses: &mut Vec<Loss>) ->
         out.push(Tool {
             name: name.to_owned(),
             description: get_str(decl, "description").map(str::to_owned),
-            input_schema: input_schema.into(),
+            input_schema,
             strict: None,
             namespace: None,
         });
