@@ -392,6 +392,15 @@ mod tests {
         parse_object_keeping_schemas(body.as_bytes(), MESSAGES)
     }
 
+    /// The schemas at `places`, taken, as their text.
+    fn taken_texts(parsed: &mut ObjectWithSchemas, places: &[Place]) -> Vec<Option<String>> {
+        places.iter().map(|&place| parsed.schemas.take(place, None).map(|s| s.text().into_owned())).collect()
+    }
+
+    fn text_schema(s: &str) -> Schema {
+        Schema::Text(RawValue::from_string(s.to_owned()).unwrap())
+    }
+
     fn texts(parsed: &ObjectWithSchemas) -> Vec<Option<&str>> {
         fn text(s: &Schema) -> &str {
             match s {
@@ -478,7 +487,7 @@ mod tests {
         ]}"#;
         let mut parsed = parse_object_keeping_schemas(body.as_bytes(), NESTED).unwrap();
         assert_eq!(
-            Value::Object(parsed.object),
+            Value::Object(parsed.object.clone()),
             json!({"tools": [
                 {"tools": [{}, {"x": 0}, {"tools": [{"input_schema": {"deep": 1}}]}]},
                 {"tools": [{}, {"input_schema": null}]}
@@ -493,8 +502,7 @@ mod tests {
             Place::Nested(1, 0),
             Place::Nested(1, 1),
         ];
-        let kept: Vec<Option<String>> =
-            places.iter().map(|&place| parsed.schemas.take(place, None).map(|s| s.text().into_owned())).collect();
+        let kept = taken_texts(&mut parsed, &places);
         let text = |s: &str| Some(s.to_owned());
         assert_eq!(
             kept,
@@ -521,7 +529,7 @@ mod tests {
         ]}"#;
         let mut parsed = parse_object_keeping_schemas(body.as_bytes(), WRAPPED).unwrap();
         assert_eq!(
-            Value::Object(parsed.object),
+            Value::Object(parsed.object.clone()),
             json!({"tools": [
                 {"function": {"name": "f"}},
                 {"function": {"name": "g"}},
@@ -538,8 +546,7 @@ mod tests {
             Place::Wrapped(2),
             Place::Wrapped(3),
         ];
-        let kept: Vec<Option<String>> =
-            places.iter().map(|&place| parsed.schemas.take(place, None).map(|s| s.text().into_owned())).collect();
+        let kept = taken_texts(&mut parsed, &places);
         let text = |s: &str| Some(s.to_owned());
         assert_eq!(kept, [text(r#"{"own": 1}"#), text(r#"{"wrapped": 1}"#), None, None, None, None, None]);
     }
@@ -570,7 +577,7 @@ mod tests {
 
     #[test]
     fn schemas_compare_by_what_they_say() {
-        let text = |s: &str| Schema::Text(RawValue::from_string(s.to_owned()).unwrap());
+        let text = text_schema;
         assert_eq!(text(r#"{"a": [1, 2]}"#), Schema::from(json!({"a": [1, 2]})));
         assert_eq!(text(r#"{"b":1,"a":2}"#), text(r#"{"a": 2, "b": 1}"#));
         assert_ne!(text(r#"{"a": 1}"#), Schema::from(json!({"a": 2})));
@@ -580,7 +587,7 @@ mod tests {
 
     #[test]
     fn a_member_is_found_in_text_as_in_a_value() {
-        let text = |s: &str| Schema::Text(RawValue::from_string(s.to_owned()).unwrap());
+        let text = text_schema;
         for (schema, has_type) in [
             (r#"{"type":"object"}"#, true),
             ("{ \n \"type\" : 1}", true),
