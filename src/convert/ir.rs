@@ -466,9 +466,18 @@ pub fn object<const N: usize>(entries: [(&str, Value); N]) -> Value {
 }
 
 /// An answer's body written as JSON. `serde_json::to_vec` starts from an empty buffer and grows
-/// it over and over for an answer of a few hundred bytes; this one starts at the size the
-/// answer's text suggests.
+/// it over and over for an answer of a few hundred bytes; this one starts at
+/// [`answer_capacity`].
 pub fn answer_json(body: &impl serde::Serialize, answer: &Response) -> Vec<u8> {
+    let mut out = Vec::with_capacity(answer_capacity(answer));
+    if serde_json::to_writer(&mut out, body).is_err() {
+        out.clear();
+    }
+    out
+}
+
+/// The room an answer's body is likely to need, from the size of its text.
+pub fn answer_capacity(answer: &Response) -> usize {
     /// Room for the members around the text: ids, model, stop reason, usage.
     const ENVELOPE: usize = 512;
     let text: usize = answer
@@ -481,11 +490,7 @@ pub fn answer_json(body: &impl serde::Serialize, answer: &Response) -> Vec<u8> {
             _ => 64,
         })
         .sum();
-    let mut out = Vec::with_capacity(ENVELOPE + text);
-    if serde_json::to_writer(&mut out, body).is_err() {
-        out.clear();
-    }
-    out
+    ENVELOPE + text
 }
 
 /// A body that must be one JSON object (a request, an answer), or the refusal that says why not.

@@ -28,17 +28,27 @@ pub struct SseEvent<'a> {
 /// Append one event, `event: <name>` (when named) and one `data:` line of compact JSON, to `out`.
 /// Compact JSON has no raw newline, so one data line always carries the whole value.
 pub fn write_event(out: &mut Vec<u8>, name: Option<&str>, data: &impl Serialize) {
+    write_event_with(out, name, |out| {
+        // Serialising plain structs and `Value`s cannot fail; an empty object keeps the stream
+        // well-formed if it ever did.
+        let at = out.len();
+        if serde_json::to_writer(&mut *out, data).is_err() {
+            out.truncate(at);
+            out.extend_from_slice(b"{}");
+        }
+    });
+}
+
+/// [`write_event`] with data the caller writes itself (`protocol::json_write`): compact JSON,
+/// with no raw newline.
+pub fn write_event_with(out: &mut Vec<u8>, name: Option<&str>, data: impl FnOnce(&mut Vec<u8>)) {
     if let Some(name) = name {
         out.extend_from_slice(b"event: ");
         out.extend_from_slice(name.as_bytes());
         out.push(b'\n');
     }
     out.extend_from_slice(b"data: ");
-    // Serialising plain structs and `Value`s cannot fail; an empty object keeps the stream
-    // well-formed if it ever did.
-    if serde_json::to_writer(&mut *out, data).is_err() {
-        out.extend_from_slice(b"{}");
-    }
+    data(out);
     out.extend_from_slice(b"\n\n");
 }
 

@@ -3,10 +3,10 @@
 
 use std::borrow::Cow;
 
-use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::convert::ir::*;
+use crate::protocol::json_write::JsonObject;
 use crate::protocol::lenient::arguments_object;
 use crate::protocol::lenient::{get, get_str, token_count};
 
@@ -94,7 +94,7 @@ pub fn decode_response(body: &[u8]) -> Result<Response, ConvertError> {
     })
 }
 
-#[derive(Serialize)]
+/// An answer's usage, every count written (0 for one not known).
 pub(super) struct UsageOut {
     input_tokens: u64,
     cache_creation_input_tokens: u64,
@@ -111,11 +111,18 @@ impl UsageOut {
             output_tokens: u.output.unwrap_or(0),
         }
     }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        let mut json = JsonObject::open(out);
+        json.count("input_tokens", self.input_tokens);
+        json.count("cache_creation_input_tokens", self.cache_creation_input_tokens);
+        json.count("cache_read_input_tokens", self.cache_read_input_tokens);
+        json.count("output_tokens", self.output_tokens);
+        json.close();
+    }
 }
 
-/// An output content block, serialized with the official key order (`type` first).
-#[derive(Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+/// An output content block.
 pub(super) enum BlockOut<'a> {
     Text { text: &'a str },
     Thinking { thinking: Cow<'a, str>, signature: &'a str },
@@ -123,17 +130,63 @@ pub(super) enum BlockOut<'a> {
     ToolUse { id: Cow<'a, str>, name: &'a str, input: Value },
 }
 
-#[derive(Serialize)]
+impl BlockOut<'_> {
+    /// The block with the official key order (`type` first).
+    pub(super) fn write(&self, out: &mut Vec<u8>) {
+        let mut json = JsonObject::open(out);
+        match self {
+            BlockOut::Text { text } => {
+                json.text("type", "text");
+                json.text("text", text);
+            }
+            BlockOut::Thinking { thinking, signature } => {
+                json.text("type", "thinking");
+                json.text("thinking", thinking);
+                json.text("signature", signature);
+            }
+            BlockOut::RedactedThinking { data } => {
+                json.text("type", "redacted_thinking");
+                json.text("data", data);
+            }
+            BlockOut::ToolUse { id, name, input } => {
+                json.text("type", "tool_use");
+                json.text("id", id);
+                json.text("name", name);
+                json.value("input", input);
+            }
+        }
+        json.close();
+    }
+}
+
+/// A message: an answer's body, and the `message` of a stream's `message_start`.
 pub(super) struct MessageOut<'a> {
     pub(super) id: &'a str,
-    #[serde(rename = "type")]
-    pub(super) ty: &'static str,
-    pub(super) role: &'static str,
     pub(super) model: &'a str,
     pub(super) content: Vec<BlockOut<'a>>,
     pub(super) stop_reason: Option<&'static str>,
     pub(super) stop_sequence: Option<&'a str>,
     pub(super) usage: UsageOut,
+}
+
+impl MessageOut<'_> {
+    /// The message with the official key order.
+    pub(super) fn write(&self, out: &mut Vec<u8>) {
+        let mut json = JsonObject::open(out);
+        json.text("id", self.id);
+        json.text("type", "message");
+        json.text("role", "assistant");
+        json.text("model", self.model);
+        let mut content = json.list("content");
+        for block in &self.content {
+            block.write(content.element());
+        }
+        content.close();
+        json.text_or_null("stop_reason", self.stop_reason);
+        json.text_or_null("stop_sequence", self.stop_sequence);
+        self.usage.write(json.key("usage"));
+        json.close();
+    }
 }
 
 pub(super) fn message_id(id: &str, ctx: &EncodeContext) -> String {
@@ -189,15 +242,15 @@ pub fn encode_response(resp: &Response, ctx: &EncodeContext) -> Vec<u8> {
     let id = message_id(&resp.id, ctx);
     let msg = MessageOut {
         id: &id,
-        ty: "message",
-        role: "assistant",
         model: model_name(&resp.model, ctx),
         content,
         stop_reason: Some(final_stop_reason(resp.stop_reason, tool_n > 0)),
         stop_sequence: resp.stop_sequence.as_deref(),
         usage: UsageOut::from_ir(&resp.usage),
     };
-    answer_json(&msg, resp)
+    let mut out = Vec::with_capacity(answer_capacity(resp));
+    msg.write(&mut out);
+    out
 }
 
 #[cfg(test)]
@@ -335,7 +388,22 @@ mod tests {
             },
             created: Some(1_760_000_000),
         };
-        let v: Value = serde_json::from_slice(&encode_response(&r, &ctx())).expect("json");
+        let raw = String::from_utf8(encode_response(&r, &ctx())).expect("utf8");
+        // Every block and member in the official order, `type` first.
+        let expected = concat!(
+            r#"{"id":"chatcmpl-abc","type":"message","role":"assistant","model":"glm-4.6","content":["#,
+            r#"{"type":"thinking","thinking":"Plan\n\nAct","signature":""},"#,
+            r#"{"type":"thinking","thinking":"unsigned thought","signature":""},"#,
+            r#"{"type":"text","text":"Calling tools."},"#,
+            r#"{"type":"tool_use","id":"call_1","name":"get_weather","input":{"city":"Paris"}},"#,
+            r#"{"type":"tool_use","id":"toolu_seed123_1","name":"get_weather","input":{"city":"Oslo"}},"#,
+            r#"{"type":"tool_use","id":"call_3","name":"broken","input":{}},"#,
+            r#"{"type":"redacted_thinking","data":"opaque"}],"#,
+            r#""stop_reason":"tool_use","stop_sequence":null,"#,
+            r#""usage":{"input_tokens":100,"cache_creation_input_tokens":0,"cache_read_input_tokens":900,"output_tokens":50}}"#,
+        );
+        assert_eq!(raw, expected);
+        let v: Value = serde_json::from_slice(raw.as_bytes()).expect("json");
         insta::assert_json_snapshot!(v);
         // Empty id / model: generated id and the requested model.
         let v: Value = serde_json::from_slice(&encode_response(&Response::default(), &ctx())).expect("json");

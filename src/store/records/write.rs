@@ -4,9 +4,9 @@
 use rusqlite::{CachedStatement, Connection, ToSql, TransactionBehavior, params};
 
 use super::PeriodsWritten;
-use serde::Serialize;
 
 use crate::observe::record::{AttemptRecord, RequestRecord};
+use crate::protocol::json_write::JsonObject;
 use crate::store::StoreError;
 use crate::store::sql::Sql;
 
@@ -144,15 +144,11 @@ pub fn detail_json(r: &RequestRecord) -> String {
     if let Some(ms) = first_token_ms {
         detail.value("first_token_ms", ms);
     }
-    detail.key("attempts");
-    detail.out.push(b'[');
-    for (i, attempt) in attempts.iter().enumerate() {
-        if i > 0 {
-            detail.out.push(b',');
-        }
-        write_attempt(detail.out, attempt);
+    let mut list = detail.list("attempts");
+    for attempt in attempts {
+        write_attempt(list.element(), attempt);
     }
-    detail.out.push(b']');
+    list.close();
     detail.text_if("conversion", conversion.as_deref());
     if !losses.is_empty() {
         detail.value("losses", losses);
@@ -194,68 +190,6 @@ fn write_attempt(out: &mut Vec<u8>, attempt: &AttemptRecord) {
     json.value("classification", classification);
     json.text_if("breaker", breaker.as_deref());
     json.close();
-}
-
-/// A JSON object being written: keys are the detail's own names (nothing to escape), values
-/// are written by serde_json, strings with nothing to escape straight.
-struct JsonObject<'a> {
-    out: &'a mut Vec<u8>,
-    /// No member written yet.
-    empty: bool,
-}
-
-impl<'a> JsonObject<'a> {
-    fn open(out: &'a mut Vec<u8>) -> Self {
-        out.push(b'{');
-        JsonObject { out, empty: true }
-    }
-
-    fn close(self) {
-        self.out.push(b'}');
-    }
-
-    fn key(&mut self, name: &'static str) {
-        if self.empty {
-            self.empty = false;
-        } else {
-            self.out.push(b',');
-        }
-        self.out.push(b'"');
-        self.out.extend_from_slice(name.as_bytes());
-        self.out.extend_from_slice(b"\":");
-    }
-
-    fn text(&mut self, name: &'static str, text: &str) {
-        self.key(name);
-        push_json_string(self.out, text);
-    }
-
-    fn text_if(&mut self, name: &'static str, text: Option<&str>) {
-        if let Some(text) = text {
-            self.text(name, text);
-        }
-    }
-
-    fn value(&mut self, name: &'static str, value: &impl Serialize) {
-        self.key(name);
-        // Numbers, flags and the record's own types cannot fail to serialise; `null` keeps the
-        // detail well-formed if one ever did.
-        if serde_json::to_writer(&mut *self.out, value).is_err() {
-            self.out.extend_from_slice(b"null");
-        }
-    }
-}
-
-/// A JSON string: straight when nothing in it needs escaping (a quote, a backslash, a control
-/// character), as nearly every name and path in a record; else as serde_json escapes it.
-fn push_json_string(out: &mut Vec<u8>, text: &str) {
-    if !text.bytes().any(crate::protocol::json_scan::escaped_in_json_string) {
-        out.push(b'"');
-        out.extend_from_slice(text.as_bytes());
-        out.push(b'"');
-    } else if serde_json::to_writer(&mut *out, text).is_err() {
-        out.extend_from_slice(b"null");
-    }
 }
 
 /// The keys a stored detail may leave out that stand for `null`; `losses` stands for `[]` and

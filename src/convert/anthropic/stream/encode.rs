@@ -2,14 +2,13 @@
 
 use std::borrow::Cow;
 
-use serde::Serialize;
-
 use super::super::response::{BlockOut, MessageOut, UsageOut, final_stop_reason, message_id, model_name, tool_id};
 use serde_json::{Map, Value};
 
 use crate::convert::ir::*;
 use crate::protocol::errors::{AnthropicError, anthropic_error_event};
-use crate::protocol::sse::write_event;
+use crate::protocol::json_write::JsonObject;
+use crate::protocol::sse::write_event_with;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -27,77 +26,37 @@ struct OutBlock {
     open: bool,
 }
 
-#[derive(Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-#[allow(clippy::enum_variant_names)]
-enum DeltaOut<'a> {
-    TextDelta { text: &'a str },
-    ThinkingDelta { thinking: &'a str },
-    SignatureDelta { signature: &'a str },
-    InputJsonDelta { partial_json: &'a str },
+/// A `content_block_delta`'s delta: its type, and the member that carries the text.
+#[derive(Clone, Copy)]
+enum DeltaOut {
+    Text,
+    Thinking,
+    Signature,
+    InputJson,
 }
 
-#[derive(Serialize)]
-struct MessageStartEvent<'a> {
-    #[serde(rename = "type")]
-    ty: &'static str,
-    message: MessageOut<'a>,
+impl DeltaOut {
+    fn type_and_member(self) -> (&'static str, &'static str) {
+        match self {
+            DeltaOut::Text => ("text_delta", "text"),
+            DeltaOut::Thinking => ("thinking_delta", "thinking"),
+            DeltaOut::Signature => ("signature_delta", "signature"),
+            DeltaOut::InputJson => ("input_json_delta", "partial_json"),
+        }
+    }
 }
 
-#[derive(Serialize)]
-struct BlockStartEvent<'a> {
-    #[serde(rename = "type")]
-    ty: &'static str,
-    index: usize,
-    content_block: BlockOut<'a>,
-}
-
-#[derive(Serialize)]
-struct BlockDeltaEvent<'a> {
-    #[serde(rename = "type")]
-    ty: &'static str,
-    index: usize,
-    delta: DeltaOut<'a>,
-}
-
-#[derive(Serialize)]
-struct BlockStopEvent {
-    #[serde(rename = "type")]
-    ty: &'static str,
-    index: usize,
-}
-
-#[derive(Serialize)]
-struct MessageDeltaBody<'a> {
-    stop_reason: &'static str,
-    stop_sequence: Option<&'a str>,
-}
-
-/// `message_delta` usage: cumulative; only the numbers known are sent (the SDKs keep the
-/// `message_start` values for absent fields), `output_tokens` always.
-#[derive(Serialize)]
-struct MessageDeltaUsage {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    input_tokens: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cache_creation_input_tokens: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cache_read_input_tokens: Option<u64>,
-    output_tokens: u64,
-}
-
-#[derive(Serialize)]
-struct MessageDeltaEvent<'a> {
-    #[serde(rename = "type")]
-    ty: &'static str,
-    delta: MessageDeltaBody<'a>,
-    usage: MessageDeltaUsage,
-}
-
-#[derive(Serialize)]
-struct TypeOnly {
-    #[serde(rename = "type")]
-    ty: &'static str,
+/// An event that names only its type and an index (`content_block_stop`), or only its type
+/// (`index` `None`: `ping`, `message_stop`).
+fn write_plain_event(out: &mut Vec<u8>, ty: &'static str, index: Option<usize>) {
+    write_event_with(out, Some(ty), |out| {
+        let mut json = JsonObject::open(out);
+        json.text("type", ty);
+        if let Some(index) = index {
+            json.count("index", index as u64);
+        }
+        json.close();
+    });
 }
 
 /// Incremental Anthropic stream encoder.
@@ -136,21 +95,21 @@ impl StreamEncoder {
         self.started = true;
         self.usage.merge(usage);
         let id = message_id(id, &self.ctx);
-        let ev = MessageStartEvent {
-            ty: "message_start",
-            message: MessageOut {
-                id: &id,
-                ty: "message",
-                role: "assistant",
-                model: model_name(model, &self.ctx),
-                content: Vec::new(),
-                stop_reason: None,
-                stop_sequence: None,
-                usage: UsageOut::from_ir(&self.usage),
-            },
+        let message = MessageOut {
+            id: &id,
+            model: model_name(model, &self.ctx),
+            content: Vec::new(),
+            stop_reason: None,
+            stop_sequence: None,
+            usage: UsageOut::from_ir(&self.usage),
         };
-        write_event(out, Some("message_start"), &ev);
-        write_event(out, Some("ping"), &TypeOnly { ty: "ping" });
+        write_event_with(out, Some("message_start"), |out| {
+            let mut json = JsonObject::open(out);
+            json.text("type", "message_start");
+            message.write(json.key("message"));
+            json.close();
+        });
+        write_plain_event(out, "ping", None);
     }
 
     fn ensure_started(&mut self, out: &mut Vec<u8>) {
@@ -178,11 +137,13 @@ impl StreamEncoder {
                 (Kind::Tool, BlockOut::ToolUse { id, name, input: Value::Object(Map::new()) })
             }
         };
-        write_event(
-            out,
-            Some("content_block_start"),
-            &BlockStartEvent { ty: "content_block_start", index, content_block },
-        );
+        write_event_with(out, Some("content_block_start"), |out| {
+            let mut json = JsonObject::open(out);
+            json.text("type", "content_block_start");
+            json.count("index", index as u64);
+            content_block.write(json.key("content_block"));
+            json.close();
+        });
         let b = OutBlock { ir, out: index, kind, open: true };
         self.blocks.push(b);
         b
@@ -191,14 +152,14 @@ impl StreamEncoder {
     fn close_ir(&mut self, ir: usize, out: &mut Vec<u8>) {
         if let Some(b) = self.blocks.iter_mut().rev().find(|b| b.ir == ir && b.open) {
             b.open = false;
-            write_event(out, Some("content_block_stop"), &BlockStopEvent { ty: "content_block_stop", index: b.out });
+            write_plain_event(out, "content_block_stop", Some(b.out));
         }
     }
 
     fn close_all(&mut self, out: &mut Vec<u8>) {
         for b in self.blocks.iter_mut().filter(|b| b.open) {
             b.open = false;
-            write_event(out, Some("content_block_stop"), &BlockStopEvent { ty: "content_block_stop", index: b.out });
+            write_plain_event(out, "content_block_stop", Some(b.out));
         }
     }
 
@@ -210,8 +171,18 @@ impl StreamEncoder {
         implied.map(|block| self.open_block(ir, &block, out))
     }
 
-    fn delta(index: usize, delta: DeltaOut<'_>, out: &mut Vec<u8>) {
-        write_event(out, Some("content_block_delta"), &BlockDeltaEvent { ty: "content_block_delta", index, delta });
+    fn delta(index: usize, delta: DeltaOut, text: &str, out: &mut Vec<u8>) {
+        let (ty, member) = delta.type_and_member();
+        write_event_with(out, Some("content_block_delta"), |out| {
+            let mut json = JsonObject::open(out);
+            json.text("type", "content_block_delta");
+            json.count("index", index as u64);
+            let mut delta = json.object("delta");
+            delta.text("type", ty);
+            delta.text(member, text);
+            delta.close();
+            json.close();
+        });
     }
 
     fn finish(
@@ -226,17 +197,31 @@ impl StreamEncoder {
         self.finished = true;
         self.usage.merge(usage);
         let u = &self.usage;
-        let ev = MessageDeltaEvent {
-            ty: "message_delta",
-            delta: MessageDeltaBody { stop_reason: final_stop_reason(stop_reason, self.saw_tool_use), stop_sequence },
-            usage: MessageDeltaUsage {
-                input_tokens: u.input,
-                cache_creation_input_tokens: u.cache_write,
-                cache_read_input_tokens: u.cache_read,
-                output_tokens: u.output.unwrap_or(0),
-            },
-        };
-        write_event(out, Some("message_delta"), &ev);
+        let stop_reason = final_stop_reason(stop_reason, self.saw_tool_use);
+        write_event_with(out, Some("message_delta"), |out| {
+            let mut json = JsonObject::open(out);
+            json.text("type", "message_delta");
+            let mut delta = json.object("delta");
+            delta.text("stop_reason", stop_reason);
+            delta.text_or_null("stop_sequence", stop_sequence);
+            delta.close();
+            // Cumulative; only the numbers known are sent (the SDKs keep the `message_start`
+            // values for absent ones), `output_tokens` always.
+            let mut usage = json.object("usage");
+            let known = [
+                ("input_tokens", u.input),
+                ("cache_creation_input_tokens", u.cache_write),
+                ("cache_read_input_tokens", u.cache_read),
+            ];
+            for (name, count) in known {
+                if let Some(count) = count {
+                    usage.count(name, count);
+                }
+            }
+            usage.count("output_tokens", u.output.unwrap_or(0));
+            usage.close();
+            json.close();
+        });
     }
 
     pub fn encode(&mut self, event: &StreamEvent, out: &mut Vec<u8>) {
@@ -266,10 +251,8 @@ impl StreamEncoder {
                 // The delta type follows the block actually open (the Anthropic SDKs drop a
                 // text_delta aimed at a thinking block).
                 match self.block_for(*index, Some(implied), out) {
-                    Some(b) if b.kind == Kind::Text => Self::delta(b.out, DeltaOut::TextDelta { text }, out),
-                    Some(b) if b.kind == Kind::Thinking => {
-                        Self::delta(b.out, DeltaOut::ThinkingDelta { thinking: text }, out)
-                    }
+                    Some(b) if b.kind == Kind::Text => Self::delta(b.out, DeltaOut::Text, text, out),
+                    Some(b) if b.kind == Kind::Thinking => Self::delta(b.out, DeltaOut::Thinking, text, out),
                     _ => {}
                 }
             }
@@ -280,7 +263,7 @@ impl StreamEncoder {
                 if let Some(b) = self.block_for(*index, None, out)
                     && b.kind == Kind::Thinking
                 {
-                    Self::delta(b.out, DeltaOut::SignatureDelta { signature }, out);
+                    Self::delta(b.out, DeltaOut::Signature, signature, out);
                 }
             }
             StreamEvent::ToolArgsDelta { index, partial_json } => {
@@ -290,7 +273,7 @@ impl StreamEncoder {
                 if let Some(b) = self.block_for(*index, None, out)
                     && b.kind == Kind::Tool
                 {
-                    Self::delta(b.out, DeltaOut::InputJsonDelta { partial_json }, out);
+                    Self::delta(b.out, DeltaOut::InputJson, partial_json, out);
                 }
             }
             StreamEvent::BlockStop { index } => self.close_ir(*index, out),
@@ -303,7 +286,7 @@ impl StreamEncoder {
                 if !self.finished {
                     self.finish(None, None, &Usage::default(), out);
                 }
-                write_event(out, Some("message_stop"), &TypeOnly { ty: "message_stop" });
+                write_plain_event(out, "message_stop", None);
                 self.done = true;
             }
             StreamEvent::Error { kind, message } => {

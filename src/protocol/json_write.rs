@@ -1,0 +1,248 @@
+//! JSON written by hand, for the few bodies written once per request or per record: a derived
+//! serde serializer checks every key for characters to escape and goes through its formatter
+//! for every punctuation mark, which costs several times what the bytes themselves do. Here a
+//! key is one of the writer's own names, copied as it is, and a string with nothing to escape
+//! (nearly every id, name and model) is copied straight. Anything else is left to serde_json.
+
+use serde::Serialize;
+
+use crate::protocol::json_scan::plain_run;
+
+/// A JSON object being written to `out`; `close` writes its `}`.
+pub struct JsonObject<'a> {
+    out: &'a mut Vec<u8>,
+    /// No member written yet.
+    empty: bool,
+}
+
+impl<'a> JsonObject<'a> {
+    pub fn open(out: &'a mut Vec<u8>) -> Self {
+        out.push(b'{');
+        JsonObject { out, empty: true }
+    }
+
+    pub fn close(self) {
+        self.out.push(b'}');
+    }
+
+    /// A member's name and colon; its value is written next. `name` is the writer's own: it
+    /// must need no escape.
+    pub fn key(&mut self, name: &'static str) -> &mut Vec<u8> {
+        debug_assert_eq!(plain_run(name.as_bytes()), name.len(), "a key that needs escaping: {name:?}");
+        if self.empty {
+            self.empty = false;
+        } else {
+            self.out.push(b',');
+        }
+        self.out.push(b'"');
+        self.out.extend_from_slice(name.as_bytes());
+        self.out.extend_from_slice(b"\":");
+        self.out
+    }
+
+    pub fn text(&mut self, name: &'static str, text: &str) {
+        push_json_string(self.key(name), text);
+    }
+
+    /// A string member, left out when there is none.
+    pub fn text_if(&mut self, name: &'static str, text: Option<&str>) {
+        if let Some(text) = text {
+            self.text(name, text);
+        }
+    }
+
+    /// A string member, `null` when there is none.
+    pub fn text_or_null(&mut self, name: &'static str, text: Option<&str>) {
+        match text {
+            Some(text) => self.text(name, text),
+            None => self.key(name).extend_from_slice(b"null"),
+        }
+    }
+
+    /// A member written as it is: `json` must be one JSON value (a literal, a number, text the
+    /// caller wrote itself).
+    pub fn raw(&mut self, name: &'static str, json: &str) {
+        self.key(name).extend_from_slice(json.as_bytes());
+    }
+
+    pub fn count(&mut self, name: &'static str, n: u64) {
+        push_count(self.key(name), n);
+    }
+
+    /// A member serde_json writes: numbers, `Value`s, the callers' own small types.
+    pub fn value(&mut self, name: &'static str, value: &impl Serialize) {
+        push_value(self.key(name), value);
+    }
+
+    /// A member that is an object; close it before writing the next member.
+    pub fn object(&mut self, name: &'static str) -> JsonObject<'_> {
+        JsonObject::open(self.key(name))
+    }
+
+    /// A member that is a list; close it before writing the next member.
+    pub fn list(&mut self, name: &'static str) -> JsonList<'_> {
+        JsonList::open(self.key(name))
+    }
+}
+
+/// A JSON list being written to `out`; `close` writes its `]`.
+pub struct JsonList<'a> {
+    out: &'a mut Vec<u8>,
+    /// No element written yet.
+    empty: bool,
+}
+
+impl<'a> JsonList<'a> {
+    pub fn open(out: &'a mut Vec<u8>) -> Self {
+        out.push(b'[');
+        JsonList { out, empty: true }
+    }
+
+    pub fn close(self) {
+        self.out.push(b']');
+    }
+
+    /// Where the next element is written (after its comma).
+    pub fn element(&mut self) -> &mut Vec<u8> {
+        if self.empty {
+            self.empty = false;
+        } else {
+            self.out.push(b',');
+        }
+        self.out
+    }
+
+    /// An element that is an object; close it before writing the next element.
+    pub fn object(&mut self) -> JsonObject<'_> {
+        JsonObject::open(self.element())
+    }
+}
+
+/// A JSON string: straight when nothing in it needs escaping (a quote, a backslash, a control
+/// character); else as serde_json escapes it.
+pub fn push_json_string(out: &mut Vec<u8>, text: &str) {
+    if plain_run(text.as_bytes()) == text.len() {
+        out.reserve(text.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
+    } else {
+        push_value(out, text);
+    }
+}
+
+/// A non-negative integer, as JSON writes it.
+pub fn push_count(out: &mut Vec<u8>, n: u64) {
+    if n < 10 {
+        out.push(b'0' + n as u8);
+    } else {
+        push_value(out, &n);
+    }
+}
+
+/// A value serde_json writes. Numbers, strings and `Value`s cannot fail to serialise; `null`
+/// keeps the text well-formed if one of the callers' own types ever did.
+fn push_value(out: &mut Vec<u8>, value: &(impl Serialize + ?Sized)) {
+    let at = out.len();
+    if serde_json::to_writer(&mut *out, value).is_err() {
+        out.truncate(at);
+        out.extend_from_slice(b"null");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    fn written(write: impl FnOnce(&mut Vec<u8>)) -> Value {
+        let mut out = Vec::new();
+        write(&mut out);
+        serde_json::from_slice(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out)))
+    }
+
+    #[test]
+    fn objects_lists_and_members_nest_with_their_commas() {
+        let value = written(|out| {
+            let mut top = JsonObject::open(out);
+            top.text("id", "msg_1");
+            top.text_if("absent", None);
+            top.text_if("present", Some("yes"));
+            top.text_or_null("stop", None);
+            top.text_or_null("reason", Some("end"));
+            top.raw("flag", "true");
+            top.count("small", 7);
+            top.count("large", u64::MAX);
+            top.value("ratio", &0.5);
+            let mut list = top.list("blocks");
+            let mut first = list.object();
+            first.text("type", "text");
+            first.close();
+            list.object().close();
+            push_count(list.element(), 12);
+            list.close();
+            top.object("empty").close();
+            let mut usage = top.object("usage");
+            usage.count("input_tokens", 3);
+            usage.close();
+            top.close();
+        });
+        assert_eq!(
+            value,
+            json!({
+                "id": "msg_1", "present": "yes", "stop": null, "reason": "end", "flag": true,
+                "small": 7, "large": u64::MAX, "ratio": 0.5,
+                "blocks": [{"type": "text"}, {}, 12], "empty": {}, "usage": {"input_tokens": 3}
+            })
+        );
+    }
+
+    #[test]
+    fn an_empty_list_and_object_are_well_formed() {
+        assert_eq!(written(|out| JsonList::open(out).close()), json!([]));
+        assert_eq!(written(|out| JsonObject::open(out).close()), json!({}));
+    }
+
+    #[test]
+    fn a_value_that_fails_to_serialise_is_null_and_leaves_nothing_behind() {
+        /// Fails halfway, after writing part of a list.
+        struct Fails;
+        impl Serialize for Fails {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                use serde::ser::SerializeSeq;
+                let mut list = serializer.serialize_seq(None)?;
+                list.serialize_element(&1)?;
+                Err(serde::ser::Error::custom("no"))
+            }
+        }
+        let value = written(|out| {
+            let mut top = JsonObject::open(out);
+            top.value("broken", &vec![json!(1), json!(2)]);
+            top.value("failed", &Fails);
+            top.close();
+        });
+        assert_eq!(value, json!({"broken": [1, 2], "failed": null}));
+    }
+
+    proptest! {
+        /// Every string and count is written as serde_json writes it, escapes and all.
+        #[test]
+        fn strings_and_counts_are_written_as_serde_json_writes_them(text in any::<String>(), n in any::<u64>()) {
+            let mut out = Vec::new();
+            push_json_string(&mut out, &text);
+            prop_assert_eq!(&out, &serde_json::to_vec(&text).unwrap());
+            out.clear();
+            push_count(&mut out, n);
+            prop_assert_eq!(&out, &serde_json::to_vec(&n).unwrap());
+        }
+
+        /// The same for text made of the characters JSON escapes, among plain ones.
+        #[test]
+        fn text_that_needs_escapes_is_escaped(text in "[a\"\\\n\t\u{0}\u{1f}é\u{2028}]{0,40}") {
+            let mut out = Vec::new();
+            push_json_string(&mut out, &text);
+            prop_assert_eq!(&out, &serde_json::to_vec(&text).unwrap());
+        }
+    }
+}
