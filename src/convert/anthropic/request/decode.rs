@@ -16,7 +16,12 @@ const TOOL_SCHEMAS: SchemaPlaces = SchemaPlaces { list: "tools", member: "input_
 const BILLING_HEADER_PREFIX: &str = "x-anthropic-billing-header:";
 
 fn opt_u64(obj: &Map<String, Value>, key: &str) -> Result<Option<u64>, ConvertError> {
-    match get(obj, key) {
+    u64_member(get(obj, key), key)
+}
+
+/// A top-level count: absent, or a non-negative integer.
+fn u64_member(v: Option<&Value>, key: &str) -> Result<Option<u64>, ConvertError> {
+    match v {
         None => Ok(None),
         Some(v) => {
             count(v).map(Some).ok_or_else(|| ConvertError::new(key, format!("`{key}` must be a non-negative integer")))
@@ -24,10 +29,69 @@ fn opt_u64(obj: &Map<String, Value>, key: &str) -> Result<Option<u64>, ConvertEr
     }
 }
 
-fn opt_f64(obj: &Map<String, Value>, key: &str) -> Result<Option<f64>, ConvertError> {
-    match get(obj, key) {
+/// A top-level number: absent, or any JSON number.
+fn f64_member(v: Option<&Value>, key: &str) -> Result<Option<f64>, ConvertError> {
+    match v {
         None => Ok(None),
         Some(v) => v.as_f64().map(Some).ok_or_else(|| ConvertError::new(key, format!("`{key}` must be a number"))),
+    }
+}
+
+/// The top-level members the decoder reads, found in one walk over the body instead of a map
+/// lookup each (about twenty, most of them for members a request leaves out). `null` reads as
+/// absent, as `lenient::get` has it.
+#[derive(Default)]
+struct Members<'a> {
+    model: Option<&'a mut Value>,
+    system: Option<&'a mut Value>,
+    messages: Option<&'a mut Value>,
+    tools: Option<&'a mut Value>,
+    tool_choice: Option<&'a Value>,
+    output_config: Option<&'a Value>,
+    thinking: Option<&'a Value>,
+    output_format: Option<&'a Value>,
+    stop_sequences: Option<&'a Value>,
+    metadata: Option<&'a Value>,
+    max_tokens: Option<&'a Value>,
+    temperature: Option<&'a Value>,
+    top_p: Option<&'a Value>,
+    top_k: Option<&'a Value>,
+    stream: Option<&'a Value>,
+    /// Anthropic-only features the request names: each is a loss.
+    context_management: bool,
+    mcp_servers: bool,
+    container: bool,
+    service_tier: bool,
+}
+
+impl<'a> Members<'a> {
+    fn of(obj: &'a mut Map<String, Value>) -> Self {
+        let mut m = Members::default();
+        for (key, value) in obj.iter_mut().filter(|(_, v)| !v.is_null()) {
+            match key.as_str() {
+                "model" => m.model = Some(value),
+                "system" => m.system = Some(value),
+                "messages" => m.messages = Some(value),
+                "tools" => m.tools = Some(value),
+                "tool_choice" => m.tool_choice = Some(value),
+                "output_config" => m.output_config = Some(value),
+                "thinking" => m.thinking = Some(value),
+                "output_format" => m.output_format = Some(value),
+                "stop_sequences" => m.stop_sequences = Some(value),
+                "metadata" => m.metadata = Some(value),
+                "max_tokens" => m.max_tokens = Some(value),
+                "temperature" => m.temperature = Some(value),
+                "top_p" => m.top_p = Some(value),
+                "top_k" => m.top_k = Some(value),
+                "stream" => m.stream = Some(value),
+                "context_management" => m.context_management = true,
+                "mcp_servers" => m.mcp_servers = true,
+                "container" => m.container = true,
+                "service_tier" => m.service_tier = true,
+                _ => {}
+            }
+        }
+        m
     }
 }
 
@@ -96,17 +160,17 @@ fn req_string(
 pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
     let ObjectWithSchemas { object: mut obj, mut schemas } = parse_object_keeping_schemas(body, TOOL_SCHEMAS)?;
     let mut losses = Vec::new();
+    let m = Members::of(&mut obj);
 
-    let model = match get_mut(&mut obj, "model") {
+    let model = match m.model {
         Some(Value::String(s)) => std::mem::take(s),
         Some(_) => return Err(ConvertError::new("model", "`model` must be a string")),
         None => return Err(ConvertError::new("model", "`model` is required")),
     };
 
-    let system = decode_system(get_mut(&mut obj, "system"), &mut losses)?;
+    let system = decode_system(m.system, &mut losses)?;
 
-    let messages_v =
-        get_mut(&mut obj, "messages").ok_or_else(|| ConvertError::new("messages", "`messages` is required"))?;
+    let messages_v = m.messages.ok_or_else(|| ConvertError::new("messages", "`messages` is required"))?;
     let messages_arr =
         messages_v.as_array_mut().ok_or_else(|| ConvertError::new("messages", "`messages` must be an array"))?;
     let mut messages = Vec::with_capacity(messages_arr.len());
@@ -128,18 +192,18 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
         messages.push(Message { role, content });
     }
 
-    let tools = match get_mut(&mut obj, "tools") {
+    let tools = match m.tools {
         None => Vec::new(),
         Some(Value::Array(a)) => decode_tools(a, &mut schemas, &mut losses)?,
         Some(_) => return Err(ConvertError::new("tools", "`tools` must be an array")),
     };
 
-    let (tool_choice, parallel_tool_calls) = match get(&obj, "tool_choice") {
+    let (tool_choice, parallel_tool_calls) = match m.tool_choice {
         None => (None, None),
         Some(tc) => decode_tool_choice(tc)?,
     };
 
-    let output_config = match get(&obj, "output_config") {
+    let output_config = match m.output_config {
         None => None,
         Some(v) => Some(as_object(v, "output_config", "an object")?),
     };
@@ -148,17 +212,17 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
         Some(Value::String(s)) => Some(s.clone()),
         Some(_) => return Err(ConvertError::new("output_config.effort", "`output_config.effort` must be a string")),
     };
-    let reasoning = decode_thinking(get(&obj, "thinking"), effort, &mut losses)?;
+    let reasoning = decode_thinking(m.thinking, effort, &mut losses)?;
 
     let mut output_format = None;
     if let Some(f) = output_config.and_then(|o| get(o, "format")) {
         output_format = Some(decode_output_format(f, "output_config.format")?);
-    } else if let Some(f) = get(&obj, "output_format") {
+    } else if let Some(f) = m.output_format {
         // The structured-outputs beta (`structured-outputs-2025-11-13`) put it at the top level.
         output_format = Some(decode_output_format(f, "output_format")?);
     }
 
-    let stop = match get(&obj, "stop_sequences") {
+    let stop = match m.stop_sequences {
         None => Vec::new(),
         Some(Value::Array(a)) => a
             .iter()
@@ -168,7 +232,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
         Some(_) => return Err(ConvertError::new("stop_sequences", "`stop_sequences` must be an array of strings")),
     };
 
-    let user = match get(&obj, "metadata") {
+    let user = match m.metadata {
         None => None,
         Some(m) => {
             let m = as_object(m, "metadata", "an object")?;
@@ -180,22 +244,22 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
         }
     };
 
-    if get(&obj, "context_management").is_some() {
+    if m.context_management {
         losses.push(Loss::new(
             "context_management",
             "dropped: context management (server-side clearing of old thinking / tool results, compaction) only exists on Anthropic",
         ));
     }
-    if get(&obj, "mcp_servers").is_some() {
+    if m.mcp_servers {
         losses.push(Loss::new(
             "mcp_servers",
             "dropped: Anthropic's MCP connector (server-side MCP tools) has no equivalent",
         ));
     }
-    if get(&obj, "container").is_some() {
+    if m.container {
         losses.push(Loss::new("container", "dropped: Anthropic code-execution containers have no equivalent"));
     }
-    if get(&obj, "service_tier").is_some() {
+    if m.service_tier {
         losses.push(Loss::new("service_tier", "dropped: Anthropic service tiers do not translate"));
     }
 
@@ -206,12 +270,16 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
         tools,
         tool_choice,
         parallel_tool_calls,
-        max_tokens: opt_u64(&obj, "max_tokens")?,
-        temperature: opt_f64(&obj, "temperature")?,
-        top_p: opt_f64(&obj, "top_p")?,
-        top_k: opt_u64(&obj, "top_k")?,
+        max_tokens: u64_member(m.max_tokens, "max_tokens")?,
+        temperature: f64_member(m.temperature, "temperature")?,
+        top_p: f64_member(m.top_p, "top_p")?,
+        top_k: u64_member(m.top_k, "top_k")?,
         stop,
-        stream: opt_bool(&obj, "stream", "")?.unwrap_or(false),
+        stream: match m.stream {
+            None => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err(ConvertError::new("stream", "`stream` must be a boolean")),
+        },
         include_usage: false,
         reasoning,
         user,
@@ -828,6 +896,41 @@ mod tests {
         assert_eq!((r.tool_choice, r.parallel_tool_calls), (Some(ToolChoice::Tool("get_weather".into())), Some(false)));
     }
 
+    /// Every top-level member the decoder reads lands where it belongs; `null` reads as absent.
+    #[test]
+    fn every_top_level_member_is_read_and_null_is_absent() {
+        let r = dec(json!({
+            "model": "m", "messages": [{"role": "user", "content": "hi"}], "system": "be brief",
+            "tools": [{"name": "t", "input_schema": {"type": "object"}}], "tool_choice": {"type": "any"},
+            "output_config": {"effort": "high"}, "thinking": {"type": "enabled", "budget_tokens": 1024},
+            "output_format": {"type": "json_schema", "schema": {"type": "object"}}, "stop_sequences": ["###"],
+            "metadata": {"user_id": "u1"}, "max_tokens": 100, "temperature": 0.5, "top_p": 0.9, "top_k": 40,
+            "stream": true, "context_management": {}, "mcp_servers": [], "container": "c", "service_tier": "auto"
+        }));
+        assert_eq!((r.model.as_str(), r.system[0].text.as_str(), r.messages.len()), ("m", "be brief", 1));
+        assert_eq!((r.tools.len(), r.tool_choice), (1, Some(ToolChoice::Any)));
+        let reasoning = r.reasoning.expect("reasoning");
+        assert_eq!((reasoning.budget_tokens, reasoning.effort.as_deref()), (Some(1024), Some("high")));
+        assert!(matches!(r.output_format, Some(OutputFormat::JsonSchema { .. })));
+        assert_eq!((r.stop, r.user.as_deref()), (vec!["###".to_string()], Some("u1")));
+        assert_eq!(
+            (r.max_tokens, r.temperature, r.top_p, r.top_k, r.stream),
+            (Some(100), Some(0.5), Some(0.9), Some(40), true)
+        );
+        let lost: Vec<&str> = r.losses.iter().map(|l| l.field.as_str()).collect();
+        assert_eq!(lost, ["context_management", "mcp_servers", "container", "service_tier"]);
+
+        let r = dec(json!({
+            "model": "m", "messages": [], "system": null, "tools": null, "tool_choice": null,
+            "output_config": null, "thinking": null, "output_format": null, "stop_sequences": null,
+            "metadata": null, "max_tokens": null, "temperature": null, "top_p": null, "top_k": null,
+            "stream": null, "context_management": null, "mcp_servers": null, "container": null, "service_tier": null
+        }));
+        assert!(r.system.is_empty() && r.tools.is_empty() && r.stop.is_empty() && r.losses.is_empty());
+        assert_eq!((r.tool_choice, r.reasoning, r.output_format, r.user), (None, None, None, None));
+        assert_eq!((r.max_tokens, r.temperature, r.top_p, r.top_k, r.stream), (None, None, None, None, false));
+    }
+
     #[test]
     fn decode_request_errors_name_the_field() {
         let errs = [
@@ -848,6 +951,17 @@ mod tests {
             dec_err(json!({"model": "m", "messages": [], "system": [{"type": "image"}]})),
             dec_err(json!({"model": "m", "messages": [], "output_config": {"format": {"type": "json_schema"}}})),
             dec_err(json!({"model": "m", "messages": [], "tools": [{"description": "no name"}]})),
+            dec_err(json!({"model": "m", "messages": [], "stream": "yes"})),
+            dec_err(json!({"model": "m", "messages": [], "top_p": "high"})),
+            dec_err(json!({"model": "m", "messages": [], "top_k": -1})),
+            dec_err(json!({"model": "m", "messages": [], "stop_sequences": "###"})),
+            dec_err(json!({"model": "m", "messages": [], "metadata": {"user_id": 7}})),
+            dec_err(json!({"model": "m", "messages": [], "output_format": {"type": "text"}})),
+            dec_err(json!({"model": "m", "messages": [], "tools": {}})),
+            dec_err(json!({"model": "m", "messages": {}})),
+            dec_err(json!({"model": null, "messages": []})),
+            dec_err(json!({"model": 4, "messages": []})),
+            dec_err(json!({"model": "m", "messages": [], "output_config": {"effort": 3}})),
         ];
         let shown: Vec<String> = errs.iter().map(|e| format!("{}: {}", e.field, e.message)).collect();
         insta::assert_json_snapshot!(shown);
