@@ -65,6 +65,10 @@ impl<'a> JsonObject<'a> {
         self.key(name).extend_from_slice(json.as_bytes());
     }
 
+    pub fn flag(&mut self, name: &'static str, flag: bool) {
+        self.raw(name, if flag { "true" } else { "false" });
+    }
+
     pub fn count(&mut self, name: &'static str, n: u64) {
         push_count(self.key(name), n);
     }
@@ -204,6 +208,8 @@ mod tests {
             top.text_or_null("stop", None);
             top.text_or_null("reason", Some("end"));
             top.raw("flag", "true");
+            top.flag("yes", true);
+            top.flag("no", false);
             top.count("small", 7);
             top.count("large", u64::MAX);
             top.value("ratio", &0.5);
@@ -223,7 +229,7 @@ mod tests {
         assert_eq!(
             value,
             json!({
-                "id": "msg_1", "present": "yes", "stop": null, "reason": "end", "flag": true,
+                "id": "msg_1", "present": "yes", "stop": null, "reason": "end", "flag": true, "yes": true, "no": false,
                 "small": 7, "large": u64::MAX, "ratio": 0.5,
                 "blocks": [{"type": "text"}, {}, 12], "empty": {}, "usage": {"input_tokens": 3}
             })

@@ -1,146 +1,18 @@
 //! The IR to a request for a Chat Completions upstream (OpenAI or one of the many compatible
-//! vendors). The body is written from structs that borrow the IR: a long conversation's text and
-//! its tools' schemas are serialized from where they are, never copied into a `Value` first.
+//! vendors). The body is written from structs that borrow the IR (`body`): a long conversation's
+//! text and its tools' schemas are written from where they are, never copied into a `Value` first.
 
 use std::borrow::Cow;
 
-use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::super::Obj;
+use super::body::*;
 use crate::convert::ir::*;
 use crate::protocol::lenient::{arguments_string, data_url, filename_for_media_type};
 
 /// OpenAI rejects a longer `user` (gateways such as Bifrost drop it for the same reason).
 const MAX_USER_LEN: usize = 64;
-
-#[derive(Serialize)]
-struct ChatRequestOut<'a> {
-    model: &'a str,
-    messages: Vec<MessageOut<'a>>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<ToolOut<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tool_choice: Option<ToolChoiceOut<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    parallel_tool_calls: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_tokens: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_completion_tokens: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    temperature: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    top_p: Option<f64>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    stop: Vec<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reasoning_effort: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    response_format: Option<Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    user: Option<&'a str>,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    stream: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    stream_options: Option<StreamOptions>,
-}
-
-#[derive(Serialize)]
-struct StreamOptions {
-    include_usage: bool,
-}
-
-#[derive(Serialize)]
-struct MessageOut<'a> {
-    role: &'static str,
-    content: ContentOut<'a>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tool_calls: Option<Vec<ToolCallOut<'a>>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tool_call_id: Option<&'a str>,
-}
-
-impl<'a> MessageOut<'a> {
-    fn text(role: &'static str, text: Cow<'a, str>) -> Self {
-        MessageOut { role, content: ContentOut::Text(text), tool_calls: None, tool_call_id: None }
-    }
-}
-
-#[derive(Serialize)]
-#[serde(untagged)]
-enum ContentOut<'a> {
-    /// An assistant message that only calls tools: `null`.
-    None,
-    Text(Cow<'a, str>),
-    Parts(Vec<PartOut<'a>>),
-}
-
-#[derive(Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum PartOut<'a> {
-    Text { text: Cow<'a, str> },
-    ImageUrl { image_url: UrlOut<'a> },
-    File { file: FileOut<'a> },
-}
-
-#[derive(Serialize)]
-struct UrlOut<'a> {
-    url: Cow<'a, str>,
-}
-
-#[derive(Serialize)]
-struct FileOut<'a> {
-    filename: &'a str,
-    file_data: String,
-}
-
-#[derive(Serialize)]
-struct ToolCallOut<'a> {
-    id: &'a str,
-    #[serde(rename = "type")]
-    kind: &'static str,
-    function: CallOut<'a>,
-}
-
-#[derive(Serialize)]
-struct CallOut<'a> {
-    name: &'a str,
-    arguments: String,
-}
-
-#[derive(Serialize)]
-struct ToolOut<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    function: FunctionOut<'a>,
-}
-
-#[derive(Serialize)]
-struct FunctionOut<'a> {
-    name: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    description: Option<&'a str>,
-    parameters: &'a Schema,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    strict: Option<bool>,
-}
-
-#[derive(Serialize)]
-#[serde(untagged)]
-enum ToolChoiceOut<'a> {
-    Mode(&'static str),
-    Function {
-        #[serde(rename = "type")]
-        kind: &'static str,
-        function: NameOut<'a>,
-    },
-}
-
-#[derive(Serialize)]
-struct NameOut<'a> {
-    name: &'a str,
-}
 
 /// Texts joined by a blank line, borrowed when there is only one.
 fn joined<'a>(texts: &[&'a str]) -> Cow<'a, str> {
@@ -235,8 +107,8 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
                         Part::Text(t) => texts.push(&t.text),
                         Part::ToolUse { id, name, input, arguments } => calls.push(ToolCallOut {
                             id,
-                            kind: "function",
-                            function: CallOut { name, arguments: arguments_string(input, arguments.as_deref()) },
+                            name,
+                            arguments: arguments_string(input, arguments.as_deref()),
                         }),
                         Part::Thinking { .. } => thinking.add(at()),
                         Part::RedactedThinking { .. } => redacted.add(at()),
@@ -279,13 +151,10 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
         .tools
         .iter()
         .map(|t| ToolOut {
-            kind: "function",
-            function: FunctionOut {
-                name: &t.name,
-                description: t.description.as_deref(),
-                parameters: if t.input_schema.is_null() { &NO_PARAMETERS } else { &t.input_schema },
-                strict: t.strict,
-            },
+            name: &t.name,
+            description: t.description.as_deref(),
+            parameters: if t.input_schema.is_null() { &NO_PARAMETERS } else { &t.input_schema },
+            strict: t.strict,
         })
         .collect();
 
@@ -300,7 +169,7 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
             ToolChoice::Auto => ToolChoiceOut::Mode("auto"),
             ToolChoice::Any => ToolChoiceOut::Mode("required"),
             ToolChoice::None => ToolChoiceOut::Mode("none"),
-            ToolChoice::Tool(name) => ToolChoiceOut::Function { kind: "function", function: NameOut { name } },
+            ToolChoice::Tool(name) => ToolChoiceOut::Function(name),
         }),
     };
     // OpenAI rejects `parallel_tool_calls` without `tools`; without tools it means nothing.
@@ -393,11 +262,9 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
         response_format,
         user,
         stream: req.stream,
-        stream_options: req.stream.then_some(StreamOptions { include_usage: true }),
+        stream_options: req.stream.then_some(true),
     };
-    let body = serde_json::to_vec(&out)
-        .map_err(|e| ConvertError::new("body", format!("cannot serialize the request: {e}")))?;
-    Ok(Encoded { body, losses })
+    Ok(Encoded { body: out.to_json(), losses })
 }
 
 fn part_kind(p: &Part) -> &'static str {
@@ -418,7 +285,7 @@ fn image_part(img: &Image) -> PartOut<'_> {
         Image::Base64 { media_type, data } => Cow::Owned(data_url(media_type, data)),
         Image::Url { url } => Cow::Borrowed(url.as_str()),
     };
-    PartOut::ImageUrl { image_url: UrlOut { url } }
+    PartOut::ImageUrl { url }
 }
 
 /// One IR user message → `tool` messages (one per result, first, so they directly follow the
@@ -478,7 +345,7 @@ fn encode_user_message<'a>(
             Part::Document { source, title } => match source {
                 DocumentSource::Base64 { media_type, data } => {
                     let filename = title.as_deref().unwrap_or_else(|| filename_for_media_type(media_type));
-                    rest.push(PartOut::File { file: FileOut { filename, file_data: data_url(media_type, data) } });
+                    rest.push(PartOut::File { filename, file_data: data_url(media_type, data) });
                 }
                 DocumentSource::Text { text } => {
                     let text = match title {
@@ -535,6 +402,7 @@ mod tests {
     use crate::convert::openai_chat::tests::*;
     use crate::convert::openai_chat::text;
     use insta::{assert_json_snapshot, assert_snapshot};
+    use serde_json::value::RawValue;
     use serde_json::{Value, json};
 
     const CLAUDE_CODE_TURN2: &str = include_str!(concat!(
@@ -766,6 +634,30 @@ mod tests {
         assert_eq!(body["max_tokens"], 4096);
         assert!(body.get("max_completion_tokens").is_none());
         assert_json_snapshot!("encode_request_features", json!({"body": body, "losses": j_losses(&losses)}));
+    }
+
+    /// The body's bytes: every member in OpenAI's order, each part and call in its shape, the
+    /// kept schema as the client wrote it, text escaped as JSON escapes it.
+    #[test]
+    fn the_body_is_written_in_order_byte_for_byte() {
+        let mut req = feature_request();
+        req.model = "gpt-5".into();
+        req.user = Some("u\"1".into());
+        req.tools[0].input_schema = Schema::Text(RawValue::from_string(r#"{ "type": "object" }"#.into()).unwrap());
+        req.messages.truncate(3);
+        req.messages[0].content.truncate(5);
+        let body = String::from_utf8(encode_request(&req).unwrap().body).unwrap();
+        let expected = concat!(
+            r#"{"model":"gpt-5","messages":[{"role":"system","content":"You are a helpful assistant.\n\nBe brief."},"#,
+            r#"{"role":"user","content":[{"type":"text","text":"<system-reminder>ctx</system-reminder>"},{"type":"text","text":"Describe these."},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}},{"type":"image_url","image_url":{"url":"https://example.com/a.jpg"}},{"type":"file","file":{"filename":"document.pdf","file_data":"data:application/pdf;base64,JVBERi0x"}}]},"#,
+            r#"{"role":"assistant","content":"Looking.","tool_calls":[{"id":"toolu_1","type":"function","function":{"name":"read","arguments":"{\"path\":\"a.txt\"}"}},{"id":"toolu_2","type":"function","function":{"name":"shot","arguments":"{ \"full\": true }"}}]},"#,
+            r#"{"role":"tool","content":"Error: no such file","tool_call_id":"toolu_1"},"#,
+            r#"{"role":"tool","content":"captured\n\n[1 image attached in the next user message]","tool_call_id":"toolu_2"},"#,
+            r#"{"role":"user","content":[{"type":"text","text":"Image output of tool call toolu_2:"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}},{"type":"text","text":"Thanks, continue."}]}],"#,
+            r#""tools":[{"type":"function","function":{"name":"read","description":"Read a file","parameters":{ "type": "object" },"strict":true}},{"type":"function","function":{"name":"shot","parameters":{"properties":{},"type":"object"}}}],"#,
+            r#""tool_choice":"required","parallel_tool_calls":false,"max_completion_tokens":4096,"temperature":0.0,"top_p":0.5,"stop":["STOP"],"reasoning_effort":"medium","response_format":{"json_schema":{"name":"response","schema":{"type":"object"},"strict":true},"type":"json_schema"},"user":"u\"1","stream":true,"stream_options":{"include_usage":true}}"#,
+        );
+        assert_eq!(body, expected);
     }
 
     #[test]
