@@ -61,7 +61,7 @@ impl<'a> Cursor<'a> {
 
     /// The digits of a JSON number that is a whole number written plainly (no sign, fraction
     /// or exponent, and no leading zero, which JSON forbids).
-    fn digits(&mut self) -> Option<&'a str> {
+    pub fn digits(&mut self) -> Option<&'a str> {
         let len = self.0.bytes().take_while(u8::is_ascii_digit).count();
         if len == 0 || (len > 1 && self.0.starts_with('0')) {
             return None;
@@ -77,28 +77,7 @@ impl<'a> Cursor<'a> {
 
     /// [`Self::string_without_unicode_escapes`], read as its value: the escapes resolved.
     pub fn string_value(&mut self) -> Option<Cow<'a, str>> {
-        let written = self.string_without_unicode_escapes()?;
-        if !written.contains('\\') {
-            return Some(Cow::Borrowed(written));
-        }
-        let mut value = String::with_capacity(written.len());
-        let mut chars = written.chars();
-        while let Some(c) = chars.next() {
-            if c != '\\' {
-                value.push(c);
-                continue;
-            }
-            // The escapes `string_without_unicode_escapes` lets through, and only those.
-            value.push(match chars.next()? {
-                'n' => '\n',
-                't' => '\t',
-                'r' => '\r',
-                'b' => '\u{8}',
-                'f' => '\u{c}',
-                other => other,
-            });
-        }
-        Some(Cow::Owned(value))
+        self.string_without_unicode_escapes().map(unescaped)
     }
 
     /// [`Self::digits`], the value unread.
@@ -150,6 +129,33 @@ impl<'a> Cursor<'a> {
         }
         value.map(Some)
     }
+}
+
+/// The value of a string's text as [`Cursor::string_without_unicode_escapes`] matched it: its
+/// escapes, single characters all, resolved.
+pub fn unescaped(written: &str) -> Cow<'_, str> {
+    if !written.contains('\\') {
+        return Cow::Borrowed(written);
+    }
+    let mut value = String::with_capacity(written.len());
+    let mut chars = written.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            value.push(c);
+            continue;
+        }
+        // The escapes `string_without_unicode_escapes` lets through, and only those.
+        match chars.next() {
+            Some('n') => value.push('\n'),
+            Some('t') => value.push('\t'),
+            Some('r') => value.push('\r'),
+            Some('b') => value.push('\u{8}'),
+            Some('f') => value.push('\u{c}'),
+            Some(other) => value.push(other),
+            None => {}
+        }
+    }
+    Cow::Owned(value)
 }
 
 /// Which of an object's members a matcher reads have been matched (up to 16, by slot): a member

@@ -20,6 +20,8 @@ use super::Format;
 
 mod plain_chat;
 
+pub use plain_chat::{PlainChatDelta, plain_chat_delta};
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum EventKind {
     /// Held back until content arrives: Anthropic `message_start`, `ping`; Responses
@@ -180,10 +182,10 @@ fn openai(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
     if ev.event == Some("error") {
         return error_from_data(data, ErrorAt::ErrorKey);
     }
-    if let Some(delta) = plain_chat::plain_chat_delta(data) {
+    if let Some(delta) = plain_chat_delta(data) {
         note_chat_model(Some(delta.model), ctx);
         // Choices with no finish, no usage: content, or a preamble when the content is empty.
-        return if delta.content { EventKind::Content } else { EventKind::Preamble };
+        return if delta.has_content() { EventKind::Content } else { EventKind::Preamble };
     }
     parsed_chat_chunk(data, ctx)
 }

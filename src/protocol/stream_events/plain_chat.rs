@@ -1,6 +1,8 @@
 //! A Chat content chunk as OpenAI writes it (and the vendors that copy its shape), matched whole,
 //! byte for byte, instead of parsed. Such chunks are nearly all of a Chat stream, and parsing one
 //! (~4.5 k instructions) to learn that it is content cost as much as the rest of relaying it.
+//! The classifier reads what a match says of the chunk, and the Chat stream decoder reads the
+//! delta from it when it converts the stream.
 //!
 //! The match is exact: every byte of the chunk is accounted for by the shape below, so a chunk it
 //! accepts is valid JSON that the parse would read the same way — a content delta with no finish,
@@ -16,20 +18,30 @@
 
 use crate::protocol::plain_json::Cursor;
 
-/// What a matched chunk tells its classification.
+/// What a matched chunk says. Strings with no escape are their values as written; `content` is
+/// the delta's text as written, escapes and all (`plain_json::unescaped` reads it).
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct PlainChatDelta<'a> {
+pub struct PlainChatDelta<'a> {
+    pub id: &'a str,
+    /// The digits of `created`.
+    pub created: &'a str,
     pub model: &'a str,
-    /// The delta's content is not empty.
-    pub content: bool,
+    pub content: &'a str,
 }
 
-pub(super) fn plain_chat_delta(data: &str) -> Option<PlainChatDelta<'_>> {
+impl PlainChatDelta<'_> {
+    /// The delta carries text (a chunk with empty content is a preamble).
+    pub fn has_content(&self) -> bool {
+        !self.content.is_empty()
+    }
+}
+
+pub fn plain_chat_delta(data: &str) -> Option<PlainChatDelta<'_>> {
     let mut c = Cursor(data);
     c.literal(r#"{"id":"#)?;
-    c.plain_string()?;
+    let id = c.plain_string()?;
     c.literal(r#","object":"chat.completion.chunk","created":"#)?;
-    c.whole_number()?;
+    let created = c.digits()?;
     c.literal(r#","model":"#)?;
     let model = c.plain_string()?;
     if c.literal(r#","service_tier":"#).is_some() {
@@ -46,7 +58,7 @@ pub(super) fn plain_chat_delta(data: &str) -> Option<PlainChatDelta<'_>> {
         c.plain_string()?;
     }
     c.literal("}")?;
-    c.is_done().then_some(PlainChatDelta { model, content: !content.is_empty() })
+    c.is_done().then_some(PlainChatDelta { id, created, model, content })
 }
 
 #[cfg(test)]
@@ -122,7 +134,7 @@ mod tests {
         #[test]
         fn a_matched_chunk_is_classified_as_its_parse_would(data in chunk()) {
             if let Some(delta) = plain_chat_delta(&data) {
-                let kind = if delta.content { EventKind::Content } else { EventKind::Preamble };
+                let kind = if delta.has_content() { EventKind::Content } else { EventKind::Preamble };
                 let model = Some(delta.model.to_owned()).filter(|m| !m.is_empty());
                 prop_assert_eq!((kind, model), parsed(&data), "{}", data);
             }
@@ -132,9 +144,16 @@ mod tests {
     #[test]
     fn chunks_as_the_api_writes_them_are_matched() {
         let openai = r#"{"id":"chatcmpl-B9MB","object":"chat.completion.chunk","created":1741570283,"model":"gpt-4o-2024-08-06","service_tier":"default","system_fingerprint":"fp_fc9f1d7035","choices":[{"index":0,"delta":{"content":"Bon\"jour\n"},"logprobs":null,"finish_reason":null}],"usage":null}"#;
-        assert_eq!(plain_chat_delta(openai), Some(PlainChatDelta { model: "gpt-4o-2024-08-06", content: true }));
+        let matched = PlainChatDelta {
+            id: "chatcmpl-B9MB",
+            created: "1741570283",
+            model: "gpt-4o-2024-08-06",
+            content: r#"Bon\"jour\n"#,
+        };
+        assert_eq!(plain_chat_delta(openai), Some(matched));
         let deepseek = r#"{"id":"d1","object":"chat.completion.chunk","created":1,"model":"deepseek-chat","system_fingerprint":null,"choices":[{"index":0,"delta":{"content":""},"logprobs":null,"finish_reason":null}]}"#;
-        assert_eq!(plain_chat_delta(deepseek), Some(PlainChatDelta { model: "deepseek-chat", content: false }));
+        let matched = PlainChatDelta { id: "d1", created: "1", model: "deepseek-chat", content: "" };
+        assert_eq!(plain_chat_delta(deepseek), Some(matched));
         assert_eq!(parsed(deepseek), (EventKind::Preamble, Some("deepseek-chat".to_owned())));
         // The first chunk names the role, the last one finishes: both are parsed.
         let role = openai.replace(r#""delta":{"#, r#""delta":{"role":"assistant","#);

@@ -8,8 +8,11 @@ use super::super::wire::{Chunk, Delta};
 use crate::convert::ir::*;
 use crate::protocol::errors::ErrorKind;
 use crate::protocol::lenient::{Object, Parse, read_direct, read_through_value, truncate_marked};
+use crate::protocol::plain_json::unescaped;
 use crate::protocol::sse::SseEvent;
-use crate::protocol::stream_events::{ChatChunkFacts, EventKind, StreamContext, chat_chunk_kind, note_chat_model};
+use crate::protocol::stream_events::{
+    ChatChunkFacts, EventKind, PlainChatDelta, StreamContext, chat_chunk_kind, note_chat_model, plain_chat_delta,
+};
 
 /// The stream key of a legacy `delta.function_call` (it has no `index`).
 const FUNCTION_CALL_KEY: u64 = u64::MAX;
@@ -98,6 +101,13 @@ impl StreamDecoder {
             self.ended = true;
             return None;
         }
+        if let Parse::Direct = parse
+            && event.event != Some("error")
+            && let Some(delta) = plain_chat_delta(data)
+            && let Ok(created) = delta.created.parse::<u64>()
+        {
+            return self.plain_delta(&delta, created, out, classify);
+        }
         let mut slot = None;
         let direct = match parse {
             Parse::Direct => read_direct::<Chunk<'_>>(data),
@@ -162,6 +172,28 @@ impl StreamDecoder {
             _ => None,
         };
         self.decode_chunk(&chunk, out);
+        kind
+    }
+
+    /// A content chunk in OpenAI's shape (`stream_events::plain_chat_delta`), read as
+    /// `decode_chunk` reads its parse: one choice of text, no finish, no usage.
+    fn plain_delta(
+        &mut self,
+        delta: &PlainChatDelta<'_>,
+        created: u64,
+        out: &mut Vec<StreamEvent>,
+        classify: Option<&mut StreamContext>,
+    ) -> Option<EventKind> {
+        let kind = classify.map(|ctx| {
+            note_chat_model(Some(delta.model), ctx);
+            let facts =
+                ChatChunkFacts { choices_array: true, finish: false, content: delta.has_content(), usage: false };
+            chat_chunk_kind(&facts)
+        });
+        self.start(out, delta.id.to_owned(), delta.model.to_owned(), Some(created));
+        if !self.finished && delta.has_content() {
+            self.text_delta(unescaped(delta.content).into_owned(), out);
+        }
         kind
     }
 
@@ -247,9 +279,7 @@ impl StreamDecoder {
         let refusal = d.refusal.as_str().filter(|s| !s.is_empty());
         self.saw_refusal |= refusal.is_some();
         for t in [content, refusal].into_iter().flatten() {
-            let index = self.open_unless(self.text, BlockStart::Text, out);
-            self.text = Some(index);
-            out.push(StreamEvent::TextDelta { index, text: t.to_owned() });
+            self.text_delta(t.to_owned(), out);
         }
         for c in d.tool_calls.objects() {
             let f = c.function.0.as_ref();
@@ -261,6 +291,13 @@ impl StreamDecoder {
             let args = fc.arguments.as_str().unwrap_or_default();
             self.tool_delta(Some(FUNCTION_CALL_KEY), None, fc.name.as_str(), args, out);
         }
+    }
+
+    /// Text of the answer (not empty), in the open text block or a new one.
+    fn text_delta(&mut self, text: String, out: &mut Vec<StreamEvent>) {
+        let index = self.open_unless(self.text, BlockStart::Text, out);
+        self.text = Some(index);
+        out.push(StreamEvent::TextDelta { index, text });
     }
 
     fn tool_delta(
@@ -615,6 +652,59 @@ mod tests {
         }
     }
 
+    fn decode_texts(texts: &[String], parse: Parse) -> Vec<StreamEvent> {
+        let mut d = StreamDecoder::new();
+        let mut out = Vec::new();
+        for data in texts {
+            d.decode_with(&SseEvent { event: None, data }, &mut out, parse, None);
+        }
+        d.finish(&mut out);
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1024))]
+        /// A chunk in OpenAI's shape, read from a match, decodes as its read through a `Value`
+        /// does; so does one a member away from that shape, which is parsed.
+        #[test]
+        fn an_openai_shaped_chunk_decodes_as_its_parse(
+            chunks in prop::collection::vec(prop_oneof![4 => openai_shaped_chunk(), 1 => arb_chunk_text()], 1..8),
+        ) {
+            prop_assert_eq!(decode_texts(&chunks, Parse::Direct), decode_texts(&chunks, Parse::ViaValue));
+        }
+    }
+
+    #[test]
+    fn the_mock_and_openai_content_chunks_are_matched() {
+        let openai = r#"{"id":"chatcmpl-B9MB","object":"chat.completion.chunk","created":1741570283,"model":"gpt-4o","service_tier":"default","system_fingerprint":"fp_fc9f1d7035","choices":[{"index":0,"delta":{"content":"Bon\"jour\n"},"logprobs":null,"finish_reason":null}],"usage":null}"#;
+        assert!(plain_chat_delta(openai).is_some());
+        let mut out = Vec::new();
+        StreamDecoder::new().decode(&SseEvent { event: None, data: openai }, &mut out);
+        assert_eq!(
+            out,
+            [
+                StreamEvent::Start {
+                    id: "chatcmpl-B9MB".into(),
+                    model: "gpt-4o".into(),
+                    created: Some(1741570283),
+                    usage: Usage::default()
+                },
+                StreamEvent::BlockStart { index: 0, block: BlockStart::Text },
+                StreamEvent::TextDelta { index: 0, text: "Bon\"jour\n".into() },
+            ]
+        );
+        // Content after the turn finished (a finish, then the usage chunk) is not the answer's.
+        let finish = openai.replace(r#""finish_reason":null"#, r#""finish_reason":"stop""#);
+        let usage = r#"{"id":"chatcmpl-B9MB","object":"chat.completion.chunk","created":1741570283,"model":"gpt-4o","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#;
+        let mut d = StreamDecoder::new();
+        let mut out = Vec::new();
+        for data in [finish.as_str(), usage, openai] {
+            d.decode(&SseEvent { event: None, data }, &mut out);
+        }
+        let after_finish = out.iter().skip_while(|e| !matches!(e, StreamEvent::Finish { .. })).skip(1);
+        assert_eq!(after_finish.count(), 0, "{out:?}");
+    }
+
     #[test]
     fn a_plain_chunk_is_read_without_a_value_and_a_repeated_key_keeps_the_last() {
         let plain = r#"{"id":"c1","model":"m","choices":[{"index":0,"delta":{"content":"Hi"}}]}"#;
@@ -800,6 +890,34 @@ mod tests {
         }
     }
 
+    /// A content chunk written as OpenAI writes it, member for member, which the decoder reads
+    /// from a match (`stream_events::plain_chat_delta`), or one member away from that shape.
+    fn openai_shaped_chunk() -> BoxedStrategy<String> {
+        use crate::protocol::plain_json::strategies::{one_of, string};
+        let head = (
+            prop_oneof![4 => Just(r#""chatcmpl-1""#.to_owned()), 1 => string()],
+            prop_oneof![8 => (0u64..2_000_000_000).prop_map(|n| n.to_string()), 1 => crate::protocol::plain_json::strategies::count()],
+            prop_oneof![4 => Just(r#""gpt-4.1""#.to_owned()), 1 => Just(r#""""#.to_owned()), 1 => string()],
+        );
+        let tail = (
+            string(),
+            one_of(&[
+                r#"},"logprobs":null,"finish_reason":null}]"#,
+                r#"},"logprobs":null,"finish_reason":"stop"}]"#,
+                r#"},"finish_reason":null}]"#,
+            ]),
+            one_of(&[r#","usage":null"#, "", r#","usage":{"prompt_tokens":3,"completion_tokens":1}"#]),
+            one_of(&["}", r#","obfuscation":"x1"}"#, r#","model":"again"}"#, r#","error":{"message":"x"}}"#]),
+        );
+        (head, one_of(&["", r#""role":"assistant","#]), tail)
+            .prop_map(|((id, created, model), role, (content, choice_end, usage, end))| {
+                format!(
+                    r#"{{"id":{id},"object":"chat.completion.chunk","created":{created},"model":{model},"service_tier":"default","system_fingerprint":null,"choices":[{{"index":0,"delta":{{{role}"content":{content}{choice_end}{usage}{end}"#
+                )
+            })
+            .boxed()
+    }
+
     /// A chunk's data: mostly an object, now and then something else the stream may carry.
     fn arb_chunk_text() -> BoxedStrategy<String> {
         const CHUNK_KEYS: &[&str] =
@@ -810,6 +928,7 @@ mod tests {
                 d.write(&mut text);
                 text
             }),
+            6 => openai_shaped_chunk(),
             1 => Just("[DONE]".to_owned()),
             1 => Just("{\"choices\":[".to_owned()),
             1 => Just("[{\"error\":{\"message\":\"quota\"}}]".to_owned()),
