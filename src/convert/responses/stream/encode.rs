@@ -10,7 +10,8 @@ use super::super::response::{
 };
 use crate::convert::ir::*;
 use crate::protocol::errors::response_failed_event;
-use crate::protocol::sse::write_event;
+use crate::protocol::json_write::JsonObject;
+use crate::protocol::sse::{write_event, write_event_with};
 
 #[derive(Debug)]
 enum EncBlock {
@@ -44,6 +45,45 @@ struct OpenMessage {
     output_index: usize,
     id: String,
     parts: Vec<String>,
+}
+
+/// Where a delta goes: the three delta events, which are nearly all of a stream.
+#[derive(Clone, Copy)]
+enum DeltaOf {
+    /// `response.output_text.delta`, of a message's content part.
+    Text { content_index: usize },
+    /// `response.reasoning_summary_text.delta`, of a reasoning item's (only) summary part.
+    Summary,
+    /// `response.function_call_arguments.delta`.
+    Arguments,
+}
+
+/// A delta event, written by hand with its members in the order `emit`'s map writes every other
+/// event's: sorted by name.
+fn write_delta(out: &mut Vec<u8>, seq: u64, of: DeltaOf, item_id: &str, output_index: usize, delta: &str) {
+    let ty = match of {
+        DeltaOf::Text { .. } => "response.output_text.delta",
+        DeltaOf::Summary => "response.reasoning_summary_text.delta",
+        DeltaOf::Arguments => "response.function_call_arguments.delta",
+    };
+    write_event_with(out, Some(ty), |out| {
+        let mut json = JsonObject::open(out);
+        if let DeltaOf::Text { content_index } = of {
+            json.count("content_index", content_index as u64);
+        }
+        json.text("delta", delta);
+        json.text("item_id", item_id);
+        if let DeltaOf::Text { .. } = of {
+            json.raw("logprobs", "[]");
+        }
+        json.count("output_index", output_index as u64);
+        json.count("sequence_number", seq);
+        if let DeltaOf::Summary = of {
+            json.count("summary_index", 0);
+        }
+        json.text("type", ty);
+        json.close();
+    });
 }
 
 /// Incremental IR events → Responses SSE bytes.
@@ -83,6 +123,12 @@ impl StreamEncoder {
             blocks: Vec::new(),
             interrupted_text: Vec::new(),
         }
+    }
+
+    /// The next event's `sequence_number`.
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq - 1
     }
 
     fn emit(&mut self, out: &mut Vec<u8>, ty: &str, mut data: Value) {
@@ -214,7 +260,9 @@ impl StreamEncoder {
             self.interrupted_text.swap_remove(p);
             self.block_start(index, &BlockStart::Text, out);
         }
-        let Some((oi, id)) = self.message.as_ref().map(|m| (m.output_index, m.id.clone())) else { return };
+        if self.message.is_none() {
+            return;
+        }
         let ci = match self.block_mut(index) {
             Some(EncBlock::Text { content_index, text }) => {
                 text.push_str(delta);
@@ -222,14 +270,12 @@ impl StreamEncoder {
             }
             _ => return,
         };
-        if let Some(part) = self.message.as_mut().and_then(|m| m.parts.get_mut(ci)) {
+        let seq = self.next_seq();
+        let Some(m) = self.message.as_mut() else { return };
+        if let Some(part) = m.parts.get_mut(ci) {
             part.push_str(delta);
         }
-        self.emit(
-            out,
-            "response.output_text.delta",
-            json!({"item_id": id, "output_index": oi, "content_index": ci, "delta": delta, "logprobs": []}),
-        );
+        write_delta(out, seq, DeltaOf::Text { content_index: ci }, &m.id, m.output_index, delta);
     }
 
     fn thinking_delta(&mut self, index: usize, delta: &str, out: &mut Vec<u8>) {
@@ -252,29 +298,21 @@ impl StreamEncoder {
                 json!({"item_id": id, "output_index": oi, "summary_index": 0, "part": {"type": "summary_text", "text": ""}}),
             );
         }
-        self.emit(
-            out,
-            "response.reasoning_summary_text.delta",
-            json!({"item_id": id, "output_index": oi, "summary_index": 0, "delta": delta}),
-        );
+        let seq = self.next_seq();
+        write_delta(out, seq, DeltaOf::Summary, &id, oi, delta);
     }
 
     fn args_delta(&mut self, index: usize, delta: &str, out: &mut Vec<u8>) {
         if delta.is_empty() {
             return;
         }
-        let (oi, id) = match self.block_mut(index) {
-            Some(EncBlock::Tool { output_index, id, args, .. }) => {
-                args.push_str(delta);
-                (*output_index, id.clone())
-            }
-            _ => return,
-        };
-        self.emit(
-            out,
-            "response.function_call_arguments.delta",
-            json!({"item_id": id, "output_index": oi, "delta": delta}),
-        );
+        if !matches!(self.block_mut(index), Some(EncBlock::Tool { .. })) {
+            return;
+        }
+        let seq = self.next_seq();
+        let Some(EncBlock::Tool { output_index, id, args, .. }) = self.block_mut(index) else { return };
+        args.push_str(delta);
+        write_delta(out, seq, DeltaOf::Arguments, id, *output_index, delta);
     }
 
     fn block_stop(&mut self, index: usize, out: &mut Vec<u8>) {
