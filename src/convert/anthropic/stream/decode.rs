@@ -6,8 +6,30 @@ use super::super::error::error_kind_from_type;
 use super::super::response::{parse_usage, stop_reason_from_wire};
 use crate::convert::ir::*;
 use crate::protocol::errors::ErrorKind;
-use crate::protocol::lenient::get_str;
+use crate::protocol::lenient::{Parse, get_str};
+use crate::protocol::plain_json::{Cursor, unescaped};
 use crate::protocol::sse::SseEvent;
+
+/// A `content_block_delta` as the API writes it, nearly every event of a stream, matched byte
+/// for byte instead of parsed: `{"type":"content_block_delta","index":N,"delta":{"type":D,M:T}}`
+/// with the delta type D naming its member M, T a string without a `\u` escape. Returns the
+/// block's index, the delta type and T as written. Anything else is left to the parse.
+fn plain_block_delta(data: &str) -> Option<(u64, &'static str, &str)> {
+    const DELTAS: [(&str, &str); 4] = [
+        ("text_delta", r#"text_delta","text":"#),
+        ("thinking_delta", r#"thinking_delta","thinking":"#),
+        ("input_json_delta", r#"input_json_delta","partial_json":"#),
+        ("signature_delta", r#"signature_delta","signature":"#),
+    ];
+    let mut c = Cursor(data);
+    c.literal(r#"{"type":"content_block_delta","index":"#)?;
+    let index = c.count()??;
+    c.literal(r#","delta":{"type":""#)?;
+    let (delta_type, _) = DELTAS.into_iter().find(|(_, head)| c.literal(head).is_some())?;
+    let text = c.string_without_unicode_escapes()?;
+    c.literal("}}")?;
+    c.is_done().then_some((index, delta_type, text))
+}
 
 /// One upstream content block: its upstream index and, unless it is a block the IR cannot
 /// carry (server-tool blocks), its IR index.
@@ -98,8 +120,51 @@ impl StreamDecoder {
         }
     }
 
+    /// A `content_block_delta` (begun already): `text` is the member its type names (empty when
+    /// absent).
+    fn block_delta(&mut self, upstream: u64, delta_type: &str, text: &str, out: &mut Vec<StreamEvent>) {
+        let index = match self.lookup(upstream) {
+            Some(b) if b.open => match b.ir {
+                Some(i) => i,
+                None => return,
+            },
+            // A delta without a start (tolerated from relays): open the block it implies.
+            _ => match delta_type {
+                "text_delta" => match self.open_block(upstream, Some(BlockStart::Text), out) {
+                    Some(i) => i,
+                    None => return,
+                },
+                "thinking_delta" => match self.open_block(upstream, Some(BlockStart::Thinking), out) {
+                    Some(i) => i,
+                    None => return,
+                },
+                _ => return,
+            },
+        };
+        match delta_type {
+            _ if text.is_empty() => {}
+            "text_delta" => out.push(StreamEvent::TextDelta { index, text: text.to_owned() }),
+            "thinking_delta" => out.push(StreamEvent::ThinkingDelta { index, text: text.to_owned() }),
+            "signature_delta" => out.push(StreamEvent::SignatureDelta { index, signature: text.to_owned() }),
+            "input_json_delta" => out.push(StreamEvent::ToolArgsDelta { index, partial_json: text.to_owned() }),
+            _ => {}
+        }
+    }
+
     pub fn decode(&mut self, event: &SseEvent<'_>, out: &mut Vec<StreamEvent>) {
+        self.decode_with(event, out, Parse::Direct);
+    }
+
+    /// [`decode`](Self::decode); `Parse::ViaValue` (the tests') parses every event.
+    fn decode_with(&mut self, event: &SseEvent<'_>, out: &mut Vec<StreamEvent>, parse: Parse) {
         if self.ended {
+            return;
+        }
+        if parse == Parse::Direct
+            && let Some((upstream, delta_type, text)) = plain_block_delta(event.data)
+        {
+            self.ensure_started(out);
+            self.block_delta(upstream, delta_type, &unescaped(text), out);
             return;
         }
         let Ok(Value::Object(data)) = serde_json::from_str::<Value>(event.data) else { return };
@@ -173,41 +238,15 @@ impl StreamDecoder {
                 self.ensure_started(out);
                 let upstream = data.get("index").and_then(Value::as_u64).unwrap_or(0);
                 let Some(delta) = data.get("delta").and_then(Value::as_object) else { return };
-                let dty = get_str(delta, "type").unwrap_or_default();
-                let s = |k: &str| get_str(delta, k).unwrap_or_default();
-                let index = match self.lookup(upstream) {
-                    Some(b) if b.open => match b.ir {
-                        Some(i) => i,
-                        None => return,
-                    },
-                    // A delta without a start (tolerated from relays): open the block it implies.
-                    _ => match dty {
-                        "text_delta" => match self.open_block(upstream, Some(BlockStart::Text), out) {
-                            Some(i) => i,
-                            None => return,
-                        },
-                        "thinking_delta" => match self.open_block(upstream, Some(BlockStart::Thinking), out) {
-                            Some(i) => i,
-                            None => return,
-                        },
-                        _ => return,
-                    },
+                let delta_type = get_str(delta, "type").unwrap_or_default();
+                let member = match delta_type {
+                    "text_delta" => "text",
+                    "thinking_delta" => "thinking",
+                    "signature_delta" => "signature",
+                    "input_json_delta" => "partial_json",
+                    _ => "",
                 };
-                match dty {
-                    "text_delta" if !s("text").is_empty() => {
-                        out.push(StreamEvent::TextDelta { index, text: s("text").to_string() })
-                    }
-                    "thinking_delta" if !s("thinking").is_empty() => {
-                        out.push(StreamEvent::ThinkingDelta { index, text: s("thinking").to_string() })
-                    }
-                    "signature_delta" if !s("signature").is_empty() => {
-                        out.push(StreamEvent::SignatureDelta { index, signature: s("signature").to_string() })
-                    }
-                    "input_json_delta" if !s("partial_json").is_empty() => {
-                        out.push(StreamEvent::ToolArgsDelta { index, partial_json: s("partial_json").to_string() })
-                    }
-                    _ => {}
-                }
+                self.block_delta(upstream, delta_type, get_str(delta, member).unwrap_or_default(), out);
             }
             "content_block_stop" => {
                 let upstream = data.get("index").and_then(Value::as_u64).unwrap_or(0);
@@ -300,6 +339,71 @@ mod tests {
             chunks.push(&bytes[prev..]);
             prop_assert_eq!(decode_chunks(&chunks), whole);
         }
+    }
+
+    /// Events of a stream: block starts of each kind, and deltas in the API's shape or a step
+    /// away from it (another member order, a space, a type naming another member, a number
+    /// that is no index, a `\u` escape, text after the object).
+    fn stream_event() -> impl Strategy<Value = String> {
+        use crate::protocol::plain_json::strategies::{count, one_of, string};
+        let delta = (
+            one_of(&[
+                r#"{"type":"content_block_delta","index":"#,
+                r#"{"type":"content_block_delta", "index":"#,
+                r#"{"index":1,"type":"content_block_delta","index":"#,
+            ]),
+            prop_oneof![4 => (0u64..3).prop_map(|n| n.to_string()), 1 => count()],
+            one_of(&[
+                r#","delta":{"type":"text_delta","text":"#,
+                r#","delta":{"type":"thinking_delta","thinking":"#,
+                r#","delta":{"type":"input_json_delta","partial_json":"#,
+                r#","delta":{"type":"signature_delta","signature":"#,
+                r#","delta":{"type":"text_delta","thinking":"#,
+                r#","delta":{"type":"citations_delta","text":"#,
+            ]),
+            string(),
+            one_of(&["}}", "} }", "}}x", r#","text":"again"}}"#]),
+        )
+            .prop_map(|(head, index, kind, text, end)| format!("{head}{index}{kind}{text}{end}"));
+        let start = prop::sample::select(vec![
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+            r#"{"type":"content_block_start","index":1,"content_block":{"type":"thinking","thinking":""}}"#,
+            r#"{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"t","name":"f","input":{}}}"#,
+            r#"{"type":"content_block_start","index":1,"content_block":{"type":"server_tool_use","id":"s","name":"web_search"}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+        ])
+        .prop_map(str::to_owned);
+        prop_oneof![4 => delta, 1 => start]
+    }
+
+    fn decode_events(events: &[String], parse: Parse) -> Vec<StreamEvent> {
+        let mut d = StreamDecoder::new();
+        let mut out = Vec::new();
+        for data in events {
+            d.decode_with(&SseEvent { event: Some("content_block_delta"), data }, &mut out, parse);
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1024))]
+        /// A delta matched in the API's shape decodes as its parse does; so does one a step
+        /// away from that shape, which is parsed.
+        #[test]
+        fn a_matched_delta_decodes_as_its_parse(events in prop::collection::vec(stream_event(), 1..10)) {
+            prop_assert_eq!(decode_events(&events, Parse::Direct), decode_events(&events, Parse::ViaValue));
+        }
+    }
+
+    #[test]
+    fn deltas_as_the_api_writes_them_are_matched() {
+        let text = r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi\n\"there\""}}"#;
+        assert_eq!(plain_block_delta(text), Some((0, "text_delta", r#"Hi\n\"there\""#)));
+        let args =
+            r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"a\":"}}"#;
+        assert_eq!(plain_block_delta(args), Some((2, "input_json_delta", r#"{\"a\":"#)));
+        let spaced = r#"{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}}"#;
+        assert_eq!(plain_block_delta(spaced), None);
     }
 
     #[test]
