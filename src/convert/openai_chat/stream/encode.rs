@@ -1,61 +1,61 @@
 //! IR events to `chat.completion.chunk` events for a Chat client, one event at a time.
 
-use serde::Serialize;
-
 use super::super::error::error_out;
-use super::super::response::{UsageOut, finish_reason, usage_out};
+use super::super::response::{finish_reason, usage_out};
 use crate::convert::ir::*;
 use crate::protocol::errors::chat_error_chunk;
-use crate::protocol::sse::write_event;
+use crate::protocol::json_write::JsonObject;
+use crate::protocol::sse::write_event_with;
 
-#[derive(Serialize)]
-struct ChunkOut<'a> {
-    id: &'a str,
-    object: &'static str,
-    created: u64,
-    model: &'a str,
-    choices: Vec<ChunkChoiceOut<'a>>,
-    /// Absent unless the client asked for usage; then `null` on every chunk but the last.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    usage: Option<Option<UsageOut>>,
-}
-
-#[derive(Serialize)]
-struct ChunkChoiceOut<'a> {
-    index: u32,
-    delta: DeltaOut<'a>,
-    logprobs: Option<()>,
-    finish_reason: Option<&'static str>,
-}
-
-#[derive(Default, Serialize)]
+/// A chunk's `delta`: the members a chunk carries, in the order the API writes them.
+#[derive(Default)]
 struct DeltaOut<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
     role: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     content: Option<&'a str>,
     /// Thinking, DeepSeek-style.
-    #[serde(skip_serializing_if = "Option::is_none")]
     reasoning_content: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tool_calls: Option<[ToolCallDeltaOut<'a>; 1]>,
+    tool_calls: Option<ToolCallDeltaOut<'a>>,
 }
 
-#[derive(Serialize)]
+impl DeltaOut<'_> {
+    fn write(&self, out: &mut Vec<u8>) {
+        let mut json = JsonObject::open(out);
+        json.text_if("role", self.role);
+        json.text_if("content", self.content);
+        json.text_if("reasoning_content", self.reasoning_content);
+        if let Some(call) = &self.tool_calls {
+            let mut calls = json.list("tool_calls");
+            call.write(calls.element());
+            calls.close();
+        }
+        json.close();
+    }
+}
+
+/// One call's delta: its index, and on its first chunk its id, type and name.
 struct ToolCallDeltaOut<'a> {
     index: usize,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    id: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    r#type: Option<&'static str>,
-    function: FunctionDeltaOut<'a>,
+    /// The id and name, on the call's first chunk only.
+    start: Option<(&'a str, &'a str)>,
+    arguments: &'a str,
 }
 
-#[derive(Serialize)]
-struct FunctionDeltaOut<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    name: Option<&'a str>,
-    arguments: &'a str,
+impl ToolCallDeltaOut<'_> {
+    fn write(&self, out: &mut Vec<u8>) {
+        let mut json = JsonObject::open(out);
+        json.count("index", self.index as u64);
+        if let Some((id, _)) = self.start {
+            json.text("id", id);
+            json.text("type", "function");
+        }
+        let mut function = json.object("function");
+        if let Some((_, name)) = self.start {
+            function.text("name", name);
+        }
+        function.text("arguments", self.arguments);
+        function.close();
+        json.close();
+    }
 }
 
 /// Incremental: IR events in, this protocol's SSE bytes out (complete events, `event:`/`data:` lines
@@ -118,12 +118,7 @@ impl StreamEncoder {
                 let n = self.tool_calls.len();
                 self.tool_calls.push((*index, n));
                 let delta = DeltaOut {
-                    tool_calls: Some([ToolCallDeltaOut {
-                        index: n,
-                        id: Some(id),
-                        r#type: Some("function"),
-                        function: FunctionDeltaOut { name: Some(name), arguments: "" },
-                    }]),
+                    tool_calls: Some(ToolCallDeltaOut { index: n, start: Some((id, name)), arguments: "" }),
                     ..DeltaOut::default()
                 };
                 self.chunk(out, delta, None);
@@ -150,12 +145,7 @@ impl StreamEncoder {
                 };
                 if !partial_json.is_empty() {
                     let delta = DeltaOut {
-                        tool_calls: Some([ToolCallDeltaOut {
-                            index: n,
-                            id: None,
-                            r#type: None,
-                            function: FunctionDeltaOut { name: None, arguments: partial_json },
-                        }]),
+                        tool_calls: Some(ToolCallDeltaOut { index: n, start: None, arguments: partial_json }),
                         ..DeltaOut::default()
                     };
                     self.chunk(out, delta, None);
@@ -198,28 +188,42 @@ impl StreamEncoder {
         let reason = finish_reason(stop, !self.tool_calls.is_empty());
         self.chunk(out, DeltaOut::default(), Some(reason));
         if self.ctx.include_usage {
-            let chunk = ChunkOut {
-                id: &self.id,
-                object: "chat.completion.chunk",
-                created: self.created,
-                model: &self.model,
-                choices: Vec::new(),
-                usage: Some(Some(usage_out(&self.usage))),
-            };
-            write_event(out, None, &chunk);
+            write_event_with(out, None, |out| {
+                let mut json = self.chunk_head(out);
+                json.raw("choices", "[]");
+                json.value("usage", &usage_out(&self.usage));
+                json.close();
+            });
         }
     }
 
+    /// A chunk's members before its choices.
+    fn chunk_head<'o>(&self, out: &'o mut Vec<u8>) -> JsonObject<'o> {
+        let mut json = JsonObject::open(out);
+        json.text("id", &self.id);
+        json.text("object", "chat.completion.chunk");
+        json.count("created", self.created);
+        json.text("model", &self.model);
+        json
+    }
+
     fn chunk(&self, out: &mut Vec<u8>, delta: DeltaOut<'_>, finish_reason: Option<&'static str>) {
-        let chunk = ChunkOut {
-            id: &self.id,
-            object: "chat.completion.chunk",
-            created: self.created,
-            model: &self.model,
-            choices: vec![ChunkChoiceOut { index: 0, delta, logprobs: None, finish_reason }],
-            usage: self.ctx.include_usage.then_some(None),
-        };
-        write_event(out, None, &chunk);
+        write_event_with(out, None, |out| {
+            let mut json = self.chunk_head(out);
+            let mut choices = json.list("choices");
+            let mut choice = choices.object();
+            choice.count("index", 0);
+            delta.write(choice.key("delta"));
+            choice.raw("logprobs", "null");
+            choice.text_or_null("finish_reason", finish_reason);
+            choice.close();
+            choices.close();
+            // Absent unless the client asked for usage; then `null` on every chunk but the last.
+            if self.ctx.include_usage {
+                json.raw("usage", "null");
+            }
+            json.close();
+        });
     }
 }
 
