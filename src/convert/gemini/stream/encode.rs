@@ -7,7 +7,8 @@ use serde_json::{Map, Value, json};
 use super::super::error::error_chunk;
 use super::super::response::{call_part, encode_usage, finish_reason, thought_part};
 use crate::convert::ir::*;
-use crate::protocol::sse::write_event;
+use crate::protocol::json_write::JsonObject;
+use crate::protocol::sse::write_event_with;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Framing {
@@ -95,12 +96,12 @@ impl StreamEncoder {
             }
             StreamEvent::TextDelta { index, text } if !text.is_empty() => {
                 if !matches!(self.block(*index), Some(Open::Ignored)) {
-                    self.chunk(out, json!({"text": text}));
+                    self.text_chunk(out, text, false);
                 }
             }
             StreamEvent::ThinkingDelta { index, text } if !text.is_empty() => {
                 if !matches!(self.block(*index), Some(Open::Ignored)) {
-                    self.chunk(out, json!({"text": text, "thought": true}));
+                    self.text_chunk(out, text, true);
                 }
             }
             StreamEvent::SignatureDelta { index, signature } => {
@@ -184,6 +185,35 @@ impl StreamEncoder {
         self.write(out, &Value::Object(chunk));
     }
 
+    /// A chunk of text or thought, nearly every chunk of a stream: written by hand, with the
+    /// members in the order the other chunks' maps write theirs (sorted).
+    fn text_chunk(&mut self, out: &mut Vec<u8>, text: &str, thought: bool) {
+        let model = if self.model.is_empty() { self.ctx.request_model.as_str() } else { self.model.as_str() };
+        let id = self.id.as_str();
+        frame(&mut self.framing, out, |out| {
+            let mut json = JsonObject::open(out);
+            let mut candidates = json.list("candidates");
+            let mut candidate = candidates.object();
+            let mut content = candidate.object("content");
+            let mut parts = content.list("parts");
+            let mut part = parts.object();
+            part.text("text", text);
+            if thought {
+                part.flag("thought", true);
+            }
+            part.close();
+            parts.close();
+            content.text("role", "model");
+            content.close();
+            candidate.count("index", 0);
+            candidate.close();
+            candidates.close();
+            json.text("modelVersion", model);
+            json.text("responseId", id);
+            json.close();
+        });
+    }
+
     fn chunk(&mut self, out: &mut Vec<u8>, part: Value) {
         let candidate = json!({"content": {"parts": [part], "role": "model"}, "index": 0});
         let chunk = Value::Object(self.envelope(candidate));
@@ -200,15 +230,23 @@ impl StreamEncoder {
     }
 
     fn write(&mut self, out: &mut Vec<u8>, chunk: &Value) {
-        match &mut self.framing {
-            Framing::Sse => write_event(out, None, chunk),
-            Framing::JsonArray { opened } => {
-                out.extend_from_slice(if *opened { b",\r\n" } else { b"[" });
-                *opened = true;
-                if serde_json::to_writer(&mut *out, chunk).is_err() {
-                    out.extend_from_slice(b"{}");
-                }
+        frame(&mut self.framing, out, |out| {
+            // A `Value` cannot fail to serialise; an empty object keeps the stream well-formed.
+            if serde_json::to_writer(&mut *out, chunk).is_err() {
+                out.extend_from_slice(b"{}");
             }
+        });
+    }
+}
+
+/// One chunk, framed: an SSE event, or the next element of the JSON array.
+fn frame(framing: &mut Framing, out: &mut Vec<u8>, chunk: impl FnOnce(&mut Vec<u8>)) {
+    match framing {
+        Framing::Sse => write_event_with(out, None, chunk),
+        Framing::JsonArray { opened } => {
+            out.extend_from_slice(if *opened { b",\r\n" } else { b"[" });
+            *opened = true;
+            chunk(out);
         }
     }
 }
