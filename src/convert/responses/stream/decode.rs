@@ -6,7 +6,70 @@ use super::super::error::error_kind_for_code;
 use super::super::response::{decode_usage, stop_reason};
 use super::super::{SUMMARY_SEPARATOR, flat_tool_name, get_str, get_u64, reasoning_part};
 use crate::convert::ir::*;
+use crate::protocol::lenient::Parse;
+use crate::protocol::plain_json::{Cursor, unescaped};
 use crate::protocol::sse::SseEvent;
+
+/// Which output item an event is about: its `output_index`, else its `item_id`.
+#[derive(Clone, Copy)]
+struct ItemRef<'a> {
+    output_index: Option<u64>,
+    item_id: Option<&'a str>,
+}
+
+impl<'a> ItemRef<'a> {
+    fn of(ev: &'a Value) -> Self {
+        ItemRef { output_index: get_u64(ev, "output_index"), item_id: get_str(ev, "item_id") }
+    }
+}
+
+/// The three delta events nearly every event of a stream is.
+#[derive(Debug, PartialEq, Eq)]
+enum PlainDelta {
+    Text { content_index: u64 },
+    Arguments,
+    Summary { summary_index: u64 },
+}
+
+/// A delta event as the API writes it, matched byte for byte instead of parsed:
+/// `{"type":T,"sequence_number":N,"item_id":S,"output_index":N`, then `"content_index":N` (text)
+/// or `"summary_index":N` (a reasoning summary), `"delta":D`, `"logprobs":[]` (text), and an
+/// optional `"obfuscation":S`. S: a string with no escape; D: one without a `\u` escape, returned
+/// as written. Anything else is left to the parse.
+fn plain_delta(data: &str) -> Option<(PlainDelta, &str, u64, &str)> {
+    let mut c = Cursor(data);
+    c.literal(r#"{"type":"response."#)?;
+    let text = c.literal(r#"output_text.delta""#).is_some();
+    let arguments = !text && c.literal(r#"function_call_arguments.delta""#).is_some();
+    if !text && !arguments {
+        c.literal(r#"reasoning_summary_text.delta""#)?;
+    }
+    c.literal(r#","sequence_number":"#)?;
+    c.digits()?;
+    c.literal(r#","item_id":"#)?;
+    let item_id = c.plain_string()?;
+    c.literal(r#","output_index":"#)?;
+    let output_index = c.count()??;
+    let kind = if text {
+        c.literal(r#","content_index":"#)?;
+        PlainDelta::Text { content_index: c.count()?? }
+    } else if arguments {
+        PlainDelta::Arguments
+    } else {
+        c.literal(r#","summary_index":"#)?;
+        PlainDelta::Summary { summary_index: c.count()?? }
+    };
+    c.literal(r#","delta":"#)?;
+    let delta = c.string_without_unicode_escapes()?;
+    if text {
+        c.literal(r#","logprobs":[]"#)?;
+    }
+    if c.literal(r#","obfuscation":"#).is_some() {
+        c.plain_string()?;
+    }
+    c.literal("}")?;
+    c.is_done().then_some((kind, item_id, output_index, delta))
+}
 
 #[derive(Debug)]
 enum DecItem {
@@ -66,23 +129,23 @@ impl StreamDecoder {
     }
 
     /// Position in `items` of the item an event refers to (by output_index, else item_id).
-    fn find(&self, ev: &Value) -> Option<usize> {
-        if let Some(oi) = get_u64(ev, "output_index")
+    fn find(&self, item: ItemRef<'_>) -> Option<usize> {
+        if let Some(oi) = item.output_index
             && let Some(p) = self.items.iter().position(|(o, _, _)| *o == oi)
         {
             return Some(p);
         }
-        let id = get_str(ev, "item_id")?;
+        let id = item.item_id?;
         self.items.iter().position(|(_, i, _)| i.as_deref() == Some(id))
     }
 
     /// Like `find`, but registers an item that was never announced (lenient upstreams).
-    fn find_or_add(&mut self, ev: &Value, make: fn() -> DecItem) -> usize {
-        if let Some(p) = self.find(ev) {
+    fn find_or_add(&mut self, item: ItemRef<'_>, make: fn() -> DecItem) -> usize {
+        if let Some(p) = self.find(item) {
             return p;
         }
-        let oi = get_u64(ev, "output_index").unwrap_or(self.items.len() as u64);
-        self.items.push((oi, get_str(ev, "item_id").map(str::to_owned), make()));
+        let oi = item.output_index.unwrap_or(self.items.len() as u64);
+        self.items.push((oi, item.item_id.map(str::to_owned), make()));
         self.items.len() - 1
     }
 
@@ -291,9 +354,50 @@ impl StreamDecoder {
         }
     }
 
+    /// A text delta of a message item's content part.
+    fn text_delta(&mut self, item: ItemRef<'_>, ci: u64, delta: &str, out: &mut Vec<StreamEvent>) {
+        let pos = self.find_or_add(item, || DecItem::Message { parts: Vec::new() });
+        self.text(pos, ci, delta, out);
+    }
+
+    /// A delta of a function call's arguments (an item announced and still open only).
+    fn arguments_delta(&mut self, item: ItemRef<'_>, delta: &str, out: &mut Vec<StreamEvent>) {
+        if let Some(pos) = self.find(item)
+            && let Some((_, _, DecItem::FunctionCall { block, args_seen, open: true })) = self.items.get_mut(pos)
+            && !delta.is_empty()
+        {
+            *args_seen = true;
+            out.push(StreamEvent::ToolArgsDelta { index: *block, partial_json: delta.to_owned() });
+        }
+    }
+
+    /// A delta of a reasoning item's summary (or of its text).
+    fn summary_delta(&mut self, item: ItemRef<'_>, si: u64, delta: &str, out: &mut Vec<StreamEvent>) {
+        let pos = self.find_or_add(item, || DecItem::Reasoning { block: None, last_summary: None, text_seen: false });
+        self.thinking(pos, si, delta, out);
+    }
+
     /// One upstream SSE event in, zero or more IR events out.
     pub fn decode(&mut self, event: &SseEvent<'_>, out: &mut Vec<StreamEvent>) {
+        self.decode_with(event, out, Parse::Direct);
+    }
+
+    /// [`decode`](Self::decode); `Parse::ViaValue` (the tests') parses every event.
+    fn decode_with(&mut self, event: &SseEvent<'_>, out: &mut Vec<StreamEvent>, parse: Parse) {
         if self.ended {
+            return;
+        }
+        if parse == Parse::Direct
+            && let Some((kind, item_id, output_index, delta)) = plain_delta(event.data)
+        {
+            self.start(None, out);
+            let item = ItemRef { output_index: Some(output_index), item_id: Some(item_id) };
+            let delta = unescaped(delta);
+            match kind {
+                PlainDelta::Text { content_index } => self.text_delta(item, content_index, &delta, out),
+                PlainDelta::Arguments => self.arguments_delta(item, &delta, out),
+                PlainDelta::Summary { summary_index } => self.summary_delta(item, summary_index, &delta, out),
+            }
             return;
         }
         let Ok(ev) = serde_json::from_str::<Value>(event.data) else {
@@ -320,13 +424,11 @@ impl StreamDecoder {
                 if ty == "response.refusal.delta" {
                     self.refusal = true;
                 }
-                let pos = self.find_or_add(&ev, || DecItem::Message { parts: Vec::new() });
                 let ci = get_u64(&ev, "content_index").unwrap_or(0);
-                let delta = get_str(&ev, "delta").unwrap_or_default().to_owned();
-                self.text(pos, ci, &delta, out);
+                self.text_delta(ItemRef::of(&ev), ci, get_str(&ev, "delta").unwrap_or_default(), out);
             }
             "response.output_text.done" | "response.refusal.done" => {
-                let pos = self.find_or_add(&ev, || DecItem::Message { parts: Vec::new() });
+                let pos = self.find_or_add(ItemRef::of(&ev), || DecItem::Message { parts: Vec::new() });
                 let ci = get_u64(&ev, "content_index").unwrap_or(0);
                 if !self.part_has_text(pos, ci) {
                     let text = get_str(&ev, "text").or_else(|| get_str(&ev, "refusal")).unwrap_or_default().to_owned();
@@ -334,7 +436,7 @@ impl StreamDecoder {
                 }
             }
             "response.content_part.done" => {
-                if let Some(pos) = self.find(&ev) {
+                if let Some(pos) = self.find(ItemRef::of(&ev)) {
                     let ci = get_u64(&ev, "content_index").unwrap_or(0);
                     if !self.part_has_text(pos, ci) {
                         let part = ev.get("part").cloned().unwrap_or(Value::Null);
@@ -345,17 +447,10 @@ impl StreamDecoder {
                 }
             }
             "response.function_call_arguments.delta" => {
-                if let Some(pos) = self.find(&ev)
-                    && let Some((_, _, DecItem::FunctionCall { block, args_seen, open: true })) = self.items.get_mut(pos) {
-                        let delta = get_str(&ev, "delta").unwrap_or_default();
-                        if !delta.is_empty() {
-                            *args_seen = true;
-                            out.push(StreamEvent::ToolArgsDelta { index: *block, partial_json: delta.to_owned() });
-                        }
-                    }
+                self.arguments_delta(ItemRef::of(&ev), get_str(&ev, "delta").unwrap_or_default(), out);
             }
             "response.function_call_arguments.done" => {
-                if let Some(pos) = self.find(&ev)
+                if let Some(pos) = self.find(ItemRef::of(&ev))
                     && let Some((_, _, DecItem::FunctionCall { block, args_seen, open: true })) = self.items.get_mut(pos) {
                         let args = get_str(&ev, "arguments").unwrap_or_default();
                         if !*args_seen && !args.is_empty() {
@@ -365,13 +460,11 @@ impl StreamDecoder {
                     }
             }
             "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
-                let pos = self.find_or_add(&ev, || DecItem::Reasoning { block: None, last_summary: None, text_seen: false });
                 let si = get_u64(&ev, "summary_index").or_else(|| get_u64(&ev, "content_index")).unwrap_or(0);
-                let delta = get_str(&ev, "delta").unwrap_or_default().to_owned();
-                self.thinking(pos, si, &delta, out);
+                self.summary_delta(ItemRef::of(&ev), si, get_str(&ev, "delta").unwrap_or_default(), out);
             }
             "response.reasoning_summary_text.done" | "response.reasoning_text.done" => {
-                if let Some(pos) = self.find(&ev) {
+                if let Some(pos) = self.find(ItemRef::of(&ev)) {
                     let si = get_u64(&ev, "summary_index").or_else(|| get_u64(&ev, "content_index")).unwrap_or(0);
                     if !self.summary_has_text(pos, si) {
                         let text = get_str(&ev, "text").unwrap_or_default().to_owned();
@@ -380,7 +473,7 @@ impl StreamDecoder {
                 }
             }
             "response.output_item.done" => {
-                let pos = match self.find(&ev) {
+                let pos = match self.find(ItemRef::of(&ev)) {
                     Some(p) => Some(p),
                     None => {
                         // A finished item that was never announced.
@@ -433,6 +526,69 @@ mod tests {
     use crate::protocol::errors::ErrorKind;
     use proptest::prelude::*;
     use serde_json::{Value, json};
+
+    /// Events of a stream: its items announced and one done, and deltas in the API's shape or
+    /// a step away from it (a space, another item, a number that is no index, a `\u` escape,
+    /// an escaped obfuscation, a member more).
+    fn stream_event() -> impl Strategy<Value = String> {
+        use crate::protocol::plain_json::strategies::{count, one_of, string};
+        let delta = (
+            0..3usize,
+            prop_oneof![4 => (0u64..100).prop_map(|n| n.to_string()), 1 => count()],
+            prop_oneof![3 => prop::sample::select(vec![r#""msg_1""#, r#""fc_1""#, r#""rs_1""#]).prop_map(str::to_owned), 1 => string()],
+            prop_oneof![4 => (0u64..3).prop_map(|n| n.to_string()), 1 => count()],
+            prop_oneof![4 => (0u64..2).prop_map(|n| n.to_string()), 1 => count()],
+            string(),
+            one_of(&["", r#","obfuscation":"ab""#, r#","obfuscation":"a\"b""#]),
+            one_of(&["}", " }", r#","x":1}"#, "}x"]),
+        )
+            .prop_map(|(kind, seq, id, oi, index, delta, obfuscation, end)| {
+                let head = |ty: &str| format!(r#"{{"type":"response.{ty}","sequence_number":{seq},"item_id":{id},"output_index":{oi}"#);
+                match kind {
+                    0 => format!(r#"{},"content_index":{index},"delta":{delta},"logprobs":[]{obfuscation}{end}"#, head("output_text.delta")),
+                    1 => format!(r#"{},"delta":{delta}{obfuscation}{end}"#, head("function_call_arguments.delta")),
+                    _ => format!(r#"{},"summary_index":{index},"delta":{delta}{obfuscation}{end}"#, head("reasoning_summary_text.delta")),
+                }
+            });
+        let item = prop::sample::select(vec![
+            r#"{"type":"response.output_item.added","output_index":0,"item":{"type":"message","id":"msg_1","role":"assistant","content":[]}}"#,
+            r#"{"type":"response.output_item.added","output_index":1,"item":{"type":"function_call","id":"fc_1","call_id":"call_1","name":"f","arguments":""}}"#,
+            r#"{"type":"response.output_item.added","output_index":2,"item":{"type":"reasoning","id":"rs_1","summary":[]}}"#,
+            r#"{"type":"response.output_item.done","output_index":1,"item":{"type":"function_call","id":"fc_1","call_id":"call_1","name":"f","arguments":"{}"}}"#,
+        ])
+        .prop_map(str::to_owned);
+        prop_oneof![4 => delta, 1 => item]
+    }
+
+    fn decode_events(events: &[String], parse: Parse) -> Vec<StreamEvent> {
+        let mut d = StreamDecoder::new();
+        let mut out = Vec::new();
+        for data in events {
+            d.decode_with(&SseEvent { event: None, data }, &mut out, parse);
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1024))]
+        /// A delta matched in the API's shape decodes as its parse does; so does one a step
+        /// away from that shape, which is parsed.
+        #[test]
+        fn a_matched_delta_decodes_as_its_parse(events in prop::collection::vec(stream_event(), 1..10)) {
+            prop_assert_eq!(decode_events(&events, Parse::Direct), decode_events(&events, Parse::ViaValue));
+        }
+    }
+
+    #[test]
+    fn deltas_as_the_api_writes_them_are_matched() {
+        let text = r#"{"type":"response.output_text.delta","sequence_number":4,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"Hi\n","logprobs":[],"obfuscation":"x2"}"#;
+        assert_eq!(plain_delta(text), Some((PlainDelta::Text { content_index: 0 }, "msg_1", 0, r#"Hi\n"#)));
+        let args = r#"{"type":"response.function_call_arguments.delta","sequence_number":9,"item_id":"fc_1","output_index":1,"delta":"{\"a\""}"#;
+        assert_eq!(plain_delta(args), Some((PlainDelta::Arguments, "fc_1", 1, r#"{\"a\""#)));
+        let summary = r#"{"type":"response.reasoning_summary_text.delta","sequence_number":2,"item_id":"rs_1","output_index":0,"summary_index":1,"delta":"Plan"}"#;
+        assert_eq!(plain_delta(summary), Some((PlainDelta::Summary { summary_index: 1 }, "rs_1", 0, "Plan")));
+        assert_eq!(plain_delta(&text.replace(",\"logprobs\":[]", "")), None);
+    }
 
     /// Two function calls (one namespaced), arguments in several deltas.
     fn tools_transcript() -> String {
