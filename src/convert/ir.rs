@@ -8,6 +8,7 @@
 use serde_json::Value;
 
 use crate::protocol::errors::ErrorKind;
+use crate::protocol::json_write::push_json_members;
 
 mod schema;
 pub use schema::{ObjectWithSchemas, Place, Schema, SchemaPlaces, Schemas, parse_object_keeping_schemas};
@@ -458,6 +459,22 @@ pub struct BodyWithTools<T> {
     pub tools: Vec<T>,
 }
 
+impl<T: serde::Serialize> BodyWithTools<T> {
+    /// The body as its derived serializer writes it, the map's text copied in runs
+    /// (`json_write::push_json_value`) instead of escaped byte by byte: a conversation's history
+    /// is most of it.
+    pub fn to_json(&self) -> Result<Vec<u8>, serde_json::Error> {
+        let mut out = Vec::new();
+        let mut tools = Ok(());
+        push_json_members(&mut out, self.fields.iter(), |json| {
+            if !self.tools.is_empty() {
+                tools = serde_json::to_writer(json.key("tools"), &self.tools);
+            }
+        });
+        tools.map(|()| out)
+    }
+}
+
 /// A JSON object of values already built. `json!` serializes every value it is given again, a
 /// deep copy of a turn's blocks, a call's input or an image's data: encoders that build a `Value`
 /// body put the big parts in with this instead.
@@ -505,6 +522,28 @@ pub fn parse_object(body: &[u8]) -> Result<serde_json::Map<String, Value>, Conve
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A body's JSON is what its derived serializer writes, byte for byte: with and without
+    /// tools, with and without other members, text that needs escapes in keys and values.
+    #[test]
+    fn a_body_with_tools_is_written_as_its_serializer_writes_it() {
+        let fields = serde_json::json!({
+            "model": "claude", "max_tokens": 1024, "temperature": 0.5, "stream": true, "stop": null,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "a \"quote\"\n\u{1} é 😀"}]}],
+            "metadata": {"user\"id": "x\\y"}
+        });
+        let serde_json::Value::Object(fields) = fields else { unreachable!() };
+        let tools = vec![serde_json::json!({"name": "t", "input_schema": {"type": "object"}})];
+        for (fields, tools) in [
+            (fields.clone(), tools.clone()),
+            (fields.clone(), Vec::new()),
+            (serde_json::Map::new(), tools.clone()),
+            (serde_json::Map::new(), Vec::new()),
+        ] {
+            let body = BodyWithTools { fields, tools };
+            assert_eq!(body.to_json().unwrap(), serde_json::to_vec(&body).unwrap());
+        }
+    }
 
     #[test]
     fn efforts_survive_an_anthropic_budget() {

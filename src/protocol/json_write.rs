@@ -5,6 +5,7 @@
 //! runs found 16 bytes at a time. Numbers and `Value`s are left to serde_json.
 
 use serde::Serialize;
+use serde_json::Value;
 
 use crate::protocol::json_scan::plain_run;
 
@@ -25,15 +26,20 @@ impl<'a> JsonObject<'a> {
         self.out.push(b'}');
     }
 
-    /// A member's name and colon; its value is written next. `name` is the writer's own: it
-    /// must need no escape.
-    pub fn key(&mut self, name: &'static str) -> &mut Vec<u8> {
-        debug_assert_eq!(plain_run(name.as_bytes()), name.len(), "a key that needs escaping: {name:?}");
+    /// The comma before a member, unless it is the first.
+    fn comma(&mut self) {
         if self.empty {
             self.empty = false;
         } else {
             self.out.push(b',');
         }
+    }
+
+    /// A member's name and colon; its value is written next. `name` is the writer's own: it
+    /// must need no escape.
+    pub fn key(&mut self, name: &'static str) -> &mut Vec<u8> {
+        debug_assert_eq!(plain_run(name.as_bytes()), name.len(), "a key that needs escaping: {name:?}");
+        self.comma();
         self.out.push(b'"');
         self.out.extend_from_slice(name.as_bytes());
         self.out.extend_from_slice(b"\":");
@@ -167,6 +173,45 @@ fn push_escape(out: &mut Vec<u8>, byte: u8) {
     out.extend_from_slice(&[b'\\', short]);
 }
 
+/// A `Value` as serde_json writes it (compact, an object's members in the map's order), with
+/// its strings copied in runs ([`push_json_string`]): a conversation built as a `Value` is mostly
+/// text.
+pub fn push_json_value(out: &mut Vec<u8>, value: &Value) {
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Number(n) => push_value(out, n),
+        Value::String(s) => push_json_string(out, s),
+        Value::Array(items) => {
+            let mut list = JsonList::open(out);
+            for item in items {
+                push_json_value(list.element(), item);
+            }
+            list.close();
+        }
+        Value::Object(members) => push_json_members(out, members.iter(), |_| {}),
+    }
+}
+
+/// An object of `members`, then whatever `more` writes: each of its members after a comma
+/// (`more` is given whether one has been written), then the closing brace.
+pub fn push_json_members<'a>(
+    out: &mut Vec<u8>,
+    members: impl Iterator<Item = (&'a String, &'a Value)>,
+    more: impl FnOnce(&mut JsonObject<'_>),
+) {
+    let mut json = JsonObject::open(out);
+    for (name, value) in members {
+        json.comma();
+        push_json_string(json.out, name);
+        json.out.push(b':');
+        push_json_value(json.out, value);
+    }
+    more(&mut json);
+    json.close();
+}
+
 /// A non-negative integer, as JSON writes it.
 pub fn push_count(out: &mut Vec<u8>, n: u64) {
     if n < 10 {
@@ -263,7 +308,34 @@ mod tests {
         assert_eq!(value, json!({"broken": [1, 2], "failed": null}));
     }
 
+    /// JSON values of every kind, nested a few levels, with keys and text that need escapes.
+    fn any_value() -> impl Strategy<Value = Value> {
+        let text = "[a\"\\\\\n\u{1}é😀 ]{0,12}";
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            (-1e6f64..1e6).prop_map(Value::from),
+            text.prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 48, 6, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::btree_map(text, inner, 0..6).prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
     proptest! {
+        /// A `Value` is written as serde_json writes it, byte for byte.
+        #[test]
+        fn a_value_is_written_as_serde_json_writes_it(value in any_value()) {
+            let mut out = Vec::new();
+            push_json_value(&mut out, &value);
+            prop_assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(&value).unwrap());
+        }
+
         /// Every string and count is written as serde_json writes it, escapes and all.
         #[test]
         fn strings_and_counts_are_written_as_serde_json_writes_them(text in any::<String>(), n in any::<u64>()) {

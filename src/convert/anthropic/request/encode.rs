@@ -332,8 +332,7 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
         body.insert("stream".into(), Value::Bool(true));
     }
 
-    let body = serde_json::to_vec(&BodyWithTools { fields: body, tools })
-        .map_err(|e| ConvertError::new("body", e.to_string()))?;
+    let body = BodyWithTools { fields: body, tools }.to_json().map_err(|e| ConvertError::new("body", e.to_string()))?;
     Ok(Encoded { body, losses })
 }
 
