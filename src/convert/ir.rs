@@ -463,8 +463,9 @@ impl<T: serde::Serialize> BodyWithTools<T> {
     /// The body as its derived serializer writes it, the map's text copied in runs
     /// (`json_write::push_json_value`) instead of escaped byte by byte: a conversation's history
     /// is most of it.
-    pub fn to_json(&self) -> Result<Vec<u8>, serde_json::Error> {
-        let mut out = Vec::new();
+    /// `capacity`: the room the body is likely to need ([`request_capacity`]).
+    pub fn to_json(&self, capacity: usize) -> Result<Vec<u8>, serde_json::Error> {
+        let mut out = Vec::with_capacity(capacity);
         let mut tools = Ok(());
         push_json_members(&mut out, self.fields.iter(), |json| {
             if !self.tools.is_empty() {
@@ -491,6 +492,33 @@ pub fn answer_json(body: &impl serde::Serialize, answer: &Response) -> Vec<u8> {
         out.clear();
     }
     out
+}
+
+/// The room a request's body is likely to need, from the size of its text and its tools: a
+/// buffer grown from nothing doubles a dozen times on the way to a coding agent's turn, and
+/// copies what it holds each time.
+pub fn request_capacity(request: &Request) -> usize {
+    /// Room for the members around the text, and for each part's and tool's own.
+    const ENVELOPE: usize = 512;
+    const PER_PART: usize = 64;
+    const PER_TOOL: usize = 512;
+    let part_len = |part: &Part| match part {
+        Part::Text(t) => t.text.len(),
+        Part::Thinking { text, .. } => text.len(),
+        Part::ToolUse { arguments, .. } => arguments.as_ref().map_or(0, String::len),
+        Part::ToolResult { content, .. } => content
+            .iter()
+            .map(|c| match c {
+                ToolResultContent::Text(t) => t.len(),
+                ToolResultContent::Image(_) => 0,
+            })
+            .sum(),
+        _ => 0,
+    };
+    let system: usize = request.system.iter().map(|p| p.text.len()).sum();
+    let messages: usize = request.messages.iter().flat_map(|m| &m.content).map(|p| part_len(p) + PER_PART).sum();
+    let tools: usize = request.tools.iter().map(|t| t.description.as_ref().map_or(0, String::len) + PER_TOOL).sum();
+    ENVELOPE + system + messages + tools
 }
 
 /// The room an answer's body is likely to need, from the size of its text.
@@ -541,7 +569,7 @@ mod tests {
             (serde_json::Map::new(), Vec::new()),
         ] {
             let body = BodyWithTools { fields, tools };
-            assert_eq!(body.to_json().unwrap(), serde_json::to_vec(&body).unwrap());
+            assert_eq!(body.to_json(0).unwrap(), serde_json::to_vec(&body).unwrap());
         }
     }
 

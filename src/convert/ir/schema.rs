@@ -17,6 +17,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::{ConvertError, parse_object};
+use crate::protocol::json_scan::top_level_members;
 
 /// A tool's schema: parsed, or the client's text of it (never `null`: an absent schema is
 /// decoded to a default one).
@@ -49,8 +50,8 @@ impl Schema {
     }
 
     /// Whether the schema is an object with a member `key`, read without building it: the
-    /// first member's name is compared first (`"type"` leads nearly every schema), and only
-    /// when that is not it are the other members' names read.
+    /// first member's name is compared first (`"type"` leads most schemas), and only when that
+    /// is not it are the other members' names read.
     pub fn has_member(&self, key: &str) -> bool {
         let text = match self {
             Schema::Value(v) => return v.as_object().is_some_and(|o| o.contains_key(key)),
@@ -63,7 +64,16 @@ impl Schema {
             .and_then(|s| s.strip_prefix(key))
             .and_then(|s| s.strip_prefix('"'))
             .is_some_and(|s| s.trim_start_matches(JSON_WHITESPACE).starts_with(':'));
-        first_is_key || serde_json::from_str::<MemberNames>(text).is_ok_and(|names| names.0.iter().any(|n| n == key))
+        if first_is_key {
+            return true;
+        }
+        // The request's scan finds top-level members at a few instructions a byte; a parse of the
+        // names skips every value at serde_json's pace. It decides what the scan cannot (a key
+        // written with an escape, one given twice).
+        match top_level_members(text, [key]) {
+            Some([found]) => found.is_some(),
+            None => serde_json::from_str::<MemberNames>(text).is_ok_and(|names| names.0.iter().any(|n| n == key)),
+        }
     }
 
     /// The schema as JSON text, for counting its tokens.

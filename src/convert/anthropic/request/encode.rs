@@ -332,7 +332,9 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
         body.insert("stream".into(), Value::Bool(true));
     }
 
-    let body = BodyWithTools { fields: body, tools }.to_json().map_err(|e| ConvertError::new("body", e.to_string()))?;
+    let body = BodyWithTools { fields: body, tools }
+        .to_json(request_capacity(req))
+        .map_err(|e| ConvertError::new("body", e.to_string()))?;
     Ok(Encoded { body, losses })
 }
 

@@ -20,7 +20,7 @@ const MAX_THINKING_BUDGET: u64 = 24_576;
 pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
     let (fields, losses) = encode_object(req)?;
     let body = BodyWithTools { fields, tools: tools_out(req)? };
-    Ok(Encoded { body: body.to_json().unwrap_or_default(), losses })
+    Ok(Encoded { body: body.to_json(request_capacity(req)).unwrap_or_default(), losses })
 }
 
 /// IR → a `countTokens` body: the whole request as `generateContentRequest` (so the system
