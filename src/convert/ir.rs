@@ -10,7 +10,9 @@ use serde_json::Value;
 use crate::protocol::errors::ErrorKind;
 use crate::protocol::json_write::push_json_members;
 
+mod path;
 mod schema;
+pub use path::Path;
 pub use schema::{ObjectWithSchemas, Place, Schema, SchemaPlaces, Schemas, parse_object_keeping_schemas};
 
 /// The `signature` of a thinking block that carries a Responses reasoning item (its id and

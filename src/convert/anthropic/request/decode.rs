@@ -95,25 +95,6 @@ impl<'a> Members<'a> {
     }
 }
 
-/// Where a value sits in the request (`messages[3].content[1]`), written out only when an error
-/// or a loss names it: a long history holds thousands of blocks, and almost none is ever named.
-#[derive(Clone, Copy)]
-enum Path<'a> {
-    Key(&'static str),
-    Index(&'a Path<'a>, usize),
-    Member(&'a Path<'a>, &'static str),
-}
-
-impl fmt::Display for Path<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Path::Key(key) => f.write_str(key),
-            Path::Index(parent, i) => write!(f, "{parent}[{i}]"),
-            Path::Member(parent, key) => write!(f, "{parent}.{key}"),
-        }
-    }
-}
-
 /// `prefix.key` (or `key` at the top level), built only for an error message.
 fn field_name(prefix: &(impl fmt::Display + ?Sized), key: &str) -> String {
     let prefix = prefix.to_string();

@@ -54,7 +54,7 @@ impl RequestDecoder {
     }
 
     /// Content parts of a user / assistant message (string or part list).
-    fn content_parts(&mut self, field: &str, content: Option<&mut Value>) -> Result<Vec<Part>, ConvertError> {
+    fn content_parts(&mut self, field: &Path<'_>, content: Option<&mut Value>) -> Result<Vec<Part>, ConvertError> {
         let mut out = Vec::new();
         match content {
             None | Some(Value::Null) => {}
@@ -65,7 +65,7 @@ impl RequestDecoder {
             }
             Some(Value::Array(parts)) => {
                 for (j, p) in parts.iter_mut().enumerate() {
-                    let pf = format!("{field}.content[{j}]");
+                    let pf = Path::Index(&Path::Member(field, "content"), j);
                     if let Some(part) = self.content_part(&pf, p)? {
                         out.push(part);
                     }
@@ -81,7 +81,7 @@ impl RequestDecoder {
         Ok(out)
     }
 
-    fn content_part(&mut self, field: &str, p: &mut Value) -> Result<Option<Part>, ConvertError> {
+    fn content_part(&mut self, field: &Path<'_>, p: &mut Value) -> Result<Option<Part>, ConvertError> {
         let text_key = match get_str(p, "type").unwrap_or_default() {
             "input_text" | "output_text" | "text" => Some("text"),
             "refusal" => Some("refusal"),
@@ -106,7 +106,7 @@ impl RequestDecoder {
     }
 
     /// Texts of a system / developer message; other parts are dropped with a loss.
-    fn system_texts(&mut self, field: &str, content: Option<&mut Value>) -> Result<Vec<TextPart>, ConvertError> {
+    fn system_texts(&mut self, field: &Path<'_>, content: Option<&mut Value>) -> Result<Vec<TextPart>, ConvertError> {
         let mut out = Vec::new();
         match content {
             None | Some(Value::Null) => {}
@@ -145,7 +145,7 @@ impl RequestDecoder {
     }
 
     fn input_item(&mut self, b: &mut MessageBuilder, i: usize, item: &mut Value) -> Result<(), ConvertError> {
-        let field = format!("input[{i}]");
+        let field = Path::Index(&Path::Key("input"), i);
         if !item.is_object() {
             return Err(ConvertError::new(field, "each input item must be an object"));
         }
@@ -211,7 +211,7 @@ impl RequestDecoder {
                     }
                     other => (other, false),
                 };
-                let content = self.tool_output(&format!("{field}.output"), output)?;
+                let content = self.tool_output(&Path::Member(&field, "output"), output)?;
                 b.push(Role::User, Part::ToolResult { tool_use_id: call_id, content, is_error });
             }
             Some("reasoning") => {
@@ -271,7 +271,11 @@ impl RequestDecoder {
         Ok(())
     }
 
-    fn tool_output(&mut self, field: &str, output: Option<&mut Value>) -> Result<Vec<ToolResultContent>, ConvertError> {
+    fn tool_output(
+        &mut self,
+        field: &Path<'_>,
+        output: Option<&mut Value>,
+    ) -> Result<Vec<ToolResultContent>, ConvertError> {
         let mut out = Vec::new();
         match output {
             None | Some(Value::Null) => {}
@@ -282,7 +286,7 @@ impl RequestDecoder {
             }
             Some(Value::Array(parts)) => {
                 for (j, p) in parts.iter_mut().enumerate() {
-                    let pf = format!("{field}[{j}]");
+                    let pf = Path::Index(field, j);
                     match get_str(p, "type") {
                         Some("input_text" | "output_text" | "text") => {
                             let t = take_str(p, "text").unwrap_or_default();
@@ -309,7 +313,7 @@ impl RequestDecoder {
     fn tools(&mut self, tools: &mut [Value], schemas: &mut Schemas) -> Result<Vec<Tool>, ConvertError> {
         let mut out: Vec<Tool> = Vec::new();
         for (i, t) in tools.iter_mut().enumerate() {
-            let field = format!("tools[{i}]");
+            let field = Path::Index(&Path::Key("tools"), i);
             match get_str(t, "type") {
                 Some("function") => {
                     let schema = schemas.take(Place::Element(i), t.get_mut("parameters"));
@@ -323,7 +327,7 @@ impl RequestDecoder {
                     let nested =
                         t.get_mut("tools").and_then(Value::as_array_mut).map(Vec::as_mut_slice).unwrap_or_default();
                     for (j, nt) in nested.iter_mut().enumerate() {
-                        let nf = format!("{field}.tools[{j}]");
+                        let nf = Path::Index(&Path::Member(&field, "tools"), j);
                         match get_str(nt, "type") {
                             Some("function") => {
                                 let schema = schemas.take(Place::Nested(i, j), nt.get_mut("parameters"));
@@ -424,7 +428,7 @@ impl RequestDecoder {
 
 /// A function tool, `parameters` being its schema taken out of it.
 fn function_tool(
-    field: &str,
+    field: &Path<'_>,
     t: &mut Value,
     parameters: Option<Schema>,
     namespace: Option<&str>,
@@ -446,7 +450,7 @@ fn function_tool(
     })
 }
 
-fn decode_input_image(field: &str, p: &Value) -> Result<Image, ConvertError> {
+fn decode_input_image(field: &Path<'_>, p: &Value) -> Result<Image, ConvertError> {
     if let Some(url) = p.get("image_url").and_then(|u| u.as_str().or_else(|| get_str(u, "url"))) {
         return Ok(image_from_url(url));
     }
@@ -459,7 +463,7 @@ fn decode_input_image(field: &str, p: &Value) -> Result<Image, ConvertError> {
     Err(ConvertError::new(field, "input_image needs an image_url"))
 }
 
-fn decode_input_file(field: &str, p: &Value) -> Result<Part, ConvertError> {
+fn decode_input_file(field: &Path<'_>, p: &Value) -> Result<Part, ConvertError> {
     let filename = get_str(p, "filename");
     let title = filename.map(str::to_owned);
     if let Some(data) = get_str(p, "file_data") {
@@ -534,7 +538,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
         Some(Value::Array(items)) => {
             // Newer API: instructions as a list of input messages (system/developer text).
             for (i, item) in items.iter_mut().enumerate() {
-                let texts = d.system_texts(&format!("instructions[{i}]"), item.get_mut("content"))?;
+                let texts = d.system_texts(&Path::Index(&Path::Key("instructions"), i), item.get_mut("content"))?;
                 b.system.extend(texts);
             }
         }
@@ -652,6 +656,40 @@ mod tests {
     use crate::convert::responses::tests::*;
     use crate::convert::responses::{REDACTED_BLOB, THINKING_BLOB};
     use serde_json::{Value, json};
+
+    /// Errors and losses deep in a request name the exact place, each path written out from
+    /// its parts only when it is reported.
+    #[test]
+    fn errors_and_losses_name_their_place_in_the_request() {
+        let r = dec(json!({
+            "model": "m",
+            "instructions": [{"role": "developer", "content": [{"type": "input_text", "text": "be brief"}, {"type": "input_image"}]}],
+            "input": [
+                {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "ok"}, {"type": "input_audio"}]},
+                {"role": "user", "content": [{"type": "input_text", "text": "go"}, {"type": "input_file", "file_id": "file_1"}]}
+            ],
+            "tools": [{"type": "namespace", "name": "ns", "tools": [{"type": "function", "name": "g"}, {"type": "web_search"}]}]
+        }));
+        let err = r.expect_err("a file id cannot be converted");
+        assert_eq!(err.field, "input[2].content[1].file_id");
+        let r = dec(json!({
+            "model": "m",
+            "instructions": [{"role": "developer", "content": [{"type": "input_text", "text": "be brief"}, {"type": "input_image"}]}],
+            "input": [
+                {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "ok"}, {"type": "input_audio"}]}
+            ],
+            "tools": [{"type": "namespace", "name": "ns", "tools": [{"type": "function", "name": "g"}, {"type": "web_search"}]}]
+        }))
+        .expect("decodes");
+        let lost: Vec<&str> = r.losses.iter().map(|l| l.field.as_str()).collect();
+        for place in ["instructions[0].content[1]", "input[1].output[1]", "tools[0].tools[1] (web_search)"] {
+            assert!(lost.contains(&place), "{place} not in {lost:?}");
+        }
+        let err = dec(json!({"model": "m", "input": [{"role": "user", "content": 5}]})).expect_err("bad content");
+        assert_eq!(err.field, "input[0].content");
+    }
 
     const CODEX_TURN1: &str =
         include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/clients/codex_0.171.0_responses_turn1.json"));
