@@ -374,7 +374,8 @@ pub(crate) mod testkit {
     //! their own copy.
 
     use super::*;
-    use crate::protocol::sse::SseScanner;
+    use crate::protocol::lenient::Parse;
+    use crate::protocol::sse::{SseEvent, SseScanner};
     use serde_json::Value;
 
     /// Feed `chunks` (any byte boundaries) through the SSE scanner and `format`'s decoder, then
@@ -412,6 +413,26 @@ pub(crate) mod testkit {
             serde_json::from_slice(&e.body).unwrap(),
             e.losses.iter().map(|l| format!("{}: {}", l.field, l.note)).collect(),
         )
+    }
+
+    /// A stream decoder's way of reading one event, the matched or the parsed way (`parse`).
+    pub(crate) type DecodeWith<D> = fn(&mut D, &SseEvent<'_>, &mut Vec<StreamEvent>, Parse);
+
+    /// The IR events of `events` (each one event's data, named `name`) read by a new decoder
+    /// with `decode`: the tests of a decoder's matchers compare `Parse::Direct`, which matches
+    /// what it can, with `Parse::ViaValue`, which parses everything.
+    pub(crate) fn decoded_with<D: Default>(
+        events: &[String],
+        name: Option<&str>,
+        parse: Parse,
+        decode: DecodeWith<D>,
+    ) -> Vec<StreamEvent> {
+        let mut decoder = D::default();
+        let mut out = Vec::new();
+        for data in events {
+            decode(&mut decoder, &SseEvent { event: name, data }, &mut out, parse);
+        }
+        out
     }
 
     /// `bytes` split at `cuts` (positions taken modulo the length, in any order).

@@ -523,6 +523,7 @@ impl StreamDecoder {
 mod tests {
     use super::*;
     use crate::convert::responses::tests::*;
+    use crate::convert::testkit::decoded_with;
     use crate::protocol::errors::ErrorKind;
     use proptest::prelude::*;
     use serde_json::{Value, json};
@@ -560,22 +561,14 @@ mod tests {
         prop_oneof![4 => delta, 1 => item]
     }
 
-    fn decode_events(events: &[String], parse: Parse) -> Vec<StreamEvent> {
-        let mut d = StreamDecoder::new();
-        let mut out = Vec::new();
-        for data in events {
-            d.decode_with(&SseEvent { event: None, data }, &mut out, parse);
-        }
-        out
-    }
-
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(1024))]
         /// A delta matched in the API's shape decodes as its parse does; so does one a step
         /// away from that shape, which is parsed.
         #[test]
         fn a_matched_delta_decodes_as_its_parse(events in prop::collection::vec(stream_event(), 1..10)) {
-            prop_assert_eq!(decode_events(&events, Parse::Direct), decode_events(&events, Parse::ViaValue));
+            let decoded = |parse| decoded_with(&events, None, parse, StreamDecoder::decode_with);
+            prop_assert_eq!(decoded(Parse::Direct), decoded(Parse::ViaValue));
         }
     }
 
