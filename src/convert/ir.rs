@@ -496,9 +496,14 @@ pub fn answer_json(body: &impl serde::Serialize, answer: &Response) -> Vec<u8> {
     out
 }
 
+/// The most a body's buffer is given before anything is written: an estimate counts room for
+/// every part, and a hostile body of millions of empty parts must not reserve several times its
+/// own size. A larger body grows its buffer as it is written.
+pub const MAX_PRESIZE: usize = 4 << 20;
+
 /// The room a request's body is likely to need, from the size of its text and its tools: a
 /// buffer grown from nothing doubles a dozen times on the way to a coding agent's turn, and
-/// copies what it holds each time.
+/// copies what it holds each time. At most [`MAX_PRESIZE`].
 pub fn request_capacity(request: &Request) -> usize {
     /// Room for the members around the text, and for each part's and tool's own.
     const ENVELOPE: usize = 512;
@@ -520,10 +525,11 @@ pub fn request_capacity(request: &Request) -> usize {
     let system: usize = request.system.iter().map(|p| p.text.len()).sum();
     let messages: usize = request.messages.iter().flat_map(|m| &m.content).map(|p| part_len(p) + PER_PART).sum();
     let tools: usize = request.tools.iter().map(|t| t.description.as_ref().map_or(0, String::len) + PER_TOOL).sum();
-    ENVELOPE + system + messages + tools
+    (ENVELOPE + system + messages + tools).min(MAX_PRESIZE)
 }
 
-/// The room an answer's body is likely to need, from the size of its text.
+/// The room an answer's body is likely to need, from the size of its text. At most
+/// [`MAX_PRESIZE`].
 pub fn answer_capacity(answer: &Response) -> usize {
     /// Room for the members around the text: ids, model, stop reason, usage.
     const ENVELOPE: usize = 512;
@@ -537,7 +543,7 @@ pub fn answer_capacity(answer: &Response) -> usize {
             _ => 64,
         })
         .sum();
-    ENVELOPE + text
+    (ENVELOPE + text).min(MAX_PRESIZE)
 }
 
 /// A body that must be one JSON object (a request, an answer), or the refusal that says why not.
@@ -552,6 +558,31 @@ pub fn parse_object(body: &[u8]) -> Result<serde_json::Map<String, Value>, Conve
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A body of a million empty parts reserves no more than the cap; a turn reserves its text.
+    #[test]
+    fn a_body_reserves_room_for_its_text_up_to_the_cap() {
+        let part = || Part::Text(TextPart { text: String::new(), cache_control: None });
+        let many = Request {
+            messages: vec![Message { role: Role::User, content: (0..1_000_000).map(|_| part()).collect() }],
+            ..Request::default()
+        };
+        assert_eq!(request_capacity(&many), MAX_PRESIZE);
+        let turn = Request {
+            system: vec![TextPart { text: "s".repeat(10_000), cache_control: None }],
+            messages: vec![Message {
+                role: Role::User,
+                content: vec![Part::Text(TextPart { text: "t".repeat(5_000), cache_control: None })],
+            }],
+            ..Request::default()
+        };
+        assert!(request_capacity(&turn) > 15_000 && request_capacity(&turn) < 16_000, "{}", request_capacity(&turn));
+        let answer = Response {
+            content: (0..1_000_000).map(|_| Part::Image(Image::Url { url: String::new() })).collect(),
+            ..Response::default()
+        };
+        assert_eq!(answer_capacity(&answer), MAX_PRESIZE);
+    }
 
     /// A body's JSON is what its derived serializer writes, byte for byte: with and without
     /// tools, with and without other members, text that needs escapes in keys and values.

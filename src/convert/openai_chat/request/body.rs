@@ -7,7 +7,7 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
-use crate::convert::ir::Schema;
+use crate::convert::ir::{MAX_PRESIZE, Schema};
 use crate::protocol::json_write::{JsonObject, push_json_string};
 
 pub(super) struct ChatRequestOut<'a> {
@@ -35,7 +35,7 @@ pub(super) struct ChatRequestOut<'a> {
 impl ChatRequestOut<'_> {
     pub fn to_json(&self) -> Vec<u8> {
         let text: usize = self.messages.iter().map(MessageOut::text_len).sum();
-        let mut out = Vec::with_capacity(512 + text + text / 16);
+        let mut out = Vec::with_capacity((512 + text + text / 16).min(MAX_PRESIZE));
         let mut json = JsonObject::open(&mut out);
         json.text("model", self.model);
         let mut messages = json.list("messages");
