@@ -33,9 +33,15 @@ pub(super) struct ChatRequestOut<'a> {
 }
 
 impl ChatRequestOut<'_> {
-    pub fn to_json(&self) -> Vec<u8> {
+    /// The room the body is likely to need: its text, a sixteenth more for escapes, and the
+    /// members around it. At most `MAX_PRESIZE`.
+    fn capacity(&self) -> usize {
         let text: usize = self.messages.iter().map(MessageOut::text_len).sum();
-        let mut out = Vec::with_capacity((512 + text + text / 16).min(MAX_PRESIZE));
+        (512 + text + text / 16).min(MAX_PRESIZE)
+    }
+
+    pub fn to_json(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.capacity());
         let mut json = JsonObject::open(&mut out);
         json.text("model", self.model);
         let mut messages = json.list("messages");
@@ -244,5 +250,41 @@ impl ToolChoiceOut<'_> {
                 json.close();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(messages: Vec<MessageOut<'_>>) -> ChatRequestOut<'_> {
+        ChatRequestOut {
+            model: "m",
+            messages,
+            tools: Vec::new(),
+            tool_choice: None,
+            parallel_tool_calls: None,
+            max_tokens: None,
+            max_completion_tokens: None,
+            temperature: None,
+            top_p: None,
+            stop: Vec::new(),
+            reasoning_effort: None,
+            response_format: None,
+            user: None,
+            stream: false,
+            stream_options: None,
+        }
+    }
+
+    /// A body of a million parts reserves no more than the cap; a turn reserves its text.
+    #[test]
+    fn a_body_reserves_room_for_its_text_up_to_the_cap() {
+        let parts = (0..1_000_000).map(|_| PartOut::Text { text: Cow::Borrowed("") }).collect();
+        let many = MessageOut { role: "user", content: ContentOut::Parts(parts), tool_calls: None, tool_call_id: None };
+        assert_eq!(body(vec![many]).capacity(), MAX_PRESIZE);
+        let text = "t".repeat(16_000);
+        let turn = body(vec![MessageOut::text("user", Cow::Borrowed(&text))]);
+        assert_eq!(turn.capacity(), 512 + 16_000 + 1_000);
     }
 }
