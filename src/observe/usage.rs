@@ -208,9 +208,10 @@ impl StreamUsage {
 
     fn observe_chat(&mut self, ev: &SseEvent<'_>) {
         // Most chunks of a stream whose client asked for usage end with a null one (it comes in
-        // a last chunk of its own). Such a chunk has nothing to tell once the model is settled,
-        // and seeing that costs less than searching it for a usage object.
-        if self.model_settled() && ends_with_null_usage(ev.data) {
+        // a last chunk of its own). Such a chunk has nothing to tell once the model is known,
+        // and seeing that costs less than searching it for a usage object. (While the model is
+        // unknown, a chunk parsed for a usage object nested elsewhere still names it.)
+        if self.model.is_some() && ends_with_null_usage(ev.data) {
             return;
         }
         self.observe_chat_searched(ev);
@@ -998,7 +999,7 @@ data: {\"type\":\"response.completed\",\"sequence_number\":5,\"response\":{\"id\
         }
 
         proptest! {
-            /// Passing over a chunk that ends with a null usage once the model is settled reads
+            /// Passing over a chunk that ends with a null usage once the model is known reads
             /// every stream as searching each chunk does.
             #[test]
             fn a_chunk_passed_over_had_nothing_to_tell(chunks in prop::collection::vec(chunk(), 1..8)) {
@@ -1011,6 +1012,24 @@ data: {\"type\":\"response.completed\",\"sequence_number\":5,\"response\":{\"id\
                     prop_assert_eq!(quick.model(), searching.model(), "{}", data);
                 }
             }
+        }
+
+        /// Once the model tries are spent without a model, a chunk ending with a null usage
+        /// still names the model when a usage nested in a choice gets it parsed.
+        #[test]
+        fn a_null_usage_tail_is_passed_over_only_once_the_model_is_known() {
+            let chunks = [
+                r#"{"id":"c","model":""}"#,
+                r#"{"id":"c","model":""}"#,
+                r#"{"id":"c","model":"m1","choices":[{"delta":{"content":"x"}}]"#,
+                r#"{"id":"c","model":""}"#,
+                r#"{"id":"c","model":"m1","choices":[{"delta":{},"usage":{"prompt_tokens":9}}],"usage":null}"#,
+            ];
+            let mut usage = StreamUsage::default();
+            for data in chunks {
+                usage.observe(Format::Openai, &SseEvent { event: None, data });
+            }
+            assert_eq!(usage.model(), Some("m1"));
         }
 
         #[test]
