@@ -1,6 +1,7 @@
 //! Requests: a Responses client's request to the IR (`decode`), and the IR to a request for a
 //! Responses upstream (`encode`).
 
+mod body;
 mod decode;
 mod encode;
 

@@ -4,10 +4,10 @@
 
 use std::borrow::Cow;
 
-use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::super::{REDACTED_BLOB, THINKING_BLOB, image_url, tool_output_value};
+use super::body::*;
 use crate::convert::ir::*;
 use crate::protocol::lenient::{arguments_string, data_url, filename_for_media_type};
 
@@ -31,126 +31,6 @@ fn digest(s: &str) -> String {
         h
     };
     format!("{:016x}{:016x}", fnv(0xcbf2_9ce4_8422_2325), fnv(0x6c62_272e_07bb_0142))
-}
-
-#[derive(Serialize)]
-struct ResponsesRequestOut<'a> {
-    model: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    instructions: Option<String>,
-    input: Vec<ItemOut<'a>>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<ToolOut<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tool_choice: Option<ToolChoiceOut<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    parallel_tool_calls: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_output_tokens: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    temperature: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    top_p: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reasoning: Option<ReasoningOut<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    text: Option<TextOut>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    user: Option<Cow<'a, str>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    prompt_cache_key: Option<&'a str>,
-    stream: bool,
-    store: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    include: Option<[&'static str; 1]>,
-}
-
-#[derive(Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum ItemOut<'a> {
-    Message {
-        role: &'static str,
-        content: Vec<PartOut<'a>>,
-    },
-    FunctionCallOutput {
-        call_id: &'a str,
-        output: Value,
-    },
-    FunctionCall {
-        call_id: &'a str,
-        name: &'a str,
-        arguments: String,
-    },
-    Reasoning {
-        #[serde(skip_serializing_if = "Option::is_none")]
-        id: Option<&'a str>,
-        summary: Vec<SummaryOut<'a>>,
-        encrypted_content: &'a str,
-    },
-}
-
-#[derive(Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum PartOut<'a> {
-    InputText {
-        text: Cow<'a, str>,
-    },
-    OutputText {
-        text: &'a str,
-    },
-    InputImage {
-        image_url: String,
-        detail: &'static str,
-    },
-    InputFile {
-        #[serde(skip_serializing_if = "Option::is_none")]
-        filename: Option<&'a str>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        file_data: Option<String>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        file_url: Option<&'a str>,
-    },
-}
-
-#[derive(Serialize)]
-#[serde(tag = "type", rename = "summary_text")]
-struct SummaryOut<'a> {
-    text: &'a str,
-}
-
-#[derive(Serialize)]
-struct ToolOut<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    name: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    description: Option<&'a str>,
-    parameters: &'a Schema,
-    strict: bool,
-}
-
-#[derive(Serialize)]
-#[serde(untagged)]
-enum ToolChoiceOut<'a> {
-    Mode(&'static str),
-    Function {
-        #[serde(rename = "type")]
-        kind: &'static str,
-        name: &'a str,
-    },
-}
-
-#[derive(Serialize)]
-struct ReasoningOut<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    effort: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    summary: Option<&'a str>,
-}
-
-#[derive(Serialize)]
-struct TextOut {
-    format: Value,
 }
 
 #[derive(Default)]
@@ -253,7 +133,7 @@ impl<'a> RequestEncoder<'a> {
                         self.flush("assistant", &mut content);
                         self.items.push(ItemOut::Reasoning {
                             id: id.as_deref(),
-                            summary: summary.iter().map(|text| SummaryOut { text }).collect(),
+                            summary: summary.iter().map(String::as_str).collect(),
                             encrypted_content: enc,
                         });
                         self.kept_encrypted_reasoning = true;
@@ -322,7 +202,6 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
         .tools
         .iter()
         .map(|t| ToolOut {
-            kind: "function",
             name: &t.name,
             description: t.description.as_deref(),
             parameters: &t.input_schema,
@@ -335,7 +214,7 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
         ToolChoice::Auto => ToolChoiceOut::Mode("auto"),
         ToolChoice::Any => ToolChoiceOut::Mode("required"),
         ToolChoice::None => ToolChoiceOut::Mode("none"),
-        ToolChoice::Tool(name) => ToolChoiceOut::Function { kind: "function", name },
+        ToolChoice::Tool(name) => ToolChoiceOut::Function(name),
     });
     let max_output_tokens = req.max_tokens.map(|max| {
         if max < MIN_MAX_OUTPUT_TOKENS {
@@ -371,23 +250,21 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
         let summary = (!disabled).then(|| r.summary.as_deref().unwrap_or("auto"));
         ReasoningOut { effort, summary }
     });
-    let text = req.output_format.as_ref().map(|format| TextOut {
-        format: match format {
-            OutputFormat::Text => json!({"type": "text"}),
-            OutputFormat::JsonObject => json!({"type": "json_object"}),
-            OutputFormat::JsonSchema { name, schema, strict, description } => {
-                let mut f = json!({"type": "json_schema", "name": name, "schema": schema});
-                if let Some(obj) = f.as_object_mut() {
-                    if let Some(s) = strict {
-                        obj.insert("strict".to_owned(), Value::Bool(*s));
-                    }
-                    if let Some(d) = description {
-                        obj.insert("description".to_owned(), Value::String(d.clone()));
-                    }
+    let text_format = req.output_format.as_ref().map(|format| match format {
+        OutputFormat::Text => json!({"type": "text"}),
+        OutputFormat::JsonObject => json!({"type": "json_object"}),
+        OutputFormat::JsonSchema { name, schema, strict, description } => {
+            let mut f = json!({"type": "json_schema", "name": name, "schema": schema});
+            if let Some(obj) = f.as_object_mut() {
+                if let Some(s) = strict {
+                    obj.insert("strict".to_owned(), Value::Bool(*s));
                 }
-                f
+                if let Some(d) = description {
+                    obj.insert("description".to_owned(), Value::String(d.clone()));
+                }
             }
-        },
+            f
+        }
     });
     let user = req.user.as_deref().map(|user| {
         if user.chars().count() > MAX_USER_LEN {
@@ -401,7 +278,7 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
     // endpoint keeps nothing, and a client that asked for thinking (an Anthropic client gets it
     // as its thinking blocks' signature) expects its reasoning to carry over, as Codex's does.
     let include = (req.include_encrypted_reasoning || e.kept_encrypted_reasoning || reasoning_on)
-        .then_some(["reasoning.encrypted_content"]);
+        .then_some("reasoning.encrypted_content");
 
     let out = ResponsesRequestOut {
         model: &req.model,
@@ -414,7 +291,7 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
         temperature: req.temperature,
         top_p: req.top_p,
         reasoning,
-        text,
+        text_format,
         user,
         prompt_cache_key: req.prompt_cache_key.as_deref(),
         stream: req.stream,
@@ -422,9 +299,7 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
         store: false,
         include,
     };
-    let bytes = serde_json::to_vec(&out)
-        .map_err(|err| ConvertError::new("body", format!("cannot serialize the request: {err}")))?;
-    Ok(Encoded { body: bytes, losses: e.losses })
+    Ok(Encoded { body: out.to_json(request_capacity(req)), losses: e.losses })
 }
 
 #[cfg(test)]
