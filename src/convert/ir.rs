@@ -13,7 +13,7 @@ use crate::protocol::json_write::push_json_members;
 mod path;
 mod schema;
 pub use path::Path;
-pub use schema::{ObjectWithSchemas, Place, Schema, SchemaPlaces, Schemas, parse_object_keeping_schemas};
+pub use schema::{ObjectWithSchemas, Place, Schema, SchemaPlaces, SchemaText, Schemas, parse_object_keeping_schemas};
 
 /// The `signature` of a thinking block that carries a Responses reasoning item (its id and
 /// `encrypted_content`) to an Anthropic client: the Anthropic SDKs keep a thinking block's
@@ -448,8 +448,11 @@ impl ConvertError {
 }
 
 /// The parameters schema of a tool that declared none: an object with no properties.
-pub static NO_PARAMETERS: std::sync::LazyLock<Schema> =
-    std::sync::LazyLock::new(|| serde_json::json!({"type": "object", "properties": {}}).into());
+pub static NO_PARAMETERS: std::sync::LazyLock<Schema> = std::sync::LazyLock::new(|| NO_PARAMETERS_VALUE.clone().into());
+
+/// [`NO_PARAMETERS`] as a `Value`.
+pub static NO_PARAMETERS_VALUE: std::sync::LazyLock<Value> =
+    std::sync::LazyLock::new(|| serde_json::json!({"type": "object", "properties": {}}));
 
 /// A request body an encoder builds as a `Value` map, with its tools written beside it from the
 /// IR (a tool's schema is serialized from where it is, not copied into the map).

@@ -152,7 +152,7 @@ mod tests {
             "model": r.model,
             "system": r.system.iter().map(|t| j_part(&Part::Text(t.clone()))).collect::<Vec<_>>(),
             "messages": r.messages.iter().map(|m| json!({"role": role(m.role), "content": m.content.iter().map(j_part).collect::<Vec<_>>()})).collect::<Vec<_>>(),
-            "tools": r.tools.iter().map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema, "strict": t.strict, "namespace": t.namespace})).collect::<Vec<_>>(),
+            "tools": r.tools.iter().map(|t| json!({"name": t.name, "description": t.description, "input_schema": *t.input_schema.value().unwrap(), "strict": t.strict, "namespace": t.namespace})).collect::<Vec<_>>(),
             "tool_choice": r.tool_choice.as_ref().map(|c| format!("{c:?}")),
             "parallel_tool_calls": r.parallel_tool_calls,
             "max_tokens": r.max_tokens,
@@ -294,7 +294,7 @@ mod tests {
         json!({
             "system": if system.is_empty() { Value::Null } else { json!(system.join("\n\n")) },
             "messages": msgs,
-            "tools": req.tools.iter().map(|t| json!([t.name, t.description, t.input_schema])).collect::<Vec<_>>(),
+            "tools": req.tools.iter().map(|t| json!([t.name, t.description, *t.input_schema.value().unwrap()])).collect::<Vec<_>>(),
         })
     }
 

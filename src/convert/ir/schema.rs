@@ -10,21 +10,42 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use serde::Deserialize;
 use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde::{Deserialize, Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::{ConvertError, parse_object};
 use crate::protocol::json_scan::top_level_members;
+use crate::protocol::json_write::push_json_value;
 
 /// A tool's schema: parsed, or the client's text of it (never `null`: an absent schema is
 /// decoded to a default one).
 #[derive(Clone)]
 pub enum Schema {
     Value(Value),
-    Text(Box<RawValue>),
+    Text(SchemaText),
+}
+
+/// A schema's JSON text as the client wrote it: valid JSON, as serde_json's parse or the request's
+/// scan showed it to be.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SchemaText(Box<str>);
+
+impl SchemaText {
+    pub fn get(&self) -> &str {
+        &self.0
+    }
+
+    /// `text` if it is one JSON value (whitespace around it left out).
+    pub fn parse(text: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str::<&RawValue>(text).map(Self::of)
+    }
+
+    fn of(raw: &RawValue) -> Self {
+        SchemaText(raw.get().into())
+    }
 }
 
 impl Schema {
@@ -84,9 +105,17 @@ impl Schema {
         }
     }
 
+    /// The schema as JSON, written into `out`: text as it is.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        match self {
+            Schema::Value(v) => push_json_value(out, v),
+            Schema::Text(t) => out.extend_from_slice(t.get().as_bytes()),
+        }
+    }
+
     /// Text that is `null` (a client's "no schema") as absent, like a `null` member.
-    fn text_unless_null(text: Box<RawValue>) -> Option<Schema> {
-        (text.get() != "null").then_some(Schema::Text(text))
+    fn text_unless_null(text: &RawValue) -> Option<Schema> {
+        (text.get() != "null").then(|| Schema::Text(SchemaText::of(text)))
     }
 }
 
@@ -119,15 +148,6 @@ impl<'de> Deserialize<'de> for MemberNames {
 impl From<Value> for Schema {
     fn from(v: Value) -> Self {
         Schema::Value(v)
-    }
-}
-
-impl Serialize for Schema {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Schema::Value(v) => v.serialize(serializer),
-            Schema::Text(t) => t.serialize(serializer),
-        }
     }
 }
 
@@ -312,7 +332,7 @@ impl<'de> Visitor<'de> for Capture<'_> {
                 while let Some(key) = map.next_key::<String>()? {
                     if key == member {
                         // A `null` stays a member, as in `Value`, and is read as absent.
-                        let schema = Schema::text_unless_null(map.next_value()?);
+                        let schema = Schema::text_unless_null(map.next_value::<&RawValue>()?);
                         match schema {
                             Some(_) => object.remove(&key),
                             None => object.insert(key, Value::Null),
@@ -408,7 +428,7 @@ mod tests {
     }
 
     fn text_schema(s: &str) -> Schema {
-        Schema::Text(RawValue::from_string(s.to_owned()).unwrap())
+        Schema::Text(SchemaText::parse(s).unwrap())
     }
 
     fn texts(parsed: &ObjectWithSchemas) -> Vec<Option<&str>> {
@@ -676,7 +696,7 @@ mod tests {
 
         #[test]
         fn a_member_is_found_in_any_text_as_in_its_value(text in json_text(), key in prop_oneof![Just("k"), Just("tools")]) {
-            if let (Ok(raw), Ok(value)) = (RawValue::from_string(text.clone()), serde_json::from_str::<Value>(&text)) {
+            if let (Ok(raw), Ok(value)) = (SchemaText::parse(&text), serde_json::from_str::<Value>(&text)) {
                 prop_assert_eq!(Schema::Text(raw).has_member(key), Schema::Value(value).has_member(key));
             }
         }

@@ -1,11 +1,10 @@
 //! The IR to a request for an Anthropic upstream (or an Anthropic-compatible relay).
 
-use serde::Serialize;
-use serde::ser::{SerializeMap, Serializer};
 use serde_json::{Map, Value, json};
 
 use super::{DEFAULT_MAX_TOKENS, MAX_DEFAULT_MAX_TOKENS, MIN_THINKING_BUDGET};
 use crate::convert::ir::*;
+use crate::protocol::json_write::{JsonObject, push_json_members, push_json_string, push_json_value};
 use crate::protocol::lenient::arguments_object;
 
 /// Anthropic tool-use ids must match `^[a-zA-Z0-9_-]+$`; some OpenAI-compatible vendors use
@@ -332,20 +331,25 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
         body.insert("stream".into(), Value::Bool(true));
     }
 
-    let body = BodyWithTools { fields: body, tools }
-        .to_json(request_capacity(req))
-        .map_err(|e| ConvertError::new("body", e.to_string()))?;
-    Ok(Encoded { body, losses })
+    let mut out = Vec::with_capacity(request_capacity(req));
+    let mut written = Ok(());
+    push_json_members(&mut out, body.iter(), |json| {
+        if !tools.is_empty() {
+            let mut list = json.list("tools");
+            written = tools.iter().try_for_each(|tool| tool.write(list.object()));
+            list.close();
+        }
+    });
+    written.map_err(|e| ConvertError::new("body", e.to_string()))?;
+    Ok(Encoded { body: out, losses })
 }
 
-#[derive(Serialize)]
 struct ToolOut<'a> {
     name: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
     description: Option<&'a str>,
-    input_schema: InputSchema<'a>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    strict: Option<bool>,
+    input_schema: &'a Schema,
+    /// Written only when true.
+    strict: bool,
 }
 
 impl<'a> ToolOut<'a> {
@@ -353,38 +357,49 @@ impl<'a> ToolOut<'a> {
         ToolOut {
             name: &t.name,
             description: t.description.as_deref(),
-            input_schema: InputSchema(&t.input_schema),
-            strict: (t.strict == Some(true)).then_some(true),
+            input_schema: &t.input_schema,
+            strict: t.strict == Some(true),
         }
+    }
+
+    fn write(&self, mut json: JsonObject<'_>) -> Result<(), serde_json::Error> {
+        json.text("name", self.name);
+        json.text_if("description", self.description);
+        write_input_schema(self.input_schema, json.key("input_schema"))?;
+        if self.strict {
+            json.flag("strict", true);
+        }
+        json.close();
+        Ok(())
     }
 }
 
 /// A tool's schema as Anthropic requires it, an object schema with `type: "object"` (added when
-/// the schema names no type), written from the IR's schema without copying it.
-struct InputSchema<'a>(&'a Schema);
-
-impl Serialize for InputSchema<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        // Text that names its type goes as it is; anything else is read to be completed.
-        if let Schema::Text(text) = self.0
-            && self.0.has_member("type")
-        {
-            return text.serialize(serializer);
-        }
-        let schema = self.0.value().map_err(serde::ser::Error::custom)?;
-        match &*schema {
-            Value::Object(o) if o.contains_key("type") => o.serialize(serializer),
-            Value::Object(o) => {
-                let mut map = serializer.serialize_map(Some(o.len() + 1))?;
-                map.serialize_entry("type", "object")?;
-                for (key, value) in o {
-                    map.serialize_entry(key, value)?;
-                }
-                map.end()
-            }
-            _ => NO_PARAMETERS.serialize(serializer),
-        }
+/// the schema names no type), written from the IR's schema without copying it. Text that names
+/// its type goes as it is; anything else is read to be completed.
+fn write_input_schema(schema: &Schema, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
+    if let Schema::Text(_) = schema
+        && schema.has_member("type")
+    {
+        schema.write_json(out);
+        return Ok(());
     }
+    let value = schema.value()?;
+    match &*value {
+        Value::Object(o) if o.contains_key("type") => push_json_value(out, &value),
+        Value::Object(o) => {
+            out.extend_from_slice(br#"{"type":"object""#);
+            for (key, member) in o {
+                out.push(b',');
+                push_json_string(out, key);
+                out.push(b':');
+                push_json_value(out, member);
+            }
+            out.push(b'}');
+        }
+        _ => NO_PARAMETERS.write_json(out),
+    }
+    Ok(())
 }
 
 /// Anthropic `thinking`, `output_config.effort` and `max_tokens` for the IR's reasoning:

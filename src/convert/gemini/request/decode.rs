@@ -520,7 +520,8 @@ mod tests {
             "safetySettings": [{"category": "HARM_CATEGORY_HATE_SPEECH", "threshold": "BLOCK_NONE"}]
         }));
         let mut view = request_json(&r, false);
-        view["schemas"] = json!(r.tools.iter().map(|t| t.input_schema.clone()).collect::<Vec<_>>());
+        view["schemas"] =
+            json!(r.tools.iter().map(|t| t.input_schema.value().unwrap().into_owned()).collect::<Vec<_>>());
         assert_json_snapshot!(view);
     }
 

@@ -102,7 +102,7 @@ impl Serialize for ParametersSchema<'_> {
                 }
                 map.end()
             }
-            _ => NO_PARAMETERS.serialize(serializer),
+            _ => NO_PARAMETERS_VALUE.serialize(serializer),
         }
     }
 }

@@ -221,7 +221,7 @@ impl ToolOut<'_> {
         function.text("name", self.name);
         function.text_if("description", self.description);
         // A schema kept as the client's text is written as it is.
-        function.value("parameters", self.parameters);
+        self.parameters.write_json(function.key("parameters"));
         if let Some(strict) = self.strict {
             function.flag("strict", strict);
         }

@@ -402,7 +402,6 @@ mod tests {
     use crate::convert::openai_chat::tests::*;
     use crate::convert::openai_chat::text;
     use insta::{assert_json_snapshot, assert_snapshot};
-    use serde_json::value::RawValue;
     use serde_json::{Value, json};
 
     const CLAUDE_CODE_TURN2: &str = include_str!(concat!(
@@ -643,7 +642,7 @@ mod tests {
         let mut req = feature_request();
         req.model = "gpt-5".into();
         req.user = Some("u\"1".into());
-        req.tools[0].input_schema = Schema::Text(RawValue::from_string(r#"{ "type": "object" }"#.into()).unwrap());
+        req.tools[0].input_schema = Schema::Text(SchemaText::parse(r#"{ "type": "object" }"#).unwrap());
         req.messages.truncate(3);
         req.messages[0].content.truncate(5);
         let body = String::from_utf8(encode_request(&req).unwrap().body).unwrap();

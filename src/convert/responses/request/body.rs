@@ -186,7 +186,7 @@ impl ToolOut<'_> {
         json.text("name", self.name);
         json.text_if("description", self.description);
         // A schema kept as the client's text is written as it is.
-        json.value("parameters", self.parameters);
+        self.parameters.write_json(json.key("parameters"));
         json.flag("strict", self.strict);
         json.close();
     }
@@ -236,7 +236,11 @@ mod tests {
                     content: vec![
                         PartOut::InputText { text: Cow::Borrowed("hi\t") },
                         PartOut::InputImage { image_url: "https://x/y.png".into(), detail: "auto" },
-                        PartOut::InputFile { filename: Some("a.pdf"), file_data: Some("data:x".into()), file_url: None },
+                        PartOut::InputFile {
+                            filename: Some("a.pdf"),
+                            file_data: Some("data:x".into()),
+                            file_url: None,
+                        },
                         PartOut::InputFile { filename: None, file_data: None, file_url: Some("https://x/d.pdf") },
                     ],
                 },
