@@ -25,12 +25,13 @@ use crate::protocol::sse::SseEvent;
 use crate::protocol::stream_events::{EventKind, StreamContext};
 use ir::{ConvertError, EncodeContext, Encoded, ErrorBody, Request, Response, StreamEvent};
 
-pub fn decode_request(format: Format, body: &[u8]) -> Result<Request, ConvertError> {
+pub fn decode_request<'a>(format: Format, body: impl Into<ir::RequestBody<'a>>) -> Result<Request, ConvertError> {
+    let body = body.into();
     match format {
         Format::Anthropic => anthropic::decode_request(body),
         Format::Openai => openai_chat::decode_request(body),
         Format::Responses => responses::decode_request(body),
-        Format::Gemini => gemini::decode_request(body),
+        Format::Gemini => gemini::decode_request(body.bytes),
     }
 }
 

@@ -5,6 +5,7 @@
 
 pub mod errors;
 pub mod json_scan;
+pub mod json_skip;
 pub mod json_write;
 pub mod lenient;
 pub mod plain_json;

@@ -13,7 +13,9 @@ use crate::protocol::json_write::push_json_members;
 mod path;
 mod schema;
 pub use path::Path;
-pub use schema::{ObjectWithSchemas, Place, Schema, SchemaPlaces, SchemaText, Schemas, parse_object_keeping_schemas};
+pub use schema::{
+    ObjectWithSchemas, Place, RequestBody, Schema, SchemaPlaces, SchemaText, Schemas, parse_object_keeping_schemas,
+};
 
 /// The `signature` of a thinking block that carries a Responses reasoning item (its id and
 /// `encrypted_content`) to an Anthropic client: the Anthropic SDKs keep a thinking block's

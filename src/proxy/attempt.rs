@@ -45,7 +45,8 @@ pub async fn run(
     let budget_deadline = (now + settings.rate_limit_backoff_budget).min(deadline_clock);
     let seen_current = gw.rotation.current(protocol);
     let mut conversion = RequestConversion::new(Format::native_to(protocol), inbound.route.is_count_tokens())
-        .with_stream(inbound.stream);
+        .with_stream(inbound.stream)
+        .with_body_peeked(inbound.body_peeked);
     conversion.session_id = inbound.session_id.clone();
     // Session affinity (not under `priority`, whose point is to return to the first endpoint;
     // not for an explicit endpoint, which is the only candidate anyway).

@@ -11,6 +11,16 @@ use crate::observe::record::Tokens;
 use crate::observe::record_id::{hex_len, push_hex};
 use crate::observe::usage::{self, AnswerRead};
 use crate::protocol::Format;
+use crate::protocol::json_skip::ShownObject;
+use crate::protocol::lenient;
+
+/// `body` as a decoder gets it: shown to be one JSON object when the request's peek read it.
+fn request_body(body: &[u8], peeked: bool) -> ir::RequestBody<'_> {
+    match lenient::utf8(body) {
+        Some(text) if peeked => ir::RequestBody::shown(ShownObject::accepted_by_peek(text)),
+        _ => ir::RequestBody::from(body),
+    }
+}
 
 /// Per-request conversion state.
 pub struct RequestConversion {
@@ -30,6 +40,9 @@ pub struct RequestConversion {
     /// The client's session id: a `responses` endpoint gets it as `prompt_cache_key` when the
     /// client sent none (the Responses API keys its prompt cache by it).
     pub session_id: Option<String>,
+    /// The request's peek read the body, and so showed it to be one JSON object: the decoder
+    /// need not validate again what it only steps over.
+    body_peeked: bool,
 }
 
 impl RequestConversion {
@@ -43,6 +56,7 @@ impl RequestConversion {
             count_tokens,
             stream: false,
             session_id: None,
+            body_peeked: false,
         }
     }
 
@@ -61,8 +75,14 @@ impl RequestConversion {
         endpoint != self.client
     }
 
+    /// The body the request's peek read (see `body_peeked`).
+    pub fn with_body_peeked(mut self, peeked: bool) -> Self {
+        self.body_peeked = peeked;
+        self
+    }
+
     fn decoded(&mut self, body: &[u8]) -> Result<&mut ir::Request, ir::ConvertError> {
-        let (client, count_tokens, stream) = (self.client, self.count_tokens, self.stream);
+        let (client, count_tokens, stream, peeked) = (self.client, self.count_tokens, self.stream, self.body_peeked);
         self.decoded
             .get_or_insert_with(|| match client {
                 // The model and the method are in a Gemini client's path: the model is set per
@@ -72,7 +92,7 @@ impl RequestConversion {
                     r.stream = stream;
                     r
                 }),
-                _ => convert::decode_request(client, body),
+                _ => convert::decode_request(client, request_body(body, peeked)),
             })
             .as_mut()
             .map_err(|e| e.clone())

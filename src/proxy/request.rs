@@ -37,6 +37,8 @@ pub struct Inbound {
     pub query: Option<String>,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// Whether `peek` read the body (and so showed it to be one JSON object).
+    pub body_peeked: bool,
     /// The requested model after `@name/` removal (what routing and `model_map` see).
     pub model: Option<String>,
     /// Whether the body's model must be replaced even without a map (an `@name/` prefix).

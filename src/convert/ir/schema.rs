@@ -18,7 +18,11 @@ use serde_json::{Map, Value};
 
 use super::{ConvertError, parse_object};
 use crate::protocol::json_scan::top_level_members;
+use crate::protocol::json_skip::ShownObject;
 use crate::protocol::json_write::push_json_value;
+use cut::{Cut, Placeholders};
+
+mod cut;
 
 /// A tool's schema: parsed, or the client's text of it (never `null`: an absent schema is
 /// decoded to a default one).
@@ -251,24 +255,81 @@ impl Schemas {
     }
 }
 
+/// A client's request body as a decoder gets it: its bytes and, when the request's peek has shown
+/// it to be a JSON object, that showing, so that the decoder need not validate again what it
+/// only steps over.
+#[derive(Clone, Copy)]
+pub struct RequestBody<'a> {
+    pub bytes: &'a [u8],
+    shown: Option<ShownObject<'a>>,
+}
+
+impl<'a> RequestBody<'a> {
+    pub fn shown(json: ShownObject<'a>) -> Self {
+        RequestBody { bytes: json.text().as_bytes(), shown: Some(json) }
+    }
+}
+
+impl<'a> From<&'a [u8]> for RequestBody<'a> {
+    fn from(bytes: &'a [u8]) -> Self {
+        RequestBody { bytes, shown: None }
+    }
+}
+
+impl<'a, const N: usize> From<&'a [u8; N]> for RequestBody<'a> {
+    fn from(bytes: &'a [u8; N]) -> Self {
+        RequestBody { bytes, shown: None }
+    }
+}
+
+impl<'a> From<&'a Vec<u8>> for RequestBody<'a> {
+    fn from(bytes: &'a Vec<u8>) -> Self {
+        RequestBody { bytes, shown: None }
+    }
+}
+
 /// [`parse_object`], keeping the schemas at `places` as text. A body this parse refuses gets
 /// `parse_object`'s own answer, so what is refused, and the words that say why, are the same as
 /// without it.
-pub fn parse_object_keeping_schemas(body: &[u8], places: SchemaPlaces) -> Result<ObjectWithSchemas, ConvertError> {
+///
+/// A body shown to be a JSON object (by the request's peek, or by the scan here) has its object
+/// schemas cut out of its text before the parse (`Cut`), which then only meets a placeholder
+/// for each: stepping over a schema's text costs serde_json ~10 instructions a byte, as it
+/// validates it again; cutting it out costs a copy.
+pub fn parse_object_keeping_schemas(
+    body: RequestBody<'_>,
+    places: SchemaPlaces,
+) -> Result<ObjectWithSchemas, ConvertError> {
+    let bytes = body.bytes;
     // A body that never names the list has no schema to keep: it is parsed the plain way.
-    if memchr::memmem::find(body, places.list.as_bytes()).is_none() {
-        return parse_object(body).map(|object| ObjectWithSchemas { object, schemas: Schemas::default() });
+    if memchr::memmem::find(bytes, places.list.as_bytes()).is_none() {
+        return parse_object(bytes).map(|object| ObjectWithSchemas { object, schemas: Schemas::default() });
     }
-    let mut schemas = Schemas::default();
-    let seed = Capture { level: Level::Body, places, schemas: &mut schemas };
     // Bytes that are not UTF-8 are left to `parse_object`, which reads them as `from_slice` does.
-    let parsed = crate::protocol::lenient::utf8(body).map(|text| {
-        let mut de = serde_json::Deserializer::from_str(text);
-        seed.deserialize(&mut de).and_then(|value| de.end().map(|()| value))
-    });
-    match parsed {
-        Some(Ok(Value::Object(object))) => Ok(ObjectWithSchemas { object, schemas }),
-        _ => parse_object(body).map(|object| ObjectWithSchemas { object, schemas: Schemas::default() }),
+    let Some(text) = body.shown.map(ShownObject::text).or_else(|| crate::protocol::lenient::utf8(bytes)) else {
+        return parse_object(bytes).map(|object| ObjectWithSchemas { object, schemas: Schemas::default() });
+    };
+    if let Some(shown) = body.shown.or_else(|| ShownObject::scan(text))
+        && let Some(cut) = Cut::of(shown, places)
+        && let Some(parsed) = cut.parse(places)
+    {
+        return Ok(parsed);
+    }
+    match parse_capturing(text, places, None) {
+        Some(parsed) => Ok(parsed),
+        None => parse_object(bytes).map(|object| ObjectWithSchemas { object, schemas: Schemas::default() }),
+    }
+}
+
+/// `text` parsed with the schemas at `places` kept; `cut`: the schemas cut out of it, if it is a
+/// cut text. `None` when the parse fails.
+fn parse_capturing(text: &str, places: SchemaPlaces, cut: Option<&mut Placeholders<'_>>) -> Option<ObjectWithSchemas> {
+    let mut schemas = Schemas::default();
+    let seed = Capture { level: Level::Body, places, schemas: &mut schemas, cut };
+    let mut de = serde_json::Deserializer::from_str(text);
+    match seed.deserialize(&mut de).and_then(|value| de.end().map(|()| value)) {
+        Ok(Value::Object(object)) => Some(ObjectWithSchemas { object, schemas }),
+        _ => None,
     }
 }
 
@@ -284,19 +345,29 @@ enum Level {
 
 /// Builds the `Value` that `Value::deserialize` would, except at the levels it takes over: the
 /// body's members, the lists' elements and an element's schema member.
-struct Capture<'s> {
+struct Capture<'s, 't> {
     level: Level,
     places: SchemaPlaces,
     schemas: &'s mut Schemas,
+    /// When the text parsed is a cut one: its cut schemas.
+    cut: Option<&'s mut Placeholders<'t>>,
 }
 
-impl Capture<'_> {
-    fn at(&mut self, level: Level) -> Capture<'_> {
-        Capture { level, places: self.places, schemas: self.schemas }
+impl<'t> Capture<'_, 't> {
+    fn at(&mut self, level: Level) -> Capture<'_, 't> {
+        Capture { level, places: self.places, schemas: self.schemas, cut: self.cut.as_deref_mut() }
+    }
+
+    /// The schema for the value `raw` read at a schema's place (`None` for `null`).
+    fn schema(&mut self, raw: &RawValue) -> Result<Option<Schema>, &'static str> {
+        match self.cut.as_deref_mut() {
+            Some(cut) => cut.schema(raw),
+            None => Ok(Schema::text_unless_null(raw)),
+        }
     }
 }
 
-impl<'de> DeserializeSeed<'de> for Capture<'_> {
+impl<'de> DeserializeSeed<'de> for Capture<'_, '_> {
     type Value = Value;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
@@ -304,7 +375,7 @@ impl<'de> DeserializeSeed<'de> for Capture<'_> {
     }
 }
 
-impl<'de> Visitor<'de> for Capture<'_> {
+impl<'de> Visitor<'de> for Capture<'_, '_> {
     type Value = Value;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -332,7 +403,7 @@ impl<'de> Visitor<'de> for Capture<'_> {
                 while let Some(key) = map.next_key::<String>()? {
                     if key == member {
                         // A `null` stays a member, as in `Value`, and is read as absent.
-                        let schema = Schema::text_unless_null(map.next_value::<&RawValue>()?);
+                        let schema = self.schema(map.next_value::<&RawValue>()?).map_err(de::Error::custom)?;
                         match schema {
                             Some(_) => object.remove(&key),
                             None => object.insert(key, Value::Null),
@@ -419,7 +490,7 @@ mod tests {
     const WRAPPED: SchemaPlaces = SchemaPlaces { wrapper: Some("function"), ..MESSAGES };
 
     fn parse(body: &str) -> Result<ObjectWithSchemas, ConvertError> {
-        parse_object_keeping_schemas(body.as_bytes(), MESSAGES)
+        parse_object_keeping_schemas(body.as_bytes().into(), MESSAGES)
     }
 
     /// The schemas at `places`, taken, as their text.
@@ -473,7 +544,7 @@ mod tests {
     #[test]
     fn elements_after_the_last_schema_take_no_room() {
         let body = format!(r#"{{"tools": [{{"input_schema": {{}}}}{}]}}"#, ", {}".repeat(1000));
-        let parsed = parse_object_keeping_schemas(body.as_bytes(), WRAPPED).unwrap();
+        let parsed = parse_object_keeping_schemas(body.as_bytes().into(), WRAPPED).unwrap();
         assert_eq!((parsed.schemas.own.len(), parsed.schemas.wrapped.len()), (1, 0));
     }
 
@@ -515,7 +586,7 @@ mod tests {
             {"tools": [{"input_schema": {"d": 4}}, {"input_schema": {"e": 5}}],
              "tools": [{"input_schema": {"f": 6}}, {"input_schema": {"g": 7}, "input_schema": null}]}
         ]}"#;
-        let mut parsed = parse_object_keeping_schemas(body.as_bytes(), NESTED).unwrap();
+        let mut parsed = parse_object_keeping_schemas(body.as_bytes().into(), NESTED).unwrap();
         assert_eq!(
             Value::Object(parsed.object.clone()),
             json!({"tools": [
@@ -557,7 +628,7 @@ mod tests {
             {"function": [{"input_schema": {"x": 1}}], "input_schema": null},
             {"function": {"function": {"input_schema": {"deep": 1}}}}
         ]}"#;
-        let mut parsed = parse_object_keeping_schemas(body.as_bytes(), WRAPPED).unwrap();
+        let mut parsed = parse_object_keeping_schemas(body.as_bytes().into(), WRAPPED).unwrap();
         assert_eq!(
             Value::Object(parsed.object.clone()),
             json!({"tools": [
@@ -590,7 +661,7 @@ mod tests {
         }
         // Bytes that are not UTF-8 are read as `from_slice` reads them.
         assert_eq!(
-            parse_object_keeping_schemas(b"{\"a\": \"\xff\"}", MESSAGES).err(),
+            parse_object_keeping_schemas(b"{\"a\": \"\xff\"}".into(), MESSAGES).err(),
             parse_object(b"{\"a\": \"\xff\"}").err()
         );
     }
@@ -668,9 +739,19 @@ mod tests {
     /// Request bodies around the shapes the parse takes over: tools lists of objects with
     /// schemas, named twice, not lists, with elements that are not objects; and broken ends.
     fn body() -> impl Strategy<Value = String> {
+        // An object holding a schema: a wrapper, or an element of a nested list.
+        let holder = || {
+            prop::collection::vec(json_text(), 1..3)
+                .prop_map(|v| format!("{{\"input_schema\": {}}}", v.join(", \"input_schema\": ")))
+        };
+        let value = prop_oneof![
+            4 => json_text(),
+            1 => holder(),
+            1 => prop::collection::vec(holder(), 0..3).prop_map(|h| format!("[{}]", h.join(","))),
+        ];
         let element = prop_oneof![
             4 => prop::collection::vec(
-                (prop_oneof![Just("input_schema"), Just("name"), Just("tools"), Just("function")], json_text()),
+                (prop_oneof![Just("input_schema"), Just("name"), Just("tools"), Just("function")], value),
                 0..4,
             )
             .prop_map(|members| {
@@ -691,6 +772,71 @@ mod tests {
         (prop::collection::vec(member, 0..3), end).prop_map(|(m, end)| format!("{{{}}}{end}", m.join(", ")))
     }
 
+    /// Every kept schema's text, by place.
+    fn kept_texts(parsed: &ObjectWithSchemas) -> Vec<(Place, Option<String>)> {
+        let text = |s: &Option<Schema>| s.as_ref().map(|s| s.text().into_owned());
+        let own = parsed.schemas.own.iter().enumerate().map(|(i, s)| (Place::Element(i), text(s)));
+        let inner = parsed.schemas.nested.iter().map(|((i, j), s)| (Place::Nested(*i, *j), text(s)));
+        let wrapped = parsed.schemas.wrapped.iter().enumerate().map(|(i, s)| (Place::Wrapped(i), text(s)));
+        own.chain(inner).chain(wrapped).collect()
+    }
+
+    #[test]
+    fn a_shown_body_has_its_object_schemas_cut_out_before_the_parse() {
+        let body = r#"{"model":"m","tools":[{"name":"a","input_schema":{"type":"object","properties":{"s":{"type":"string","description":"a \"quoted\" }"}}}},
+            {"name":"b","input_schema":null},{"name":"c","input_schema" : [1]},{"name":"d","input_schema":{}}],"messages":[{"role":"user","content":"{\"input_schema\":1}"}]}"#;
+        let cut = Cut::of(ShownObject::scan(body).unwrap(), MESSAGES).unwrap();
+        assert_eq!(cut.placeholders.at.len(), 2, "the two object schemas");
+        assert_eq!(
+            cut.text,
+            r#"{"model":"m","tools":[{"name":"a","input_schema":0},
+            {"name":"b","input_schema":null},{"name":"c","input_schema" : [1]},{"name":"d","input_schema":0}],"messages":[{"role":"user","content":"{\"input_schema\":1}"}]}"#
+        );
+        let parsed = cut.parse(MESSAGES).unwrap();
+        let whole = parse_capturing(body, MESSAGES, None).unwrap();
+        assert_eq!(kept_texts(&parsed), kept_texts(&whole));
+        assert_eq!(parsed.object, whole.object);
+        assert_eq!(
+            kept_texts(&parsed)[0].1.as_deref(),
+            Some(r#"{"type":"object","properties":{"s":{"type":"string","description":"a \"quoted\" }"}}}"#)
+        );
+    }
+
+    #[test]
+    fn a_key_written_with_an_escape_is_left_to_the_parse() {
+        let body = r#"{"tools":[{"input\u005fschema":{"a":1},"input_schema":{"b":2}}]}"#;
+        assert!(Cut::of(ShownObject::scan(body).unwrap(), MESSAGES).is_none());
+        let mut parsed = parse(body).unwrap();
+        assert_eq!(taken_texts(&mut parsed, &[Place::Element(0)]), [Some(r#"{"b":2}"#.to_owned())]);
+    }
+
+    /// Text that is not JSON, said to be: the walk checks the punctuation around each value it
+    /// steps over, so a placeholder always stands alone (`{}.5` would have become `0.5`), and the
+    /// parse refuses the body.
+    #[test]
+    fn text_that_is_not_json_said_to_be_is_refused_all_the_same() {
+        for body in [
+            r#"{"tools":[{"input_schema":{}.5}]}"#,
+            r#"{"tools":[{"input_schema" {}}]}"#,
+            r#"{"tools":[{"input_schema":{}]}"#,
+        ] {
+            assert!(Cut::of(ShownObject::accepted_by_peek(body), MESSAGES).is_none(), "{body}");
+            assert!(
+                parse_object_keeping_schemas(RequestBody::shown(ShownObject::accepted_by_peek(body)), MESSAGES)
+                    .is_err()
+            );
+        }
+    }
+
+    /// A placeholder the parse never meets as a schema sends the body to the parse of its own text.
+    #[test]
+    fn a_placeholder_the_parse_does_not_meet_undoes_the_cut() {
+        let body = r#"{"tools":[{"input_schema":{"a":1}}]}"#;
+        let mut cut = Cut::of(ShownObject::scan(body).unwrap(), MESSAGES).unwrap();
+        cut.placeholders.at.push((cut.text.len() + 10, 0..1));
+        assert!(cut.parse(MESSAGES).is_none());
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
@@ -701,6 +847,22 @@ mod tests {
             }
         }
 
+        /// A body cut by the walk parses to what its own text does: every placeholder met, the
+        /// same object, the same schemas by place.
+        #[test]
+        fn a_cut_body_parses_as_its_own_text(body in body(), places in prop_oneof![Just(MESSAGES), Just(NESTED), Just(WRAPPED)]) {
+            if let Some(cut) = ShownObject::scan(&body).and_then(|shown| Cut::of(shown, places)) {
+                // Both refuse what a `Value` cannot hold (a lone surrogate escape) outside a schema.
+                match (cut.parse(places), parse_capturing(&body, places, None)) {
+                    (Some(parsed), Some(whole)) => {
+                        prop_assert_eq!(kept_texts(&parsed), kept_texts(&whole));
+                        prop_assert_eq!(parsed.object, whole.object);
+                    }
+                    (parsed, whole) => prop_assert_eq!(parsed.is_some(), whole.is_some(), "{}", body),
+                }
+            }
+        }
+
         /// For each kind of places: the kept schemas, put back where they were, give the whole parse's object; what one
         /// refuses, the other refuses with the same words. The one difference: a schema holding
         /// what a `Value` cannot (here a lone surrogate escape; also nesting deeper than 128 and
@@ -708,7 +870,7 @@ mod tests {
         #[test]
         fn the_parse_agrees_with_a_whole_parse(body in body(), places in prop_oneof![Just(MESSAGES), Just(NESTED), Just(WRAPPED)]) {
             let whole = parse_object(body.as_bytes());
-            match (parse_object_keeping_schemas(body.as_bytes(), places), whole) {
+            match (parse_object_keeping_schemas(body.as_bytes().into(), places), whole) {
                 (Err(refused), whole) => prop_assert_eq!(Err(refused), whole.map(|_| ())),
                 (Ok(_), Err(_)) => prop_assert!(body.contains(r"\ud800"), "only a Value's limits refuse more"),
                 (Ok(mut parsed), Ok(whole)) => {

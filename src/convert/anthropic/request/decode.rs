@@ -138,8 +138,8 @@ fn req_string(
 }
 
 /// Client request body (Anthropic Messages) → IR.
-pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
-    let ObjectWithSchemas { object: mut obj, mut schemas } = parse_object_keeping_schemas(body, TOOL_SCHEMAS)?;
+pub fn decode_request<'a>(body: impl Into<RequestBody<'a>>) -> Result<Request, ConvertError> {
+    let ObjectWithSchemas { object: mut obj, mut schemas } = parse_object_keeping_schemas(body.into(), TOOL_SCHEMAS)?;
     let mut losses = Vec::new();
     let m = Members::of(&mut obj);
 

@@ -56,8 +56,8 @@ const TOOL_SCHEMAS: SchemaPlaces =
 
 /// Client request body (this protocol) -> IR. Malformed or unsupported-in-a-meaning-changing-way input
 /// -> ConvertError naming the field (the gateway answers 400 with it).
-pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
-    let ObjectWithSchemas { object: mut o, mut schemas } = parse_object_keeping_schemas(body, TOOL_SCHEMAS)?;
+pub fn decode_request<'a>(body: impl Into<RequestBody<'a>>) -> Result<Request, ConvertError> {
+    let ObjectWithSchemas { object: mut o, mut schemas } = parse_object_keeping_schemas(body.into(), TOOL_SCHEMAS)?;
     let mut req = Request::default();
     let mut losses: Vec<Loss> = Vec::new();
 

@@ -489,8 +489,8 @@ fn decode_input_file(field: &Path<'_>, p: &Value) -> Result<Part, ConvertError> 
 }
 
 /// Client request body (Responses) → IR.
-pub fn decode_request(body: &[u8]) -> Result<Request, ConvertError> {
-    let ObjectWithSchemas { object, mut schemas } = parse_object_keeping_schemas(body, TOOL_SCHEMAS)?;
+pub fn decode_request<'a>(body: impl Into<RequestBody<'a>>) -> Result<Request, ConvertError> {
+    let ObjectWithSchemas { object, mut schemas } = parse_object_keeping_schemas(body.into(), TOOL_SCHEMAS)?;
     let mut root = Value::Object(object);
     let mut d = RequestDecoder::default();
     let mut req = Request::default();
