@@ -254,7 +254,10 @@ proptest! {
         if crate::protocol::lenient::is_object(&body) {
             let (scanned, parsed) = (crate::proxy::request::peek(&body), crate::proxy::request::peek_parsed(&body));
             match (scanned, parsed) {
-                (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+                (Ok(a), Ok(b)) => {
+                    prop_assert!(crate::proxy::request::tests::tools_span_is_where_serde_finds_tools(&body, &a.tools_span));
+                    prop_assert_eq!(crate::proxy::request::Peek { tools_span: None, ..a }, b);
+                }
                 (Err(a), Err(b)) => prop_assert_eq!((a.code, a.message), (b.code, b.message)),
                 (a, b) => prop_assert!(false, "{:?} against {:?}", a.map(|_| ()), b.map(|_| ())),
             }

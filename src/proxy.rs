@@ -310,7 +310,7 @@ async fn prepare(
     let model_span = if gemini.is_some() { None } else { peek.as_ref().and_then(|p| p.model_span.clone()) };
     let session_id = affinity::session_id(&sessions, peek.as_ref().map(|p| p.session()).unwrap_or_default());
     trail.set_session(session_id.as_deref());
-    let body_peeked = peek.is_some();
+    let body_peeked = peek.as_ref().map(|p| request::PeekedBody { tools_span: p.tools_span.clone() });
     drop(peek);
 
     let path = parts.uri.path();

@@ -155,7 +155,7 @@ fn masks_bytewise(block: &[u8; 64]) -> Masks {
 /// The bytes of the block at `base` that a backslash escapes, each escape checked as JSON allows
 /// it (`None` otherwise). `carry` says the block's first byte is escaped, and is set when its
 /// last byte escapes the next block's first.
-fn escaped(bytes: &[u8], base: usize, backslashes: u64, carry: &mut bool) -> Option<u64> {
+pub(crate) fn escaped(bytes: &[u8], base: usize, backslashes: u64, carry: &mut bool) -> Option<u64> {
     let mut escaped = 0;
     let mut pending = backslashes;
     if std::mem::take(carry) {
@@ -188,7 +188,7 @@ fn valid_escape(bytes: &[u8], at: usize) -> Option<()> {
 
 /// Bit `i` set when an odd number of bits `0..=i` are set: the bytes inside strings, counting
 /// each opening quote and not its closing one.
-fn prefix_xor(mut bits: u64) -> u64 {
+pub(crate) fn prefix_xor(mut bits: u64) -> u64 {
     for shift in [1, 2, 4, 8, 16, 32] {
         bits ^= bits << shift;
     }

@@ -46,7 +46,7 @@ pub async fn run(
     let seen_current = gw.rotation.current(protocol);
     let mut conversion = RequestConversion::new(Format::native_to(protocol), inbound.route.is_count_tokens())
         .with_stream(inbound.stream)
-        .with_body_peeked(inbound.body_peeked);
+        .with_body_peeked(inbound.body_peeked.clone());
     conversion.session_id = inbound.session_id.clone();
     // Session affinity (not under `priority`, whose point is to return to the first endpoint;
     // not for an explicit endpoint, which is the only candidate anyway).

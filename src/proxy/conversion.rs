@@ -13,11 +13,15 @@ use crate::observe::usage::{self, AnswerRead};
 use crate::protocol::Format;
 use crate::protocol::json_skip::ShownObject;
 use crate::protocol::lenient;
+use crate::proxy::request::PeekedBody;
 
 /// `body` as a decoder gets it: shown to be one JSON object when the request's peek read it.
-fn request_body(body: &[u8], peeked: bool) -> ir::RequestBody<'_> {
-    match lenient::utf8(body) {
-        Some(text) if peeked => ir::RequestBody::shown(ShownObject::accepted_by_peek(text)),
+fn request_body<'a>(body: &'a [u8], peeked: Option<&PeekedBody>) -> ir::RequestBody<'a> {
+    match (lenient::utf8(body), peeked) {
+        (Some(text), Some(peeked)) => {
+            let tools = peeked.tools_span.clone().map(|span| ("tools", span));
+            ir::RequestBody::shown(ShownObject::accepted_by_peek(text, tools))
+        }
         _ => ir::RequestBody::from(body),
     }
 }
@@ -40,9 +44,9 @@ pub struct RequestConversion {
     /// The client's session id: a `responses` endpoint gets it as `prompt_cache_key` when the
     /// client sent none (the Responses API keys its prompt cache by it).
     pub session_id: Option<String>,
-    /// The request's peek read the body, and so showed it to be one JSON object: the decoder
-    /// need not validate again what it only steps over.
-    body_peeked: bool,
+    /// Set when the request's peek read the body, and so showed it to be one JSON object: the
+    /// decoder need not validate again what it only steps over.
+    body_peeked: Option<PeekedBody>,
 }
 
 impl RequestConversion {
@@ -56,7 +60,7 @@ impl RequestConversion {
             count_tokens,
             stream: false,
             session_id: None,
-            body_peeked: false,
+            body_peeked: None,
         }
     }
 
@@ -76,13 +80,14 @@ impl RequestConversion {
     }
 
     /// The body the request's peek read (see `body_peeked`).
-    pub fn with_body_peeked(mut self, peeked: bool) -> Self {
+    pub fn with_body_peeked(mut self, peeked: Option<PeekedBody>) -> Self {
         self.body_peeked = peeked;
         self
     }
 
     fn decoded(&mut self, body: &[u8]) -> Result<&mut ir::Request, ir::ConvertError> {
-        let (client, count_tokens, stream, peeked) = (self.client, self.count_tokens, self.stream, self.body_peeked);
+        let (client, count_tokens, stream, peeked) =
+            (self.client, self.count_tokens, self.stream, self.body_peeked.as_ref());
         self.decoded
             .get_or_insert_with(|| match client {
                 // The model and the method are in a Gemini client's path: the model is set per

@@ -37,8 +37,8 @@ pub struct Inbound {
     pub query: Option<String>,
     pub headers: HeaderMap,
     pub body: Bytes,
-    /// Whether `peek` read the body (and so showed it to be one JSON object).
-    pub body_peeked: bool,
+    /// Set when `peek` read the body.
+    pub body_peeked: Option<PeekedBody>,
     /// The requested model after `@name/` removal (what routing and `model_map` see).
     pub model: Option<String>,
     /// Whether the body's model must be replaced even without a map (an `@name/` prefix).
@@ -86,8 +86,15 @@ pub fn is_anthropic_client(headers: &HeaderMap) -> bool {
     headers.contains_key(ANTHROPIC_VERSION) || headers.contains_key(X_API_KEY)
 }
 
+/// What the peek showed a converter of the body: that it is one JSON object; and, when the
+/// peek's scan read it, where its top-level `tools` value is (`Some(None)`: there is none).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PeekedBody {
+    pub tools_span: Option<Option<Range<usize>>>,
+}
+
 /// What routing needs from a JSON body.
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Peek {
     /// Where the `model` value (quotes included) sits in the body, for `splice_model`.
     pub model_span: Option<Range<usize>>,
@@ -97,6 +104,9 @@ pub struct Peek {
     pub prompt_cache_key: Option<String>,
     /// `metadata.user_id` (Anthropic), when a string.
     pub user_id: Option<String>,
+    /// Where the top-level `tools` value is (`Some(None)`: there is none), when the scan read
+    /// the body; a converter's walk to the tools' schemas starts there.
+    pub tools_span: Option<Option<Range<usize>>>,
 }
 
 impl Peek {
@@ -110,7 +120,7 @@ impl Peek {
 }
 
 /// The top-level members `peek` reads, in `peek_scanned`'s order.
-const PEEKED_MEMBERS: [&str; 4] = ["model", "stream", "prompt_cache_key", "metadata"];
+const PEEKED_MEMBERS: [&str; 5] = ["model", "stream", "prompt_cache_key", "metadata", "tools"];
 
 /// Read just enough of the body; the whole document is still validated as JSON.
 ///
@@ -138,8 +148,8 @@ pub fn peek(body: &[u8]) -> Result<Peek, GatewayError> {
 /// The peek from the members `json_scan` found, read as `peek_parsed` reads them; `None` for a
 /// member value serde_json would refuse (`1e999` is valid JSON but not a `Value`), so that
 /// `peek_parsed` words the error.
-fn peek_scanned(text: &str, members: [Option<Range<usize>>; 4]) -> Option<Result<Peek, GatewayError>> {
-    let [model_span, stream, prompt_cache_key, metadata] = members;
+fn peek_scanned(text: &str, members: [Option<Range<usize>>; 5]) -> Option<Result<Peek, GatewayError>> {
+    let [model_span, stream, prompt_cache_key, metadata, tools_span] = members;
     // serde_json reads `"model": null` as no model at all.
     let model_span = model_span.filter(|span| &text[span.clone()] != "null");
     let raw = |span: &Option<Range<usize>>| span.clone().map(|span| &text[span]);
@@ -167,7 +177,7 @@ fn peek_scanned(text: &str, members: [Option<Range<usize>>; 4]) -> Option<Result
             None => return Some(Err(model_not_a_string())),
         },
     };
-    Some(Ok(Peek { model_span, model, stream, prompt_cache_key, user_id }))
+    Some(Ok(Peek { model_span, model, stream, prompt_cache_key, user_id, tools_span: Some(tools_span) }))
 }
 
 /// The text of a JSON string value without escapes (its quotes removed); `None` for anything
@@ -212,7 +222,7 @@ pub(crate) fn peek_parsed(body: &[u8]) -> Result<Peek, GatewayError> {
         let start = (value.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
         Some(start..start + value.len())
     });
-    Ok(Peek { model_span, model, stream, prompt_cache_key, user_id })
+    Ok(Peek { model_span, model, stream, prompt_cache_key, user_id, tools_span: None })
 }
 
 fn model_not_a_string() -> GatewayError {
@@ -230,7 +240,7 @@ pub fn splice_model(body: &Bytes, span: Range<usize>, new_model: &str) -> Bytes 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use proptest::prelude::*;
 
     use super::*;
@@ -240,7 +250,7 @@ mod tests {
     /// with a byte changed.
     fn body() -> impl Strategy<Value = Vec<u8>> {
         let key = prop::sample::select(
-            &["model", "stream", "prompt_cache_key", "metadata", "\\u006dodel", "messages", "x"][..],
+            &["model", "stream", "prompt_cache_key", "metadata", "\\u006dodel", "messages", "tools", "x"][..],
         );
         let value = prop::sample::select(
             &[
@@ -291,10 +301,28 @@ mod tests {
             // Both readings run after the one check that the body is an object at all.
             prop_assume!(is_object(&body));
             match (peek(&body), peek_parsed(&body)) {
-                (Ok(scanned), Ok(parsed)) => prop_assert_eq!(scanned, parsed),
+                (Ok(scanned), Ok(parsed)) => {
+                    prop_assert!(tools_span_is_where_serde_finds_tools(&body, &scanned.tools_span));
+                    prop_assert_eq!(Peek { tools_span: None, ..scanned }, parsed);
+                }
                 (Err(a), Err(b)) => prop_assert_eq!((a.kind, a.code, a.message), (b.kind, b.code, b.message)),
                 (a, b) => prop_assert!(false, "{:?} against {:?} for {:?}", a.map(|_| ()), b.map(|_| ()), String::from_utf8_lossy(&body)),
             }
+        }
+    }
+
+    /// `span`, when the scan gave one, holds the body's `tools` value as serde_json reads it (or
+    /// there is none). serde_json reads the last of a member named twice, which the scan leaves
+    /// to it.
+    pub(crate) fn tools_span_is_where_serde_finds_tools(body: &[u8], span: &Option<Option<Range<usize>>>) -> bool {
+        let Some(span) = span else { return true };
+        // Valid JSON that is not a `Value` (a number beyond `f64`) cannot be compared.
+        let Ok(whole) = serde_json::from_slice::<serde_json::Value>(body) else { return true };
+        match span {
+            Some(span) => {
+                serde_json::from_slice::<serde_json::Value>(&body[span.clone()]).ok().as_ref() == whole.get("tools")
+            }
+            None => whole.get("tools").is_none(),
         }
     }
 
@@ -304,8 +332,11 @@ mod tests {
         let text = std::str::from_utf8(body).unwrap();
         let members = json_scan::top_level_members(text, PEEKED_MEMBERS).unwrap();
         let scanned = peek_scanned(text, members).unwrap().unwrap();
-        assert_eq!(scanned, peek_parsed(body).unwrap());
+        assert_eq!(scanned.tools_span, Some(None));
+        assert_eq!(Peek { tools_span: None, ..scanned.clone() }, peek_parsed(body).unwrap());
         assert_eq!(scanned.model_span, Some(9..19));
+        let with_tools = peek(br#"{"model":"m","tools":[{"name":"t"}],"x":1}"#).unwrap();
+        assert_eq!(with_tools.tools_span, Some(Some(21..35)));
     }
 
     #[test]

@@ -258,7 +258,7 @@ impl Schemas {
 /// A client's request body as a decoder gets it: its bytes and, when the request's peek has shown
 /// it to be a JSON object, that showing, so that the decoder need not validate again what it
 /// only steps over.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct RequestBody<'a> {
     pub bytes: &'a [u8],
     shown: Option<ShownObject<'a>>,
@@ -306,10 +306,11 @@ pub fn parse_object_keeping_schemas(
         return parse_object(bytes).map(|object| ObjectWithSchemas { object, schemas: Schemas::default() });
     }
     // Bytes that are not UTF-8 are left to `parse_object`, which reads them as `from_slice` does.
-    let Some(text) = body.shown.map(ShownObject::text).or_else(|| crate::protocol::lenient::utf8(bytes)) else {
+    let Some(text) = body.shown.as_ref().map(ShownObject::text).or_else(|| crate::protocol::lenient::utf8(bytes))
+    else {
         return parse_object(bytes).map(|object| ObjectWithSchemas { object, schemas: Schemas::default() });
     };
-    if let Some(shown) = body.shown.or_else(|| ShownObject::scan(text))
+    if let Some(shown) = body.shown.or_else(|| ShownObject::scan(text, places.list))
         && let Some(cut) = Cut::of(shown, places)
         && let Some(parsed) = cut.parse(places)
     {
@@ -785,7 +786,7 @@ mod tests {
     fn a_shown_body_has_its_object_schemas_cut_out_before_the_parse() {
         let body = r#"{"model":"m","tools":[{"name":"a","input_schema":{"type":"object","properties":{"s":{"type":"string","description":"a \"quoted\" }"}}}},
             {"name":"b","input_schema":null},{"name":"c","input_schema" : [1]},{"name":"d","input_schema":{}}],"messages":[{"role":"user","content":"{\"input_schema\":1}"}]}"#;
-        let cut = Cut::of(ShownObject::scan(body).unwrap(), MESSAGES).unwrap();
+        let cut = Cut::of(ShownObject::scan(body, "tools").unwrap(), MESSAGES).unwrap();
         assert_eq!(cut.placeholders.at.len(), 2, "the two object schemas");
         assert_eq!(
             cut.text,
@@ -805,7 +806,7 @@ mod tests {
     #[test]
     fn a_key_written_with_an_escape_is_left_to_the_parse() {
         let body = r#"{"tools":[{"input\u005fschema":{"a":1},"input_schema":{"b":2}}]}"#;
-        assert!(Cut::of(ShownObject::scan(body).unwrap(), MESSAGES).is_none());
+        assert!(Cut::of(ShownObject::scan(body, "tools").unwrap(), MESSAGES).is_none());
         let mut parsed = parse(body).unwrap();
         assert_eq!(taken_texts(&mut parsed, &[Place::Element(0)]), [Some(r#"{"b":2}"#.to_owned())]);
     }
@@ -820,9 +821,9 @@ mod tests {
             r#"{"tools":[{"input_schema" {}}]}"#,
             r#"{"tools":[{"input_schema":{}]}"#,
         ] {
-            assert!(Cut::of(ShownObject::accepted_by_peek(body), MESSAGES).is_none(), "{body}");
+            assert!(Cut::of(ShownObject::accepted_by_peek(body, None), MESSAGES).is_none(), "{body}");
             assert!(
-                parse_object_keeping_schemas(RequestBody::shown(ShownObject::accepted_by_peek(body)), MESSAGES)
+                parse_object_keeping_schemas(RequestBody::shown(ShownObject::accepted_by_peek(body, None)), MESSAGES)
                     .is_err()
             );
         }
@@ -832,7 +833,7 @@ mod tests {
     #[test]
     fn a_placeholder_the_parse_does_not_meet_undoes_the_cut() {
         let body = r#"{"tools":[{"input_schema":{"a":1}}]}"#;
-        let mut cut = Cut::of(ShownObject::scan(body).unwrap(), MESSAGES).unwrap();
+        let mut cut = Cut::of(ShownObject::scan(body, "tools").unwrap(), MESSAGES).unwrap();
         cut.placeholders.at.push((cut.text.len() + 10, 0..1));
         assert!(cut.parse(MESSAGES).is_none());
     }
@@ -851,7 +852,14 @@ mod tests {
         /// same object, the same schemas by place.
         #[test]
         fn a_cut_body_parses_as_its_own_text(body in body(), places in prop_oneof![Just(MESSAGES), Just(NESTED), Just(WRAPPED)]) {
-            if let Some(cut) = ShownObject::scan(&body).and_then(|shown| Cut::of(shown, places)) {
+            // The walk from the list the scan found, and from the body's start, cut the same.
+            let Some(scanned) = ShownObject::scan(&body, "tools") else { return Ok(()) };
+            let (from_list, from_start) = (Cut::of(scanned, places), Cut::of(ShownObject::accepted_by_peek(&body, None), places));
+            prop_assert_eq!(
+                from_list.as_ref().map(|cut| &cut.placeholders.at),
+                from_start.as_ref().map(|cut| &cut.placeholders.at)
+            );
+            for cut in [from_list, from_start].into_iter().flatten() {
                 // Both refuse what a `Value` cannot hold (a lone surrogate escape) outside a schema.
                 match (cut.parse(places), parse_capturing(&body, places, None)) {
                     (Some(parsed), Some(whole)) => {

@@ -37,7 +37,12 @@ impl<'t> Cut<'t> {
     /// `None` when there is nothing to cut, or the walk declines the body (see [`schema_spans`]).
     pub(super) fn of(body: ShownObject<'t>, places: SchemaPlaces) -> Option<Self> {
         let original = body.text();
-        let mut at = schema_spans(original, places)?;
+        let mut at = match body.member(places.list) {
+            // Where the list is, as the request's scan found it: the walk starts there.
+            Some(Some(list)) => schema_spans(original, Some(list.start), places)?,
+            Some(None) => return None,
+            None => schema_spans(original, None, places)?,
+        };
         if at.is_empty() {
             return None;
         }
@@ -83,16 +88,14 @@ impl Placeholders<'_> {
 }
 
 /// Where the object schemas at `places` are in `body`, in order (each span to be filled in with
-/// its placeholder's place); `None` when the walk meets a key written with an escape, which it
+/// its placeholder's place), walking from the body's start, or from `list_at` where the list's
+/// value is known to start; `None` when the walk meets a key written with an escape, which it
 /// leaves to the parse.
-fn schema_spans(body: &str, places: SchemaPlaces) -> Option<Vec<(usize, Range<usize>)>> {
+fn schema_spans(body: &str, list_at: Option<usize>, places: SchemaPlaces) -> Option<Vec<(usize, Range<usize>)>> {
     let SchemaPlaces { list, member, nested, wrapper } = places;
     let mut spans = Vec::new();
-    let mut walk = Walk { text: body, at: 0 };
-    walk.members(|walk, key| {
-        if key != list {
-            return walk.skip();
-        }
+    let mut walk = Walk { text: body, at: list_at.unwrap_or(0) };
+    let mut elements = |walk: &mut Walk<'_>| {
         walk.elements(|walk| {
             walk.members(|walk, key| {
                 if key == member {
@@ -108,7 +111,11 @@ fn schema_spans(body: &str, places: SchemaPlaces) -> Option<Vec<(usize, Range<us
                 }
             })
         })
-    })?;
+    };
+    match list_at {
+        Some(_) => elements(&mut walk)?,
+        None => walk.members(|walk, key| if key == list { elements(walk) } else { walk.skip() })?,
+    }
     Some(spans)
 }
 
