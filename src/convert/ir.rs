@@ -506,14 +506,17 @@ pub fn answer_json(body: &impl serde::Serialize, answer: &Response) -> Vec<u8> {
 /// own size. A larger body grows its buffer as it is written.
 pub const MAX_PRESIZE: usize = 4 << 20;
 
-/// The room a request's body is likely to need, from the size of its text and its tools: a
-/// buffer grown from nothing doubles a dozen times on the way to a coding agent's turn, and
-/// copies what it holds each time. At most [`MAX_PRESIZE`].
+/// The room a request's body is likely to need, from the size of its text (a sixteenth more for
+/// escapes) and its tools (a schema kept as text by its length): a buffer grown from nothing
+/// doubles a dozen times on the way to a coding agent's turn, and copies what it holds each
+/// time. At most [`MAX_PRESIZE`].
 pub fn request_capacity(request: &Request) -> usize {
     /// Room for the members around the text, and for each part's and tool's own.
     const ENVELOPE: usize = 512;
     const PER_PART: usize = 64;
-    const PER_TOOL: usize = 512;
+    const PER_TOOL: usize = 128;
+    /// A parsed schema's room, unmeasured.
+    const PER_SCHEMA: usize = 512;
     let part_len = |part: &Part| match part {
         Part::Text(t) => t.text.len(),
         Part::Thinking { text, .. } => text.len(),
@@ -529,8 +532,17 @@ pub fn request_capacity(request: &Request) -> usize {
     };
     let system: usize = request.system.iter().map(|p| p.text.len()).sum();
     let messages: usize = request.messages.iter().flat_map(|m| &m.content).map(|p| part_len(p) + PER_PART).sum();
-    let tools: usize = request.tools.iter().map(|t| t.description.as_ref().map_or(0, String::len) + PER_TOOL).sum();
-    (ENVELOPE + system + messages + tools).min(MAX_PRESIZE)
+    let schema_len = |schema: &Schema| match schema {
+        Schema::Text(text) => text.get().len(),
+        Schema::Value(_) => PER_SCHEMA,
+    };
+    let tools: usize = request
+        .tools
+        .iter()
+        .map(|t| t.description.as_ref().map_or(0, String::len) + schema_len(&t.input_schema) + PER_TOOL)
+        .sum();
+    let text = system + messages + tools;
+    (ENVELOPE + text + text / 16).min(MAX_PRESIZE)
 }
 
 /// The room an answer's body is likely to need, from the size of its text. At most
@@ -581,7 +593,17 @@ mod tests {
             }],
             ..Request::default()
         };
-        assert!(request_capacity(&turn) > 15_000 && request_capacity(&turn) < 16_000, "{}", request_capacity(&turn));
+        assert!(request_capacity(&turn) > 16_000 && request_capacity(&turn) < 16_600, "{}", request_capacity(&turn));
+        let schema = "{\"type\":\"object\"}".repeat(1_000);
+        let tool = Tool {
+            name: "t".into(),
+            description: None,
+            input_schema: Schema::Text(SchemaText::parse(&format!("[{}]", schema.replace("}{", "},{"))).unwrap()),
+            strict: None,
+            namespace: None,
+        };
+        let with_tools = Request { tools: vec![tool.clone(), tool], ..Request::default() };
+        assert!(request_capacity(&with_tools) > 2 * schema.len(), "a kept schema's text is counted");
         let answer = Response {
             content: (0..1_000_000).map(|_| Part::Image(Image::Url { url: String::new() })).collect(),
             ..Response::default()

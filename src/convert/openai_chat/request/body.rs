@@ -7,7 +7,7 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
-use crate::convert::ir::{MAX_PRESIZE, Schema};
+use crate::convert::ir::Schema;
 use crate::protocol::json_write::{JsonObject, push_json_string};
 
 pub(super) struct ChatRequestOut<'a> {
@@ -33,15 +33,9 @@ pub(super) struct ChatRequestOut<'a> {
 }
 
 impl ChatRequestOut<'_> {
-    /// The room the body is likely to need: its text, a sixteenth more for escapes, and the
-    /// members around it. At most `MAX_PRESIZE`.
-    fn capacity(&self) -> usize {
-        let text: usize = self.messages.iter().map(MessageOut::text_len).sum();
-        (512 + text + text / 16).min(MAX_PRESIZE)
-    }
-
-    pub fn to_json(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.capacity());
+    /// `capacity`: the room the body is likely to need (`ir::request_capacity`).
+    pub fn to_json(&self, capacity: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(capacity);
         let mut json = JsonObject::open(&mut out);
         json.text("model", self.model);
         let mut messages = json.list("messages");
@@ -109,15 +103,6 @@ pub(super) struct MessageOut<'a> {
 impl<'a> MessageOut<'a> {
     pub fn text(role: &'static str, text: Cow<'a, str>) -> Self {
         MessageOut { role, content: ContentOut::Text(text), tool_calls: None, tool_call_id: None }
-    }
-
-    /// The length of the message's text, for the body's first allocation.
-    fn text_len(&self) -> usize {
-        match &self.content {
-            ContentOut::None => 0,
-            ContentOut::Text(text) => text.len(),
-            ContentOut::Parts(parts) => parts.len() * 64,
-        }
     }
 
     fn write(&self, out: &mut Vec<u8>) {
@@ -250,41 +235,5 @@ impl ToolChoiceOut<'_> {
                 json.close();
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn body(messages: Vec<MessageOut<'_>>) -> ChatRequestOut<'_> {
-        ChatRequestOut {
-            model: "m",
-            messages,
-            tools: Vec::new(),
-            tool_choice: None,
-            parallel_tool_calls: None,
-            max_tokens: None,
-            max_completion_tokens: None,
-            temperature: None,
-            top_p: None,
-            stop: Vec::new(),
-            reasoning_effort: None,
-            response_format: None,
-            user: None,
-            stream: false,
-            stream_options: None,
-        }
-    }
-
-    /// A body of a million parts reserves no more than the cap; a turn reserves its text.
-    #[test]
-    fn a_body_reserves_room_for_its_text_up_to_the_cap() {
-        let parts = (0..1_000_000).map(|_| PartOut::Text { text: Cow::Borrowed("") }).collect();
-        let many = MessageOut { role: "user", content: ContentOut::Parts(parts), tool_calls: None, tool_call_id: None };
-        assert_eq!(body(vec![many]).capacity(), MAX_PRESIZE);
-        let text = "t".repeat(16_000);
-        let turn = body(vec![MessageOut::text("user", Cow::Borrowed(&text))]);
-        assert_eq!(turn.capacity(), 512 + 16_000 + 1_000);
     }
 }

@@ -264,7 +264,7 @@ pub fn encode_request(req: &Request) -> Result<Encoded, ConvertError> {
         stream: req.stream,
         stream_options: req.stream.then_some(true),
     };
-    Ok(Encoded { body: out.to_json(), losses })
+    Ok(Encoded { body: out.to_json(request_capacity(req)), losses })
 }
 
 fn part_kind(p: &Part) -> &'static str {
