@@ -15,6 +15,39 @@ use crate::protocol::json_skip::ShownObject;
 use crate::protocol::lenient;
 use crate::proxy::request::PeekedBody;
 
+/// The kinds of conversion loss logged so far: (client format, target format, lost fields
+/// with their indexes left out), hashed. Bounded: when it is full it starts again, and a kind
+/// is logged once more.
+struct LossKinds {
+    seen: std::sync::Mutex<std::collections::HashSet<u64>>,
+}
+
+/// More kinds than a gateway's clients produce between restarts, in 32 KiB.
+const MAX_LOSS_KINDS: usize = 4096;
+
+static LOGGED_LOSSES: std::sync::LazyLock<LossKinds> =
+    std::sync::LazyLock::new(|| LossKinds { seen: std::sync::Mutex::new(std::collections::HashSet::new()) });
+
+impl LossKinds {
+    /// Whether this kind of loss is new: a turn's thinking block is `messages[2]` in one request
+    /// and `messages[40]` later, so the digits of a field do not count.
+    fn first_time<'a>(&self, from: Format, to: Format, fields: impl Iterator<Item = &'a str>) -> bool {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (from.as_str(), to.as_str()).hash(&mut hasher);
+        for field in fields {
+            field.bytes().filter(|b| !b.is_ascii_digit()).for_each(|b| b.hash(&mut hasher));
+            0xffu8.hash(&mut hasher);
+        }
+        let kind = hasher.finish();
+        let Ok(mut seen) = self.seen.lock() else { return true };
+        if seen.len() >= MAX_LOSS_KINDS {
+            seen.clear();
+        }
+        seen.insert(kind)
+    }
+}
+
 /// `body` as a decoder gets it: shown to be one JSON object when the request's peek read it.
 fn request_body<'a>(body: &'a [u8], peeked: Option<&PeekedBody>) -> ir::RequestBody<'a> {
     match (lenient::utf8(body), peeked) {
@@ -130,20 +163,21 @@ impl RequestConversion {
                 request.prompt_cache_key = None;
             }
             let encoded = encoded?;
-            for loss in request.losses.iter().chain(&encoded.losses) {
+            let losses = || request.losses.iter().chain(&encoded.losses);
+            for loss in losses() {
                 noted.push(format!("{}: {}", loss.field, loss.note));
             }
-            // One line per converted body, not one per loss: a Claude Code turn loses the
-            // same few features every time, and a log line costs as much as a small request.
+            // A coding agent loses the same few features on every turn: the log says so the
+            // first time, and every request's record keeps its own losses.
             if !noted.is_empty() {
-                tracing::info!(
-                    event = "conversion_loss",
-                    from = client.as_str(),
-                    to = format.as_str(),
-                    count = noted.len(),
-                    losses = %noted.join("; "),
-                    "request features did not survive conversion"
-                );
+                let first = LOGGED_LOSSES.first_time(client, format, losses().map(|l| l.field.as_str()));
+                let (from, to, count, losses) = (client.as_str(), format.as_str(), noted.len(), noted.join("; "));
+                let message = "request features did not survive conversion";
+                if first {
+                    tracing::info!(event = "conversion_loss", from, to, count, losses, "{message}");
+                } else {
+                    tracing::debug!(event = "conversion_loss", from, to, count, losses, "{message}");
+                }
             }
             Ok(Bytes::from(encoded.body))
         });
@@ -282,6 +316,26 @@ pub fn foreign_header(name: &str, target: Format) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A kind of loss is logged at info once: the same fields at other indexes are the same
+    /// kind; another field, or another pair of formats, is another.
+    #[test]
+    fn a_kind_of_loss_is_new_once() {
+        let kinds = LossKinds { seen: std::sync::Mutex::new(std::collections::HashSet::new()) };
+        let turn = |i: usize| [String::from("system[0]"), format!("messages[{i}].content[0] (thinking)")];
+        let (a, c) = (Format::Anthropic, Format::Openai);
+        assert!(kinds.first_time(a, c, turn(2).iter().map(String::as_str)));
+        assert!(!kinds.first_time(a, c, turn(2).iter().map(String::as_str)));
+        assert!(!kinds.first_time(a, c, turn(40).iter().map(String::as_str)), "indexes do not count");
+        assert!(kinds.first_time(a, Format::Responses, turn(2).iter().map(String::as_str)));
+        assert!(kinds.first_time(a, c, ["system[0]"].into_iter()), "fewer fields is another kind");
+        assert!(kinds.first_time(a, c, ["system"].into_iter()));
+        assert!(kinds.first_time(a, c, ["sys", "tem"].into_iter()), "fields do not run together");
+        for i in 0..MAX_LOSS_KINDS {
+            kinds.first_time(c, a, [format!("x{}", "y".repeat(i % 50)), "z".repeat(i / 50)].iter().map(String::as_str));
+        }
+        assert!(kinds.seen.lock().unwrap().len() <= MAX_LOSS_KINDS, "bounded");
+    }
 
     #[test]
     fn a_converted_answer_loses_its_length_and_encoding_and_takes_the_new_type() {
