@@ -34,7 +34,7 @@ use crate::protocol::lenient::{Count, Lenient, NotNull, Text};
 use crate::protocol::sse::SseEvent;
 
 mod plain_anthropic;
-use plain_anthropic::plain_anthropic_answer;
+use plain_anthropic::{EventRead, MessageRead, plain_anthropic_answer, plain_anthropic_event};
 
 /// Usage and the answering model from a complete (non-streaming) answer body. A body that is
 /// not the format's answer (an error, not JSON) gives unknown tokens and no model.
@@ -164,23 +164,31 @@ impl StreamUsage {
             None if !has_usage_object(ev.data) => return,
             None => {}
         }
+        if let Some(read) = plain_anthropic_event(ev.data) {
+            return self.note_anthropic_event(ev, read);
+        }
         let Ok(e) = serde_json::from_str::<AnthropicEvent>(ev.data) else { return };
-        match e.kind.0.as_deref().or(ev.event) {
+        self.note_anthropic_event(ev, e.read());
+    }
+
+    /// What a `message_start` or `message_delta` says, matched or parsed.
+    fn note_anthropic_event(&mut self, ev: &SseEvent<'_>, read: EventRead<'_>) {
+        match read.kind.or(ev.event) {
             Some("message_start") => {
-                if let Some(m) = e.message.0 {
-                    if let Some(model) = model_name(m.model) {
+                if let Some(m) = read.message {
+                    if let Some(model) = m.model.and_then(answered_model) {
                         self.model = Some(model);
                     }
-                    if let Some(u) = m.usage.0 {
+                    if let Some(tokens) = m.tokens {
                         // `output_tokens` here is a placeholder (usually 1): output stays
                         // unknown until message_delta says how many were generated.
-                        merge(&mut self.tokens, Tokens { output: None, ..u.tokens() });
+                        merge(&mut self.tokens, Tokens { output: None, ..tokens });
                     }
                 }
             }
             Some("message_delta") => {
-                if let Some(u) = e.usage.0 {
-                    merge(&mut self.tokens, u.tokens());
+                if let Some(tokens) = read.usage {
+                    merge(&mut self.tokens, tokens);
                 }
             }
             _ => {}
@@ -364,6 +372,20 @@ struct AnthropicEvent {
     kind: Text,
     message: Lenient<AnthropicMessage>,
     usage: Lenient<AnthropicUsage>,
+}
+
+impl AnthropicEvent {
+    /// What the parse read, in the form the match gives.
+    fn read(&self) -> EventRead<'_> {
+        EventRead {
+            kind: self.kind.0.as_deref(),
+            message: self.message.0.as_ref().map(|m| MessageRead {
+                model: m.model.0.as_deref(),
+                tokens: m.usage.0.as_ref().map(AnthropicUsage::tokens),
+            }),
+            usage: self.usage.0.as_ref().map(AnthropicUsage::tokens),
+        }
+    }
 }
 
 #[derive(Deserialize, Default)]

@@ -1,6 +1,8 @@
-//! A Messages answer of the usual kind, matched instead of parsed. Nearly every non-streaming
+//! A Messages answer of the usual kind, and the two stream events that carry usage
+//! (`message_start`, `message_delta`), matched instead of parsed. Nearly every non-streaming
 //! answer is an object of plain members around text blocks, and parsing one (~5.5 k
-//! instructions for a short answer) cost more than relaying it.
+//! instructions for a short answer) cost more than relaying it; the two events cost a stream
+//! ~6 k instructions of parsing.
 //!
 //! The match is exact, as `protocol::plain_json` promises: a body it accepts is valid JSON that
 //! the parse (`parsed::<AnthropicMessage>`) reads to the same usage, model and envelope. Members may
@@ -17,6 +19,11 @@
 //! ```
 //! S and K: a string with no escape; T: any string without a `\u` escape; C: a whole number of
 //! at most 19 digits, or null. `model`, `usage` and each count at most once.
+//!
+//! ```text
+//! event:   {E,...} and nothing after but whitespace
+//! E:       "type":S | "message":{M,...} | "usage":{U,...} | "K":V   (each of the three at most once)
+//! ```
 
 use super::{AnswerRead, Envelope, answered_model};
 use crate::observe::record::Tokens;
@@ -24,23 +31,69 @@ use crate::protocol::plain_json::{Cursor, Seen};
 
 pub(super) fn plain_anthropic_answer(body: &str) -> Option<AnswerRead> {
     let mut c = Cursor(body.trim_end_matches([' ', '\t', '\n', '\r']));
-    let mut model = None;
-    let mut tokens = None;
+    let message = message(&mut c)?;
+    c.is_done().then(|| AnswerRead {
+        tokens: message.tokens.unwrap_or_default(),
+        model: message.model.and_then(answered_model),
+        envelope: Some(Envelope { error: false, status: None }),
+    })
+}
+
+/// A message object's model and usage, as written.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct MessageRead<'a> {
+    pub model: Option<&'a str>,
+    pub tokens: Option<Tokens>,
+}
+
+/// What a stream event's data says of usage: its `type`, its `message` (`message_start`'s) and
+/// its own `usage` (`message_delta`'s).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct EventRead<'a> {
+    pub kind: Option<&'a str>,
+    pub message: Option<MessageRead<'a>>,
+    pub usage: Option<Tokens>,
+}
+
+pub(super) fn plain_anthropic_event(data: &str) -> Option<EventRead<'_>> {
+    let mut c = Cursor(data.trim_end_matches([' ', '\t', '\n', '\r']));
+    let mut read = EventRead::default();
+    let mut seen = Seen::default();
     c.members(|c, key| {
         match key {
-            "model" if model.is_none() => model = Some(c.plain_string()?),
-            "usage" if tokens.is_none() => tokens = Some(usage(c)?),
+            "type" => {
+                seen.first(0)?;
+                read.kind = Some(c.plain_string()?);
+            }
+            "message" => {
+                seen.first(1)?;
+                read.message = Some(message(c)?);
+            }
+            "usage" => {
+                seen.first(2)?;
+                read.usage = Some(usage(c)?);
+            }
+            _ => c.skipped_value(true)?,
+        }
+        Some(())
+    })?;
+    c.is_done().then_some(read)
+}
+
+/// A message object: an answer, or `message_start`'s `message`.
+fn message<'a>(c: &mut Cursor<'a>) -> Option<MessageRead<'a>> {
+    let mut read = MessageRead::default();
+    c.members(|c, key| {
+        match key {
+            "model" if read.model.is_none() => read.model = Some(c.plain_string()?),
+            "usage" if read.tokens.is_none() => read.tokens = Some(usage(c)?),
             "model" | "usage" | "error" | "status" => return None,
             "content" => content(c)?,
             _ => c.skipped_value(true)?,
         }
         Some(())
     })?;
-    c.is_done().then(|| AnswerRead {
-        tokens: tokens.unwrap_or_default(),
-        model: model.and_then(answered_model),
-        envelope: Some(Envelope { error: false, status: None }),
-    })
+    Some(read)
 }
 
 /// The content blocks, which the reading skips: objects of plain members.
@@ -80,7 +133,7 @@ fn usage(c: &mut Cursor<'_>) -> Option<Tokens> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
-    use super::super::{AnthropicMessage, parsed};
+    use super::super::{AnthropicEvent, AnthropicMessage, parsed};
     use super::*;
     use crate::protocol::plain_json::strategies::{count, one_of, string};
     use proptest::prelude::*;
@@ -208,6 +261,70 @@ mod tests {
                 prop_assert!(same(&matched, &parsed), "{body}\nmatched {matched:?}\nparsed {parsed:?}");
             }
         }
+    }
+
+    /// `message_start` and `message_delta` data in the API's shape and near it: the members it
+    /// writes, in its order or shuffled, some named twice or of another type, other members.
+    fn event() -> impl Strategy<Value = String> {
+        let message = prop_oneof![
+            4 => members().prop_map(|m| format!("{{{}}}", m.join(","))),
+            2 => members().prop_shuffle().prop_map(|m| format!("{{{}}}", m.join(","))),
+            1 => Just("null".to_owned()),
+            1 => Just("[]".to_owned()),
+        ];
+        let member = prop_oneof![
+            2 => one_of(&[r#""message_start""#, r#""message_delta""#, r#""ping""#, "null", "1"]).prop_map(|t| format!("\"type\":{t}")),
+            2 => message.prop_map(|m| format!("\"message\":{m}")),
+            2 => usage().prop_map(|u| format!("\"usage\":{u}")),
+            1 => one_of(&[
+                r#""delta":{"stop_reason":"end_turn","stop_sequence":null}"#,
+                r#""delta":{"stop_reason":null,"nested":{"a":1}}"#,
+                r#""index":0"#,
+                r#""context_management":null"#,
+                r#""list":[1]"#,
+                r#""ty\u0070e":"message_start""#,
+            ]),
+        ];
+        let ends = (one_of(&["{", " {"]), one_of(&["}", "} ", "}\n", "", "}}", "},"]));
+        (prop::collection::vec(member, 0..5), ends)
+            .prop_map(|(members, (open, close))| format!("{open}{}{close}", members.join(",")))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+        /// Whenever the match accepts an event, the parse reads the same type, message and usage.
+        #[test]
+        fn a_matched_event_is_read_as_its_parse_would(data in event()) {
+            if let Some(matched) = plain_anthropic_event(&data) {
+                let parsed = serde_json::from_str::<AnthropicEvent>(&data);
+                prop_assert!(parsed.is_ok(), "{data}: matched {matched:?}, but the parse fails");
+                let parsed = parsed.unwrap();
+                prop_assert_eq!(matched, parsed.read(), "{}", data);
+            }
+        }
+    }
+
+    #[test]
+    fn usage_events_as_the_api_writes_them_are_matched() {
+        let start = r#"{"type":"message_start","message":{"id":"msg_01","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":25,"cache_creation_input_tokens":3,"cache_read_input_tokens":7,"output_tokens":1}}}"#;
+        let read = plain_anthropic_event(start).unwrap();
+        assert_eq!(read.kind, Some("message_start"));
+        let message = read.message.unwrap();
+        assert_eq!(message.model, Some("claude-sonnet-4-5"));
+        assert_eq!(
+            message.tokens,
+            Some(Tokens { input: Some(25), output: Some(1), cache_read: Some(7), cache_write: Some(3) })
+        );
+        let delta = r#"{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":16}}"#;
+        let read = plain_anthropic_event(delta).unwrap();
+        assert_eq!(read.kind, Some("message_delta"));
+        assert_eq!(read.usage, Some(Tokens { output: Some(16), ..Tokens::default() }));
+        assert_eq!(read.message, None);
+        // The benchmark's mock writes its keys sorted, as some relays do.
+        let mock = r#"{"message":{"content":[],"id":"msg_mock0001","model":"mock-model","role":"assistant","stop_reason":null,"stop_sequence":null,"type":"message","usage":{"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"input_tokens":25,"output_tokens":1,"service_tier":"standard"}},"type":"message_start"}"#;
+        assert_eq!(plain_anthropic_event(mock).unwrap().kind, Some("message_start"));
+        // A type named twice is the parse's, which refuses it.
+        assert!(plain_anthropic_event(&delta.replace("{\"type\"", "{\"type\":\"ping\",\"type\"")).is_none());
     }
 
     #[test]
