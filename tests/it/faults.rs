@@ -399,3 +399,51 @@ async fn a_stream_end_cut_keeps_b_in_reserve_when_the_answer_is_already_complete
     assert_eq!((status, text.as_str(), whole), (200, "whole", true));
     assert_eq!(b.request_count(), 0);
 }
+
+/// A JSON answer whose head arrives at once and whose body comes as `parts`, each after its delay.
+fn json_in_parts(parts: Vec<(Duration, String)>, end: StreamEnd) -> Reply {
+    Reply::Stream {
+        status: 200,
+        headers: vec![("content-type".to_owned(), "application/json".to_owned())],
+        head_delay: Duration::ZERO,
+        chunks: parts.into_iter().map(|(delay, part)| (delay, part.into())).collect(),
+        end,
+    }
+}
+
+#[tokio::test]
+async fn fault_a_body_that_stops_after_the_head_costs_one_request_timeout() {
+    let (g, a, b) = two_endpoints(json!({"timeouts": {"claude": {"request_timeout_secs": 0.3}}})).await;
+    b.set_default(Reply::json(200, mock::anthropic_message_body("from b")));
+    let whole = mock::anthropic_message_body("from a").to_string();
+    let half = whole[..whole.len() / 2].to_owned();
+    a.set_default(json_in_parts(vec![(Duration::ZERO, half)], StreamEnd::silent_stall()));
+    let r = g.post("/v1/messages", &claude_body("m", false)).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-ccmesh-endpoint"], "b");
+    let id = r.headers()["x-ccmesh-request-id"].to_str().unwrap().to_owned();
+    let record = g.record(&id).await;
+    assert_eq!(record["attempts"][0]["error_kind"], "timeout", "{record}");
+    assert!(record["attempts"][0]["error"].as_str().unwrap().contains("body did not complete in time"), "{record}");
+    assert_eq!((a.request_count(), b.request_count()), (1, 1));
+}
+
+/// A streaming request answered with a whole JSON body: the head comes within the first-byte
+/// timeout, and the body then has the request's timeout, not the first byte's.
+#[tokio::test]
+async fn fault_a_stream_answered_as_json_reads_its_body_under_the_request_timeout() {
+    let settings = json!({"timeouts": {"claude": {"first_byte_timeout_secs": 0.2, "request_timeout_secs": 30}}});
+    let (g, a, b) = two_endpoints(settings).await;
+    let whole = mock::anthropic_message_body("from a").to_string();
+    let (first, rest) = whole.split_at(whole.len() / 2);
+    a.set_default(json_in_parts(
+        vec![(Duration::ZERO, first.to_owned()), (Duration::from_millis(600), rest.to_owned())],
+        StreamEnd::Complete,
+    ));
+    let r = g.post("/v1/messages", &claude_body("m", true)).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-ccmesh-endpoint"], "a");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["content"][0]["text"], "from a", "{body}");
+    assert_eq!((a.request_count(), b.request_count()), (1, 0));
+}
