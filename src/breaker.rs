@@ -17,7 +17,8 @@ pub mod state;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -60,7 +61,39 @@ impl TransitionSink for NoSink {
 /// The breaker of one endpoint.
 pub struct BreakerCell {
     state: Mutex<Breaker>,
+    /// Whether `state` is closed, written under its lock whenever the lock is let go. A closed
+    /// breaker lets every routed attempt through without a change, so `routable` and
+    /// `try_acquire` answer from this alone: the lock's cache line is written by every serving
+    /// thread, and taking it twice per request showed in profiles under load (BENCHMARKS.md).
+    closed: AtomicBool,
     registry: Arc<BreakerShared>,
+}
+
+/// The breaker's state under its lock; letting go of it brings `BreakerCell::closed` up to date.
+struct Locked<'a> {
+    state: MutexGuard<'a, Breaker>,
+    closed: &'a AtomicBool,
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = Breaker;
+    fn deref(&self) -> &Breaker {
+        &self.state
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Breaker {
+        &mut self.state
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        // Still under the lock (the guard is released after this), so the flag's writes are in
+        // the order of the state's changes.
+        self.closed.store(self.state.is_closed(), Ordering::Release);
+    }
 }
 
 /// What every cell shares: the clock, where transitions are reported, and a wake-up for
@@ -92,7 +125,9 @@ impl Breakers {
         cells
             .entry(id)
             .or_insert_with(|| {
-                Arc::new(BreakerCell { state: Mutex::new(Breaker::new()), registry: self.shared.clone() })
+                let state = Breaker::new();
+                let closed = AtomicBool::new(state.is_closed());
+                Arc::new(BreakerCell { state: Mutex::new(state), closed, registry: self.shared.clone() })
             })
             .clone()
     }
@@ -108,27 +143,36 @@ impl Breakers {
         let _ = self.shared.shared.set(shared);
     }
 
-    /// Wakes when any breaker changes in a way that could admit a waiting request.
+    /// Wakes when any breaker changes in a way that could admit a waiting request. Only ever
+    /// `notify_waiters`: a `Notified` made before reading breaker state hears every change after
+    /// it without being enabled (the attempt loop relies on it).
     pub fn changed(&self) -> &Notify {
         &self.shared.changed
     }
 }
 
 impl BreakerCell {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Breaker> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> Locked<'_> {
+        Locked { state: self.state.lock().unwrap_or_else(|p| p.into_inner()), closed: &self.closed }
     }
 
     /// SPEC §2 step 4 (read-only, takes no permit).
     pub fn routable(&self) -> Result<(), Denied> {
+        if self.closed.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let now = self.registry.clock.now();
         self.lock().routable(now)
     }
 
     /// Ask to send one attempt to this endpoint.
     pub fn try_acquire(self: &Arc<Self>, endpoint: &str, explicit: bool) -> Result<Permit, Denied> {
-        let now = self.registry.clock.now();
-        let (result, transition) = self.lock().try_acquire(now, explicit);
+        let (result, transition) = if !explicit && self.closed.load(Ordering::Acquire) {
+            (Ok(Grant::of_closed()), None)
+        } else {
+            let now = self.registry.clock.now();
+            self.lock().try_acquire(now, explicit)
+        };
         if let Some(t) = transition {
             self.registry.sink.transition(endpoint, &t);
         }
@@ -324,6 +368,60 @@ mod tests {
         let probe = cell.try_acquire("e", false).unwrap();
         let mut waiting = std::pin::pin!(breakers.changed().notified());
         waiting.as_mut().enable();
+        drop(probe);
+        tokio::time::timeout(Duration::from_secs(5), waiting).await.unwrap();
+    }
+
+    /// `routable` and `try_acquire` answer a closed breaker from its flag: the flag must follow
+    /// every change of state, whichever way it comes.
+    #[test]
+    fn the_closed_flag_follows_every_change_of_state() {
+        let clock = Arc::new(ManualClock::new());
+        let breakers = Breakers::new(Arc::new(clock.clone()), Arc::new(NoSink));
+        let cell = breakers.cell(EndpointId(1));
+        let settings = BreakerSettings { failure_threshold: 1, ..BreakerSettings::openai_defaults() };
+        let agrees = |cell: &BreakerCell, closed: bool| {
+            assert_eq!(cell.lock().is_closed(), closed);
+            assert_eq!(cell.closed.load(Ordering::SeqCst), closed);
+            assert_eq!(cell.routable().is_ok(), closed || cell.lock().routable(clock.now()).is_ok());
+        };
+        agrees(&cell, true);
+        cell.try_acquire("e", false).unwrap().record(Outcome::Broken, Some("boom"), &settings);
+        agrees(&cell, false);
+        assert!(cell.routable().is_err() && cell.try_acquire("e", false).is_err());
+        clock.advance(Duration::from_secs(60));
+        let probe = cell.try_acquire("e", false).unwrap();
+        assert!(probe.is_probe());
+        agrees(&cell, false);
+        assert!(cell.try_acquire("e", false).is_err(), "the probe is taken: no closed grant");
+        let mut probe = Some(probe);
+        for _ in 0..100 {
+            if cell.lock().is_closed() {
+                break;
+            }
+            let p = probe.take().map_or_else(|| cell.try_acquire("e", false).unwrap(), |p| p);
+            p.record(Outcome::Success, None, &settings);
+        }
+        agrees(&cell, true);
+        cell.apply_open("e", OpenReason::Broken, Duration::from_secs(30));
+        agrees(&cell, false);
+        assert!(cell.try_acquire("e", false).is_err());
+        cell.apply_closed("e", true);
+        agrees(&cell, true);
+        cell.try_acquire("e", false).unwrap().record(Outcome::Broken, Some("boom"), &settings);
+        agrees(&cell, false);
+        cell.reset("e");
+        agrees(&cell, true);
+    }
+
+    /// What the attempt loop does: a `Notified` made, never enabled, before the change.
+    #[tokio::test]
+    async fn a_change_wakes_a_waiter_made_before_it_without_enabling() {
+        let clock = Arc::new(ManualClock::new());
+        let breakers = Breakers::new(Arc::new(clock.clone()), Arc::new(NoSink));
+        let cell = open_and_cool(&breakers, &clock);
+        let probe = cell.try_acquire("e", false).unwrap();
+        let waiting = breakers.changed().notified();
         drop(probe);
         tokio::time::timeout(Duration::from_secs(5), waiting).await.unwrap();
     }

@@ -65,6 +65,11 @@ pub struct Grant {
 }
 
 impl Grant {
+    /// What `Breaker::try_acquire` grants a routed attempt while the breaker is closed.
+    pub fn of_closed() -> Grant {
+        Grant { explicit: false, probe_epoch: None }
+    }
+
     /// Whether this grant holds the single half-open probe permit.
     pub fn is_probe(&self) -> bool {
         self.probe_epoch.is_some()
@@ -360,7 +365,7 @@ impl Breaker {
             return (Ok(Grant { explicit: true, probe_epoch: None }), None);
         }
         match &mut self.state {
-            State::Closed => (Ok(Grant { explicit: false, probe_epoch: None }), None),
+            State::Closed => (Ok(Grant::of_closed()), None),
             State::Open { reason, until } if now < *until => {
                 (Err(Denied::Open { reason: *reason, until: *until }), None)
             }
@@ -550,6 +555,11 @@ impl Breaker {
             has_data: self.requests > 0,
             from_cluster: self.from_cluster,
         }
+    }
+
+    /// Closed: every routed attempt is let through, and nothing changes when one is.
+    pub fn is_closed(&self) -> bool {
+        matches!(self.state, State::Closed)
     }
 
     fn circuit(&self) -> Circuit {
