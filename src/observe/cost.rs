@@ -19,8 +19,9 @@
 //! 200K) the table holds the standard band, and Anthropic's 1-hour cache writes (2× input) are priced as 5-minute writes (1.25×):
 //! the usage fields do not say which a write was.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::{PoisonError, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Map, Value, json};
 
@@ -186,13 +187,33 @@ pub struct PriceTable {
     memo: LookupMemo,
 }
 
-/// Names remembered at most; beyond this (clients inventing names) lookups are simply not
-/// remembered.
+/// Names remembered at most, per thread; beyond this (clients inventing names) lookups are
+/// simply not remembered.
 const MEMO_MAX_NAMES: usize = 4096;
 const MEMO_MAX_NAME_LEN: usize = 256;
 
-#[derive(Debug, Default)]
-struct LookupMemo(RwLock<FastMap<String, Option<usize>>>);
+/// The answers of one table, kept per thread: a memo shared by the serving threads behind a
+/// lock had every request's lookups (three or four) write the lock's cache line on both cores
+/// (BENCHMARKS.md). Each thread holds the memo of the table it last asked; asking another table
+/// (a new snapshot) starts it over.
+#[derive(Debug)]
+struct LookupMemo {
+    /// This table's identity, unique in the process.
+    table: u64,
+}
+
+static NEXT_TABLE: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The table whose answers are held, and the answers.
+    static THREAD_MEMO: RefCell<(u64, FastMap<String, Option<usize>>)> = RefCell::new((0, FastMap::default()));
+}
+
+impl Default for LookupMemo {
+    fn default() -> Self {
+        Self { table: NEXT_TABLE.fetch_add(1, Ordering::Relaxed) }
+    }
+}
 
 impl Clone for LookupMemo {
     /// A copy starts empty: the memo belongs to one table's contents.
@@ -203,17 +224,35 @@ impl Clone for LookupMemo {
 
 impl LookupMemo {
     fn get(&self, model: &str) -> Option<Option<usize>> {
-        self.0.read().unwrap_or_else(PoisonError::into_inner).get(model).copied()
+        THREAD_MEMO.with(|memo| {
+            let memo = memo.try_borrow().ok()?;
+            (memo.0 == self.table).then(|| memo.1.get(model).copied()).flatten()
+        })
     }
 
     fn put(&self, model: &str, found: Option<usize>) {
         if model.len() > MEMO_MAX_NAME_LEN {
             return;
         }
-        let mut memo = self.0.write().unwrap_or_else(PoisonError::into_inner);
-        if memo.len() < MEMO_MAX_NAMES {
-            memo.insert(model.to_string(), found);
-        }
+        THREAD_MEMO.with(|memo| {
+            let Ok(mut memo) = memo.try_borrow_mut() else { return };
+            if memo.0 != self.table {
+                memo.0 = self.table;
+                memo.1.clear();
+            }
+            if memo.1.len() < MEMO_MAX_NAMES {
+                memo.1.insert(model.to_string(), found);
+            }
+        });
+    }
+
+    /// Names this thread remembers for this table.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        THREAD_MEMO.with(|memo| {
+            let memo = memo.borrow();
+            if memo.0 == self.table { memo.1.len() } else { 0 }
+        })
     }
 }
 
@@ -555,13 +594,13 @@ mod tests {
         assert_eq!(fresh[3], None);
         // A clone (a new snapshot) starts with an empty memo and answers the same.
         let copy = table.clone();
-        assert_eq!(copy.memo.0.read().unwrap().len(), 0);
+        assert_eq!(copy.memo.len(), 0);
         assert_eq!(copy.lookup("glm-9-test").map(|e| e.model.as_str()), Some("glm-*"));
         // Invented names beyond the cap are answered, not remembered.
         for i in 0..(MEMO_MAX_NAMES + 100) {
             assert!(table.lookup(&format!("invented-{i}")).is_none());
         }
-        assert_eq!(table.memo.0.read().unwrap().len(), MEMO_MAX_NAMES);
+        assert_eq!(table.memo.len(), MEMO_MAX_NAMES);
         assert!(table.lookup(&"x".repeat(MEMO_MAX_NAME_LEN + 1)).is_none());
     }
 
