@@ -34,12 +34,14 @@ pub async fn run(
     mut trail: Trail,
 ) -> Response {
     let protocol = inbound.route.protocol();
-    let settings = snapshot.settings.clone();
-    let clock = gw.clock.clone();
+    // Borrowed, not cloned: the gateway, the snapshot and their parts are shared by every
+    // serving thread, and each clone and drop of one is a write to a cache line the other
+    // threads are writing too (measured in BENCHMARKS.md).
+    let settings = &snapshot.settings;
     let total = settings.timeouts(protocol).total;
     let deadline = trail.started() + total;
     let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-    let now = clock.now();
+    let now = gw.clock.now();
     let deadline_clock = now + left;
     // One budget per request for every wait (SPEC §15.1), and never past the total deadline.
     let budget_deadline = (now + settings.rate_limit_backoff_budget).min(deadline_clock);
@@ -68,8 +70,11 @@ pub async fn run(
         };
         trail.set_affinity(affinity);
     }
+    let strategy = settings.routing_strategy;
+    let failover_enabled = settings.failover_enabled(protocol);
+    let resume_allowed = settings.stream_resume && settings.stream_resume_attempts > 0;
     let mut run = Run {
-        gw: gw.clone(),
+        gw,
         snapshot,
         inbound,
         explicit,
@@ -88,10 +93,10 @@ pub async fn run(
         resuming: None,
         round_robin_ticket: None,
     };
-    if let Some(cluster) = &gw.cluster
-        && settings.routing_strategy == crate::config::RoutingStrategy::RoundRobin
+    if let Some(cluster) = &run.gw.cluster
+        && strategy == crate::config::RoutingStrategy::RoundRobin
     {
-        let local = || gw.rotation.next_round_robin(protocol);
+        let local = || run.gw.rotation.next_round_robin(protocol);
         run.round_robin_ticket = Some(Box::pin(cluster.core.round_robin_ticket(protocol, local)).await);
     }
 
@@ -135,7 +140,7 @@ pub async fn run(
     // Seed 001's failover switch (SPEC §2 step 1): off, a request goes only to the endpoint the
     // strategy starts at, and is treated like an explicit one there (no breaker filter, no probe
     // permit; outcomes recorded), its HTTP failures returned at once.
-    let pinned = !explicit && !settings.failover_enabled(protocol) && !candidates.is_empty();
+    let pinned = !explicit && !failover_enabled && !candidates.is_empty();
     if pinned {
         let ids: Vec<EndpointId> = candidates.iter().map(|e| e.config.id).collect();
         let start = run.start_index(&ids, seen_current);
@@ -149,8 +154,7 @@ pub async fn run(
     match run.attempts(None).await {
         Ended::Answer(response) => response,
         Ended::Stream(stream) => {
-            let resumable = settings.stream_resume
-                && settings.stream_resume_attempts > 0
+            let resumable = resume_allowed
                 && !run.bypass_breakers
                 && run.inbound.stream
                 && run.candidates.len() > 1
@@ -179,12 +183,13 @@ impl Run {
     /// The attempt loop of SPEC §3 over `self.candidates`, from the rotation's start — or, for a
     /// resume, from the candidate after `after`.
     pub(super) async fn attempts(&mut self, after: Option<EndpointId>) -> Ended {
+        // Held apart from `self`, which the loop mutates (a clone of a shared `Arc` is a write to
+        // a cache line every serving thread writes: no more of them than that).
         let gw = self.gw.clone();
         let protocol = self.protocol();
         let settings = self.snapshot.settings.clone();
-        let clock = gw.clock.clone();
         let candidates = std::mem::take(&mut self.candidates);
-        let ended = self.attempts_over(&candidates, after, &gw, protocol, &settings, &clock).await;
+        let ended = self.attempts_over(&candidates, after, &gw, protocol, &settings, &gw.clock).await;
         self.candidates = candidates;
         ended
     }
@@ -209,9 +214,11 @@ impl Run {
         let mut after = after;
         let ended = 'out: {
             'choose: loop {
-                // Arm the wake-up before reading breaker state, so a change in between is not missed.
-                let mut changed = pin!(gw.breakers.changed().notified());
-                changed.as_mut().enable();
+                // Made before reading breaker state, so a change in between is not missed: a
+                // `Notified` hears every `notify_waiters` from its creation on. Not enabled: that
+                // would add it to the waiters' list (a lock every serving thread takes, twice per
+                // request) while nearly every request goes through without waiting.
+                let changed = pin!(gw.breakers.changed().notified());
 
                 // SPEC §2 step 4 (an explicit endpoint bypasses it).
                 let (live, denials) = if explicit {

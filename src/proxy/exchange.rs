@@ -143,8 +143,7 @@ impl Run {
         status: Option<u16>,
         error_kind: Option<&str>,
     ) {
-        let settings = self.snapshot.settings.clone();
-        let transition = permit.record(outcome.breaker(), note, settings.breaker(self.protocol()));
+        let transition = permit.record(outcome.breaker(), note, self.snapshot.settings.breaker(self.protocol()));
         if let Some(t) = self.trail.as_mut() {
             t.end_attempt(status, outcome.classification(), error_kind, note, transition.as_ref());
         }
@@ -210,8 +209,12 @@ impl Run {
     /// Send one attempt to `endpoint` and classify what came back.
     pub(super) async fn exchange(&mut self, endpoint: &Arc<LiveEndpoint>, permit: Permit, number: usize) -> Exchanged {
         let protocol = self.protocol();
-        let settings = self.snapshot.settings.clone();
-        let timeouts = settings.timeouts(protocol);
+        // Copied out rather than held through a clone of the shared settings (see `attempt::run`).
+        let settings = &self.snapshot.settings;
+        let timeouts = settings.timeouts(protocol).clone();
+        let auth_errors_fail_over = settings.auth_errors_fail_over;
+        let max_sse_event_bytes = settings.limits.max_sse_event_bytes;
+        let max_upstream_body_bytes = settings.limits.max_upstream_body_bytes;
         let format = endpoint.config.format;
         let converting =
             matches!(self.inbound.route, Route::Protocol(_) | Route::CountTokens(_)) && self.conversion.needed(format);
@@ -273,7 +276,13 @@ impl Run {
         }
         let sent_at = tokio::time::Instant::now();
         let head_limit = if self.inbound.stream { timeouts.first_byte } else { timeouts.request };
-        let request = self.gw.client.send(self.inbound.method.clone(), url, endpoint.origin.as_ref(), headers, body);
+        // Built in its heap slot: held inline, the send's state was copied twice on its way into
+        // the timeout and the attempt's future.
+        let slot = Box::new_uninit();
+        let request = Box::into_pin(Box::write(
+            slot,
+            self.gw.client.send(self.inbound.method.clone(), url, endpoint.origin.as_ref(), headers, body),
+        ));
 
         let response = match tokio::time::timeout_at((sent_at + head_limit).min(self.deadline), request).await {
             Err(_) if sent_at + head_limit > self.deadline => return self.cut_by_deadline(permit),
@@ -292,7 +301,7 @@ impl Run {
 
         let status = response.status();
         // Provisional, from the head; an answer read in full is classified again with its body.
-        let outcome = classify_status(status.as_u16(), self.inbound.route, settings.auth_errors_fail_over);
+        let outcome = classify_status(status.as_u16(), self.inbound.route, auth_errors_fail_over);
         let is_sse = response
             .headers()
             .get(axum::http::header::CONTENT_TYPE)
@@ -309,12 +318,7 @@ impl Run {
             } else {
                 self.stream_transform(format, converting)
             };
-            let observer = StreamObserver::new(
-                format,
-                Format::native_to(protocol),
-                transform,
-                settings.limits.max_sse_event_bytes,
-            );
+            let observer = StreamObserver::new(format, Format::native_to(protocol), transform, max_sse_event_bytes);
             return self.hold_preamble(endpoint, permit, response, observer, sent_at, number).await;
         }
 
@@ -324,7 +328,7 @@ impl Run {
         let mut headers = head.headers;
         let body_deadline =
             sent_at + if self.inbound.stream && !outcome.is_success() { timeouts.first_byte } else { timeouts.request };
-        let limit = settings.limits.max_upstream_body_bytes;
+        let limit = max_upstream_body_bytes;
         let code = Some(status.as_u16());
         let mut body = match tokio::time::timeout_at(body_deadline.min(self.deadline), read_body(response_body, limit))
             .await
@@ -475,8 +479,7 @@ impl Run {
         number: usize,
     ) -> Exchanged {
         let protocol = self.protocol();
-        let settings = self.snapshot.settings.clone();
-        let timeouts = settings.timeouts(protocol);
+        let timeouts = self.snapshot.settings.timeouts(protocol).clone();
         let (head, mut upstream) = response.into_parts();
         let status = head.status;
         let code = Some(status.as_u16());
@@ -585,7 +588,7 @@ impl Run {
         let committed = Committed {
             gw: self.gw.clone(),
             snapshot: self.snapshot.clone(),
-            breaker_settings: settings.breaker(protocol).clone(),
+            breaker_settings: self.snapshot.settings.breaker(protocol).clone(),
             idle_timeout: timeouts.idle,
             max_duration: timeouts.max_stream_duration,
             held,
