@@ -399,7 +399,7 @@ mod tests {
             if cell.lock().is_closed() {
                 break;
             }
-            let p = probe.take().map_or_else(|| cell.try_acquire("e", false).unwrap(), |p| p);
+            let p = probe.take().unwrap_or_else(|| cell.try_acquire("e", false).unwrap());
             p.record(Outcome::Success, None, &settings);
         }
         agrees(&cell, true);

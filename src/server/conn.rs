@@ -8,7 +8,9 @@
 //!   header deadline from the first byte of a request (or from the opening of the connection,
 //!   so a client that connects and sends nothing is closed too), else the keep-alive deadline
 //!   from the end of the last request. It enforces it where hyper waits for those bytes, in
-//!   `poll_read`, so nothing is checked while a request is served (streams pay nothing).
+//!   `poll_read`; while a request is served it only keeps its timer armed early enough for the
+//!   keep-alive deadline to come: a stream's events read no clock, and the end of a request
+//!   notes the time but wakes nothing.
 //!   It also gives hyper's automatic rejections (400 for a malformed head, 414, 431), which hyper
 //!   writes with an empty body, a short JSON body that says what was wrong.
 //! - [`Counted`] wraps the service: it marks a request in flight from the call until its
@@ -20,7 +22,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -32,7 +34,6 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
 /// What the socket wrapper and the service wrapper of one connection share.
-#[derive(Default)]
 pub struct Activity {
     /// Requests handed to the service whose response body is not yet dropped.
     in_flight: AtomicU32,
@@ -40,23 +41,36 @@ pub struct Activity {
     calls: AtomicU32,
     /// Times the connection became idle after serving (wraps; only compared for change).
     idled: AtomicU32,
-    /// The connection task, parked in a read while a request was served.
-    reader: std::sync::Mutex<Option<std::task::Waker>>,
+    /// When it last became idle, in nanoseconds after `opened`.
+    idle_after: AtomicU64,
+    opened: Instant,
 }
 
 impl Activity {
-    fn park(&self, waker: &std::task::Waker) {
-        let mut reader = self.reader.lock().unwrap_or_else(|p| p.into_inner());
-        if !reader.as_ref().is_some_and(|w| w.will_wake(waker)) {
-            *reader = Some(waker.clone());
+    pub fn new() -> Self {
+        Activity {
+            in_flight: AtomicU32::new(0),
+            calls: AtomicU32::new(0),
+            idled: AtomicU32::new(0),
+            idle_after: AtomicU64::new(0),
+            opened: Instant::now(),
         }
     }
 
     fn became_idle(&self) {
+        let after = u64::try_from(self.opened.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.idle_after.store(after, Ordering::Release);
         self.idled.fetch_add(1, Ordering::AcqRel);
-        if let Some(waker) = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            waker.wake();
-        }
+    }
+
+    fn idle_since(&self) -> Instant {
+        self.opened + Duration::from_nanos(self.idle_after.load(Ordering::Acquire))
+    }
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -68,6 +82,12 @@ pub struct ConnTimers {
 }
 
 /// The client socket, with the header and keep-alive deadlines (module docs).
+///
+/// The timer may be armed earlier than the deadline that applies: it then wakes the connection
+/// early, and the deadline is worked out again. That is what lets a request end without waking
+/// the connection (a wake-up is a whole extra pass through hyper's connection for every
+/// request): while a request is served, the timer is kept armed no later than the keep-alive
+/// deadline that will follow it, so it fires in time whether or not another request comes.
 pub struct TimedIo<T> {
     io: T,
     activity: Arc<Activity>,
@@ -77,10 +97,14 @@ pub struct TimedIo<T> {
     /// Whether a request has been served on it (the first wait is bounded by the header timer).
     served: bool,
     seen_idled: u32,
-    /// The first byte of the request head being read now, and the call count then.
-    head_started: Option<(Instant, u32)>,
+    /// A request head being read: the call count when its first bytes came, and when a read
+    /// first had to wait for more of it (where its header timer starts).
+    head: Option<(u32, Option<Instant>)>,
     timer: Option<Pin<Box<Sleep>>>,
-    timer_deadline: Option<Instant>,
+    /// The deadline the timer is armed for, and the wait that was added to a past instant to
+    /// make it: a wait no longer than `keepalive` proves it no later than any keep-alive
+    /// deadline still to come.
+    armed: Option<(Instant, Duration)>,
     /// A rewritten automatic rejection still to be written, and how much of it has been.
     rejection: Option<(Bytes, usize)>,
 }
@@ -89,38 +113,86 @@ impl<T> TimedIo<T> {
     pub fn new(io: T, activity: Arc<Activity>, timers: ConnTimers) -> Self {
         TimedIo {
             io,
+            idle_since: activity.opened,
             activity,
             timers,
-            idle_since: Instant::now(),
             served: false,
             seen_idled: 0,
-            head_started: None,
+            head: None,
             timer: None,
-            timer_deadline: None,
+            armed: None,
             rejection: None,
         }
     }
 
-    /// The deadline that applies now, if any: none while a request is being served.
-    fn deadline(&mut self) -> Option<Instant> {
-        if self.activity.in_flight.load(Ordering::Acquire) > 0 {
-            return None;
-        }
+    /// The deadline of an idle connection (none is being served) and the wait it adds.
+    fn idle_deadline(&mut self) -> (Instant, Duration) {
         let idled = self.activity.idled.load(Ordering::Acquire);
         if idled != self.seen_idled {
             self.seen_idled = idled;
             self.served = true;
-            self.idle_since = Instant::now();
+            self.idle_since = self.activity.idle_since();
         }
         let calls = self.activity.calls.load(Ordering::Acquire);
-        match self.head_started {
+        match &mut self.head {
             // The head being read has not reached the service yet.
-            Some((started, at_calls)) if at_calls == calls => Some(started + self.timers.header_read),
-            _ => {
-                self.head_started = None;
-                let wait = if self.served { self.timers.keepalive } else { self.timers.header_read };
-                Some(self.idle_since + wait)
+            Some((at_calls, started)) if *at_calls == calls => {
+                let started = *started.get_or_insert_with(Instant::now);
+                (started + self.timers.header_read, self.timers.header_read)
             }
+            _ => {
+                self.head = None;
+                let wait = if self.served { self.timers.keepalive } else { self.timers.header_read };
+                (self.idle_since + wait, wait)
+            }
+        }
+    }
+
+    /// Arm the timer for `deadline`, made by adding `wait` to a past instant.
+    fn arm(&mut self, deadline: Instant, wait: Duration) -> Pin<&mut Sleep> {
+        let timer = self.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        timer.as_mut().reset(deadline);
+        self.armed = Some((deadline, wait));
+        timer.as_mut()
+    }
+
+    fn timer_fired(&self) -> bool {
+        self.timer.as_ref().is_none_or(|t| t.is_elapsed())
+    }
+
+    /// The socket has nothing to read: keep the timer right, and time out an idle connection
+    /// whose deadline has passed.
+    fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let keepalive = self.timers.keepalive;
+        if self.activity.in_flight.load(Ordering::Acquire) > 0 {
+            // Serving: no deadline applies, but the one after this request will.
+            let in_time = self.armed.is_some_and(|(_, wait)| wait <= keepalive) && !self.timer_fired();
+            if !in_time {
+                // Polled once so that it wakes this task; it cannot have passed yet.
+                let _ = self.arm(Instant::now() + keepalive, keepalive).poll(cx);
+            }
+            return Poll::Pending;
+        }
+        let (deadline, wait) = self.idle_deadline();
+        let due_sooner = self.armed.is_none_or(|(armed, _)| deadline < armed);
+        if due_sooner || self.timer_fired() {
+            self.arm(deadline, wait);
+        }
+        loop {
+            let Some(timer) = self.timer.as_mut() else { return Poll::Pending };
+            if timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            // Fired: for the deadline, or early for one that has moved later since.
+            if self.armed.is_some_and(|(armed, _)| armed >= deadline) {
+                let what = if self.head.is_some() || !self.served {
+                    "the request headers did not arrive within limits.header_read_timeout_secs"
+                } else {
+                    "the connection was idle longer than limits.keepalive_timeout_secs"
+                };
+                return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, what)));
+            }
+            self.arm(deadline, wait);
         }
     }
 
@@ -128,8 +200,7 @@ impl<T> TimedIo<T> {
     /// the service, so nothing else can be writing now).
     fn rejecting_a_head(&self) -> bool {
         let calls = self.activity.calls.load(Ordering::Acquire);
-        self.activity.in_flight.load(Ordering::Acquire) == 0
-            && self.head_started.is_some_and(|(_, at_calls)| at_calls == calls)
+        self.activity.in_flight.load(Ordering::Acquire) == 0 && self.head.is_some_and(|(at_calls, _)| at_calls == calls)
     }
 }
 
@@ -140,37 +211,17 @@ impl<T: AsyncRead + Unpin> AsyncRead for TimedIo<T> {
         match Pin::new(&mut this.io).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
                 if buf.filled().len() > before
-                    && this.head_started.is_none()
+                    && this.head.is_none()
                     && this.activity.in_flight.load(Ordering::Acquire) == 0
                 {
-                    this.head_started = Some((Instant::now(), this.activity.calls.load(Ordering::Acquire)));
+                    this.head = Some((this.activity.calls.load(Ordering::Acquire), None));
                 }
                 Poll::Ready(Ok(()))
             }
-            Poll::Pending => {
-                let Some(deadline) = this.deadline() else {
-                    // Serving: no timer. hyper will not read again until the socket is readable,
-                    // so the end of the request must wake this task to arm the next timer.
-                    this.activity.park(cx.waker());
-                    return Poll::Pending;
-                };
-                let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-                if this.timer_deadline != Some(deadline) {
-                    timer.as_mut().reset(deadline);
-                    this.timer_deadline = Some(deadline);
-                }
-                match timer.as_mut().poll(cx) {
-                    Poll::Ready(()) => {
-                        let what = if this.head_started.is_some() || !this.served {
-                            "the request headers did not arrive within limits.header_read_timeout_secs"
-                        } else {
-                            "the connection was idle longer than limits.keepalive_timeout_secs"
-                        };
-                        Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, what)))
-                    }
-                    Poll::Pending => Poll::Pending,
-                }
-            }
+            Poll::Pending => match this.poll_deadline(cx) {
+                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                _ => Poll::Pending,
+            },
             other => other,
         }
     }
@@ -575,5 +626,153 @@ mod tests {
         assert!(head.contains(&format!("content-length: {}", body.len())));
         let json: serde_json::Value = serde_json::from_str(body).unwrap();
         assert!(json["error"]["message"].as_str().unwrap().contains("headers"));
+    }
+}
+
+#[cfg(test)]
+mod timer_tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::task::{Wake, Waker};
+
+    use tokio::io::{AsyncWriteExt, DuplexStream};
+
+    use super::*;
+
+    /// A waker that counts its wake-ups.
+    struct Wakes(AtomicUsize);
+
+    impl Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A connection's socket as hyper drives it: read once, then again only when woken.
+    struct Conn {
+        io: TimedIo<DuplexStream>,
+        activity: Arc<Activity>,
+        wakes: Arc<Wakes>,
+        waker: Waker,
+        seen_wakes: usize,
+        client: DuplexStream,
+    }
+
+    impl Conn {
+        fn open(header_read: f64, keepalive: f64) -> Conn {
+            let (client, server) = tokio::io::duplex(1024);
+            let activity = Arc::new(Activity::new());
+            let timers = ConnTimers {
+                header_read: Duration::from_secs_f64(header_read),
+                keepalive: Duration::from_secs_f64(keepalive),
+            };
+            let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
+            let waker = Waker::from(wakes.clone());
+            let io = TimedIo::new(server, activity.clone(), timers);
+            Conn { io, activity, wakes, waker, seen_wakes: 0, client }
+        }
+
+        fn read(&mut self) -> Poll<io::Result<()>> {
+            let mut cx = Context::from_waker(&self.waker);
+            let mut space = [0u8; 64];
+            let mut buf = ReadBuf::new(&mut space);
+            Pin::new(&mut self.io).poll_read(&mut cx, &mut buf)
+        }
+
+        /// Whether the connection was woken since this was last asked.
+        fn woken(&mut self) -> bool {
+            let wakes = self.wakes.0.load(Ordering::SeqCst);
+            std::mem::replace(&mut self.seen_wakes, wakes) < wakes
+        }
+
+        /// hyper's read after a wake-up: why the connection was closed, or `None` (kept open).
+        fn read_when_woken(&mut self) -> Option<String> {
+            assert!(self.woken(), "the connection was woken to read");
+            match self.read() {
+                Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::TimedOut => Some(e.to_string()),
+                Poll::Pending => None,
+                other => panic!("unexpected read: {other:?}"),
+            }
+        }
+    }
+
+    async fn advance(secs: f64) {
+        tokio::time::advance(Duration::from_secs_f64(secs)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_ends_without_waking_the_connection_and_its_keepalive_deadline_holds() {
+        let mut c = Conn::open(10.0, 75.0);
+        // A request arrives with the connection and is served for 5 s.
+        let request = InFlight::start(&c.activity);
+        assert!(c.read().is_pending());
+        advance(5.0).await;
+        drop(request);
+        assert!(!c.woken(), "the end of a request does not wake the connection");
+
+        // The timer was armed no later than the keep-alive deadline: it fires early (75 s after
+        // the request began), and the deadline is worked out again from the end of the request.
+        advance(70.0).await;
+        assert_eq!(c.read_when_woken(), None, "idle for 70 s of 75");
+        advance(4.9).await;
+        assert!(!c.woken(), "woken early only once");
+        advance(0.1).await;
+        let why = c.read_when_woken().expect("closed once idle for 75 s");
+        assert!(why.contains("limits.keepalive_timeout_secs"), "{why}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_header_timer_longer_than_the_keepalive_is_cut_back_while_a_request_is_served() {
+        let mut c = Conn::open(60.0, 0.5);
+        // Nothing sent yet: the header timer (60 s) is armed.
+        assert!(c.read().is_pending());
+        advance(1.0).await;
+        let request = InFlight::start(&c.activity);
+        assert!(c.read().is_pending());
+        advance(0.2).await;
+        drop(request);
+        // Idle from 1.2 s: closed at 1.7 s, not 60 s after opening.
+        advance(0.4).await;
+        assert_eq!(c.read_when_woken(), None, "idle for 0.4 s of 0.5");
+        advance(0.1).await;
+        let why = c.read_when_woken().expect("closed once idle for 0.5 s");
+        assert!(why.contains("limits.keepalive_timeout_secs"), "{why}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timer_that_fires_during_a_long_request_is_armed_again() {
+        let mut c = Conn::open(10.0, 2.0);
+        let request = InFlight::start(&c.activity);
+        assert!(c.read().is_pending());
+        // A stream of 9 s: the timer fires every 2 s and is armed again; nothing times out.
+        for _ in 0..4 {
+            advance(2.0).await;
+            assert_eq!(c.read_when_woken(), None, "served requests have no deadline");
+        }
+        advance(1.0).await;
+        drop(request);
+        advance(1.0).await;
+        assert_eq!(c.read_when_woken(), None, "idle for 1 s of 2");
+        advance(1.0).await;
+        assert!(c.read_when_woken().is_some(), "closed once idle for 2 s");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_head_that_stops_arriving_is_cut_off_by_the_header_timer() {
+        let mut c = Conn::open(10.0, 75.0);
+        // A first request, served and ended: the connection is kept alive.
+        let request = InFlight::start(&c.activity);
+        assert!(c.read().is_pending());
+        drop(request);
+        advance(1.0).await;
+        // The next head's first bytes come, then nothing more.
+        c.client.write_all(b"GET / HT").await.unwrap();
+        assert!(c.woken(), "bytes to read");
+        assert!(c.read().is_ready());
+        assert!(c.read().is_pending());
+        advance(9.9).await;
+        assert!(!c.woken());
+        advance(0.1).await;
+        let why = c.read_when_woken().expect("closed 10 s after the head began");
+        assert!(why.contains("limits.header_read_timeout_secs"), "{why}");
     }
 }
