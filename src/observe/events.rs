@@ -76,7 +76,8 @@ impl Events {
     }
 
     /// A request finished (for a stream: when the stream ended): count it, show it live, store it.
-    pub fn request_completed(&self, mut record: RequestRecord) {
+    pub fn request_completed(&self, record: impl Into<Box<RequestRecord>>) {
+        let mut record = record.into();
         scrub_record(&mut record);
         self.hub.metrics.observe_request(&record);
         if !self.hub.live.has_subscribers() {

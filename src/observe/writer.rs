@@ -96,14 +96,14 @@ impl RecordSink {
 
     /// Hand a record to the writer; if the channel is full (or there is no writer) the record is
     /// dropped and counted — the request never waits for the disk.
-    pub fn submit(&self, record: RequestRecord) {
+    pub fn submit(&self, record: impl Into<Box<RequestRecord>>) {
         let Some(tx) = &self.tx else {
             self.counters.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         };
         // Counted before sending, so the writer's decrement can never run first and wrap.
         self.counters.queued.fetch_add(1, Ordering::Relaxed);
-        if tx.try_send(Msg::Record(Box::new(record))).is_err() {
+        if tx.try_send(Msg::Record(record.into())).is_err() {
             self.counters.queued.fetch_sub(1, Ordering::Relaxed);
             self.counters.dropped.fetch_add(1, Ordering::Relaxed);
         }

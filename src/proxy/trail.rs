@@ -52,7 +52,9 @@ fn capped(text: &str, max: usize) -> String {
 }
 
 pub struct Trail {
-    record: RequestRecord,
+    /// Boxed from the start: the trail moves through several futures on its way, and the
+    /// record goes to the writer in this box.
+    record: Box<RequestRecord>,
     events: Events,
     started: Instant,
     /// Deliberate waits (backoff, retry delay).
@@ -139,7 +141,7 @@ impl Trail {
         let header = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).map(|v| capped(v, MAX_NAME));
         // The body may name a better one (`set_session`).
         let session_id = sessions.id();
-        let record = RequestRecord {
+        let record = Box::new(RequestRecord {
             id: new_id(unix_ms),
             started_at_ms: unix_ms,
             protocol: Cow::Borrowed(protocol),
@@ -148,7 +150,7 @@ impl Trail {
             user_agent: header(&axum::http::header::USER_AGENT),
             session_id,
             ..empty_record()
-        };
+        });
         Trail {
             record,
             events,
@@ -425,7 +427,7 @@ impl Trail {
         self.record.first_byte_ms = self.first_byte.map(ms);
         let overhead = self.overhead.unwrap_or_else(|| total.saturating_sub(self.upstream).saturating_sub(self.waits));
         self.record.overhead_ms = ms(overhead);
-        let record = std::mem::replace(&mut self.record, empty_record());
+        let record = std::mem::replace(&mut self.record, Box::new(empty_record()));
         self.events.request_completed(record);
     }
 }
