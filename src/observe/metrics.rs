@@ -1471,6 +1471,29 @@ ccmesh_records_dropped_total 3
     }
 
     #[test]
+    fn series_first_seen_on_many_threads_at_once_are_all_kept() {
+        // New series are made under the family's write lock while other threads read and count.
+        let m = Arc::new(Metrics::new());
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let m = m.clone();
+                std::thread::spawn(move || {
+                    for i in 0..25 {
+                        m.observe_request(&record("claude", &format!("e{t}-{i}"), 200));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let text = m.render_scrape(&Scrape::default());
+        let counted = lines_of(&text, "ccmesh_requests_total{");
+        assert_eq!(counted.len(), 100, "{counted:?}");
+        assert!(counted.iter().all(|l| l.ends_with("} 1")), "{counted:?}");
+    }
+
+    #[test]
     fn cluster_fallbacks_appear_only_in_a_cluster() {
         let m = Metrics::new();
         assert!(!m.render_scrape(&Scrape::default()).contains("ccmesh_cluster_fallbacks_total"));
