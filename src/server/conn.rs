@@ -5,12 +5,12 @@
 //! requests" (75 s). ccmesh keeps the timers itself, in two small wrappers that share one
 //! [`Activity`]:
 //! - [`TimedIo`] wraps the socket. Whenever no request is being served it holds a deadline: the
-//!   header deadline from the first byte of a request (or from the opening of the connection,
-//!   so a client that connects and sends nothing is closed too), else the keep-alive deadline
-//!   from the end of the last request. It enforces it where hyper waits for those bytes, in
-//!   `poll_read`; while a request is served it only keeps its timer armed early enough for the
-//!   keep-alive deadline to come: a stream's events read no clock, and the end of a request
-//!   notes the time but wakes nothing.
+//!   header deadline from when a request's head first has to be waited for (or from the opening
+//!   of the connection, so a client that connects and sends nothing is closed too), else the
+//!   keep-alive deadline from the end of the last request. It enforces it where hyper waits for
+//!   those bytes, in `poll_read`; while a request is served it only keeps its timer armed early
+//!   enough for the keep-alive deadline to come: a stream's events read no clock, and the end of
+//!   a request notes the time but wakes nothing.
 //!   It also gives hyper's automatic rejections (400 for a malformed head, 414, 431), which hyper
 //!   writes with an empty body, a short JSON body that says what was wrong.
 //! - [`Counted`] wraps the service: it marks a request in flight from the call until its
