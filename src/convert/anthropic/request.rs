@@ -3,6 +3,7 @@
 
 mod decode;
 mod encode;
+mod plain;
 
 pub use decode::decode_request;
 pub use encode::encode_request;

@@ -268,6 +268,11 @@ impl<'a> RequestBody<'a> {
     pub fn shown(json: ShownObject<'a>) -> Self {
         RequestBody { bytes: json.text().as_bytes(), shown: Some(json) }
     }
+
+    /// The body as text, if it is UTF-8: checked already when the body was shown to be an object.
+    pub fn text(&self) -> Option<&'a str> {
+        self.shown.as_ref().map(ShownObject::text).or_else(|| crate::protocol::lenient::utf8(self.bytes))
+    }
 }
 
 impl<'a> From<&'a [u8]> for RequestBody<'a> {
@@ -306,8 +311,7 @@ pub fn parse_object_keeping_schemas(
         return parse_object(bytes).map(|object| ObjectWithSchemas { object, schemas: Schemas::default() });
     }
     // Bytes that are not UTF-8 are left to `parse_object`, which reads them as `from_slice` does.
-    let Some(text) = body.shown.as_ref().map(ShownObject::text).or_else(|| crate::protocol::lenient::utf8(bytes))
-    else {
+    let Some(text) = body.text() else {
         return parse_object(bytes).map(|object| ObjectWithSchemas { object, schemas: Schemas::default() });
     };
     if let Some(shown) = body.shown.or_else(|| ShownObject::scan(text, places.list))

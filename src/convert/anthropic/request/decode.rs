@@ -6,6 +6,7 @@ use std::fmt;
 use serde_json::{Map, Value, json};
 
 use super::super::{as_object, as_object_mut, shown};
+use super::plain::plain_request;
 use crate::convert::ir::*;
 use crate::protocol::lenient::{count, get, get_mut, get_str, take, take_str, take_text};
 
@@ -139,7 +140,17 @@ fn req_string(
 
 /// Client request body (Anthropic Messages) → IR.
 pub fn decode_request<'a>(body: impl Into<RequestBody<'a>>) -> Result<Request, ConvertError> {
-    let ObjectWithSchemas { object: mut obj, mut schemas } = parse_object_keeping_schemas(body.into(), TOOL_SCHEMAS)?;
+    let body = body.into();
+    if let Some(request) = body.text().and_then(plain_request) {
+        return Ok(request);
+    }
+    decode_parsed(body)
+}
+
+/// `decode_request` through a parse of the whole body (for every request `plain_request` does
+/// not match, and for the words of every error).
+pub(super) fn decode_parsed(body: RequestBody<'_>) -> Result<Request, ConvertError> {
+    let ObjectWithSchemas { object: mut obj, mut schemas } = parse_object_keeping_schemas(body, TOOL_SCHEMAS)?;
     let mut losses = Vec::new();
     let m = Members::of(&mut obj);
 
