@@ -414,7 +414,7 @@ async fn serve_connection(
     let open = admission.open.fetch_add(1, Ordering::AcqRel) + 1;
     let _open = Open(admission.open.clone());
     let overloaded = past_descriptors || open > limits.max_connections;
-    let activity = Arc::new(Activity::default());
+    let activity = Arc::new(Activity::opened_now());
     let timers = ConnTimers { header_read: limits.header_read_timeout, keepalive: limits.keepalive_timeout };
     let io = TimedIo::new(tcp, activity.clone(), timers);
     let service = Counted {

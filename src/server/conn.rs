@@ -47,7 +47,8 @@ pub struct Activity {
 }
 
 impl Activity {
-    pub fn new() -> Self {
+    /// A connection's activity, from the moment it opened (now).
+    pub fn opened_now() -> Self {
         Activity {
             in_flight: AtomicU32::new(0),
             calls: AtomicU32::new(0),
@@ -65,12 +66,6 @@ impl Activity {
 
     fn idle_since(&self) -> Instant {
         self.opened + Duration::from_nanos(self.idle_after.load(Ordering::Acquire))
-    }
-}
-
-impl Default for Activity {
-    fn default() -> Self {
-        Self::new()
     }
 }
 
@@ -660,7 +655,7 @@ mod timer_tests {
     impl Conn {
         fn open(header_read: f64, keepalive: f64) -> Conn {
             let (client, server) = tokio::io::duplex(1024);
-            let activity = Arc::new(Activity::new());
+            let activity = Arc::new(Activity::opened_now());
             let timers = ConnTimers {
                 header_read: Duration::from_secs_f64(header_read),
                 keepalive: Duration::from_secs_f64(keepalive),
