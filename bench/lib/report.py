@@ -229,6 +229,77 @@ for key, label in (("no_retry_delay", "transient_retry_delay_ms=0"), ("default",
             check(f"failover on connection refused ({label}), p50 added", "≤ 1 ms", x - y, x - y <= 1000, fmt_us(x - y))
 result["targets"] = checks
 
+# ---------------------------------------------------------------- against the floor
+# What ccmesh costs beyond the smallest proxy on the same crates: each figure is a ratio to the
+# floor measured in the same run, from passes that alternate where the run has them.
+floor_checks = []
+
+
+def floor_check(name, goal, measured, met, shown):
+    floor_checks.append({"target": name, "goal": goal, "measured": measured, "met": met, "shown": shown})
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    if not n:
+        return None
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def listed(xs, fmt):
+    return ", ".join(fmt(x) for x in xs)
+
+
+extra_rounds = sorted({int(p.name.split(".")[3]) for p in res.glob("throughput.d0.floor.*.json")})
+tp_rounds = {
+    t: [rps(load(f"throughput.d0.{t}" + ("" if i == 1 else f".{i}"))) for i in [1] + extra_rounds]
+    for t in ("floor", "ccmesh", "ccmesh_conv")
+}
+result["throughput_rounds_d0"] = tp_rounds
+for t, goal, label in (
+    ("ccmesh", 0.9, "throughput against the floor, c=64, 0 ms upstream"),
+    ("ccmesh_conv", 0.75, "converting throughput against the floor, c=64"),
+):
+    ratios = [c / f for c, f in zip(tp_rounds[t], tp_rounds["floor"]) if c and f]
+    m = median(ratios)
+    shown = "–" if m is None else f"median {m:.2f}× ({listed(ratios, lambda r: f'{r:.2f}')} in {len(ratios)} alternating rounds)"
+    floor_check(label, f"≥ {goal} × the floor", m, None if m is None else m >= goal, shown)
+for run, label in ((result["latency_c1"]["ccmesh"], "back to back"), (result["latency_c1_after_idle"]["ccmesh"], "after 20 ms idle")):
+    for key, pct in (("p50_us", "p50"), ("p99_us", "p99")):
+        c, f = added(run, "ccmesh", key), added(run, "floor", key)
+        if c is None or not f:
+            continue
+        r = c / f
+        floor_check(f"added latency at c=1, {label}, {pct}", "within 10 % of the floor's", r, r <= 1.10, f"{fmt_us(c)} against {fmt_us(f)} ({100 * (r - 1):+.0f} %)")
+per_event = []
+main_1024 = result["streams"].get("1024") or {}
+pairs = [(main_1024.get("ccmesh"), main_1024.get("floor"))] + list(zip(repeat["ccmesh"], repeat["floor"]))
+for c, f in pairs:
+    cp, fp = ((c or {}).get("cpu_us_per_event") or {}).get("proxy"), ((f or {}).get("cpu_us_per_event") or {}).get("proxy")
+    if cp and fp:
+        per_event.append(cp / fp)
+m = median(per_event)
+if m is not None:
+    floor_check(
+        "CPU per relayed event, 1024 streams",
+        "within 5 % of the floor's",
+        m,
+        m <= 1.05,
+        f"median {100 * (m - 1):+.0f} % ({listed(per_event, lambda r: f'{100 * (r - 1):+.0f} %')}: the main run, then each repeated round)",
+    )
+both = [(c.get("stall_free"), f.get("stall_free")) for c, f in zip(repeat["ccmesh"], repeat["floor"]) if c and f]
+if both:
+    short = sum(1 for c, f in both if f == 1024 and c != 1024)
+    floor_check(
+        "1024 streams stall-free whenever the floor's are (repeated rounds)",
+        "no round where only the floor is",
+        short,
+        short == 0,
+        f"ccmesh {listed([c for c, _ in both], str)}; the floor {listed([f for _, f in both], str)}",
+    )
+result["targets_against_the_floor"] = floor_checks
+
 out_json.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
 
 # ---------------------------------------------------------------- markdown
@@ -252,6 +323,15 @@ for c in checks:
     met = "–" if c["met"] is None else ("yes" if c["met"] else "**no**")
     w(f"| {c['target']} | {c['goal']} | {c['shown']} | {met} |")
 w("")
+
+if floor_checks:
+    w("## Against the floor (examples/bare_proxy.rs): the targets of issue 19")
+    w("")
+    w("| target | goal | measured | met |")
+    w("| --- | --- | --- | --- |")
+    for c in floor_checks:
+        w(f"| {c['target']} | {c['goal']} | {c['shown']} | {'yes' if c['met'] else '**no**'} |")
+    w("")
 
 # Latency
 w("## Added latency at concurrency 1 (non-streaming, small body, interleaved with direct calls)")
