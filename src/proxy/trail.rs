@@ -401,7 +401,13 @@ impl Trail {
         // Relays often answer with a name the price table does not know: fall back to the model
         // that was sent (what the endpoint bills for), then the one the client asked for, then
         // the default price when one is set.
-        let price = [&self.record.model_answered, &self.record.model_sent, &self.record.model_requested]
+        let r = &self.record;
+        let (answered, sent) = (r.model_answered.as_deref(), r.model_sent.as_deref());
+        // Each name is looked up once: the model sent is most often the one asked for, and a
+        // lookup hashes the name.
+        let sent = sent.filter(|m| answered != Some(*m));
+        let requested = r.model_requested.as_deref().filter(|m| answered != Some(*m) && sent != Some(*m));
+        let price = [answered, sent, requested]
             .into_iter()
             .flatten()
             .find_map(|m| snapshot.prices.price(m))

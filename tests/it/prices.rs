@@ -150,3 +150,43 @@ async fn price_multiplier_is_validated_shown_and_persisted() {
     let (_, got) = g.api(Method::GET, "/api/endpoints/plain", None).await;
     assert_eq!(got["price_multiplier"], 1.0);
 }
+
+/// A record is priced by the model that answered; a name the price table does not know (a
+/// relay's own, say) falls back to the model sent, then to the one asked for, then to the
+/// default price, and with none of them the cost is unknown rather than 0.
+#[tokio::test]
+async fn a_record_is_priced_by_the_answered_then_the_sent_then_the_asked_model_then_the_default() {
+    use crate::support::gateway::claude_body;
+    use crate::support::mock::{INPUT_TOKENS, MockUpstream, Reply, anthropic_message_body};
+
+    let upstream = MockUpstream::start().await;
+    let g = TestGateway::start().await;
+    g.add("a", "anthropic", &upstream.url(), json!({"model_map": {"alias-x": "p-sent", "p-asked": "not-priced"}}))
+        .await;
+    // Input-only prices that say which one applied: $1, $2, $4 (and $8 by default) per million.
+    for (model, input) in [("p-answered", 1.0), ("p-sent", 2.0), ("p-asked", 4.0)] {
+        let price = json!({"input": input, "output": 0, "cache_read": 0, "cache_write": 0});
+        let (status, body) = g.api(Method::PUT, &format!("/api/prices/{model}"), Some(price)).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let cost_of = |input: f64| INPUT_TOKENS as f64 * input / 1e6;
+    let priced = |asked: &'static str, answered: &'static str| {
+        let mut answer = anthropic_message_body("hi");
+        answer["model"] = json!(answered);
+        upstream.push(Reply::json(200, answer));
+        let g = &g;
+        async move {
+            let r = g.post("/v1/messages", &claude_body(asked, false)).await;
+            assert_eq!(r.status(), 200);
+            let id = r.headers()["x-ccmesh-request-id"].to_str().unwrap().to_string();
+            let _ = r.bytes().await.unwrap();
+            g.record(&id).await["cost_usd"].as_f64()
+        }
+    };
+    assert_eq!(priced("alias-x", "p-answered").await, Some(cost_of(1.0)), "the model that answered");
+    assert_eq!(priced("alias-x", "relay-name").await, Some(cost_of(2.0)), "then the model sent");
+    assert_eq!(priced("p-asked", "relay-name").await, Some(cost_of(4.0)), "then the model asked for");
+    assert_eq!(priced("nothing-known", "relay-name").await, None, "no price: the cost is unknown");
+    g.settings(json!({"default_price": {"input": 8, "output": 0}})).await;
+    assert_eq!(priced("nothing-known", "relay-name").await, Some(cost_of(8.0)), "then the default price");
+}
