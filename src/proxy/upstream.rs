@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::http::header::GetAll;
 use axum::http::uri::{Authority, Parts, PathAndQuery, Scheme};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, Uri, header};
 use bytes::Bytes;
@@ -268,17 +269,11 @@ fn dropped_request_header(name: &HeaderName) -> bool {
 
 /// Build the upstream request headers from the client's.
 pub fn request_headers(client: &HeaderMap, endpoint: &LiveEndpoint, hop: &HeaderValue) -> HeaderMap {
-    let listed_in_connection: Vec<String> = client
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|s| s.trim().to_ascii_lowercase())
-        .collect();
+    let connection = client.get_all(header::CONNECTION);
     // Room for every header added below, so the map never grows (a grow rehashes every entry).
     let mut out = HeaderMap::with_capacity(client.len() + endpoint.extra_headers.len() + 5);
     for (name, value) in client {
-        if dropped_request_header(name) || listed_in_connection.iter().any(|c| c == name.as_str()) {
+        if dropped_request_header(name) || lists(&connection, name) {
             continue;
         }
         out.append(name.clone(), value.clone());
@@ -298,6 +293,17 @@ pub fn request_headers(client: &HeaderMap, endpoint: &LiveEndpoint, hop: &Header
         out.insert(header::HOST, host.clone());
     }
     out
+}
+
+/// Whether the client's `Connection` header names `name`: a header that belongs to this hop
+/// (RFC 9110 §7.6.1). Compared in place, so the usual `connection: keep-alive` costs no
+/// allocation.
+fn lists(connection: &GetAll<'_, HeaderValue>, name: &HeaderName) -> bool {
+    connection
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|token| token.trim().eq_ignore_ascii_case(name.as_str()))
 }
 
 /// The headers the gateway adds to an answer (`x-ccmesh-attempts`, `x-ccmesh-endpoint`,
