@@ -324,7 +324,7 @@ async fn serve_connections(
         // Holding more than its share, the thread leaves new connections to the others until a
         // count changes (looked at again after starting to wait, so no change is missed).
         let balance = &admission.balance;
-        let rebalanced = (!balance.may_accept(thread)).then(|| balance.changed());
+        let rebalanced = (!balance.may_accept(thread)).then(|| balance.changed(thread));
         let rebalanced = rebalanced.filter(|_| !balance.may_accept(thread));
         let accepting = rebalanced.is_none();
         let rebalanced = futures_util::future::OptionFuture::from(rebalanced);

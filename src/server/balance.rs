@@ -26,13 +26,21 @@ pub fn fair_to_accept(mine: usize, fewest_elsewhere: Option<usize>) -> bool {
 /// The open client connections of each serving thread.
 pub struct Balance {
     open: Box<[AtomicUsize]>,
-    /// Woken whenever a count changes, so a thread that stopped accepting looks again.
-    changed: Notify,
+    /// One per thread, woken by a change that may let that thread accept again, so that a
+    /// thread which stopped accepting looks again. Only a connection opened elsewhere (the others
+    /// may now hold more) or closed on the thread itself can do that: a connection closed on
+    /// another thread only lowers the count this one is measured against. So a close wakes no
+    /// other thread, which would cost it a system call and a pass through its runtime.
+    changed: Box<[Notify]>,
 }
 
 impl Balance {
     pub fn new(threads: usize) -> Balance {
-        Balance { open: (0..threads.max(1)).map(|_| AtomicUsize::new(0)).collect(), changed: Notify::new() }
+        let threads = threads.max(1);
+        Balance {
+            open: (0..threads).map(|_| AtomicUsize::new(0)).collect(),
+            changed: (0..threads).map(|_| Notify::new()).collect(),
+        }
     }
 
     pub fn threads(&self) -> usize {
@@ -57,10 +65,10 @@ impl Balance {
         fair_to_accept(mine, fewest_elsewhere)
     }
 
-    /// A future that resolves at the next change of any count. Create it before reading the
-    /// counts, so a change between the read and the wait is not missed.
-    pub fn changed(&self) -> std::pin::Pin<Box<tokio::sync::futures::Notified<'_>>> {
-        let mut notified = Box::pin(self.changed.notified());
+    /// A future that resolves at the next change that may let `thread` accept again. Create it
+    /// before reading the counts, so a change between the read and the wait is not missed.
+    pub fn changed(&self, thread: usize) -> std::pin::Pin<Box<tokio::sync::futures::Notified<'_>>> {
+        let mut notified = Box::pin(self.changed[thread].notified());
         notified.as_mut().enable();
         notified
     }
@@ -68,15 +76,12 @@ impl Balance {
     /// Count a connection `thread` accepted, until the returned guard drops.
     pub fn opened(self: &std::sync::Arc<Self>, thread: usize) -> OpenOnThread {
         self.open[thread].fetch_add(1, Ordering::AcqRel);
-        self.notify_if_shared();
-        OpenOnThread { balance: self.clone(), thread }
-    }
-
-    fn notify_if_shared(&self) {
-        // One thread never waits on the others.
-        if self.open.len() > 1 {
-            self.changed.notify_waiters();
+        for (n, changed) in self.changed.iter().enumerate() {
+            if n != thread {
+                changed.notify_waiters();
+            }
         }
+        OpenOnThread { balance: self.clone(), thread }
     }
 }
 
@@ -89,7 +94,7 @@ pub struct OpenOnThread {
 impl Drop for OpenOnThread {
     fn drop(&mut self) {
         self.balance.open[self.thread].fetch_sub(1, Ordering::AcqRel);
-        self.balance.notify_if_shared();
+        self.balance.changed[self.thread].notify_waiters();
     }
 }
 
@@ -131,15 +136,54 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_change_on_any_thread_wakes_a_waiting_thread() {
+    async fn a_thread_is_woken_by_an_open_elsewhere_or_a_close_of_its_own_only() {
+        use futures_util::FutureExt;
         let balance = Arc::new(Balance::new(3));
-        let changed = balance.changed();
+        let (mut zero, mut two) = (balance.changed(0), balance.changed(2));
         let guard = balance.opened(2);
-        // Already notified: resolves at once.
-        changed.await;
-        let changed = balance.changed();
+        // An open on thread 2 may let the others accept: thread 0 was notified, 2 was not.
+        assert!((&mut zero).now_or_never().is_some(), "an open elsewhere wakes the thread");
+        assert!((&mut two).now_or_never().is_none(), "its own open cannot let it accept");
+        let (mut zero, mut one) = (balance.changed(0), balance.changed(1));
         drop(guard);
-        changed.await;
+        // A close on thread 2 only lowers what the others are measured against.
+        assert!((&mut zero).now_or_never().is_none(), "a close elsewhere does not wake the thread");
+        assert!((&mut one).now_or_never().is_none());
+        assert!((&mut two).now_or_never().is_some(), "its own close may let it accept again");
         assert_eq!(balance.counts(), [0, 0, 0]);
+    }
+
+    /// Every change that turns a thread's `may_accept` from no to yes wakes that thread (the
+    /// accept loop sleeps on nothing else), over every small state of three threads.
+    #[test]
+    fn every_change_that_lets_a_thread_accept_again_wakes_it() {
+        use futures_util::FutureExt;
+        for counts in (0..27).map(|i| [i % 3, i / 3 % 3, i / 9]) {
+            for (on, open) in (0..3).flat_map(|on| [(on, true), (on, false)]) {
+                if !open && counts[on] == 0 {
+                    continue;
+                }
+                let balance = Arc::new(Balance::new(3));
+                let mut guards: Vec<OpenOnThread> =
+                    (0..3).flat_map(|t| (0..counts[t]).map(move |_| t)).map(|t| balance.opened(t)).collect();
+                let before: Vec<bool> = (0..3).map(|t| balance.may_accept(t)).collect();
+                let mut waits: Vec<_> = (0..3).map(|t| balance.changed(t)).collect();
+                if open {
+                    guards.push(balance.opened(on));
+                } else if let Some(i) = guards.iter().position(|g| g.thread == on) {
+                    guards.swap_remove(i);
+                }
+                for t in 0..3 {
+                    if !before[t] && balance.may_accept(t) {
+                        let woken = (&mut waits[t]).now_or_never().is_some();
+                        assert!(
+                            woken,
+                            "{counts:?}, {} on {on}: thread {t} may accept but was not woken",
+                            if open { "open" } else { "close" }
+                        );
+                    }
+                }
+            }
+        }
     }
 }
