@@ -263,7 +263,8 @@ for t, goal, label in (
 ):
     ratios = [c / f for c, f in zip(tp_rounds[t], tp_rounds["floor"]) if c and f]
     m = median(ratios)
-    shown = "–" if m is None else f"median {m:.2f}× ({listed(ratios, lambda r: f'{r:.2f}')} in {len(ratios)} alternating rounds)"
+    rounds_said = "one round" if len(ratios) == 1 else f"{len(ratios)} alternating rounds"
+    shown = "–" if m is None else f"median {m:.2f}× ({listed(ratios, lambda r: f'{r:.2f}')} in {rounds_said})"
     floor_check(label, f"≥ {goal} × the floor", m, None if m is None else m >= goal, shown)
 for run, label in ((result["latency_c1"]["ccmesh"], "back to back"), (result["latency_c1_after_idle"]["ccmesh"], "after 20 ms idle")):
     for key, pct in (("p50_us", "p50"), ("p99_us", "p99")):
