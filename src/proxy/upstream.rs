@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::header::GetAll;
 use axum::http::uri::{Authority, Parts, PathAndQuery, Scheme};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, Uri, header};
 use bytes::Bytes;
@@ -269,14 +268,22 @@ fn dropped_request_header(name: &HeaderName) -> bool {
 
 /// Build the upstream request headers from the client's.
 pub fn request_headers(client: &HeaderMap, endpoint: &LiveEndpoint, hop: &HeaderValue) -> HeaderMap {
-    let connection = client.get_all(header::CONNECTION);
     // Room for every header added below, so the map never grows (a grow rehashes every entry).
     let mut out = HeaderMap::with_capacity(client.len() + endpoint.extra_headers.len() + 5);
     for (name, value) in client {
-        if dropped_request_header(name) || lists(&connection, name) {
+        if dropped_request_header(name) {
             continue;
         }
         out.append(name.clone(), value.clone());
+    }
+    // The headers the client's `Connection` names belong to this hop (RFC 9110 §7.6.1). Each
+    // name is looked up once, by hash and without an allocation (`&str` keys are lowercased in
+    // a scratch buffer), so a header of thousands of names costs thousands of lookups, not
+    // thousands for every other header.
+    for listed in client.get_all(header::CONNECTION).iter().filter_map(|v| v.to_str().ok()) {
+        for name in listed.split(',') {
+            out.remove(name.trim());
+        }
     }
     if endpoint.config.format == Format::Anthropic && !out.contains_key(&super::request::ANTHROPIC_VERSION) {
         out.insert(super::request::ANTHROPIC_VERSION, HeaderValue::from_static("2023-06-01"));
@@ -293,17 +300,6 @@ pub fn request_headers(client: &HeaderMap, endpoint: &LiveEndpoint, hop: &Header
         out.insert(header::HOST, host.clone());
     }
     out
-}
-
-/// Whether the client's `Connection` header names `name`: a header that belongs to this hop
-/// (RFC 9110 §7.6.1). Compared in place, so the usual `connection: keep-alive` costs no
-/// allocation.
-fn lists(connection: &GetAll<'_, HeaderValue>, name: &HeaderName) -> bool {
-    connection
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|token| token.trim().eq_ignore_ascii_case(name.as_str()))
 }
 
 /// The headers the gateway adds to an answer (`x-ccmesh-attempts`, `x-ccmesh-endpoint`,
@@ -736,6 +732,38 @@ mod tests {
         assert_eq!(values(&out, "anthropic-version"), Vec::<&str>::new());
         assert_eq!(values(&out, "accept-encoding"), ["identity"]);
         assert_eq!(values(&out, "x-team"), ["client-team"]);
+    }
+
+    #[test]
+    fn every_header_the_connection_header_names_stays_behind_however_many_it_names() {
+        let hop = HeaderValue::from_static("gw-1");
+        let mut client = HeaderMap::new();
+        for (name, value) in [("x-one", "1"), ("x-two", "2"), ("x-two", "2b"), ("x-kept", "k"), ("anthropic-beta", "b")]
+        {
+            client.append(HeaderName::from_static(name), HeaderValue::from_static(value));
+        }
+        // Thousands of names, in any case, spaced or not, some not header names at all, over two
+        // Connection headers: each named header goes with all its values, the rest stay.
+        let junk: Vec<String> = (0..5000).map(|i| format!("x-absent-{i}")).collect();
+        let first = format!("keep-alive, {} ,X-One,, not a name", junk.join(","));
+        client.append(header::CONNECTION, HeaderValue::from_str(&first).unwrap());
+        client.append(header::CONNECTION, HeaderValue::from_static("x-TWO"));
+        let endpoint = live_endpoint(Format::Anthropic, &[]);
+        let out = request_headers(&client, &endpoint, &hop);
+        assert_eq!(values(&out, "x-one"), Vec::<&str>::new());
+        assert_eq!(values(&out, "x-two"), Vec::<&str>::new(), "every value of a named header");
+        assert_eq!(values(&out, "x-kept"), ["k"]);
+        assert_eq!(values(&out, "anthropic-beta"), ["b"]);
+        assert_eq!(values(&out, "connection"), Vec::<&str>::new());
+        // What the gateway sets is set after: a client cannot name it away.
+        let named = HeaderValue::from_static("x-api-key, anthropic-version, accept-encoding, host, x-ccmesh-hop");
+        client.insert(header::CONNECTION, named);
+        let out = request_headers(&client, &endpoint, &hop);
+        assert_eq!(values(&out, "x-api-key"), ["sk-endpoint-key-0000"]);
+        assert_eq!(values(&out, "anthropic-version"), ["2023-06-01"]);
+        assert_eq!(values(&out, "accept-encoding"), ["identity"]);
+        assert_eq!(values(&out, "x-ccmesh-hop"), ["gw-1"]);
+        assert_eq!(values(&out, "host"), ["127.0.0.1:9"]);
     }
 
     #[test]
