@@ -7,6 +7,7 @@ Usage: report.py RES_DIR OUT.json OUT.md
 """
 import json
 import os
+import statistics
 import sys
 from pathlib import Path
 
@@ -240,11 +241,7 @@ def floor_check(name, goal, measured, met, shown):
 
 
 def median(xs):
-    xs = sorted(xs)
-    n = len(xs)
-    if not n:
-        return None
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+    return statistics.median(xs) if xs else None
 
 
 def listed(xs, fmt):
