@@ -17,6 +17,7 @@ use crate::protocol::Route;
 use crate::protocol::errors::{ErrorKind, GatewayError};
 use crate::protocol::json_scan;
 use crate::protocol::lenient::{self, is_object};
+use crate::protocol::plain_json::{self, Cursor};
 
 // Header names looked up on every request, parsed once (a lookup by `&str` parses the name).
 pub const ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
@@ -168,7 +169,10 @@ fn peek_scanned(text: &str, members: [Option<Range<usize>>; 5]) -> Option<Result
     };
     let user_id = match raw(&metadata) {
         None => None,
-        Some(raw) => value(raw)?.get("user_id").and_then(serde_json::Value::as_str).map(str::to_owned),
+        Some(raw) => match only_user_id(raw) {
+            Some(user_id) => Some(user_id),
+            None => value(raw)?.get("user_id").and_then(serde_json::Value::as_str).map(str::to_owned),
+        },
     };
     let model = match raw(&model_span) {
         None => None,
@@ -178,6 +182,17 @@ fn peek_scanned(text: &str, members: [Option<Range<usize>>; 5]) -> Option<Result
         },
     };
     Some(Ok(Peek { model_span, model, stream, prompt_cache_key, user_id, tools_span: Some(tools_span) }))
+}
+
+/// `metadata` as Claude Code writes it, `{"user_id":"..."}` and nothing else: its user id, read
+/// without building a `serde_json::Value` (~4 k instructions on every Claude Code request; the
+/// id is itself JSON text, escaped). Any other shape, or a `\u` escape, is left to that parse.
+fn only_user_id(raw: &str) -> Option<String> {
+    let mut c = Cursor(raw);
+    c.literal(r#"{"user_id":"#)?;
+    let written = c.string_without_unicode_escapes()?;
+    c.literal("}")?;
+    c.is_done().then(|| plain_json::unescaped(written).into_owned())
 }
 
 /// The text of a JSON string value without escapes (its quotes removed); `None` for anything
@@ -270,6 +285,10 @@ pub(crate) mod tests {
                 r#"{"user_id":"u\n1","x":[true]}"#,
                 r#"{"user_id":5}"#,
                 r#"{"user_id":"a","user_id":"b"}"#,
+                r#"{"user_id":"{\"device_id\":\"d1\",\"session_id\":\"s-1\"}"}"#,
+                r#"{"user_id":"\u0041\\"}"#,
+                r#"{"user_id":null}"#,
+                r#"{ "user_id" : "u" }"#,
                 r#"{"x":1e999}"#,
                 r#""pk""#,
             ][..],
@@ -323,6 +342,31 @@ pub(crate) mod tests {
                 serde_json::from_slice::<serde_json::Value>(&body[span.clone()]).ok().as_ref() == whole.get("tools")
             }
             None => whole.get("tools").is_none(),
+        }
+    }
+
+    #[test]
+    fn claude_codes_metadata_is_read_without_a_parse() {
+        // Claude Code 2.x: the user id is JSON text of its own, escaped in the body.
+        let metadata = r#"{"user_id":"{\"device_id\":\"4919\",\"account_uuid\":\"\",\"session_id\":\"c5af-1\"}"}"#;
+        let expected = r#"{"device_id":"4919","account_uuid":"","session_id":"c5af-1"}"#;
+        assert_eq!(only_user_id(metadata).as_deref(), Some(expected));
+        assert_eq!(
+            only_user_id(r#"{"user_id":"user_ab_account_cd_session_ef"}"#).as_deref(),
+            Some("user_ab_account_cd_session_ef")
+        );
+        let body = format!(r#"{{"model":"claude-x","metadata":{metadata},"stream":true}}"#);
+        assert_eq!(peek(body.as_bytes()).unwrap().user_id.as_deref(), Some(expected));
+        // Every other shape is the parse's to read.
+        for other in [
+            r#"{"user_id":"u","x":1}"#,
+            r#"{ "user_id":"u"}"#,
+            r#"{"user_id":"\u0041"}"#,
+            r#"{"user_id":null}"#,
+            r#"{"user_id":"u"} "#,
+            r#"{"session":"u"}"#,
+        ] {
+            assert_eq!(only_user_id(other), None, "{other}");
         }
     }
 
