@@ -30,6 +30,7 @@ use std::sync::Arc;
 use crate::clock::Clock;
 use crate::endpoint::EndpointId;
 use crate::protocol::Protocol;
+use crate::protocol::plain_json::{Cursor, Seen};
 
 /// How long a binding lives after its last use.
 pub const BINDING_TTL_MS: i64 = 3_600_000;
@@ -64,11 +65,33 @@ fn usable(id: &str) -> Option<String> {
 pub fn session_in_user_id(user_id: &str) -> Option<String> {
     let trimmed = user_id.trim();
     if trimmed.starts_with('{') {
+        if let Some(session) = plain_session_id(trimmed) {
+            return session.and_then(usable);
+        }
         let v: Value = serde_json::from_str(trimmed).ok()?;
         return v.get("session_id").and_then(Value::as_str).and_then(usable);
     }
     let (_, id) = trimmed.rsplit_once("_session_")?;
     usable(id)
+}
+
+/// Claude Code's object as it writes it, compact and of plain strings only, read without a
+/// `Value` (~2.4 k instructions a request from a client that sends no session header):
+/// `Some(its session id, if it has one)`. `None` leaves any other text to the parse, so the
+/// answer is always the parse's.
+fn plain_session_id(text: &str) -> Option<Option<&str>> {
+    let mut c = Cursor(text);
+    let mut session = None;
+    let mut seen = Seen::default();
+    c.members(|c, key| {
+        let value = c.plain_string()?;
+        if key == "session_id" {
+            seen.first(0)?;
+            session = Some(value);
+        }
+        Some(())
+    })?;
+    c.is_done().then_some(session)
 }
 
 /// The session ids a request's headers carry, read once: the record takes the id at once, and
@@ -296,6 +319,38 @@ mod tests {
         assert_eq!(session_in_user_id("{\"device_id\":\"x\"}"), None);
         assert_eq!(session_in_user_id("just-a-user"), None);
         assert_eq!(session_in_user_id("{not json"), None);
+    }
+
+    #[test]
+    fn claude_codes_user_id_object_is_read_as_the_parse_reads_it() {
+        let written = r#"{"device_id":"4919","account_uuid":"","session_id":"c5af-1"}"#;
+        assert_eq!(plain_session_id(written), Some(Some("c5af-1")));
+        assert_eq!(plain_session_id(r#"{"device_id":"x"}"#), Some(None));
+        // Spaced, escaped, a number, a nested value, a session id given twice: the parse's.
+        let others = [
+            r#"{ "session_id":"s"}"#,
+            r#"{"session_id":"s\u0041"}"#,
+            r#"{"session_id":"s","n":1}"#,
+            r#"{"session_id":"s","o":{}}"#,
+            r#"{"session_id":"a","session_id":"b"}"#,
+            r#"{"session_id":5}"#,
+        ];
+        for text in others {
+            assert_eq!(plain_session_id(text), None, "{text}");
+        }
+        // Whichever way it is read, the answer is the parse's.
+        let parsed = |text: &str| {
+            let v: Value = serde_json::from_str(text.trim()).ok()?;
+            v.get("session_id").and_then(Value::as_str).and_then(usable)
+        };
+        for text in others.into_iter().chain([
+            written,
+            r#"{"device_id":"x"}"#,
+            r#"{"session_id":"  "}"#,
+            " {\"session_id\":\"t\"} ",
+        ]) {
+            assert_eq!(session_in_user_id(text), parsed(text), "{text}");
+        }
     }
 
     #[test]
