@@ -17,7 +17,7 @@ use crate::protocol::Route;
 use crate::protocol::errors::{ErrorKind, GatewayError};
 use crate::protocol::json_scan;
 use crate::protocol::lenient::{self, is_object};
-use crate::protocol::plain_json::{self, Cursor};
+use crate::protocol::plain_json::Cursor;
 
 // Header names looked up on every request, parsed once (a lookup by `&str` parses the name).
 pub const ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
@@ -190,9 +190,9 @@ fn peek_scanned(text: &str, members: [Option<Range<usize>>; 5]) -> Option<Result
 fn only_user_id(raw: &str) -> Option<String> {
     let mut c = Cursor(raw);
     c.literal(r#"{"user_id":"#)?;
-    let written = c.string_without_unicode_escapes()?;
+    let user_id = c.string_value()?;
     c.literal("}")?;
-    c.is_done().then(|| plain_json::unescaped(written).into_owned())
+    c.is_done().then(|| user_id.into_owned())
 }
 
 /// The text of a JSON string value without escapes (its quotes removed); `None` for anything
