@@ -696,8 +696,9 @@ mod tests {
         assert_eq!(sink.stats().written, 30);
     }
 
-    /// While a batch lingers the writer sleeps until it is due; a flush or a prune request
-    /// wakes it at once (with a linger of an hour, waiting for the batch would time out here).
+    /// While a batch lingers the writer sleeps until it is due; a flush, prune or shutdown
+    /// request wakes it at once (with a linger of an hour, waiting for the batch would time out
+    /// here).
     #[test]
     fn requests_wake_a_writer_asleep_on_an_open_batch() {
         let dir = tempfile::tempdir().unwrap();
@@ -724,7 +725,13 @@ mod tests {
         assert_eq!(done.recv_timeout(Duration::from_secs(5)), Ok(Some(0)), "the prune waited for the batch");
         asking.join().unwrap();
         assert_eq!(stored(&db), 4, "a prune writes the open batch first");
-        Arc::into_inner(handle).unwrap().shutdown();
+
+        sink.submit(sample_record("w4", now_ms + 4));
+        let handle = Arc::into_inner(handle).unwrap();
+        let (done_tx, done) = mpsc::channel();
+        std::thread::spawn(move || done_tx.send(handle.shutdown()).unwrap());
+        assert_eq!(done.recv_timeout(Duration::from_secs(5)), Ok(()), "the shutdown waited for the batch");
+        assert_eq!(stored(&db), 5, "a shutdown writes the open batch first");
     }
 
     /// Records do not wake a writer asleep on an open batch, except the one that leaves a full
