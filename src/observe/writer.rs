@@ -729,7 +729,10 @@ mod tests {
         sink.submit(sample_record("w4", now_ms + 4));
         let handle = Arc::into_inner(handle).unwrap();
         let (done_tx, done) = mpsc::channel();
-        std::thread::spawn(move || done_tx.send(handle.shutdown()).unwrap());
+        std::thread::spawn(move || {
+            handle.shutdown();
+            done_tx.send(()).unwrap();
+        });
         assert_eq!(done.recv_timeout(Duration::from_secs(5)), Ok(()), "the shutdown waited for the batch");
         assert_eq!(stored(&db), 5, "a shutdown writes the open batch first");
     }
