@@ -337,12 +337,12 @@ impl Run {
                                 let cause = format!("HTTP {}", answer.status.as_u16());
                                 if outcome == AttemptOutcome::ELSEWHERE {
                                     if p.first_elsewhere.is_none() {
-                                        p.first_elsewhere = Some(answer.clone());
+                                        p.first_elsewhere = Some(Box::new(answer.clone()));
                                     }
                                 } else {
                                     p.only_elsewhere = false;
                                 }
-                                p.last_answer = Some(answer);
+                                p.last_answer = Some(Box::new(answer));
                                 p.last_was_answer = true;
                                 p.last_timed_out = false;
                                 (outcome, cause)

@@ -63,12 +63,14 @@ fn request_body<'a>(body: &'a [u8], peeked: Option<&PeekedBody>) -> ir::RequestB
 pub struct RequestConversion {
     /// The client's format (the native format of its inbound protocol).
     pub client: Format,
-    decoded: Option<Result<ir::Request, ir::ConvertError>>,
+    /// Boxed, as `ctx` is: a request passed through carries neither, and this state moves with
+    /// the request's attempt loop (copied whole on every move) for every request.
+    decoded: Option<Box<Result<ir::Request, ir::ConvertError>>>,
     /// Encoded bodies by (format, model sent).
     bodies: Vec<(Format, String, Result<Bytes, ir::ConvertError>)>,
     /// What did not survive each conversion (`field: note`), by target format.
     losses: Vec<(Format, Vec<String>)>,
-    ctx: Option<ir::EncodeContext>,
+    ctx: Option<Box<ir::EncodeContext>>,
     /// `count_tokens`: the request goes to the endpoint's token-count method.
     count_tokens: bool,
     /// Whether the client asked for a stream, for a client whose body does not say (Gemini:
@@ -122,16 +124,19 @@ impl RequestConversion {
         let (client, count_tokens, stream, peeked) =
             (self.client, self.count_tokens, self.stream, self.body_peeked.as_ref());
         self.decoded
-            .get_or_insert_with(|| match client {
-                // The model and the method are in a Gemini client's path: the model is set per
-                // target (`body`), the stream flag here.
-                Format::Gemini if count_tokens => convert::gemini::decode_count_tokens_request(body),
-                Format::Gemini => convert::decode_request(client, body).map(|mut r| {
-                    r.stream = stream;
-                    r
-                }),
-                _ => convert::decode_request(client, request_body(body, peeked)),
+            .get_or_insert_with(|| {
+                Box::new(match client {
+                    // The model and the method are in a Gemini client's path: the model is set per
+                    // target (`body`), the stream flag here.
+                    Format::Gemini if count_tokens => convert::gemini::decode_count_tokens_request(body),
+                    Format::Gemini => convert::decode_request(client, body).map(|mut r| {
+                        r.stream = stream;
+                        r
+                    }),
+                    _ => convert::decode_request(client, request_body(body, peeked)),
+                })
             })
+            .as_mut()
             .as_mut()
             .map_err(|e| e.clone())
     }
@@ -196,7 +201,7 @@ impl RequestConversion {
     /// What the client-side encoders need, built once from the decoded request.
     pub fn context(&mut self, client_body: &[u8], requested_model: &str, now_unix: u64) -> ir::EncodeContext {
         if let Some(ctx) = &self.ctx {
-            return ctx.clone();
+            return ctx.as_ref().clone();
         }
         let (include_usage, include_encrypted_reasoning, namespaced_tools) = match self.decoded(client_body) {
             Ok(r) => (
@@ -218,7 +223,7 @@ impl RequestConversion {
             include_encrypted_reasoning,
             kept_ids: ir::KeptIds::default(),
         };
-        self.ctx = Some(ctx.clone());
+        self.ctx = Some(Box::new(ctx.clone()));
         ctx
     }
 

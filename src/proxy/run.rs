@@ -78,7 +78,9 @@ pub(super) struct Progress {
     pub cap: Option<usize>,
     /// The most recent upstream HTTP answer of a failed attempt (what the client gets if
     /// nothing better comes).
-    pub last_answer: Option<Buffered>,
+    /// Boxed, as `first_elsewhere` is: only a failed attempt keeps one, and this state moves
+    /// with the request's attempt loop for every request.
+    pub last_answer: Option<Box<Buffered>>,
     /// The last attempt got an HTTP answer (not a network error).
     pub last_was_answer: bool,
     /// The last answer was a 429 to a rate-limited endpoint's probe (SPEC §3: it re-enters the
@@ -92,7 +94,7 @@ pub(super) struct Progress {
     pub deadline_passed: bool,
     /// The first answer that said the request belongs elsewhere (an unknown model, a prompt too
     /// long), and whether every attempt answered so: then that one is the client's answer.
-    pub first_elsewhere: Option<Buffered>,
+    pub first_elsewhere: Option<Box<Buffered>>,
     pub only_elsewhere: bool,
     /// The last failure was a timeout (the gateway's own answer is then 504, not 502).
     pub last_timed_out: bool,
@@ -110,9 +112,9 @@ impl Progress {
     /// answer when every attempt answered that way, else the most recent one.
     pub fn best_answer(&mut self) -> Option<Buffered> {
         if self.only_elsewhere && self.first_elsewhere.is_some() {
-            return self.first_elsewhere.take();
+            return self.first_elsewhere.take().map(|answer| *answer);
         }
-        self.last_answer.take()
+        self.last_answer.take().map(|answer| *answer)
     }
 }
 
