@@ -748,12 +748,16 @@ mod tests {
         for i in 0..25 {
             sink.submit(sample_record(&format!("full{i}"), 1_000 + i));
         }
+        // Two full batches; the five records left are no full batch and wait for the linger.
+        // `written` and `batches` are read together: the writer counts one, then the other.
         let deadline = Instant::now() + Duration::from_secs(10);
-        while sink.stats().written < 20 {
-            assert!(Instant::now() < deadline, "full batches waited for the linger: {:?}", sink.stats());
+        let mut s = sink.stats();
+        while s.written < 20 || s.batches < 2 {
+            assert!(Instant::now() < deadline, "full batches waited for the linger: {s:?}");
             std::thread::sleep(Duration::from_millis(1));
+            s = sink.stats();
         }
-        assert_eq!(sink.stats().batches, 2, "{:?}", sink.stats());
+        assert_eq!((s.written, s.batches), (20, 2), "{s:?}");
         handle.shutdown();
         assert_eq!(stored(&db), 25);
     }
