@@ -354,6 +354,24 @@ struct PrunePass {
     deleted: u64,
 }
 
+/// How long the writer may sleep: until its open batch is due, the next retention pass, or the
+/// moment it counts as idle. That last only while no batch is open, since memory is given back
+/// only then: passed while a batch is open, it would make every sleep zero, a busy loop until
+/// the batch is due.
+fn sleep_for(
+    now: Instant,
+    batch_deadline: Option<Instant>,
+    next_prune: Option<Instant>,
+    idle_at: Option<Instant>,
+) -> Duration {
+    let idle_at = idle_at.filter(|_| batch_deadline.is_none());
+    [batch_deadline, next_prune, idle_at]
+        .into_iter()
+        .flatten()
+        .min()
+        .map_or(Duration::from_secs(3600), |d| d.saturating_duration_since(now))
+}
+
 impl Worker {
     /// Handle one message; `false` means shut down.
     fn take(&mut self, msg: Msg, batch: &mut Vec<RequestRecord>, batch_deadline: &mut Option<Instant>) -> bool {
@@ -411,16 +429,10 @@ impl Worker {
                 pass = None;
                 next_prune = self.prune_every.map(|every| Instant::now() + every);
             }
-            let now = Instant::now();
             let wait = if pass.is_some() {
                 Duration::ZERO
             } else {
-                [batch_deadline, next_prune, self.idle_at]
-                    .into_iter()
-                    .flatten()
-                    .min()
-                    .map(|d| d.saturating_duration_since(now))
-                    .unwrap_or(Duration::from_secs(3600))
+                sleep_for(Instant::now(), batch_deadline, next_prune, self.idle_at)
             };
             // While a batch is open, let records pile up without a wake-up per record (each
             // wake-up of a parked receiver costs the sender a futex call and both a context
@@ -760,6 +772,20 @@ mod tests {
         assert_eq!((s.written, s.batches), (20, 2), "{s:?}");
         handle.shutdown();
         assert_eq!(stored(&db), 25);
+    }
+
+    /// An open batch is slept on until it is due, also once the moment to give memory back has
+    /// passed (it comes only with no batch open); the first of the deadlines wins otherwise.
+    #[test]
+    fn the_writer_sleeps_until_its_first_deadline() {
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        let (due, prune, idle_passed) = (now + ms(80), now + ms(10), now.checked_sub(ms(5)));
+        assert_eq!(sleep_for(now, Some(due), None, idle_passed), ms(80), "no busy loop on an open batch");
+        assert_eq!(sleep_for(now, Some(due), Some(prune), idle_passed), ms(10));
+        assert_eq!(sleep_for(now, None, Some(prune), Some(now + ms(3))), ms(3));
+        assert_eq!(sleep_for(now, None, None, idle_passed), Duration::ZERO, "idle now: give memory back");
+        assert_eq!(sleep_for(now, None, None, None), Duration::from_secs(3600));
     }
 
     #[test]
