@@ -306,6 +306,34 @@ impl SseScanner {
 }
 
 impl SseScanner {
+    /// The events at the front of `chunk` that each begin with `head` (an `event:` line and the
+    /// start of its data line) and have the usual shape (a single data line, every line ended by
+    /// `\n` alone) and whose data ends with `last`, counted and passed over without being read,
+    /// while the scanner is between events; returns how many and the rest of the chunk, for
+    /// [`feed`](Self::feed). For a caller that knows what such an event means from those bytes
+    /// alone: the scanner is left as if it had read them (between events).
+    pub fn skip_front<'c>(&self, mut chunk: &'c [u8], head: &[u8], last: u8) -> (usize, &'c [u8]) {
+        let mut skipped = 0;
+        if !self.bom_done || self.overflowed || !self.line_start || self.significant {
+            return (0, chunk);
+        }
+        while let Some(len) = event_with_head(chunk, head, last).filter(|&len| len <= self.limit) {
+            skipped += 1;
+            chunk = chunk.get(len..).unwrap_or_default();
+        }
+        (skipped, chunk)
+    }
+}
+
+/// The length of the event at the front of `chunk` if it begins with `head`, its data line is
+/// the one after the event line and ends with `last`, then `\n` and the blank line `\n`.
+fn event_with_head(chunk: &[u8], head: &[u8], last: u8) -> Option<usize> {
+    let rest = chunk.strip_prefix(head)?;
+    let end = plain_line_end(rest)?;
+    (end > 0 && rest.get(end - 1) == Some(&last) && rest.get(end + 1) == Some(&b'\n')).then_some(head.len() + end + 2)
+}
+
+impl SseScanner {
     /// Dispatch the events at the front of `chunk` that have the shape every API streams, while
     /// the scanner is between events: found with two line searches each, instead of the general
     /// walk's state per line (most of the scanner's cost per event). Returns the rest of the
@@ -941,6 +969,54 @@ pub(crate) mod tests {
         b"data:  two spaces\n\n",
     ];
 
+    /// Events with a head to pass over (see `skip_front`), and their near misses.
+    const HEAD: &[u8] = b"event: delta\ndata: {\"t\":\"delta\"";
+    const HEADED_PIECES: [&[u8]; 9] = [
+        b"event: delta\ndata: {\"t\":\"delta\",\"i\":0}\n\n",
+        b"event: delta\ndata: {\"t\":\"delta\",\"x\":\"\xFF\"}\n\n",
+        b"event: delta\ndata: {\"t\":\"delta\"}\n\n",
+        b"event: delta\ndata: {\"t\":\"delta\"} \n\n",
+        b"event: delta\r\ndata: {\"t\":\"delta\"}\r\n\r\n",
+        b"event: delta\ndata: {\"t\":\"delta\"}\r\n\n",
+        b"event: delta\ndata: {\"t\":\"delta\"}\ndata: }\n\n",
+        b"event: delta\ndata: {\"t\":\"delta\"",
+        b"event: delta\ndata: {\"t\":\"delta\"}\n: comment\n\n",
+    ];
+
+    #[test]
+    fn skip_front_passes_over_whole_headed_events_only_between_events() {
+        let one = HEADED_PIECES[0];
+        let two = [one, one].concat();
+        let s = SseScanner::new();
+        // Before the first byte a BOM may still be coming: nothing is passed over.
+        assert_eq!(s.skip_front(&two, HEAD, b'}'), (0, &two[..]));
+        let mut s = SseScanner::new();
+        feed_all(&mut s, &[b"data: x\n\n"]);
+        assert_eq!(s.skip_front(&two, HEAD, b'}'), (2, &b""[..]));
+        let tail = [one, b"data: y\n\n"].concat();
+        assert_eq!(s.skip_front(&tail, HEAD, b'}'), (1, &b"data: y\n\n"[..]));
+        // Inside an event, at a line's start but with the event begun, nothing is passed over;
+        // nor inside a line (a comment's, which begins no event).
+        let mut inside = SseScanner::new();
+        feed_all(&mut inside, &[b"data: x\n\nevent: a\n"]);
+        assert_eq!(inside.skip_front(&two, HEAD, b'}').0, 0);
+        let mut inside = SseScanner::new();
+        feed_all(&mut inside, &[b"data: x\n\n:"]);
+        assert_eq!(inside.skip_front(&two, HEAD, b'}').0, 0);
+        // Nor once the scanner refused an event over its limit (it reads nothing more).
+        let mut refused = SseScanner::with_limit(one.len());
+        feed_all(&mut refused, &[&[&b"data: "[..], &[b'x'; 200], b"\n\n"].concat()]);
+        assert!(refused.overflowed());
+        assert_eq!(refused.skip_front(&two, HEAD, b'}').0, 0);
+        // Over the limit, nothing is: the general walk refuses the event.
+        let mut s = SseScanner::with_limit(one.len() - 1);
+        feed_all(&mut s, &[b"data: x\n\n"]);
+        assert_eq!(s.skip_front(&two, HEAD, b'}').0, 0);
+        let mut s = SseScanner::with_limit(one.len());
+        feed_all(&mut s, &[b"data: x\n\n"]);
+        assert_eq!(s.skip_front(&two, HEAD, b'}').0, 2);
+    }
+
     proptest::proptest! {
         /// Events read from whole chunks (where the usual shape takes the short way) are the
         /// events read a byte at a time (where it never can), with the same bytes left pending
@@ -968,6 +1044,44 @@ pub(crate) mod tests {
             proptest::prop_assert_eq!(&read(&mut || usize::MAX), &bytewise);
             let mut next = cuts.iter().cycle();
             proptest::prop_assert_eq!(&read(&mut || next.next().copied().unwrap_or(1)), &bytewise);
+        }
+
+        /// Reading what `skip_front` leaves gives the events the scanner reads from the whole
+        /// chunk, less some of those that begin with the head and whose data ends with the byte
+        /// asked for, counted instead; and the scanner ends in the same state.
+        #[test]
+        #[allow(clippy::indexing_slicing)]
+        fn events_passed_over_are_whole_headed_events_and_the_rest_read_the_same(
+            picks in proptest::collection::vec((proptest::bool::ANY, 0..PIECES.len().max(HEADED_PIECES.len())), 0..16),
+            cuts in proptest::collection::vec(1usize..120, 1..6),
+            limit in proptest::prop_oneof![proptest::strategy::Just(usize::MAX), 30usize..60],
+        ) {
+            let input: Vec<u8> = picks
+                .iter()
+                .flat_map(|&(headed, i)| if headed { HEADED_PIECES[i % HEADED_PIECES.len()] } else { PIECES[i % PIECES.len()] }.iter().copied())
+                .collect();
+            let (mut whole, mut skipping) = (SseScanner::with_limit(limit), SseScanner::with_limit(limit));
+            let mut next = cuts.iter().cycle();
+            let mut rest = &input[..];
+            while !rest.is_empty() {
+                let (piece, tail) = rest.split_at(next.next().copied().unwrap_or(1).clamp(1, rest.len()));
+                rest = tail;
+                let read = feed_all(&mut whole, &[piece]);
+                let (passed, after) = skipping.skip_front(piece, HEAD, b'}');
+                let (over, left) = read.split_at(passed);
+                for event in over {
+                    proptest::prop_assert!(event.data.starts_with("{\"t\":\"delta\"") && event.data.ends_with('}'), "{:?}", event);
+                }
+                // Each passed over whole, framed in the usual shape: a name and one data line.
+                let consumed = String::from_utf8_lossy(&piece[..piece.len() - after.len()]);
+                let framed: String = over.iter().map(|e| format!("event: delta\ndata: {}\n\n", e.data)).collect();
+                proptest::prop_assert_eq!(consumed, framed);
+                proptest::prop_assert_eq!(&feed_all(&mut skipping, &[after])[..], left);
+            }
+            proptest::prop_assert_eq!(
+                (whole.pending_bytes(), whole.overflowed()),
+                (skipping.pending_bytes(), skipping.overflowed())
+            );
         }
     }
 

@@ -109,6 +109,14 @@ const PLAIN_ANTHROPIC_EVENTS: [&str; 7] = [
     "ping",
 ];
 
+/// The front of an Anthropic content delta, most of a stream's events, as the API sends it. A
+/// relay passing the stream through knows such an event that ends its object is content (what
+/// `plain_anthropic_event` says of it, and it carries no usage) without reading it as text
+/// ([`SseScanner::skip_front`]).
+///
+/// [`SseScanner::skip_front`]: crate::protocol::sse::SseScanner::skip_front
+pub const ANTHROPIC_DELTA_HEAD: &[u8] = b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\"";
+
 /// What an Anthropic event is by its name (the data's `type`, else the event line's), for any
 /// name but `error`, whose kind its data tells.
 fn anthropic_kind_by_name(name: &str) -> EventKind {

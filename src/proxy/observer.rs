@@ -16,7 +16,7 @@ use crate::observe::usage::StreamUsage;
 use crate::protocol::Format;
 use crate::protocol::errors::{ErrorKind, gemini_repeat_error, stream_error_event};
 use crate::protocol::sse::SseScanner;
-use crate::protocol::stream_events::{EventKind, StreamContext, inspect_and_observe};
+use crate::protocol::stream_events::{ANTHROPIC_DELTA_HEAD, EventKind, StreamContext, inspect_and_observe};
 use crate::routing::RotationUpdate;
 use crate::snapshot::Snapshot;
 
@@ -125,7 +125,15 @@ impl StreamObserver {
             Transform::Pass => {
                 let gemini_client = self.client == Format::Gemini;
                 let mut repeated = Vec::new();
-                self.scanner.feed(&chunk, |event| {
+                let mut rest: &[u8] = &chunk;
+                if format == Format::Anthropic {
+                    let (deltas, after) = self.scanner.skip_front(rest, ANTHROPIC_DELTA_HEAD, b'}');
+                    if deltas > 0 {
+                        watch.observe(&EventKind::Content);
+                    }
+                    rest = after;
+                }
+                self.scanner.feed(rest, |event| {
                     let kind = inspect_and_observe(format, &event, context);
                     if gemini_client && watch.error.is_none() && matches!(kind, EventKind::UpstreamError { .. }) {
                         gemini_repeat_error(&mut repeated, event.data);
@@ -204,4 +212,119 @@ pub struct Committed {
     /// The request's decision trail, closed when the stream ends (or dropped with it, which
     /// records the client going away).
     pub trail: Option<Trail>,
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+
+    /// Anthropic stream events as the API sends them, and the near misses of a content delta's
+    /// usual shape (spaced, CRLF, a trailing space, cut JSON, several data lines).
+    const PIECES: [&str; 14] = [
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"claude-sonnet-4-5\",\"usage\":{\"input_tokens\":25,\"output_tokens\":1}}}\n\n",
+        "event: ping\ndata: {\"type\": \"ping\"}\n\n",
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi \\u00e9\"}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"\u{e9}\u{1F600}\"}}\n\n",
+        "event: content_block_delta\ndata: {\"type\": \"content_block_delta\", \"index\": 0}\n\n",
+        "event: content_block_delta\r\ndata: {\"type\":\"content_block_delta\",\"index\":0}\r\n\r\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0} \n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\ndata: \"index\":0}\n\n",
+        ": keep-alive\n\n",
+        "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
+        "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":15}}\n\n",
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+    ];
+
+    /// What the observer tells after a chunk: its watch, usage and model.
+    type Verdict = (bool, bool, bool, Option<String>, Option<String>, crate::observe::record::Tokens, Option<String>);
+
+    fn verdict(watch: &StreamWatch, usage: &StreamUsage) -> Verdict {
+        (
+            watch.terminal,
+            watch.finish,
+            watch.content,
+            watch.error.as_ref().map(|e| e.message.clone()),
+            watch.malformed.clone(),
+            usage.tokens(),
+            usage.model().map(str::to_string),
+        )
+    }
+
+    /// The reference: every event read and classified, none passed over unread.
+    struct EveryEvent {
+        scanner: SseScanner,
+        context: StreamContext,
+        watch: StreamWatch,
+        usage: StreamUsage,
+    }
+
+    impl EveryEvent {
+        fn chunk(&mut self, chunk: &[u8]) -> Verdict {
+            let (context, watch, usage) = (&mut self.context, &mut self.watch, &mut self.usage);
+            self.scanner.feed(chunk, |event| {
+                watch.observe(&inspect_and_observe(Format::Anthropic, &event, context));
+                usage.observe(Format::Anthropic, &event);
+            });
+            if self.scanner.overflowed() && self.watch.malformed.is_none() {
+                self.watch.malformed =
+                    Some("an upstream stream event is larger than limits.max_sse_event_bytes".into());
+            }
+            verdict(&self.watch, &self.usage)
+        }
+    }
+
+    proptest::proptest! {
+        /// A pass-through Anthropic stream tells, after every chunk, what reading each of its
+        /// events tells (the content deltas it passes over unread included), and the client gets
+        /// the upstream's bytes.
+        #[test]
+        fn passing_anthropic_deltas_over_tells_what_reading_them_does(
+            picks in proptest::collection::vec((0..PIECES.len(), 0u8..3, 1usize..200), 0..24),
+            limit in proptest::prop_oneof![proptest::strategy::Just(u64::MAX), 60u64..200],
+        ) {
+            // Chunks as upstreams send them, mostly whole events (several to a chunk or one),
+            // sometimes an event cut in two.
+            let mut chunks: Vec<Vec<u8>> = vec![Vec::new()];
+            for &(i, how, at) in &picks {
+                let piece = PIECES[i].as_bytes();
+                match how {
+                    0 => chunks.last_mut().unwrap().extend_from_slice(piece),
+                    1 => chunks.push(piece.to_vec()),
+                    _ => {
+                        let (a, b) = piece.split_at(at.min(piece.len()));
+                        chunks.last_mut().unwrap().extend_from_slice(a);
+                        chunks.push(b.to_vec());
+                    }
+                }
+            }
+            let mut observer = StreamObserver::new(Format::Anthropic, Format::Anthropic, Transform::Pass, limit);
+            let mut reference = EveryEvent {
+                scanner: SseScanner::with_limit(usize::try_from(limit).unwrap_or(usize::MAX)),
+                context: StreamContext::default(),
+                watch: StreamWatch::default(),
+                usage: StreamUsage::default(),
+            };
+            for chunk in chunks.iter().filter(|c| !c.is_empty()) {
+                let out = observer.chunk(Bytes::copy_from_slice(chunk));
+                proptest::prop_assert_eq!(out.as_deref(), Some(&chunk[..]));
+                proptest::prop_assert_eq!(verdict(&observer.watch, &observer.usage), reference.chunk(chunk));
+            }
+        }
+    }
+
+    #[test]
+    fn deltas_passed_over_unread_make_a_stream_content() {
+        let mut observer = StreamObserver::new(Format::Anthropic, Format::Anthropic, Transform::Pass, u64::MAX);
+        observer.chunk(Bytes::from_static(PIECES[0].as_bytes()));
+        assert!(!observer.watch.content, "message_start is preamble");
+        observer.chunk(Bytes::from([PIECES[3], PIECES[4]].concat()));
+        assert!(observer.watch.content);
+        assert!(!observer.watch.terminal);
+        observer.chunk(Bytes::from([PIECES[3], PIECES[12], PIECES[13]].concat()));
+        assert!(observer.watch.terminal);
+        assert_eq!(observer.usage.tokens().output, Some(15));
+    }
 }
