@@ -15,7 +15,13 @@ export class ApiError extends Error {
   }
 }
 
+// Set once the page is on its way elsewhere (a link, the log-out form): a refusal heard after
+// that (the live feed ending with the session) must not send the visitor somewhere else.
+let leaving = false;
+addEventListener('beforeunload', () => { leaving = true; });
+
 function toLogin() {
+  if (leaving) return;
   const next = location.pathname + location.search;
   location.assign('/login' + (next === '/' ? '' : '?next=' + encodeURIComponent(next)));
 }
