@@ -307,17 +307,25 @@ impl SseScanner {
 
 impl SseScanner {
     /// The events at the front of `chunk` that each begin with `head` (an `event:` line and the
-    /// start of its data line) and have the usual shape (a single data line, every line ended by
-    /// `\n` alone) and whose data ends with `last`, counted and passed over without being read,
-    /// while the scanner is between events; returns how many and the rest of the chunk, for
-    /// [`feed`](Self::feed). For a caller that knows what such an event means from those bytes
-    /// alone: the scanner is left as if it had read them (between events).
-    pub fn skip_front<'c>(&self, mut chunk: &'c [u8], head: &[u8], last: u8) -> (usize, &'c [u8]) {
+    /// start of its data line), have the usual shape (a single data line, every line ended by
+    /// `\n` alone) and whose data after the head `known` accepts, counted and passed over without
+    /// being read, while the scanner is between events; returns how many and the rest of the
+    /// chunk, for [`feed`](Self::feed). For a caller that knows what such an event means from
+    /// those bytes alone: the scanner is left as if it had read them (between events).
+    pub fn skip_front<'c>(
+        &self,
+        mut chunk: &'c [u8],
+        head: &[u8],
+        mut known: impl FnMut(&[u8]) -> bool,
+    ) -> (usize, &'c [u8]) {
         let mut skipped = 0;
         if !self.bom_done || self.overflowed || !self.line_start || self.significant {
             return (0, chunk);
         }
-        while let Some(len) = event_with_head(chunk, head, last).filter(|&len| len <= self.limit) {
+        while let Some((len, data)) = event_with_head(chunk, head) {
+            if len > self.limit || !known(data) {
+                break;
+            }
             skipped += 1;
             chunk = chunk.get(len..).unwrap_or_default();
         }
@@ -325,12 +333,12 @@ impl SseScanner {
     }
 }
 
-/// The length of the event at the front of `chunk` if it begins with `head`, its data line is
-/// the one after the event line and ends with `last`, then `\n` and the blank line `\n`.
-fn event_with_head(chunk: &[u8], head: &[u8], last: u8) -> Option<usize> {
+/// The event at the front of `chunk` if it begins with `head` and its data line is the one
+/// after the event line, then the blank line: its length and the data after the head.
+fn event_with_head<'c>(chunk: &'c [u8], head: &[u8]) -> Option<(usize, &'c [u8])> {
     let rest = chunk.strip_prefix(head)?;
     let end = plain_line_end(rest)?;
-    (end > 0 && rest.get(end - 1) == Some(&last) && rest.get(end + 1) == Some(&b'\n')).then_some(head.len() + end + 2)
+    (rest.get(end + 1) == Some(&b'\n')).then(|| (head.len() + end + 2, rest.get(..end).unwrap_or_default()))
 }
 
 impl SseScanner {
@@ -969,6 +977,10 @@ pub(crate) mod tests {
         b"data:  two spaces\n\n",
     ];
 
+    fn ends_object(rest: &[u8]) -> bool {
+        rest.last() == Some(&b'}')
+    }
+
     /// Events with a head to pass over (see `skip_front`), and their near misses.
     const HEAD: &[u8] = b"event: delta\ndata: {\"t\":\"delta\"";
     const HEADED_PIECES: [&[u8]; 9] = [
@@ -989,32 +1001,40 @@ pub(crate) mod tests {
         let two = [one, one].concat();
         let s = SseScanner::new();
         // Before the first byte a BOM may still be coming: nothing is passed over.
-        assert_eq!(s.skip_front(&two, HEAD, b'}'), (0, &two[..]));
+        assert_eq!(s.skip_front(&two, HEAD, ends_object), (0, &two[..]));
         let mut s = SseScanner::new();
         feed_all(&mut s, &[b"data: x\n\n"]);
-        assert_eq!(s.skip_front(&two, HEAD, b'}'), (2, &b""[..]));
+        assert_eq!(s.skip_front(&two, HEAD, ends_object), (2, &b""[..]));
         let tail = [one, b"data: y\n\n"].concat();
-        assert_eq!(s.skip_front(&tail, HEAD, b'}'), (1, &b"data: y\n\n"[..]));
+        assert_eq!(s.skip_front(&tail, HEAD, ends_object), (1, &b"data: y\n\n"[..]));
+        // The caller is shown each event's data after the head, and what it refuses is left.
+        let mut shown = Vec::new();
+        let refused = s.skip_front(&two, HEAD, |data| {
+            shown.push(data.to_vec());
+            shown.len() < 2
+        });
+        assert_eq!(refused, (1, one));
+        assert_eq!(shown, [b",\"i\":0}".to_vec(), b",\"i\":0}".to_vec()]);
         // Inside an event, at a line's start but with the event begun, nothing is passed over;
         // nor inside a line (a comment's, which begins no event).
         let mut inside = SseScanner::new();
         feed_all(&mut inside, &[b"data: x\n\nevent: a\n"]);
-        assert_eq!(inside.skip_front(&two, HEAD, b'}').0, 0);
+        assert_eq!(inside.skip_front(&two, HEAD, ends_object).0, 0);
         let mut inside = SseScanner::new();
         feed_all(&mut inside, &[b"data: x\n\n:"]);
-        assert_eq!(inside.skip_front(&two, HEAD, b'}').0, 0);
+        assert_eq!(inside.skip_front(&two, HEAD, ends_object).0, 0);
         // Nor once the scanner refused an event over its limit (it reads nothing more).
         let mut refused = SseScanner::with_limit(one.len());
         feed_all(&mut refused, &[&[&b"data: "[..], &[b'x'; 200], b"\n\n"].concat()]);
         assert!(refused.overflowed());
-        assert_eq!(refused.skip_front(&two, HEAD, b'}').0, 0);
+        assert_eq!(refused.skip_front(&two, HEAD, ends_object).0, 0);
         // Over the limit, nothing is: the general walk refuses the event.
         let mut s = SseScanner::with_limit(one.len() - 1);
         feed_all(&mut s, &[b"data: x\n\n"]);
-        assert_eq!(s.skip_front(&two, HEAD, b'}').0, 0);
+        assert_eq!(s.skip_front(&two, HEAD, ends_object).0, 0);
         let mut s = SseScanner::with_limit(one.len());
         feed_all(&mut s, &[b"data: x\n\n"]);
-        assert_eq!(s.skip_front(&two, HEAD, b'}').0, 2);
+        assert_eq!(s.skip_front(&two, HEAD, ends_object).0, 2);
     }
 
     proptest::proptest! {
@@ -1067,7 +1087,7 @@ pub(crate) mod tests {
                 let (piece, tail) = rest.split_at(next.next().copied().unwrap_or(1).clamp(1, rest.len()));
                 rest = tail;
                 let read = feed_all(&mut whole, &[piece]);
-                let (passed, after) = skipping.skip_front(piece, HEAD, b'}');
+                let (passed, after) = skipping.skip_front(piece, HEAD, ends_object);
                 let (over, left) = read.split_at(passed);
                 for event in over {
                     proptest::prop_assert!(event.data.starts_with("{\"t\":\"delta\"") && event.data.ends_with('}'), "{:?}", event);

@@ -14,7 +14,7 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 use super::lenient::{self, Lax, Lenient, NonEmpty, drain_map, drain_seq, scalars_read_as};
-use super::sse::SseEvent;
+use super::sse::{SseEvent, SseScanner};
 
 use super::Format;
 
@@ -278,16 +278,25 @@ struct ResponseObject<'a> {
     created_at: Lax<'a>,
 }
 
-/// The delta events that are most of a Responses stream. None of them is a preamble, terminal or
-/// error event, and none carries a `response` object: what they tell is their sequence number.
-const RESPONSES_DELTAS: [&str; 6] = [
+/// The delta events that are most of a Responses stream (`RESPONSES_DELTAS`), and the front of
+/// each as the API writes it, through `"sequence_number":` (`RESPONSES_DELTA_HEADS`, for
+/// [`skip_plain_deltas`]). None of them is a preamble, terminal or error event, and none carries
+/// a `response` object: what they tell is their sequence number.
+macro_rules! responses_deltas {
+    ($($name:literal),* $(,)?) => {
+        const RESPONSES_DELTAS: [&str; 6] = [$($name),*];
+        const RESPONSES_DELTA_HEADS: [&[u8]; 6] =
+            [$(concat!("event: ", $name, "\ndata: {\"type\":\"", $name, "\",\"sequence_number\":").as_bytes()),*];
+    };
+}
+responses_deltas!(
     "response.output_text.delta",
     "response.function_call_arguments.delta",
     "response.reasoning_summary_text.delta",
     "response.reasoning_text.delta",
     "response.refusal.delta",
     "response.custom_tool_call_input.delta",
-];
+);
 
 /// A delta as the API writes it: named in its event line, and its data beginning with that
 /// `type` and then its `sequence_number` (`{"type":"response.output_text.delta","sequence_number":14,`).
@@ -300,18 +309,69 @@ fn plain_responses_delta(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> Option<E
         return None;
     }
     let rest = ev.data.strip_prefix(r#"{"type":""#)?.strip_prefix(name)?.strip_prefix(r#"","sequence_number":"#)?;
-    let digits = rest.bytes().position(|b| !b.is_ascii_digit())?;
-    let number = &rest[..digits];
-    // A JSON number has no leading zero; past u64 it is left to the parse, as serde_json reads it.
-    if number.is_empty() || (number.len() > 1 && number.starts_with('0')) {
+    let n = plain_sequence_number(rest.as_bytes())?;
+    if !looks_whole(ev.data) {
         return None;
     }
-    if !matches!(rest.as_bytes()[digits], b',' | b'}') || !looks_whole(ev.data) {
-        return None;
-    }
-    let n: u64 = number.parse().ok()?;
-    ctx.last_sequence_number = Some(ctx.last_sequence_number.map_or(n, |m| m.max(n)));
+    note_sequence_number(ctx, n);
     Some(EventKind::Content)
+}
+
+/// A sequence number as the API writes it, at the front of `rest` and followed by the next
+/// member or the object's end: digits without a leading zero (which JSON forbids), within
+/// `u64` (past it, the parse decides, as serde_json reads it).
+fn plain_sequence_number(rest: &[u8]) -> Option<u64> {
+    let digits = rest.iter().position(|b| !b.is_ascii_digit())?;
+    let number = rest.get(..digits)?;
+    if number.is_empty() || (number.len() > 1 && number.first() == Some(&b'0')) {
+        return None;
+    }
+    if !matches!(rest.get(digits), Some(b',' | b'}')) {
+        return None;
+    }
+    std::str::from_utf8(number).ok()?.parse().ok()
+}
+
+/// The highest sequence number seen, which a `response.failed` the gateway writes follows.
+fn note_sequence_number(ctx: &mut StreamContext, n: u64) {
+    ctx.last_sequence_number = Some(ctx.last_sequence_number.map_or(n, |m| m.max(n)));
+}
+
+/// The content events at the front of `chunk` that an observer of a stream passed through can
+/// count without reading them, and the rest of the chunk ([`SseScanner::skip_front`]): an
+/// Anthropic content delta (`ANTHROPIC_DELTA_HEAD`) or a Responses delta (its sequence number
+/// noted in `ctx`) as the APIs write them, ending its object. Each is what `inspect_and_observe`
+/// would call content, noting what it would note, and carries no usage. No other format's.
+pub fn skip_plain_deltas<'c>(
+    format: Format,
+    scanner: &SseScanner,
+    chunk: &'c [u8],
+    ctx: &mut StreamContext,
+) -> (usize, &'c [u8]) {
+    let ends_object = |data: &[u8]| data.last() == Some(&b'}');
+    match format {
+        Format::Anthropic => scanner.skip_front(chunk, ANTHROPIC_DELTA_HEAD, ends_object),
+        Format::Responses => {
+            let (mut skipped, mut rest) = (0, chunk);
+            // A stream's deltas come in runs of one kind; a chunk may hold the end of one run
+            // and the start of the next.
+            loop {
+                let before = skipped;
+                for head in RESPONSES_DELTA_HEADS {
+                    let (n, after) = scanner.skip_front(rest, head, |data| {
+                        let number = plain_sequence_number(data).filter(|_| ends_object(data));
+                        number.map(|n| note_sequence_number(ctx, n)).is_some()
+                    });
+                    skipped += n;
+                    rest = after;
+                }
+                if skipped == before {
+                    return (skipped, rest);
+                }
+            }
+        }
+        Format::Openai | Format::Gemini => (0, chunk),
+    }
 }
 
 fn responses(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
@@ -626,7 +686,6 @@ impl<'de> Deserialize<'de> for GeminiCandidates {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 pub(crate) mod tests {
-    use super::super::sse::SseScanner;
     use super::super::sse::tests::{ANTHROPIC, OPENAI, RESPONSES};
     use super::*;
     use proptest::prelude::*;

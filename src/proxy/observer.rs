@@ -16,7 +16,7 @@ use crate::observe::usage::StreamUsage;
 use crate::protocol::Format;
 use crate::protocol::errors::{ErrorKind, gemini_repeat_error, stream_error_event};
 use crate::protocol::sse::SseScanner;
-use crate::protocol::stream_events::{ANTHROPIC_DELTA_HEAD, EventKind, StreamContext, inspect_and_observe};
+use crate::protocol::stream_events::{EventKind, StreamContext, inspect_and_observe, skip_plain_deltas};
 use crate::routing::RotationUpdate;
 use crate::snapshot::Snapshot;
 
@@ -125,13 +125,9 @@ impl StreamObserver {
             Transform::Pass => {
                 let gemini_client = self.client == Format::Gemini;
                 let mut repeated = Vec::new();
-                let mut rest: &[u8] = &chunk;
-                if format == Format::Anthropic {
-                    let (deltas, after) = self.scanner.skip_front(rest, ANTHROPIC_DELTA_HEAD, b'}');
-                    if deltas > 0 {
-                        watch.observe(&EventKind::Content);
-                    }
-                    rest = after;
+                let (deltas, rest) = skip_plain_deltas(format, &self.scanner, &chunk, context);
+                if deltas > 0 {
+                    watch.observe(&EventKind::Content);
                 }
                 self.scanner.feed(rest, |event| {
                     let kind = inspect_and_observe(format, &event, context);
@@ -221,7 +217,7 @@ mod tests {
 
     /// Anthropic stream events as the API sends them, and the near misses of a content delta's
     /// usual shape (spaced, CRLF, a trailing space, cut JSON, several data lines).
-    const PIECES: [&str; 14] = [
+    const ANTHROPIC_PIECES: [&str; 14] = [
         "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"claude-sonnet-4-5\",\"usage\":{\"input_tokens\":25,\"output_tokens\":1}}}\n\n",
         "event: ping\ndata: {\"type\": \"ping\"}\n\n",
         "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
@@ -238,23 +234,61 @@ mod tests {
         "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
     ];
 
-    /// What the observer tells after a chunk: its watch, usage and model.
-    type Verdict = (bool, bool, bool, Option<String>, Option<String>, crate::observe::record::Tokens, Option<String>);
+    /// Responses stream events as the API sends them, and the near misses of a delta's usual
+    /// shape (a leading zero, a number past `u64`, spaced, CRLF, a trailing space, cut JSON).
+    const RESPONSES_PIECES: [&str; 15] = [
+        "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"created_at\":1741290958,\"status\":\"in_progress\",\"model\":\"gpt-5-codex\",\"output\":[]}}\n\n",
+        "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"sequence_number\":2,\"output_index\":0,\"item\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[]}}\n\n",
+        "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":5,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"Hi \\u00e9\",\"logprobs\":[]}\n\n",
+        "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":17,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"\u{e9}\u{1F600}\"}\n\n",
+        "event: response.function_call_arguments.delta\ndata: {\"type\":\"response.function_call_arguments.delta\",\"sequence_number\":9,\"item_id\":\"fc_1\",\"output_index\":1,\"delta\":\"{\\\"path\\\"\"}\n\n",
+        "event: response.reasoning_summary_text.delta\ndata: {\"type\":\"response.reasoning_summary_text.delta\",\"sequence_number\":3}\n\n",
+        "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":08,\"delta\":\"x\"}\n\n",
+        "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":99999999999999999999,\"delta\":\"x\"}\n\n",
+        "event: response.output_text.delta\ndata: {\"type\": \"response.output_text.delta\", \"sequence_number\": 21, \"delta\": \"x\"}\n\n",
+        "event: response.output_text.delta\r\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":22,\"delta\":\"x\"}\r\n\r\n",
+        "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":23,\"delta\":\"x\"} \n\n",
+        "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":24,\"delta\":\n\n",
+        ": keep-alive\n\n",
+        "event: error\ndata: {\"type\":\"error\",\"sequence_number\":30,\"code\":\"server_error\",\"message\":\"Overloaded\"}\n\n",
+        "event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":31,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"created_at\":1741290958,\"status\":\"completed\",\"model\":\"gpt-5-codex\",\"output\":[],\"usage\":{\"input_tokens\":37,\"output_tokens\":11,\"total_tokens\":48}}}\n\n",
+    ];
 
-    fn verdict(watch: &StreamWatch, usage: &StreamUsage) -> Verdict {
-        (
-            watch.terminal,
-            watch.finish,
-            watch.content,
-            watch.error.as_ref().map(|e| e.message.clone()),
-            watch.malformed.clone(),
-            usage.tokens(),
-            usage.model().map(str::to_string),
-        )
+    /// What the observer tells after a chunk: its watch, usage and model, and what it keeps
+    /// for an error event of its own.
+    #[derive(Debug, PartialEq)]
+    struct Verdict {
+        terminal: bool,
+        finish: bool,
+        content: bool,
+        error: Option<String>,
+        malformed: Option<String>,
+        tokens: crate::observe::record::Tokens,
+        model: Option<String>,
+        context: (Option<String>, Option<u64>, Option<String>, Option<u64>),
+    }
+
+    fn verdict(watch: &StreamWatch, usage: &StreamUsage, context: &StreamContext) -> Verdict {
+        Verdict {
+            terminal: watch.terminal,
+            finish: watch.finish,
+            content: watch.content,
+            error: watch.error.as_ref().map(|e| e.message.clone()),
+            malformed: watch.malformed.clone(),
+            tokens: usage.tokens(),
+            model: usage.model().map(str::to_string),
+            context: (
+                context.response_id.clone(),
+                context.last_sequence_number,
+                context.model.clone(),
+                context.created_at,
+            ),
+        }
     }
 
     /// The reference: every event read and classified, none passed over unread.
     struct EveryEvent {
+        format: Format,
         scanner: SseScanner,
         context: StreamContext,
         watch: StreamWatch,
@@ -263,68 +297,108 @@ mod tests {
 
     impl EveryEvent {
         fn chunk(&mut self, chunk: &[u8]) -> Verdict {
-            let (context, watch, usage) = (&mut self.context, &mut self.watch, &mut self.usage);
+            let (format, context, watch, usage) = (self.format, &mut self.context, &mut self.watch, &mut self.usage);
             self.scanner.feed(chunk, |event| {
-                watch.observe(&inspect_and_observe(Format::Anthropic, &event, context));
-                usage.observe(Format::Anthropic, &event);
+                watch.observe(&inspect_and_observe(format, &event, context));
+                usage.observe(format, &event);
             });
             if self.scanner.overflowed() && self.watch.malformed.is_none() {
                 self.watch.malformed =
                     Some("an upstream stream event is larger than limits.max_sse_event_bytes".into());
             }
-            verdict(&self.watch, &self.usage)
+            verdict(&self.watch, &self.usage, &self.context)
         }
     }
 
-    proptest::proptest! {
-        /// A pass-through Anthropic stream tells, after every chunk, what reading each of its
-        /// events tells (the content deltas it passes over unread included), and the client gets
-        /// the upstream's bytes.
-        #[test]
-        fn passing_anthropic_deltas_over_tells_what_reading_them_does(
-            picks in proptest::collection::vec((0..PIECES.len(), 0u8..3, 1usize..200), 0..24),
-            limit in proptest::prop_oneof![proptest::strategy::Just(u64::MAX), 60u64..200],
-        ) {
-            // Chunks as upstreams send them, mostly whole events (several to a chunk or one),
-            // sometimes an event cut in two.
-            let mut chunks: Vec<Vec<u8>> = vec![Vec::new()];
-            for &(i, how, at) in &picks {
-                let piece = PIECES[i].as_bytes();
-                match how {
-                    0 => chunks.last_mut().unwrap().extend_from_slice(piece),
-                    1 => chunks.push(piece.to_vec()),
-                    _ => {
-                        let (a, b) = piece.split_at(at.min(piece.len()));
-                        chunks.last_mut().unwrap().extend_from_slice(a);
-                        chunks.push(b.to_vec());
-                    }
+    /// Chunks as upstreams send them, mostly whole events (several to a chunk, or one),
+    /// sometimes an event cut in two: `(piece, how, where)`, `how` 0 = with the chunk before,
+    /// 1 = a chunk of its own, 2 = cut at `where`.
+    fn chunks_of(pieces: &[&str], picks: &[(usize, u8, usize)]) -> Vec<Vec<u8>> {
+        let mut chunks: Vec<Vec<u8>> = vec![Vec::new()];
+        for &(i, how, at) in picks {
+            let piece = pieces[i % pieces.len()].as_bytes();
+            match how {
+                0 => chunks.last_mut().unwrap().extend_from_slice(piece),
+                1 => chunks.push(piece.to_vec()),
+                _ => {
+                    let (a, b) = piece.split_at(at.min(piece.len()));
+                    chunks.last_mut().unwrap().extend_from_slice(a);
+                    chunks.push(b.to_vec());
                 }
             }
-            let mut observer = StreamObserver::new(Format::Anthropic, Format::Anthropic, Transform::Pass, limit);
-            let mut reference = EveryEvent {
-                scanner: SseScanner::with_limit(usize::try_from(limit).unwrap_or(usize::MAX)),
-                context: StreamContext::default(),
-                watch: StreamWatch::default(),
-                usage: StreamUsage::default(),
-            };
-            for chunk in chunks.iter().filter(|c| !c.is_empty()) {
-                let out = observer.chunk(Bytes::copy_from_slice(chunk));
-                proptest::prop_assert_eq!(out.as_deref(), Some(&chunk[..]));
-                proptest::prop_assert_eq!(verdict(&observer.watch, &observer.usage), reference.chunk(chunk));
+        }
+        chunks.retain(|c| !c.is_empty());
+        chunks
+    }
+
+    /// Feeds a pass-through observer and the reference the same chunks; the verdicts after
+    /// each chunk, and the client's bytes (the upstream's), must agree.
+    fn agrees_with_reading_every_event(format: Format, chunks: &[Vec<u8>], limit: u64) -> Result<(), String> {
+        let mut observer = StreamObserver::new(format, format, Transform::Pass, limit);
+        let mut reference = EveryEvent {
+            format,
+            scanner: SseScanner::with_limit(usize::try_from(limit).unwrap_or(usize::MAX)),
+            context: StreamContext::default(),
+            watch: StreamWatch::default(),
+            usage: StreamUsage::default(),
+        };
+        for chunk in chunks {
+            let out = observer.chunk(Bytes::copy_from_slice(chunk));
+            if out.as_deref() != Some(&chunk[..]) {
+                return Err(format!("the client's bytes changed: {out:?}"));
             }
+            let (seen, expected) =
+                (verdict(&observer.watch, &observer.usage, &observer.context), reference.chunk(chunk));
+            if seen != expected {
+                return Err(format!(
+                    "after {:?}: {seen:?}, reading every event: {expected:?}",
+                    String::from_utf8_lossy(chunk)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    proptest::proptest! {
+        /// A pass-through stream tells, after every chunk, what reading each of its events tells
+        /// (the deltas it passes over unread included), and the client gets the upstream's bytes.
+        #[test]
+        fn passing_deltas_over_tells_what_reading_them_does(
+            responses in proptest::bool::ANY,
+            picks in proptest::collection::vec((0usize..16, 0u8..3, 1usize..200), 0..24),
+            limit in proptest::prop_oneof![proptest::strategy::Just(u64::MAX), 60u64..200],
+        ) {
+            let (format, pieces) = if responses {
+                (Format::Responses, &RESPONSES_PIECES[..])
+            } else {
+                (Format::Anthropic, &ANTHROPIC_PIECES[..])
+            };
+            let agreed = agrees_with_reading_every_event(format, &chunks_of(pieces, &picks), limit);
+            proptest::prop_assert!(agreed.is_ok(), "{}", agreed.unwrap_err());
         }
     }
 
     #[test]
     fn deltas_passed_over_unread_make_a_stream_content() {
         let mut observer = StreamObserver::new(Format::Anthropic, Format::Anthropic, Transform::Pass, u64::MAX);
-        observer.chunk(Bytes::from_static(PIECES[0].as_bytes()));
+        observer.chunk(Bytes::from_static(ANTHROPIC_PIECES[0].as_bytes()));
         assert!(!observer.watch.content, "message_start is preamble");
-        observer.chunk(Bytes::from([PIECES[3], PIECES[4]].concat()));
+        observer.chunk(Bytes::from([ANTHROPIC_PIECES[3], ANTHROPIC_PIECES[4]].concat()));
         assert!(observer.watch.content);
         assert!(!observer.watch.terminal);
-        observer.chunk(Bytes::from([PIECES[3], PIECES[12], PIECES[13]].concat()));
+        observer.chunk(Bytes::from([ANTHROPIC_PIECES[3], ANTHROPIC_PIECES[12], ANTHROPIC_PIECES[13]].concat()));
         assert!(observer.watch.terminal);
         assert_eq!(observer.usage.tokens().output, Some(15));
+    }
+
+    #[test]
+    fn responses_deltas_passed_over_note_their_sequence_numbers() {
+        let mut observer = StreamObserver::new(Format::Responses, Format::Responses, Transform::Pass, u64::MAX);
+        observer.chunk(Bytes::from_static(RESPONSES_PIECES[0].as_bytes()));
+        assert!(!observer.watch.content, "response.created is preamble");
+        // Deltas of two kinds in one chunk, the highest number in the middle.
+        observer.chunk(Bytes::from([RESPONSES_PIECES[2], RESPONSES_PIECES[3], RESPONSES_PIECES[4]].concat()));
+        assert!(observer.watch.content);
+        assert_eq!(observer.context.last_sequence_number, Some(17));
     }
 }
