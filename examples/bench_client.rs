@@ -1,7 +1,7 @@
 //! The benchmark harness's own client (`bench/run`), for what `wrk` cannot measure.
 //!
 //! ```text
-//! bench_client body --kind small|large|codex|chat|chat-tools --model M [--stream]   # a request body on stdout
+//! bench_client body --kind small|large|codex|chat|chat-tools|gemini --model M [--stream]   # a request body on stdout
 //! bench_client latency --target 'NAME|URL|BODY_FILE[|Header: value...]' ... --n N [--stream]
 //!                      [--pre 'NAME|URL'] [--out FILE]
 //! bench_client streams --url URL --body FILE [--header 'Name: value'] --streams N --pace-ms P
@@ -137,6 +137,7 @@ fn main() {
                 "codex" => captured_turn(&fixtures, CODEX_TURN, &model, stream),
                 "chat-tools" => captured_turn(&fixtures, CODEX_CHAT_TURN, &model, stream),
                 "chat" => chat_body(&model, stream),
+                "gemini" => gemini_body(),
                 other => panic!("unknown body kind {other}"),
             };
             println!("{}", String::from_utf8(body).unwrap());
@@ -222,6 +223,16 @@ fn chat_body(model: &str, stream: bool) -> Vec<u8> {
         body["stream_options"] = json!({"include_usage": true});
     }
     serde_json::to_vec(&body).unwrap()
+}
+
+/// The short turn as Gemini CLI and the Google SDKs send it to `generateContent` (the model and
+/// whether to stream are in the path, not the body).
+fn gemini_body() -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "contents": [{"role": "user", "parts": [{"text": "Write a haiku about a gateway."}]}],
+        "generationConfig": {"maxOutputTokens": 256},
+    }))
+    .unwrap()
 }
 
 /// Claude Code's turn-2 request with its history grown to about `target` bytes by repeating
@@ -320,8 +331,8 @@ fn request(url: &Url, body: &Bytes, headers: &[(HeaderName, HeaderValue)]) -> Re
     req
 }
 
-/// Terminal events of the three protocols, as they appear in SSE bytes.
-const TERMINALS: [&[u8]; 3] = [b"message_stop", b"[DONE]", b"response.completed"];
+/// What ends each protocol's stream, as it appears in SSE bytes: Anthropic, Chat, Responses, Gemini (a finished candidate).
+const TERMINALS: [&[u8]; 4] = [b"message_stop", b"[DONE]", b"response.completed", b"\"finishReason\""];
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)

@@ -1,9 +1,10 @@
 //! A fast mock LLM upstream for the benchmark harness (`bench/run`), so the gateway, not the
 //! upstream, is what is measured.
 //!
-//! Answers the three protocols — `POST /v1/messages` (Anthropic Messages), `/v1/chat/completions`
-//! (OpenAI Chat) and `/v1/responses` (OpenAI Responses) — with realistic bodies: JSON with usage,
-//! or an SSE stream when the request body says `"stream": true`. Every stream sends its preamble
+//! Answers the four protocols — `POST /v1/messages` (Anthropic Messages), `/v1/chat/completions`
+//! (OpenAI Chat), `/v1/responses` (OpenAI Responses) and `/v1beta/models/{model}:generateContent`
+//! (Gemini) — with realistic bodies: JSON with usage, or an SSE stream when the request body says
+//! `"stream": true` (Gemini: when the path is `:streamGenerateContent`). Every stream sends its preamble
 //! in the same write as the first content event (so a gateway's preamble hold adds nothing) and
 //! its terminal events with the last content event; content events come `--pace-ms` apart.
 //!
@@ -74,6 +75,7 @@ enum Proto {
     Anthropic,
     Chat,
     Responses,
+    Gemini,
 }
 
 const MODEL: &str = "mock-model";
@@ -95,6 +97,7 @@ struct Shared {
     anthropic: Prebuilt,
     chat: Prebuilt,
     responses: Prebuilt,
+    gemini: Prebuilt,
 }
 
 impl Shared {
@@ -103,6 +106,7 @@ impl Shared {
             Proto::Anthropic => &self.anthropic,
             Proto::Chat => &self.chat,
             Proto::Responses => &self.responses,
+            Proto::Gemini => &self.gemini,
         }
     }
 }
@@ -169,6 +173,26 @@ fn responses_message(status: &str, text: Option<&str>) -> Value {
 
 fn responses_json(text: &str) -> Value {
     responses_object("completed", json!([responses_message("completed", Some(text))]), responses_usage())
+}
+
+/// A Gemini answer or stream chunk as the API writes it: its members in the API's order (which
+/// `json!` would sort) and spaced as it spaces them, the model version in every chunk, usage and
+/// a finish reason in the last (`usage`); a chunk in between carries neither.
+fn gemini_json(text: &str, usage: bool) -> String {
+    let (finish, usage) = if usage {
+        (
+            ",\"finishReason\": \"STOP\"",
+            ",\"usageMetadata\": {\"promptTokenCount\": 25,\"candidatesTokenCount\": 16,\"totalTokenCount\": 41,\
+             \"promptTokensDetails\": [{\"modality\": \"TEXT\",\"tokenCount\": 25}]}",
+        )
+    } else {
+        ("", "")
+    };
+    format!(
+        "{{\"candidates\": [{{\"content\": {{\"parts\": [{{\"text\": {}}}],\"role\": \"model\"}}{finish},\"index\": 0}}]\
+         {usage},\"modelVersion\": \"{MODEL}\",\"responseId\": \"mock0001\"}}",
+        Value::from(text)
+    )
 }
 
 fn build(p: Proto, body_bytes: usize, delta_bytes: usize) -> Prebuilt {
@@ -320,6 +344,17 @@ fn build(p: Proto, body_bytes: usize, delta_bytes: usize) -> Prebuilt {
                 ),
             }
         }
+        // No preamble: the first chunk is content; the last content chunk is followed by one
+        // that finishes the candidate with the final usage.
+        Proto::Gemini => Prebuilt {
+            json: Bytes::from(gemini_json(&text, true)),
+            head: Bytes::new(),
+            delta: Bytes::from(format!("data: {}\r\n\r\n", gemini_json(&delta_text, false))),
+            tail: Bytes::from(format!("data: {}\r\n\r\n", gemini_json("", true))),
+            error: Bytes::from(
+                json!({"error": {"code": 503, "message": "mock upstream error", "status": "UNAVAILABLE"}}).to_string(),
+            ),
+        },
     }
 }
 
@@ -488,6 +523,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         (&Method::POST, "/v1/messages") => Proto::Anthropic,
         (&Method::POST, "/v1/chat/completions") => Proto::Chat,
         (&Method::POST, "/v1/responses") => Proto::Responses,
+        (&Method::POST, path) if path.starts_with("/v1beta/models/") => Proto::Gemini,
         (&Method::GET, "/health") => return Ok(plain(StatusCode::OK, "ok")),
         _ => return Ok(plain(StatusCode::NOT_FOUND, "{\"error\":{\"message\":\"mock: unknown path\"}}")),
     };
@@ -500,7 +536,10 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         Ok(b) => b.to_bytes(),
         Err(_) => return Ok(plain(StatusCode::BAD_REQUEST, "body")),
     };
-    let stream = wants_stream(&body);
+    let stream = match proto {
+        Proto::Gemini => parts.uri.path().ends_with(":streamGenerateContent"),
+        _ => wants_stream(&body),
+    };
     drop(body);
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
@@ -514,14 +553,12 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     }
     if !stream {
         let json = match header_u64(h, "x-mock-body-bytes") {
-            Some(n) => Bytes::from(
-                match proto {
-                    Proto::Anthropic => anthropic_json(&text_of(n as usize)),
-                    Proto::Chat => chat_json(&text_of(n as usize)),
-                    Proto::Responses => responses_json(&text_of(n as usize)),
-                }
-                .to_string(),
-            ),
+            Some(n) => Bytes::from(match proto {
+                Proto::Anthropic => anthropic_json(&text_of(n as usize)).to_string(),
+                Proto::Chat => chat_json(&text_of(n as usize)).to_string(),
+                Proto::Responses => responses_json(&text_of(n as usize)).to_string(),
+                Proto::Gemini => gemini_json(&text_of(n as usize), true),
+            }),
             None => pre.json.clone(),
         };
         let mut r = Response::new(MockBody::Full(Some(json)));
@@ -562,6 +599,7 @@ async fn serve(args: Args) {
         anthropic: build(Proto::Anthropic, args.body_bytes, args.delta_bytes),
         chat: build(Proto::Chat, args.body_bytes, args.delta_bytes),
         responses: build(Proto::Responses, args.body_bytes, args.delta_bytes),
+        gemini: build(Proto::Gemini, args.body_bytes, args.delta_bytes),
         args: args.clone(),
     });
     let socket = if args.listen.is_ipv4() { TcpSocket::new_v4() } else { TcpSocket::new_v6() }.expect("socket");
@@ -603,7 +641,7 @@ mod tests {
 
     #[test]
     fn streams_are_valid_sse_with_numbered_responses_events() {
-        for proto in [Proto::Anthropic, Proto::Chat, Proto::Responses] {
+        for proto in [Proto::Anthropic, Proto::Chat, Proto::Responses, Proto::Gemini] {
             let p = build(proto, 10, 4);
             let s = Streaming {
                 proto,
@@ -619,7 +657,7 @@ mod tests {
             let all: Vec<u8> = (0..3).flat_map(|i| s.chunk(i).to_vec()).collect();
             let text = String::from_utf8(all).unwrap();
             let mut seq = Vec::new();
-            for block in text.split("\n\n").filter(|b| !b.is_empty()) {
+            for block in text.replace("\r\n", "\n").split("\n\n").filter(|b| !b.is_empty()) {
                 let data = block.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
                 if data == "[DONE]" {
                     continue;
