@@ -4,6 +4,7 @@
 //! tolerant JSON reading they all share, and the fast validating scan of request bodies.
 
 pub mod errors;
+pub mod finder;
 pub mod json_scan;
 pub mod json_skip;
 pub mod json_write;

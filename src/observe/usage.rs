@@ -26,10 +26,12 @@
 //! are escaped) before anything is parsed, and parsing goes into small typed structs that skip
 //! unknown fields and read a field of an unexpected type as absent.
 
+use memchr::memmem::Finder;
 use serde::Deserialize;
 
 use super::record::Tokens;
 use crate::protocol::Format;
+use crate::protocol::finder::finder;
 use crate::protocol::lenient::{Count, Lenient, NotNull, Text};
 use crate::protocol::sse::SseEvent;
 
@@ -201,13 +203,15 @@ impl StreamUsage {
     }
 
     /// Whether an event of a Chat or Responses stream is worth parsing: it has a usage object,
-    /// or the model is still unknown, the first tries are not spent, and `model_key` (the key
-    /// that holds the model) occurs in it.
-    fn worth_parsing(&mut self, data: &str, model_key: &str) -> bool {
-        if has_usage_object(data) {
-            return true;
-        }
-        if self.model_settled() || !contains(data, model_key) {
+    /// or it may name the model still looked for.
+    fn worth_parsing(&mut self, data: &str, model_key: &Finder<'_>) -> bool {
+        has_usage_object(data) || self.model_wanted(data, &[model_key])
+    }
+
+    /// Whether an event may name the model: it is still unknown, the first tries are not spent,
+    /// and one of `keys` (those that hold the model) occurs in the event (which spends a try).
+    fn model_wanted(&mut self, data: &str, keys: &[&Finder<'_>]) -> bool {
+        if self.model_settled() || keys.iter().all(|key| key.find(data.as_bytes()).is_none()) {
             return false;
         }
         self.model_tries += 1;
@@ -226,7 +230,7 @@ impl StreamUsage {
     }
 
     fn observe_chat_searched(&mut self, ev: &SseEvent<'_>) {
-        if !self.worth_parsing(ev.data, "\"model\"") {
+        if !self.worth_parsing(ev.data, finder!("\"model\"")) {
             return;
         }
         let Ok(chunk) = serde_json::from_str::<ChatBody>(ev.data) else { return };
@@ -247,7 +251,7 @@ impl StreamUsage {
         {
             return;
         }
-        if !self.worth_parsing(ev.data, "\"response\"") {
+        if !self.worth_parsing(ev.data, finder!("\"response\"")) {
             return;
         }
         let Ok(e) = serde_json::from_str::<ResponsesEvent>(ev.data) else { return };
@@ -263,10 +267,10 @@ impl StreamUsage {
     /// Every Gemini chunk may carry `usageMetadata` (the running totals; the last chunk has the
     /// final ones) and names its model (`modelVersion`); either in snake_case from some relays.
     fn observe_gemini(&mut self, ev: &SseEvent<'_>) {
-        let wanted = contains(ev.data, "\"usageMetadata\"")
-            || contains(ev.data, "\"usage_metadata\"")
-            || self.worth_parsing(ev.data, "\"modelVersion\"")
-            || self.worth_parsing(ev.data, "\"model_version\"");
+        // Its usage is under a key of its own (a Chat-style `usage` is not read here).
+        let wanted = finder!("\"usageMetadata\"").find(ev.data.as_bytes()).is_some()
+            || finder!("\"usage_metadata\"").find(ev.data.as_bytes()).is_some()
+            || self.model_wanted(ev.data, &[finder!("\"modelVersion\""), finder!("\"model_version\"")]);
         if !wanted {
             return;
         }
@@ -292,12 +296,8 @@ fn merge(into: &mut Tokens, new: Tokens) {
 /// cannot occur inside a JSON string (its quotes would be escaped), so a match is structural.
 fn has_usage_object(data: &str) -> bool {
     const KEY: &str = "\"usage\"";
-    // Built once: `str::find` sets up its searcher on every call (~0.6 k instructions, paid by
-    // every chunk of every Chat stream).
-    static FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
-        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(KEY));
     let mut rest = data;
-    while let Some(at) = FINDER.find(rest.as_bytes()) {
+    while let Some(at) = finder!(KEY).find(rest.as_bytes()) {
         rest = rest.get(at + KEY.len()..).unwrap_or_default();
         let after = rest.trim_start();
         if let Some(value) = after.strip_prefix(':')
@@ -317,12 +317,6 @@ fn has_usage_object(data: &str) -> bool {
 fn ends_with_null_usage(data: &str) -> bool {
     const TAIL: &str = "\"usage\":null}";
     data.strip_suffix(TAIL).is_some_and(|before| !before.ends_with('\\'))
-}
-
-/// Whether `key` occurs in `data`, through memchr's SIMD search (`str::contains` sets up a
-/// two-way searcher on every call, which costs more than the search of a short event).
-fn contains(data: &str, key: &str) -> bool {
-    memchr::memmem::find(data.as_bytes(), key.as_bytes()).is_some()
 }
 
 /// `input` minus cache reads and writes, for protocols whose input total includes them.
@@ -621,6 +615,12 @@ data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \" done\"}],\"role
         assert_eq!(from_body(Format::Gemini, mixed).0, t(Some(9), Some(4), None, None));
         let stream = "data: {\"usage_metadata\":{\"prompt_token_count\":5,\"candidates_token_count\":2},\"model_version\":\"g\"}\r\n\r\n";
         assert_eq!(stream_all(Format::Gemini, stream), (t(Some(5), Some(2), None, None), Some("g".to_owned())));
+        // Usage after the model is known, in a chunk of its own.
+        let stream =
+            "data: {\"model_version\":\"g\"}\r\n\r\ndata: {\"usage_metadata\":{\"prompt_token_count\":5}}\r\n\r\n";
+        assert_eq!(stream_all(Format::Gemini, stream), (t(Some(5), None, None, None), Some("g".to_owned())));
+        let stream = "data: {\"modelVersion\":\"g\"}\r\n\r\ndata: {\"usageMetadata\":{\"promptTokenCount\":5}}\r\n\r\n";
+        assert_eq!(stream_all(Format::Gemini, stream), (t(Some(5), None, None, None), Some("g".to_owned())));
     }
 
     #[test]

@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
+use super::finder::finder;
 use super::lenient::{self, Lax, Lenient, NonEmpty, drain_map, drain_seq, scalars_read_as};
 use super::sse::{SseEvent, SseScanner};
 
@@ -452,16 +453,20 @@ struct GeminiCandidate {
     finish_reason: NonEmpty,
 }
 
-/// Keys whose presence can make a Gemini chunk more than content. Quoted, a key can only occur
-/// structurally (inside a JSON string its quotes are escaped), so a chunk with none of them
-/// (most text chunks, once the model is known) needs no parse.
-const GEMINI_KEYS: [&str; 5] =
-    ["\"finishReason\"", "\"finish_reason\"", "\"error\"", "\"blockReason\"", "\"block_reason\""];
-
 /// A Gemini stream (SPEC §11): no preamble; content until a candidate carries a `finishReason`;
 /// an error object is the upstream's error (a 429 / `RESOURCE_EXHAUSTED` is rate-limited).
 fn gemini(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
-    if ctx.model.is_some() && !GEMINI_KEYS.iter().any(|k| ev.data.contains(k)) {
+    // The keys whose presence can make a chunk more than content. Quoted, a key can only occur
+    // structurally (inside a JSON string its quotes are escaped), so a chunk with none of them
+    // (most text chunks, once the model is known) needs no parse.
+    let keys = [
+        finder!("\"finishReason\""),
+        finder!("\"finish_reason\""),
+        finder!("\"error\""),
+        finder!("\"blockReason\""),
+        finder!("\"block_reason\""),
+    ];
+    if ctx.model.is_some() && keys.iter().all(|key| key.find(ev.data.as_bytes()).is_none()) {
         return if looks_whole(ev.data) { EventKind::Content } else { EventKind::Malformed };
     }
     let Ok(chunk) = serde_json::from_str::<GeminiChunk<'_>>(ev.data) else {
@@ -742,6 +747,24 @@ pub(crate) mod tests {
         assert_eq!(g("not json"), Malformed);
         // Once the model is known, text chunks skip the parse; a cut-off one is still caught.
         assert_eq!(g(r#"{"candidates": [{"content": {"parts": [{"text": "cut"#), Malformed);
+    }
+
+    #[test]
+    fn gemini_chunks_read_without_a_parse_once_the_model_is_known_classify_as_parsed() {
+        let chunks = [
+            r#"{"candidates": [{"content": {"parts": [{"text": "Hi"}],"role": "model"},"index": 0}]}"#,
+            r#"{"candidates": [{"content": {"parts": [{"text": "!"}]},"finishReason": "STOP","index": 0}]}"#,
+            r#"{"candidates":[{"content":{"parts":[{"text":"!"}]},"finish_reason":"STOP"}]}"#,
+            r#"{"error": {"code": 429, "message": "Resource exhausted", "status": "RESOURCE_EXHAUSTED"}}"#,
+            r#"{"promptFeedback": {"blockReason": "SAFETY"}}"#,
+            r#"{"prompt_feedback": {"block_reason": "SAFETY"}}"#,
+        ];
+        for data in chunks {
+            // With the model unknown every chunk is parsed: the reference.
+            let parsed = kind(Format::Gemini, None, data);
+            let mut known = StreamContext { model: Some("gemini-2.5-flash".into()), ..StreamContext::default() };
+            assert_eq!(inspect_and_observe(Format::Gemini, &ev(None, data), &mut known), parsed, "{data}");
+        }
     }
 
     #[test]

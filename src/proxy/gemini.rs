@@ -16,6 +16,7 @@ use hyper::body::{Body, Frame};
 use tokio::time::{Instant, Sleep};
 
 use crate::convert::gemini::{self, Method as GeminiMethod};
+use crate::protocol::finder::finder;
 use crate::protocol::{Protocol, Route};
 
 /// Google's API-key header (the Gemini SDKs and CLI send it).
@@ -147,16 +148,9 @@ pub const ERROR_PAUSE: Duration = Duration::from_millis(200);
 /// Where a bare `{"error": …}` line starts in a stream chunk: at its start or after a newline
 /// (inside a `data:` line the same bytes are an SSE event, not the bare form).
 fn bare_error_at(chunk: &[u8]) -> Option<usize> {
-    const LEAD: &[u8] = b"{\"error\"";
-    let mut from = 0;
-    while let Some(i) = chunk[from..].windows(LEAD.len()).position(|w| w == LEAD) {
-        let at = from + i;
-        if at == 0 || chunk[at - 1] == b'\n' {
-            return Some(at);
-        }
-        from = at + 1;
-    }
-    None
+    // Searched in every chunk of every Gemini stream to a Gemini client: with SIMD, not byte by
+    // byte (which cost ~5 k instructions a chunk).
+    finder!(b"{\"error\"").find_iter(chunk).find(|&at| at == 0 || chunk.get(at - 1) == Some(&b'\n'))
 }
 
 /// A Gemini SSE stream's body with its bare error line paced: the line goes out alone, at least
@@ -299,6 +293,8 @@ mod tests {
         assert_eq!(bare_error_at(b"data: {\"a\":1}\r\n\r\n{\"error\":{}}\n"), Some(17));
         assert_eq!(bare_error_at(b"data: {\"error\":{}}\n\n"), None);
         assert_eq!(bare_error_at(b"data: {\"text\":\"{\\\"error\\\"\"}\n\n"), None);
+        // The first bare one, past one inside a data line.
+        assert_eq!(bare_error_at(b"data: {\"error\":1}\n\n{\"error\":{}}\n"), Some(19));
     }
 
     /// A body of the given frames, all ready at once.

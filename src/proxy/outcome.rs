@@ -18,6 +18,7 @@ use crate::breaker::Outcome;
 use crate::observe::record::Classification;
 use crate::observe::usage::Envelope;
 use crate::protocol::Route;
+use crate::protocol::finder::finder;
 
 /// What an attempt's result means: for the endpoint (`verdict`, what its breaker records) and
 /// for the request (`next`, where it goes now). The two are independent: a mistyped model is
@@ -259,12 +260,7 @@ pub fn not_an_answer(body: &[u8], envelope: Option<&Envelope>) -> Option<(bool, 
 /// converter decoded that passes is an answer without reading its envelope; anything else is
 /// read for it (a false alarm, an answer whose text says "error", only costs that read).
 pub fn plainly_an_answer(body: &[u8]) -> bool {
-    use memchr::memmem::Finder;
-    // Built once: `memmem::find` sets up a searcher on every call, which cost more than the three
-    // searches of a short answer.
-    static MARKERS: std::sync::LazyLock<[Finder<'static>; 3]> =
-        std::sync::LazyLock::new(|| [&br#""error""#[..], br#""failed""#, br"\u"].map(Finder::new));
-    MARKERS.iter().all(|marker| marker.find(body).is_none())
+    [finder!(br#""error""#), finder!(br#""failed""#), finder!(br"\u")].iter().all(|marker| marker.find(body).is_none())
 }
 
 fn not_an_answer_read_in_full(body: &[u8]) -> Option<(bool, String)> {
