@@ -360,8 +360,9 @@ impl SseScanner {
 }
 
 /// An event of the usual shape: an optional `event:` line, then one `data:` line, then the blank
-/// line, every line ended by `\n` alone. Any other event (a comment, another field, a second
-/// data line, a `\r`) is left to the general walk, which reads all of them.
+/// line, every line ended by the same break, `\n` or `\r\n` (the Gemini API's). Any other event
+/// (a comment, another field, a second data line, a lone `\r`, breaks of both kinds) is left to
+/// the general walk, which reads all of them.
 struct PlainEvent<'a> {
     name: Option<&'a [u8]>,
     data: &'a [u8],
@@ -371,29 +372,41 @@ struct PlainEvent<'a> {
 
 impl<'a> PlainEvent<'a> {
     fn at_front(chunk: &'a [u8], limit: usize) -> Option<Self> {
-        let first_end = plain_line_end(chunk)?;
+        let first_end = find_eol(chunk)?;
+        let brk: &[u8] = match chunk.get(first_end..) {
+            Some([b'\n', ..]) => b"\n",
+            Some([b'\r', b'\n', ..]) => b"\r\n",
+            _ => return None,
+        };
         let first = chunk.get(..first_end)?;
         let (name, data_line, data_end) = match first.strip_prefix(b"event:") {
             Some(name) => {
-                let rest = chunk.get(first_end + 1..)?;
-                let end = plain_line_end(rest)?;
-                (Some(field_value(name)), rest.get(..end)?, first_end + 1 + end)
+                let rest = chunk.get(first_end + brk.len()..)?;
+                let end = line_end(rest, brk)?;
+                (Some(field_value(name)), rest.get(..end)?, first_end + brk.len() + end)
             }
             None => (None, first, first_end),
         };
         let data = data_line.strip_prefix(b"data:")?;
-        if chunk.get(data_end + 1) != Some(&b'\n') {
+        // The data line's break, then the blank line.
+        let blank = data_end + brk.len();
+        if chunk.get(blank..blank + brk.len()) != Some(brk) {
             return None;
         }
         // An event over the limit is refused by the general walk.
-        let len = data_end + 2;
+        let len = blank + brk.len();
         (len <= limit).then_some(PlainEvent { name, data: field_value(data), len })
     }
 }
 
+/// Where the line at the front of `bytes` ends, if it ends with `brk` (`\n` or `\r\n`).
+fn line_end(bytes: &[u8], brk: &[u8]) -> Option<usize> {
+    find_eol(bytes).filter(|&end| bytes.get(end..end + brk.len()) == Some(brk))
+}
+
 /// Where the line at the front of `bytes` ends, if it ends with a `\n` that has no `\r` before it.
 fn plain_line_end(bytes: &[u8]) -> Option<usize> {
-    find_eol(bytes).filter(|&end| bytes.get(end) == Some(&b'\n'))
+    line_end(bytes, b"\n")
 }
 
 /// A field's value: what follows its colon, less one leading space.
@@ -954,8 +967,12 @@ pub(crate) mod tests {
 
     /// Pieces of streams: events of the usual shape and every near miss of it (other line
     /// endings, comments, other fields, several data lines, no data, no colon, a cut line).
-    const PIECES: [&[u8]; 20] = [
+    const PIECES: [&[u8]; 24] = [
         b"event: content_block_delta\ndata: {\"a\":1}\n\n",
+        b"data: a\r:\r\n",
+        b"data: {\"c\":3}\r\n\r\n",
+        b"event: a\r\ndata: b\r\n\n",
+        b"event: a\r\ndata: b\n\r\n",
         b"data: {\"b\":2}\n\n",
         b"event:ping\ndata:x\n\n",
         b"event: \ndata: unnamed\n\n",
@@ -1114,6 +1131,15 @@ pub(crate) mod tests {
         let got = feed_all(&mut s, &[input]);
         assert_eq!(got, vec![ev(Some("content_block_delta"), "{\"a\":1}"), ev(None, "[DONE]")]);
         assert_eq!(s.work(), input.len() as u64);
+        // The same with `\r\n` breaks throughout (the Gemini API's); mixed breaks are walked.
+        let input = b"data: {\"a\":1}\r\n\r\nevent: e\r\ndata: 2\r\n\r\n";
+        let mut s = SseScanner::new();
+        assert_eq!(feed_all(&mut s, &[input]), vec![ev(None, "{\"a\":1}"), ev(Some("e"), "2")]);
+        assert_eq!(s.work(), input.len() as u64);
+        let input = b"data: 1\r\n\n";
+        let mut s = SseScanner::new();
+        assert_eq!(feed_all(&mut s, &[input]), vec![ev(None, "1")]);
+        assert!(s.work() > input.len() as u64);
         // Behind an event of another shape, the rest of the chunk is walked.
         let mut s = SseScanner::new();
         let input = b": hi\ndata: 1\n\ndata: 2\n\n";
