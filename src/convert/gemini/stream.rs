@@ -4,6 +4,7 @@
 
 mod decode;
 mod encode;
+mod plain;
 mod reframe;
 
 pub use decode::StreamDecoder;

@@ -6,9 +6,11 @@ use serde_json::Value;
 use super::super::error::error_fields;
 use super::super::response::{Calls, Decoded, decode_part, decode_usage, stop_reason, with_tool_use};
 use super::super::{Obj, field, field_str};
+use super::plain::{PlainTextChunk, plain_text_chunk};
 use crate::convert::ir::*;
 use crate::protocol::errors::ErrorKind;
 use crate::protocol::lenient::{get, truncate_marked};
+use crate::protocol::plain_json::unescaped;
 use crate::protocol::sse::SseEvent;
 
 /// Longest excerpt of a malformed chunk quoted in the error event, in characters.
@@ -45,6 +47,32 @@ impl StreamDecoder {
         if data.is_empty() {
             return;
         }
+        match plain_text_chunk(data) {
+            Some(chunk) => self.plain_text(&chunk, out),
+            None => self.parsed(data, out),
+        }
+    }
+
+    /// A text chunk matched rather than parsed: what `parsed` makes of the same chunk.
+    fn plain_text(&mut self, chunk: &PlainTextChunk<'_>, out: &mut Vec<StreamEvent>) {
+        if !self.started {
+            self.started = true;
+            out.push(StreamEvent::Start {
+                id: chunk.id.unwrap_or_default().to_owned(),
+                model: chunk.model.to_owned(),
+                usage: Usage::default(),
+                created: None,
+            });
+        }
+        // After the finish only usage counts; an empty text is no part.
+        if self.stop.is_some() || chunk.text.is_empty() {
+            return;
+        }
+        let index = self.open_block(false, out);
+        out.push(StreamEvent::TextDelta { index, text: unescaped(chunk.text).into_owned() });
+    }
+
+    fn parsed(&mut self, data: &str, out: &mut Vec<StreamEvent>) {
         let chunk = match serde_json::from_str::<Value>(data) {
             Ok(Value::Object(o)) => o,
             // The JSON-array stream's error form, `[{"error": …}]`, if a relay sends it here.
@@ -192,6 +220,65 @@ mod tests {
 
     fn events(evs: &[StreamEvent]) -> Vec<String> {
         evs.iter().map(|e| format!("{e:?}")).collect()
+    }
+
+    /// Text chunks in the API's shape (most of them) and near it, now and then one that finishes.
+    fn chunk() -> impl proptest::strategy::Strategy<Value = String> {
+        use crate::protocol::plain_json::strategies::string;
+        use proptest::prelude::*;
+        let pick = |usual: &'static [&'static str], other: &'static [&'static str]| prop_oneof![4 => proptest::sample::select(usual), 1 => proptest::sample::select(other)];
+        (
+            pick(
+                &[
+                    r#"{"candidates": [{"content": {"parts": [{"text": "#,
+                    r#"{"candidates":[{"content":{"parts":[{"text":"#,
+                ],
+                &[
+                    r#"{"candidates": [{"content": {"parts": [{"text" : "#,
+                    r#"{"candidates": [{"content": {"parts": [{"thought": true,"text": "#,
+                ],
+            ),
+            prop_oneof![3 => "[a-z ]{0,6}".prop_map(|t| format!("\"{t}\"")), 2 => string()],
+            pick(
+                &[r#"}],"role": "model"},"index": 0}]"#, r#"}],"role":"model"},"index":0}]"#],
+                &[
+                    r#"}],"role": "user"},"index": 0}]"#,
+                    r#"}],"role": "model"},"index": 1}]"#,
+                    r#"}],"role": "model"},"finishReason": "STOP","index": 0}]"#,
+                ],
+            ),
+            pick(
+                &[r#","modelVersion": "#, r#","modelVersion":"#],
+                &[r#","usageMetadata": {"promptTokenCount": 3},"modelVersion": "#],
+            ),
+            prop_oneof![3 => Just(r#""gemini-2.5-flash""#.to_owned()), 1 => string()],
+            prop::option::of(prop_oneof![3 => Just(r#""r3sp0nse""#.to_owned()), 1 => string()]),
+            pick(&["}"], &["} ", "", "}}", r#","error": {"code": 500}}"#]),
+        )
+            .prop_map(|(open, text, close, model_key, model, id, end)| {
+                let id = id.map(|id| format!(r#","responseId": {id}"#)).unwrap_or_default();
+                format!("{open}{text}{close}{model_key}{model}{id}{end}")
+            })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+        /// A stream decodes to the same events whether its text chunks are matched or parsed.
+        #[test]
+        fn matched_text_chunks_decode_as_their_parse_would(chunks in proptest::collection::vec(chunk(), 1..5)) {
+            let (mut matched, mut parsed) = (StreamDecoder::new(), StreamDecoder::new());
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            for data in &chunks {
+                matched.decode(&SseEvent { event: None, data }, &mut a);
+                // What `decode` does before it tries the match.
+                if !(parsed.ended || parsed.failed || data.trim().is_empty()) {
+                    parsed.parsed(data.trim(), &mut b);
+                }
+            }
+            matched.finish(&mut a);
+            parsed.finish(&mut b);
+            proptest::prop_assert_eq!(a, b, "{:?}", chunks);
+        }
     }
 
     #[test]

@@ -1,0 +1,90 @@
+//! A Gemini text chunk as the API writes it, matched whole, byte for byte, instead of parsed
+//! into a `Value` (~6 k instructions a chunk, most of a converted Gemini stream's cost per
+//! event). Anything else — usage, a finish, a thought, a call, another member order — is parsed.
+//!
+//! The match is exact: every byte of the chunk is accounted for by the shape below, so a chunk
+//! it accepts is valid JSON that the parse would read the same way.
+//!
+//! ```text
+//! {"candidates": [{"content": {"parts": [{"text": T}],"role": "model"},"index": 0}],
+//!  "modelVersion": S[,"responseId": S]}
+//! ```
+//! Each colon followed by one space, as the API writes it, or by none; S: a string with no
+//! escape; T: any string without a `\u` escape.
+
+use crate::protocol::plain_json::Cursor;
+
+/// What a matched chunk says. `text` is the part's text as written, escapes and all
+/// (`plain_json::unescaped` reads it).
+#[derive(Debug, PartialEq, Eq)]
+pub struct PlainTextChunk<'a> {
+    pub text: &'a str,
+    pub model: &'a str,
+    pub id: Option<&'a str>,
+}
+
+/// A key and its colon, with or without the space after it.
+fn key(c: &mut Cursor<'_>, name: &str) -> Option<()> {
+    c.literal("\"")?;
+    c.literal(name)?;
+    c.literal("\":")?;
+    let _ = c.literal(" ");
+    Some(())
+}
+
+pub fn plain_text_chunk(data: &str) -> Option<PlainTextChunk<'_>> {
+    let mut c = Cursor(data);
+    c.literal("{")?;
+    key(&mut c, "candidates")?;
+    c.literal("[{")?;
+    key(&mut c, "content")?;
+    c.literal("{")?;
+    key(&mut c, "parts")?;
+    c.literal("[{")?;
+    key(&mut c, "text")?;
+    let text = c.string_without_unicode_escapes()?;
+    c.literal("}],")?;
+    key(&mut c, "role")?;
+    c.literal("\"model\"},")?;
+    key(&mut c, "index")?;
+    c.literal("0}],")?;
+    key(&mut c, "modelVersion")?;
+    let model = c.plain_string()?;
+    let id = match c.literal(",") {
+        Some(()) => {
+            key(&mut c, "responseId")?;
+            Some(c.plain_string()?)
+        }
+        None => None,
+    };
+    c.literal("}")?;
+    c.is_done().then_some(PlainTextChunk { text, model, id })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_chunks_as_the_api_writes_them_are_matched() {
+        let api = r#"{"candidates": [{"content": {"parts": [{"text": "the w\u00f6ather\n"}],"role": "model"},"index": 0}],"modelVersion": "gemini-2.5-flash","responseId": "r3sp0nse"}"#;
+        assert_eq!(plain_text_chunk(api), None, "a \\u escape is left to the parse");
+        let api = api.replace(r"\u00f6", "\u{f6}");
+        let matched = PlainTextChunk { text: r"the wöather\n", model: "gemini-2.5-flash", id: Some("r3sp0nse") };
+        assert_eq!(plain_text_chunk(&api), Some(matched));
+        let compact =
+            r#"{"candidates":[{"content":{"parts":[{"text":"Hi"}],"role":"model"},"index":0}],"modelVersion":"m"}"#;
+        assert_eq!(plain_text_chunk(compact), Some(PlainTextChunk { text: "Hi", model: "m", id: None }));
+        // With usage, a finish or a thought, the chunk is parsed.
+        for other in [
+            api.replace(r#","modelVersion""#, r#","usageMetadata": {"promptTokenCount": 3},"modelVersion""#),
+            api.replace(r#""index": 0"#, r#""finishReason": "STOP","index": 0"#),
+            api.replace(r#"{"text": "#, r#"{"thought": true,"text": "#),
+            api.replace(r#""role": "model""#, r#""role": "user""#),
+            format!("{api} "),
+        ] {
+            assert_eq!(plain_text_chunk(&other), None, "{other}");
+        }
+    }
+}
