@@ -116,7 +116,7 @@ const PLAIN_ANTHROPIC_EVENTS: [&str; 7] = [
 /// ([`SseScanner::skip_front`]).
 ///
 /// [`SseScanner::skip_front`]: crate::protocol::sse::SseScanner::skip_front
-pub const ANTHROPIC_DELTA_HEAD: &[u8] = b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\"";
+const ANTHROPIC_DELTA_HEAD: &[u8] = b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\"";
 
 /// What an Anthropic event is by its name (the data's `type`, else the event line's), for any
 /// name but `error`, whose kind its data tells.

@@ -56,20 +56,30 @@ impl StreamDecoder {
     /// A text chunk matched rather than parsed: what `parsed` makes of the same chunk.
     fn plain_text(&mut self, chunk: &PlainTextChunk<'_>, out: &mut Vec<StreamEvent>) {
         if !self.started {
-            self.started = true;
-            out.push(StreamEvent::Start {
-                id: chunk.id.unwrap_or_default().to_owned(),
-                model: chunk.model.to_owned(),
-                usage: Usage::default(),
-                created: None,
-            });
+            self.start(chunk.id, Some(chunk.model), out);
         }
         // After the finish only usage counts; an empty text is no part.
         if self.stop.is_some() || chunk.text.is_empty() {
             return;
         }
+        self.text(unescaped(chunk.text).into_owned(), out);
+    }
+
+    /// The stream's start, before its first chunk's events: the response id and model it names.
+    fn start(&mut self, id: Option<&str>, model: Option<&str>, out: &mut Vec<StreamEvent>) {
+        self.started = true;
+        out.push(StreamEvent::Start {
+            id: id.unwrap_or_default().to_owned(),
+            model: model.unwrap_or_default().to_owned(),
+            usage: Usage::default(),
+            created: None,
+        });
+    }
+
+    /// Text, in the open text block (opened if need be).
+    fn text(&mut self, text: String, out: &mut Vec<StreamEvent>) {
         let index = self.open_block(false, out);
-        out.push(StreamEvent::TextDelta { index, text: unescaped(chunk.text).into_owned() });
+        out.push(StreamEvent::TextDelta { index, text });
     }
 
     fn parsed(&mut self, data: &str, out: &mut Vec<StreamEvent>) {
@@ -93,13 +103,11 @@ impl StreamDecoder {
             return;
         }
         if !self.started {
-            self.started = true;
-            out.push(StreamEvent::Start {
-                id: field_str(&chunk, "responseId", "response_id").unwrap_or_default().to_owned(),
-                model: field_str(&chunk, "modelVersion", "model_version").unwrap_or_default().to_owned(),
-                usage: Usage::default(),
-                created: None,
-            });
+            self.start(
+                field_str(&chunk, "responseId", "response_id"),
+                field_str(&chunk, "modelVersion", "model_version"),
+                out,
+            );
         }
         if let Some(u) = field(&chunk, "usageMetadata", "usage_metadata").and_then(Value::as_object) {
             self.usage.merge(&decode_usage(u));
@@ -149,10 +157,7 @@ impl StreamDecoder {
 
     fn part(&mut self, p: &Obj, out: &mut Vec<StreamEvent>) {
         match decode_part(p, &mut self.calls) {
-            Decoded::Part(Part::Text(t)) => {
-                let index = self.open_block(false, out);
-                out.push(StreamEvent::TextDelta { index, text: t.text });
-            }
+            Decoded::Part(Part::Text(t)) => self.text(t.text, out),
             Decoded::Part(Part::Thinking { text, signature }) => {
                 let index = self.open_block(true, out);
                 if !text.is_empty() {
