@@ -36,7 +36,9 @@ use crate::protocol::lenient::{Count, Lenient, NotNull, Text};
 use crate::protocol::sse::SseEvent;
 
 mod plain_anthropic;
+mod plain_chat;
 use plain_anthropic::{EventRead, MessageRead, plain_anthropic_answer, plain_anthropic_event};
+use plain_chat::plain_chat_answer;
 
 /// Usage and the answering model from a complete (non-streaming) answer body. A body that is
 /// not the format's answer (an error, not JSON) gives unknown tokens and no model.
@@ -69,16 +71,22 @@ pub fn read_answer(format: Format, body: &[u8]) -> AnswerRead {
         return AnswerRead::default();
     }
     match format {
-        // The text's UTF-8 is checked once, for the match and for the parse it may fall back to.
-        Format::Anthropic => match crate::protocol::lenient::utf8(body) {
-            Some(text) => {
-                plain_anthropic_answer(text).unwrap_or_else(|| read(serde_json::from_str::<AnthropicMessage>(text)))
-            }
-            None => parsed::<AnthropicMessage>(body),
-        },
-        Format::Openai => parsed::<ChatBody>(body),
+        Format::Anthropic => matched_or_parsed::<AnthropicMessage>(body, plain_anthropic_answer),
+        Format::Openai => matched_or_parsed::<ChatBody>(body, plain_chat_answer),
         Format::Responses => parsed::<ResponseObject>(body),
         Format::Gemini => parsed::<GeminiBody>(body),
+    }
+}
+
+/// An answer of the usual shape read by `matched`, any other parsed as `T`; its UTF-8 is checked
+/// once, for the match and for the parse it may fall back to.
+fn matched_or_parsed<'a, T: Deserialize<'a> + Answer>(
+    body: &'a [u8],
+    matched: fn(&'a str) -> Option<AnswerRead>,
+) -> AnswerRead {
+    match crate::protocol::lenient::utf8(body) {
+        Some(text) => matched(text).unwrap_or_else(|| read(serde_json::from_str::<T>(text))),
+        None => parsed::<T>(body),
     }
 }
 

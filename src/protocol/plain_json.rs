@@ -114,6 +114,40 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// An array of values, each matched by `value`.
+    pub fn elements(&mut self, mut value: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.literal("[")?;
+        if self.literal("]").is_some() {
+            return Some(());
+        }
+        loop {
+            value(self)?;
+            if self.literal("]").is_some() {
+                return Some(());
+            }
+            self.literal(",")?;
+        }
+    }
+
+    /// A value the reading skips, of any shape [`Self::skipped_value`] skips, `true` or `false`,
+    /// or arrays and objects of those, at most `depth` of them inside one another (the depth
+    /// bounds the recursion whatever the text).
+    pub fn skipped_any(&mut self, depth: u8) -> Option<()> {
+        match self.0.as_bytes().first()? {
+            b'{' => {
+                let inner = depth.checked_sub(1)?;
+                self.members(|c, _| c.skipped_any(inner))
+            }
+            b'[' => {
+                let inner = depth.checked_sub(1)?;
+                self.elements(|c| c.skipped_any(inner))
+            }
+            b't' => self.literal("true"),
+            b'f' => self.literal("false"),
+            _ => self.skipped_value(false),
+        }
+    }
+
     /// A token count as [`super::lenient::Count`] reads one, for the two forms it meets in
     /// practice: a whole number of at most 19 digits (its value) or `null` (unknown).
     pub fn count(&mut self) -> Option<Option<u64>> {
@@ -266,6 +300,59 @@ mod tests {
         assert_eq!(c.string_without_unicode_escapes(), Some(r#"a\"b\n"#));
         for text in [r#""\u00e9""#, r#""a\qb""#, "\"a\u{1}\"", r#""a\"#] {
             assert_eq!(Cursor(text).string_without_unicode_escapes(), None, "{text}");
+        }
+    }
+
+    /// JSON values of every kind the skip may meet, nested up to four deep, and near misses.
+    fn any_value() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            4 => strategies::string(),
+            4 => strategies::count(),
+            2 => strategies::one_of(&["null", "true", "false", "tru", "nul", "[1,]", "{\"a\":1,}", "[ ]", "{\"a\" :1}"]),
+        ];
+        // Elements and members are joined as JSON joins them, or now and then not quite.
+        let joint = || strategies::one_of(&[",", "", " ,"]);
+        leaf.prop_recursive(4, 32, 4, move |inner| {
+            prop_oneof![
+                (prop::collection::vec(inner.clone(), 0..4), joint()).prop_map(|(v, j)| format!("[{}]", v.join(&j))),
+                (prop::collection::vec((strategies::string(), inner), 0..4), joint()).prop_map(|(m, j)| {
+                    let members: Vec<String> = m.into_iter().map(|(k, v)| format!("{k}:{v}")).collect();
+                    format!("{{{}}}", members.join(&j))
+                }),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+        /// What the skip consumes is one whole JSON value, whatever text follows it.
+        #[test]
+        fn a_skipped_value_is_one_valid_json_value(text in any_value(), depth in 0u8..5, tail in strategies::one_of(&["", ",", "}", "]", "x"])) {
+            let text = format!("{text}{tail}");
+            let mut c = Cursor(&text);
+            if c.skipped_any(depth).is_some() {
+                let consumed = &text[..text.len() - c.0.len()];
+                proptest::prop_assert!(
+                    serde_json::from_str::<serde::de::IgnoredAny>(consumed).is_ok(),
+                    "{consumed:?} of {text:?} is not a JSON value"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_skip_takes_nested_values_down_to_its_depth() {
+        let choices = r#"[{"index":0,"message":{"role":"assistant","content":"hi","refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"stop"}]"#;
+        for (text, depth) in [(choices, 4), ("[]", 1), (r#"[1,"a",null,true,false,{"b":[]}]"#, 3), ("{}", 1), ("7", 0)]
+        {
+            let mut c = Cursor(text);
+            assert_eq!(c.skipped_any(depth), Some(()), "{text}");
+            assert!(c.is_done(), "{text}");
+        }
+        // One level too deep, or a value the skip does not take: refused.
+        for (text, depth) in [(choices, 3), ("[]", 0), ("[[1]]", 1), ("[1.5]", 2), (r#"["\u00e9"]"#, 2), ("[1 ]", 2)] {
+            assert_eq!(Cursor(text).skipped_any(depth), None, "{text}");
         }
     }
 
