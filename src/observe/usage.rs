@@ -38,7 +38,7 @@ use crate::protocol::sse::SseEvent;
 mod plain_anthropic;
 mod plain_chat;
 use plain_anthropic::{EventRead, MessageRead, plain_anthropic_answer, plain_anthropic_event};
-use plain_chat::plain_chat_answer;
+use plain_chat::{plain_chat_answer, plain_chat_body};
 
 /// Usage and the answering model from a complete (non-streaming) answer body. A body that is
 /// not the format's answer (an error, not JSON) gives unknown tokens and no model.
@@ -241,11 +241,17 @@ impl StreamUsage {
         if !self.worth_parsing(ev.data, finder!("\"model\"")) {
             return;
         }
-        let Ok(chunk) = serde_json::from_str::<ChatBody>(ev.data) else { return };
+        let (model, usage) = match plain_chat_body(ev.data) {
+            Some(read) => (read.model.and_then(answered_model), read.usage),
+            None => match serde_json::from_str::<ChatBody>(ev.data) {
+                Ok(chunk) => (model_name(chunk.model), chunk.usage.0),
+                Err(_) => return,
+            },
+        };
         if self.model.is_none() {
-            self.model = model_name(chunk.model);
+            self.model = model;
         }
-        if let Some(u) = chunk.usage.0 {
+        if let Some(u) = usage {
             merge(&mut self.tokens, u.tokens());
         }
     }

@@ -1,7 +1,8 @@
-//! A Chat completion of the usual kind, read for its usage and model by matching it instead of
-//! parsing it. A Chat answer passed through was read with serde (~9 k instructions for a short
-//! answer of OpenAI's ~40 members, the largest single step of such a request); the reading needs
-//! only `model` and `usage`, and skips the rest.
+//! A Chat completion of the usual kind, or a chunk of a Chat stream, read for its usage and model
+//! by matching it instead of parsing it. A Chat answer passed through was read with serde (~9 k instructions for a short
+//! answer of OpenAI's ~40 members, the largest single step of such a request), and a stream's
+//! first chunk (for its model) and usage chunk ~5 k each; the reading needs only `model` and
+//! `usage`, and skips the rest.
 //!
 //! The match is exact, as `protocol::plain_json` promises: a body it accepts is valid JSON that
 //! the parse (`parsed::<ChatBody>`) reads to the same usage, model and envelope. Members may come
@@ -31,23 +32,34 @@ use crate::protocol::plain_json::{Cursor, Seen};
 const SKIP_DEPTH: u8 = 6;
 
 pub(super) fn plain_chat_answer(body: &str) -> Option<AnswerRead> {
+    plain_chat_body(body).map(|read| AnswerRead {
+        tokens: read.usage.map(|u| u.tokens()).unwrap_or_default(),
+        model: read.model.and_then(answered_model),
+        envelope: Some(Envelope { error: false, status: None }),
+    })
+}
+
+/// What the reading keeps of a Chat body, an answer or a stream's chunk: its model and usage.
+pub(super) struct ChatRead<'a> {
+    pub model: Option<&'a str>,
+    pub usage: Option<ChatUsage>,
+}
+
+/// A Chat answer or chunk matched (`answer` in the grammar above).
+pub(super) fn plain_chat_body(body: &str) -> Option<ChatRead<'_>> {
     let mut c = Cursor(body.trim_end_matches([' ', '\t', '\n', '\r']));
     let mut seen = Seen::default();
-    let (mut model, mut usage) = (None, None);
+    let mut read = ChatRead { model: None, usage: None };
     c.members(|c, key| {
         match key {
-            "model" => model = Some(seen.first(0).and_then(|()| c.plain_string())?),
-            "usage" => usage = seen.first(1).and_then(|()| chat_usage(c))?,
+            "model" => read.model = Some(seen.first(0).and_then(|()| c.plain_string())?),
+            "usage" => read.usage = seen.first(1).and_then(|()| chat_usage(c))?,
             "error" | "status" => return None,
             _ => c.skipped_any(SKIP_DEPTH)?,
         }
         Some(())
     })?;
-    c.is_done().then(|| AnswerRead {
-        tokens: usage.map(|u| u.tokens()).unwrap_or_default(),
-        model: model.and_then(answered_model),
-        envelope: Some(Envelope { error: false, status: None }),
-    })
+    c.is_done().then_some(read)
 }
 
 /// `U`: the counts the reading keeps, in the parse's own structure.
@@ -154,14 +166,31 @@ mod tests {
             1 => Just(r#"{"role":"assistant","content":"a","deep":[[[[[[1]]]]]]}"#.to_owned()),
             1 => Just(r#"{"role":"assistant","content":"a","logprob":-0.5}"#.to_owned()),
         ];
-        (message, one_of(&[r#""stop""#, r#""length""#, "null"]))
-            .prop_map(|(m, reason)| format!(r#"{{"index":0,"message":{m},"logprobs":null,"finish_reason":{reason}}}"#))
+        // A stream chunk's choice carries a delta instead of a message.
+        let delta = prop_oneof![
+            string().prop_map(|t| format!(r#"{{"content":{t}}}"#)),
+            Just(r#"{"role":"assistant","content":"","refusal":null}"#.to_owned()),
+            Just("{}".to_owned()),
+        ];
+        let body = prop_oneof![
+            3 => message.prop_map(|m| format!(r#""message":{m}"#)),
+            2 => delta.prop_map(|d| format!(r#""delta":{d}"#)),
+        ];
+        (body, one_of(&[r#""stop""#, r#""length""#, "null"]))
+            .prop_map(|(b, reason)| format!(r#"{{"index":0,{b},"logprobs":null,"finish_reason":{reason}}}"#))
     }
 
     /// An answer's members: those OpenAI writes, in its order, each as it writes it or changed;
     /// then now and then another member.
     fn members() -> BoxedStrategy<Vec<String>> {
-        let written = (string(), string(), prop::collection::vec(choice(), 0..3), usage(), one_of(&["true", "false"]));
+        let written = (
+            string(),
+            string(),
+            prop::collection::vec(choice(), 0..3),
+            usage(),
+            one_of(&["true", "false"]),
+            one_of(&[r#""chat.completion""#, r#""chat.completion.chunk""#]),
+        );
         let extra = prop::collection::vec(
             prop::sample::select(vec![
                 r#""error":null"#,
@@ -176,10 +205,10 @@ mod tests {
             0..2,
         );
         (written, extra)
-            .prop_map(|((id, model, choices, usage, flag), extra)| {
+            .prop_map(|((id, model, choices, usage, flag, object), extra)| {
                 let mut members = vec![
                     format!("\"id\":{id}"),
-                    r#""object":"chat.completion""#.to_owned(),
+                    format!("\"object\":{object}"),
                     r#""created":1760000000"#.to_owned(),
                     format!("\"model\":{model}"),
                     format!("\"choices\":[{}]", choices.join(",")),
@@ -246,6 +275,16 @@ mod tests {
         // The benchmark's mock, as serde_json writes its `json!` (keys sorted).
         let mock = r#"{"choices":[{"finish_reason":"stop","index":0,"logprobs":null,"message":{"annotations":[],"content":"lorem","refusal":null,"role":"assistant"}}],"created":1760000000,"id":"chatcmpl-mock0001","model":"m","object":"chat.completion","service_tier":"default","system_fingerprint":"fp_mock","usage":{"completion_tokens":16,"completion_tokens_details":{"accepted_prediction_tokens":0,"audio_tokens":0,"reasoning_tokens":0,"rejected_prediction_tokens":0},"prompt_tokens":25,"prompt_tokens_details":{"audio_tokens":0,"cached_tokens":0},"total_tokens":41}}"#;
         assert!(same(&plain_chat_answer(mock).unwrap(), &parsed::<ChatBody>(mock.as_bytes())));
+        // A stream's chunks: the first (its model), a content chunk, the usage chunk.
+        let first = r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1741570283,"model":"gpt-4o-2024-08-06","service_tier":"default","system_fingerprint":"fp_1","choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}],"usage":null}"#;
+        let read = plain_chat_body(first).unwrap();
+        assert_eq!(read.model, Some("gpt-4o-2024-08-06"));
+        assert!(read.usage.is_none());
+        let content = r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1741570283,"model":"gpt-4o-2024-08-06","choices":[{"index":0,"delta":{"content":"Hi"},"logprobs":null,"finish_reason":null}]}"#;
+        assert!(plain_chat_body(content).is_some());
+        let last = r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1741570283,"model":"gpt-4o-2024-08-06","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0}}}"#;
+        let usage = plain_chat_body(last).unwrap().usage.unwrap().tokens();
+        assert_eq!((usage.input, usage.output, usage.cache_read), (Some(9), Some(2), Some(0)));
         // An error or status member, a count named twice, a fraction: the parse's.
         for refused in [
             api.replace(r#""usage":"#, r#""error":null,"usage":"#),
