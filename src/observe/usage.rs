@@ -37,8 +37,10 @@ use crate::protocol::sse::SseEvent;
 
 mod plain_anthropic;
 mod plain_chat;
+mod plain_responses;
 use plain_anthropic::{EventRead, MessageRead, plain_anthropic_answer, plain_anthropic_event};
 use plain_chat::{plain_chat_answer, plain_chat_body};
+use plain_responses::{plain_responses_answer, plain_responses_event};
 
 /// Usage and the answering model from a complete (non-streaming) answer body. A body that is
 /// not the format's answer (an error, not JSON) gives unknown tokens and no model.
@@ -73,7 +75,7 @@ pub fn read_answer(format: Format, body: &[u8]) -> AnswerRead {
     match format {
         Format::Anthropic => matched_or_parsed::<AnthropicMessage>(body, plain_anthropic_answer),
         Format::Openai => matched_or_parsed::<ChatBody>(body, plain_chat_answer),
-        Format::Responses => parsed::<ResponseObject>(body),
+        Format::Responses => matched_or_parsed::<ResponseObject>(body, plain_responses_answer),
         Format::Gemini => parsed::<GeminiBody>(body),
     }
 }
@@ -268,12 +270,18 @@ impl StreamUsage {
         if !self.worth_parsing(ev.data, finder!("\"response\"")) {
             return;
         }
-        let Ok(e) = serde_json::from_str::<ResponsesEvent>(ev.data) else { return };
-        let Some(r) = e.response.0 else { return };
-        if let Some(model) = model_name(r.model) {
+        let (model, usage) = match plain_responses_event(ev.data) {
+            Some(Some(read)) => (read.model.and_then(answered_model), read.usage),
+            Some(None) => return,
+            None => match serde_json::from_str::<ResponsesEvent>(ev.data) {
+                Ok(ResponsesEvent { response: Lenient(Some(r)) }) => (model_name(r.model), r.usage.0),
+                _ => return,
+            },
+        };
+        if let Some(model) = model {
             self.model = Some(model);
         }
-        if let Some(u) = r.usage.0 {
+        if let Some(u) = usage {
             merge(&mut self.tokens, u.tokens());
         }
     }

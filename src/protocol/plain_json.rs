@@ -129,8 +129,8 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// A value the reading skips, of any shape [`Self::skipped_value`] skips, `true` or `false`,
-    /// or arrays and objects of those, at most `depth` of them inside one another (the depth
+    /// A value the reading skips, of any shape [`Self::skipped_value`] skips, `true`, `false`, a
+    /// number of any form, or arrays and objects of those, at most `depth` of them inside one another (the depth
     /// bounds the recursion whatever the text).
     pub fn skipped_any(&mut self, depth: u8) -> Option<()> {
         match self.0.as_bytes().first()? {
@@ -144,8 +144,43 @@ impl<'a> Cursor<'a> {
             }
             b't' => self.literal("true"),
             b'f' => self.literal("false"),
+            b'-' | b'0'..=b'9' => self.number(),
             _ => self.skipped_value(false),
         }
+    }
+
+    /// A JSON number of any form (a sign, a fraction, an exponent), its value unread.
+    pub fn number(&mut self) -> Option<()> {
+        let bytes = self.0.as_bytes();
+        let digits_from =
+            |at: usize| bytes.get(at..).map_or(0, |rest| rest.iter().take_while(|b| b.is_ascii_digit()).count());
+        let mut at = usize::from(bytes.first() == Some(&b'-'));
+        let whole = digits_from(at);
+        // JSON forbids a leading zero before more digits.
+        if whole == 0 || (whole > 1 && bytes.get(at) == Some(&b'0')) {
+            return None;
+        }
+        at += whole;
+        if bytes.get(at) == Some(&b'.') {
+            let fraction = digits_from(at + 1);
+            if fraction == 0 {
+                return None;
+            }
+            at += 1 + fraction;
+        }
+        if matches!(bytes.get(at), Some(b'e' | b'E')) {
+            at += 1;
+            if matches!(bytes.get(at), Some(b'+' | b'-')) {
+                at += 1;
+            }
+            let exponent = digits_from(at);
+            if exponent == 0 {
+                return None;
+            }
+            at += exponent;
+        }
+        self.0 = self.0.get(at..)?;
+        Some(())
     }
 
     /// A token count as [`super::lenient::Count`] reads one, for the two forms it meets in
@@ -309,6 +344,7 @@ mod tests {
         let leaf = prop_oneof![
             4 => strategies::string(),
             4 => strategies::count(),
+            2 => strategies::one_of(&["-0", "0.5", "-1.25e+3", "1E9", "1.", ".5", "1e", "-", "--1", "1.5.2", "0x1", "1e+", "+1"]),
             2 => strategies::one_of(&["null", "true", "false", "tru", "nul", "[1,]", "{\"a\":1,}", "[ ]", "{\"a\" :1}"]),
         ];
         // Elements and members are joined as JSON joins them, or now and then not quite.
@@ -344,14 +380,22 @@ mod tests {
     #[test]
     fn the_skip_takes_nested_values_down_to_its_depth() {
         let choices = r#"[{"index":0,"message":{"role":"assistant","content":"hi","refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"stop"}]"#;
-        for (text, depth) in [(choices, 4), ("[]", 1), (r#"[1,"a",null,true,false,{"b":[]}]"#, 3), ("{}", 1), ("7", 0)]
-        {
+        for (text, depth) in [
+            (choices, 4),
+            ("[]", 1),
+            (r#"[1,"a",null,true,false,{"b":[]}]"#, 3),
+            ("{}", 1),
+            ("7", 0),
+            (r#"{"temperature":1.0,"top_p":-0.5e-3}"#, 1),
+        ] {
             let mut c = Cursor(text);
             assert_eq!(c.skipped_any(depth), Some(()), "{text}");
             assert!(c.is_done(), "{text}");
         }
         // One level too deep, or a value the skip does not take: refused.
-        for (text, depth) in [(choices, 3), ("[]", 0), ("[[1]]", 1), ("[1.5]", 2), (r#"["\u00e9"]"#, 2), ("[1 ]", 2)] {
+        for (text, depth) in
+            [(choices, 3), ("[]", 0), ("[[1]]", 1), (r#"["\u00e9"]"#, 2), ("[1 ]", 2), ("[01]", 2), ("[1.]", 2)]
+        {
             assert_eq!(Cursor(text).skipped_any(depth), None, "{text}");
         }
     }

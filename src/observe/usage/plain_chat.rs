@@ -7,7 +7,7 @@
 //! The match is exact, as `protocol::plain_json` promises: a body it accepts is valid JSON that
 //! the parse (`parsed::<ChatBody>`) reads to the same usage, model and envelope. Members may come
 //! in any order. Anything the grammar below does not cover (whitespace between tokens, a `\u`
-//! escape, a fraction, values nested deeper than a tool call's arguments, an `error` or `status`
+//! escape, a count that is not a whole number, values nested deeper than a tool call's arguments, an `error` or `status`
 //! member, a field the reading keeps named twice) is left to the parse.
 //!
 //! ```text
@@ -17,7 +17,7 @@
 //!          | "prompt_cache_miss_tokens":C | "cached_tokens":C
 //!          | "prompt_tokens_details":null-or-{"cached_tokens":C | "cache_write_tokens":C | "K":V,...}
 //!          | "K":V,...}
-//! V:       a string without `\u` escapes | a whole number | null | true | false
+//! V:       a string without `\u` escapes | a number | null | true | false
 //!          | arrays and objects of those, at most `SKIP_DEPTH` inside one another
 //! ```
 //! S and K: a string with no escape; C: a whole number of at most 19 digits, or null. `model`,
@@ -285,12 +285,18 @@ mod tests {
         let last = r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1741570283,"model":"gpt-4o-2024-08-06","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0}}}"#;
         let usage = plain_chat_body(last).unwrap().usage.unwrap().tokens();
         assert_eq!((usage.input, usage.output, usage.cache_read), (Some(9), Some(2), Some(0)));
-        // An error or status member, a count named twice, a fraction: the parse's.
+        // Log probabilities (fractions, nested) are skipped like any other member.
+        let logprobs = api.replace(
+            r#""logprobs":null"#,
+            r#""logprobs":{"content":[{"token":"Hi","logprob":-0.25,"bytes":[72,105]}]}"#,
+        );
+        assert!(same(&plain_chat_answer(&logprobs).unwrap(), &parsed::<ChatBody>(logprobs.as_bytes())));
+        // An error or status member, a count named twice, a count with a fraction: the parse's.
         for refused in [
             api.replace(r#""usage":"#, r#""error":null,"usage":"#),
             api.replace(r#""usage":"#, r#""status":"completed","usage":"#),
             api.replace(r#""completion_tokens":46"#, r#""completion_tokens":46,"completion_tokens":3"#),
-            api.replace(r#""logprobs":null"#, r#""logprobs":{"content":[{"logprob":-0.25}]}"#),
+            api.replace(r#""completion_tokens":46"#, r#""completion_tokens":46.0"#),
         ] {
             assert!(plain_chat_answer(&refused).is_none(), "{refused}");
         }
