@@ -24,7 +24,9 @@
 //! Events that cannot carry usage are skipped by their name or by a substring check for a
 //! `"usage": {` key (a quoted key can only occur structurally: inside a JSON string its quotes
 //! are escaped) before anything is parsed, and parsing goes into small typed structs that skip
-//! unknown fields and read a field of an unexpected type as absent.
+//! unknown fields and read a field of an unexpected type as absent. A Messages, Chat or Responses
+//! body (or event) of the usual shape is matched instead (`plain_anthropic`, `plain_chat`,
+//! `plain_responses`), each held by property tests to read what the parse reads.
 
 use memchr::memmem::Finder;
 use serde::Deserialize;
