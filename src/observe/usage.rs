@@ -44,6 +44,32 @@ use plain_anthropic::{EventRead, MessageRead, plain_anthropic_answer, plain_anth
 use plain_chat::{plain_chat_answer, plain_chat_body};
 use plain_responses::{plain_responses_answer, plain_responses_event};
 
+/// What the matchers' property tests share: bodies made of an API's members, and the comparison
+/// of a match with the parse.
+#[cfg(test)]
+mod plain_tests {
+    use super::AnswerRead;
+    use crate::protocol::plain_json::strategies::one_of;
+    use proptest::prelude::*;
+
+    /// An object of `members` in the API's order, shuffled (as a relay that sorts keys writes
+    /// them) or with some left out, its ends as written or changed.
+    pub fn object_of(members: impl Fn() -> BoxedStrategy<Vec<String>>) -> impl Strategy<Value = String> {
+        let members = prop_oneof![
+            3 => members(),
+            2 => members().prop_shuffle(),
+            1 => members().prop_flat_map(|m| prop::sample::subsequence(m.clone(), 0..=m.len())),
+        ];
+        let ends = (one_of(&["{", "{ ", " {", "[{"]), one_of(&["}", "}\n", "} ", "", "}}", "},", "} x"]));
+        (members, ends).prop_map(|(members, (open, close))| format!("{open}{}{close}", members.join(",")))
+    }
+
+    /// Whether a match read what the parse read.
+    pub fn same(a: &AnswerRead, b: &AnswerRead) -> bool {
+        a.tokens == b.tokens && a.model == b.model && a.envelope == b.envelope
+    }
+}
+
 /// Usage and the answering model from a complete (non-streaming) answer body. A body that is
 /// not the format's answer (an error, not JSON) gives unknown tokens and no model.
 pub fn from_body(format: Format, body: &[u8]) -> (Tokens, Option<String>) {

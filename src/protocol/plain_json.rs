@@ -114,6 +114,35 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// `null` (`None`), or what `value` matches.
+    pub fn null_or<T>(&mut self, value: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
+        if self.literal("null").is_some() {
+            return Some(None);
+        }
+        value(self).map(Some)
+    }
+
+    /// An object whose members named in `keys` are token counts ([`Self::count`]), each named at
+    /// most once, and whose other members `other` matches, given their key: the counts in the
+    /// order of `keys` (`None` for a key not named, or a count that is `null`).
+    pub fn counts<const N: usize>(
+        &mut self,
+        keys: [&str; N],
+        mut other: impl FnMut(&mut Self, &'a str) -> Option<()>,
+    ) -> Option<[Option<u64>; N]> {
+        let mut counts = [None; N];
+        let mut seen = Seen::default();
+        self.members(|c, key| match keys.iter().position(|&k| k == key) {
+            Some(i) => {
+                seen.first(u8::try_from(i).ok()?)?;
+                *counts.get_mut(i)? = c.count()?;
+                Some(())
+            }
+            None => other(c, key),
+        })?;
+        Some(counts)
+    }
+
     /// An array of values, each matched by `value`.
     pub fn elements(&mut self, mut value: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
         self.literal("[")?;

@@ -113,26 +113,15 @@ fn content(c: &mut Cursor<'_>) -> Option<()> {
 
 /// The `usage` object: its four counts, the other members checked and skipped.
 fn usage(c: &mut Cursor<'_>) -> Option<Tokens> {
-    let mut tokens = Tokens::default();
-    let mut seen = Seen::default();
-    c.members(|c, key| {
-        let (slot, field) = match key {
-            "input_tokens" => (0, &mut tokens.input),
-            "output_tokens" => (1, &mut tokens.output),
-            "cache_read_input_tokens" => (2, &mut tokens.cache_read),
-            "cache_creation_input_tokens" => (3, &mut tokens.cache_write),
-            _ => return c.skipped_value(true),
-        };
-        seen.first(slot)?;
-        *field = c.count()?;
-        Some(())
-    })?;
-    Some(tokens)
+    let keys = ["input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"];
+    let [input, output, cache_read, cache_write] = c.counts(keys, |c, _| c.skipped_value(true))?;
+    Some(Tokens { input, output, cache_read, cache_write })
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
+    use super::super::plain_tests::{object_of, same};
     use super::super::{AnthropicEvent, AnthropicMessage, parsed};
     use super::*;
     use crate::protocol::plain_json::strategies::{count, one_of, string};
@@ -234,20 +223,8 @@ mod tests {
             .boxed()
     }
 
-    /// Answers in Anthropic's shape and near it: its members in its order or shuffled (as a relay
-    /// that sorts keys writes them), some left out, the object's ends as written or changed.
     fn answer() -> impl Strategy<Value = String> {
-        let members = prop_oneof![
-            3 => members(),
-            2 => members().prop_shuffle(),
-            1 => members().prop_flat_map(|m| prop::sample::subsequence(m.clone(), 0..=m.len())),
-        ];
-        let ends = (one_of(&["{", "{ ", " {", "[{"]), one_of(&["}", "}\n", "} ", "", "}}", "},", "} x"]));
-        (members, ends).prop_map(|(members, (open, close))| format!("{open}{}{close}", members.join(",")))
-    }
-
-    fn same(a: &AnswerRead, b: &AnswerRead) -> bool {
-        a.tokens == b.tokens && a.model == b.model && a.envelope == b.envelope
+        object_of(members)
     }
 
     proptest! {

@@ -64,52 +64,47 @@ pub(super) fn plain_chat_body(body: &str) -> Option<ChatRead<'_>> {
 
 /// `U`: the counts the reading keeps, in the parse's own structure.
 fn chat_usage(c: &mut Cursor<'_>) -> Option<Option<ChatUsage>> {
-    if c.literal("null").is_some() {
-        return Some(None);
-    }
-    let mut u = ChatUsage::default();
-    let mut seen = Seen::default();
-    c.members(|c, key| {
-        let (slot, field) = match key {
-            "prompt_tokens" => (0, &mut u.prompt_tokens),
-            "completion_tokens" => (1, &mut u.completion_tokens),
-            "prompt_cache_hit_tokens" => (2, &mut u.prompt_cache_hit_tokens),
-            "prompt_cache_miss_tokens" => (3, &mut u.prompt_cache_miss_tokens),
-            "cached_tokens" => (4, &mut u.cached_tokens),
-            "prompt_tokens_details" => {
-                u.prompt_tokens_details = seen.first(5).and_then(|()| prompt_details(c))?;
-                return Some(());
+    c.null_or(|c| {
+        let mut details = None;
+        let keys = [
+            "prompt_tokens",
+            "completion_tokens",
+            "prompt_cache_hit_tokens",
+            "prompt_cache_miss_tokens",
+            "cached_tokens",
+        ];
+        let [prompt, completion, hit, miss, cached] = c.counts(keys, |c, key| match key {
+            "prompt_tokens_details" if details.is_none() => {
+                details = Some(prompt_details(c)?);
+                Some(())
             }
-            _ => return c.skipped_any(SKIP_DEPTH),
-        };
-        *field = Count(seen.first(slot).and_then(|()| c.count())?);
-        Some(())
-    })?;
-    Some(Some(u))
+            "prompt_tokens_details" => None,
+            _ => c.skipped_any(SKIP_DEPTH),
+        })?;
+        Some(ChatUsage {
+            prompt_tokens: Count(prompt),
+            completion_tokens: Count(completion),
+            prompt_tokens_details: details.unwrap_or_default(),
+            prompt_cache_hit_tokens: Count(hit),
+            prompt_cache_miss_tokens: Count(miss),
+            cached_tokens: Count(cached),
+        })
+    })
 }
 
 /// `prompt_tokens_details`: `null` (absent to the parse) or its two counts.
 fn prompt_details(c: &mut Cursor<'_>) -> Option<Lenient<ChatPromptDetails>> {
-    if c.literal("null").is_some() {
-        return Some(Lenient(None));
-    }
-    let mut d = ChatPromptDetails::default();
-    let mut seen = Seen::default();
-    c.members(|c, key| {
-        let (slot, field) = match key {
-            "cached_tokens" => (0, &mut d.cached_tokens),
-            "cache_write_tokens" => (1, &mut d.cache_write_tokens),
-            _ => return c.skipped_any(SKIP_DEPTH),
-        };
-        *field = Count(seen.first(slot).and_then(|()| c.count())?);
-        Some(())
+    let details = c.null_or(|c| {
+        let [cached, written] = c.counts(["cached_tokens", "cache_write_tokens"], |c, _| c.skipped_any(SKIP_DEPTH))?;
+        Some(ChatPromptDetails { cached_tokens: Count(cached), cache_write_tokens: Count(written) })
     })?;
-    Some(Lenient(Some(d)))
+    Some(Lenient(details))
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
+    use super::super::plain_tests::{object_of, same};
     use super::super::{ChatBody, parsed};
     use super::*;
     use crate::protocol::plain_json::strategies::{count, one_of, string};
@@ -222,20 +217,8 @@ mod tests {
             .boxed()
     }
 
-    /// Answers in OpenAI's shape and near it: members in its order or shuffled, some left out,
-    /// the object's ends as written or changed.
     fn answer() -> impl Strategy<Value = String> {
-        let members = prop_oneof![
-            3 => members(),
-            2 => members().prop_shuffle(),
-            1 => members().prop_flat_map(|m| prop::sample::subsequence(m.clone(), 0..=m.len())),
-        ];
-        let ends = (one_of(&["{", "{ ", " {", "[{"]), one_of(&["}", "}\n", "} ", "", "}}", "},", "} x"]));
-        (members, ends).prop_map(|(members, (open, close))| format!("{open}{}{close}", members.join(",")))
-    }
-
-    fn same(a: &AnswerRead, b: &AnswerRead) -> bool {
-        a.tokens == b.tokens && a.model == b.model && a.envelope == b.envelope
+        object_of(members)
     }
 
     proptest! {
