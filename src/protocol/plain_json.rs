@@ -159,8 +159,8 @@ impl<'a> Cursor<'a> {
     }
 
     /// A value the reading skips, of any shape [`Self::skipped_value`] skips, `true`, `false`, a
-    /// number of any form, or arrays and objects of those, at most `depth` of them inside one another (the depth
-    /// bounds the recursion whatever the text).
+    /// number of any form, or arrays and objects of those, at most `depth` of them inside one
+    /// another (the depth bounds the recursion whatever the text).
     pub fn skipped_any(&mut self, depth: u8) -> Option<()> {
         match self.0.as_bytes().first()? {
             b'{' => {

@@ -1,14 +1,15 @@
 //! A Chat completion of the usual kind, or a chunk of a Chat stream, read for its usage and model
-//! by matching it instead of parsing it. A Chat answer passed through was read with serde (~9 k instructions for a short
-//! answer of OpenAI's ~40 members, the largest single step of such a request), and a stream's
-//! first chunk (for its model) and usage chunk ~5 k each; the reading needs only `model` and
-//! `usage`, and skips the rest.
+//! by matching it instead of parsing it. A Chat answer passed through was read with serde (~9 k
+//! instructions for a short answer of OpenAI's ~40 members, the largest single step of such a
+//! request), and a stream's first chunk (for its model) and usage chunk ~5 k each; the reading
+//! needs only `model` and `usage`, and skips the rest.
 //!
 //! The match is exact, as `protocol::plain_json` promises: a body it accepts is valid JSON that
 //! the parse (`parsed::<ChatBody>`) reads to the same usage, model and envelope. Members may come
 //! in any order. Anything the grammar below does not cover (whitespace between tokens, a `\u`
-//! escape, a count that is not a whole number, values nested deeper than a tool call's arguments, an `error` or `status`
-//! member, a field the reading keeps named twice) is left to the parse.
+//! escape, a count that is not a whole number, values nested deeper than a tool call's
+//! `function`, an `error` or `status` member, a field the reading keeps named twice) is left to
+//! the parse.
 //!
 //! ```text
 //! answer:  {M,...} and nothing after but whitespace
