@@ -229,6 +229,24 @@ main(async () => {
     const saved = r.retry_rules;
     check(saved.length === 1 && Object.keys(rule).every((k) => saved[0][k] === rule[k]), `rules: ${JSON.stringify(saved)}`);
     check(r.stream_resume === false && r.failover_enabled.responses === false, `switches: ${JSON.stringify(r)}`);
+    // Another client saves while this page is being edited, and the values the page fetches
+    // for that save arrive only after the edit: the edit stays, and the next save sends it.
+    let held = null;
+    await page.route('**/api/settings', async (route) => {
+      if (route.request().method() !== 'GET' || held) { await route.continue(); return; }
+      held = { route, response: await route.fetch() };
+    });
+    check((await api('PATCH', '/api/settings', { breaker: { gemini: { success_threshold: 4 } } })).status === 200, 'the other client\'s save');
+    await until('the page fetching the saved values', async () => held !== null);
+    await page.fill('input[name="breaker.responses.failure_threshold"]', '7');
+    await held.route.fulfill({ response: held.response });
+    await until('the fetched values dealt with', async () => (await page.getAttribute('#settings-form', 'data-refreshing')) === '0');
+    await page.unroute('**/api/settings');
+    const kept = await page.inputValue('input[name="breaker.responses.failure_threshold"]');
+    check(kept === '7', `the edit kept: ${kept}`);
+    await page.click('#settings-save');
+    await until('the edit saved', async () => (await page.textContent('#settings-status')).startsWith('Saved 1 change'));
+    check((await api('GET', '/api/settings')).body.breaker.responses.failure_threshold === 7, 'the edit saved');
     await page.waitForSelector('#price-body tr');
   });
 

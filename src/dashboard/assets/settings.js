@@ -86,10 +86,25 @@ $('#settings-defaults').addEventListener('click', () => {
   status.textContent = 'Defaults filled in; save to apply them.';
 });
 
+// How many fetches of saved values are under way, on the form as `data-refreshing` so that a
+// watcher (the browser test) can tell when the page has dealt with all of them.
+let refreshing = 0;
+function countRefresh(delta) {
+  refreshing += delta;
+  form.dataset.refreshing = String(refreshing);
+}
+
 live('config', (c) => {
   if (c.what !== 'settings') return;
-  // Someone else saved: take their values unless this page has unsaved edits.
-  if (patchOf().n === 0) api('GET', '/api/settings').then(remember).catch(() => {});
+  // Someone else saved: take their values unless this page has unsaved edits — looked at again
+  // when the values arrive, since the user may have started editing while they were fetched
+  // (taking them then would wipe the edit, and the next save would send nothing).
+  if (patchOf().n !== 0) return;
+  countRefresh(1);
+  api('GET', '/api/settings')
+    .then((doc) => { if (patchOf().n === 0) remember(doc); })
+    .catch(() => {})
+    .finally(() => countRefresh(-1));
 });
 
 remember(null);
