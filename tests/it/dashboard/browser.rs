@@ -3,10 +3,10 @@
 //!
 //! - `flow.mjs`: add an endpoint through the form (a validation error shown at its field first),
 //!   toggle it, drag endpoints into the fast queue and reorder it by mouse and keyboard (checked
-//!   through `GET /api/endpoints`), change settings (one refused at its field, then applied; an edit kept through another
-//!   client's save),
-//!   send traffic and watch the live feed and a health badge go degraded → unhealthy → healthy,
-//!   open a decision trail, filter the requests, draw the statistics.
+//!   through `GET /api/endpoints`), change settings (one refused at its field, then applied; an
+//!   edit kept through another client's save), send traffic and watch the live feed and a health
+//!   badge go degraded → unhealthy → healthy, open a decision trail, filter the requests, draw the
+//!   statistics.
 //! - `login.mjs`: with an admin token — the login page, the session cookie (HttpOnly, not the
 //!   token), live events through the cookie, a CSRF-protected write from the page, logout.
 //! - `keys.mjs`: the Keys page adds a key (a refusal at its field first), shows its secret once,
