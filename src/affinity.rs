@@ -326,9 +326,9 @@ mod tests {
         let written = r#"{"device_id":"4919","account_uuid":"","session_id":"c5af-1"}"#;
         assert_eq!(plain_session_id(written), Some(Some("c5af-1")));
         assert_eq!(plain_session_id(r#"{"device_id":"x"}"#), Some(None));
-        // Spaced, escaped, a number, a nested value, a session id given twice: the parse's.
+        assert_eq!(plain_session_id(r#"{ "session_id": "s" }"#), Some(Some("s")));
+        // Escaped, a number, a nested value, a session id given twice: the parse's.
         let others = [
-            r#"{ "session_id":"s"}"#,
             r#"{"session_id":"s\u0041"}"#,
             r#"{"session_id":"s","n":1}"#,
             r#"{"session_id":"s","o":{}}"#,

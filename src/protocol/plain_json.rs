@@ -16,7 +16,15 @@ pub(crate) struct Cursor<'a>(pub &'a str);
 /// The longest whole number [`Cursor::count`] reads: any 19 digits fit in a `u64`.
 const MAX_COUNT_DIGITS: usize = 19;
 
+/// JSON's whitespace: it may stand between any two tokens and around the whole value.
+const SPACE: [char; 4] = [' ', '\t', '\n', '\r'];
+
 impl<'a> Cursor<'a> {
+    /// A cursor over a whole JSON text, the whitespace around its value left out.
+    pub fn whole(text: &'a str) -> Self {
+        Cursor(text.trim_matches(SPACE))
+    }
+
     pub fn literal(&mut self, text: &str) -> Option<()> {
         self.0 = self.0.strip_prefix(text)?;
         Some(())
@@ -42,21 +50,20 @@ impl<'a> Cursor<'a> {
     /// how the parse reads the value, which this does not decide.
     pub fn string_without_unicode_escapes(&mut self) -> Option<&'a str> {
         let inner = self.0.strip_prefix('"')?;
-        let bytes = inner.as_bytes();
-        let mut at = 0;
-        loop {
-            at += plain_run(bytes.get(at..)?);
-            match *bytes.get(at)? {
-                b'"' => break,
-                b'\\' if matches!(bytes.get(at + 1), Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't')) => {
-                    at += 2;
-                }
-                _ => return None,
-            }
-        }
-        let (value, rest) = inner.split_at_checked(at)?;
+        let end = string_end::<false>(inner.as_bytes())?;
+        let (value, rest) = inner.split_at_checked(end)?;
         self.0 = rest.strip_prefix('"')?;
         Some(value)
+    }
+
+    /// A valid JSON string, its value unread: any escape, a `\u` one too unless it names a
+    /// surrogate (a lone one is an error or not depending on how the parse reads the value).
+    /// Google's APIs write `<`, `>`, `&`, `=` and `'` as `\u` escapes, in any text.
+    pub fn skipped_string(&mut self) -> Option<()> {
+        let inner = self.0.strip_prefix('"')?;
+        let end = string_end::<true>(inner.as_bytes())?;
+        self.0 = inner.get(end + 1..)?;
+        Some(())
     }
 
     /// The digits of a JSON number that is a whole number written plainly (no sign, fraction
@@ -85,29 +92,62 @@ impl<'a> Cursor<'a> {
         self.digits().map(drop)
     }
 
+    /// The whitespace here, all of it. An API that pretty-prints (Gemini's answers) or spaces
+    /// its colons (Gemini's stream chunks) puts some between most tokens.
+    #[inline(always)]
+    fn space(&mut self) {
+        if self.0.as_bytes().first().is_some_and(|&b| b <= b' ') {
+            self.0 = self.0.trim_start_matches(SPACE);
+        }
+    }
+
+    /// `step` (one that consumes nothing when it fails) here, or else past the whitespace here:
+    /// compact text, the busiest, pays for no look at whitespace.
+    #[inline(always)]
+    fn spaced<T>(&mut self, step: impl Fn(&mut Self) -> Option<T>) -> Option<T> {
+        step(self).or_else(|| {
+            self.space();
+            step(self)
+        })
+    }
+
+    /// After a member or an element: `Some(true)` past the `close` bracket, `Some(false)` past a
+    /// comma.
+    #[inline(always)]
+    fn closed_or_comma(&mut self, close: u8) -> Option<bool> {
+        let closed = match self.0.as_bytes().first()? {
+            b',' => false,
+            &b if b == close => true,
+            _ => return None,
+        };
+        self.0 = self.0.get(1..)?;
+        Some(closed)
+    }
+
     /// An object of members with plain keys (no escape), each value matched by `value`, given
-    /// its key.
+    /// its key; whitespace between its tokens.
     pub fn members(&mut self, mut value: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
         self.literal("{")?;
+        self.space();
         if self.literal("}").is_some() {
             return Some(());
         }
         loop {
-            let key = self.plain_string()?;
-            self.literal(":")?;
+            let key = self.spaced(Self::plain_string)?;
+            self.spaced(|c| c.literal(":"))?;
+            self.space();
             value(self, key)?;
-            if self.literal("}").is_some() {
+            if self.spaced(|c| c.closed_or_comma(b'}'))? {
                 return Some(());
             }
-            self.literal(",")?;
         }
     }
 
-    /// A value the reading skips: a string without `\u` escapes, a whole number, `null`, or (when
-    /// `nested` allows) an object of plain keys holding those.
+    /// A value the reading skips: a string ([`Self::skipped_string`]), a whole number, `null`, or
+    /// (when `nested` allows) an object of plain keys holding those.
     pub fn skipped_value(&mut self, nested: bool) -> Option<()> {
         match self.0.as_bytes().first()? {
-            b'"' => self.string_without_unicode_escapes().map(drop),
+            b'"' => self.skipped_string(),
             b'n' => self.literal("null"),
             b'{' if nested => self.members(|c, _| c.skipped_value(false)),
             _ => self.whole_number(),
@@ -143,18 +183,19 @@ impl<'a> Cursor<'a> {
         Some(counts)
     }
 
-    /// An array of values, each matched by `value`.
+    /// An array of values, each matched by `value`; whitespace between its tokens.
     pub fn elements(&mut self, mut value: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
         self.literal("[")?;
+        self.space();
         if self.literal("]").is_some() {
             return Some(());
         }
         loop {
             value(self)?;
-            if self.literal("]").is_some() {
+            if self.spaced(|c| c.closed_or_comma(b']'))? {
                 return Some(());
             }
-            self.literal(",")?;
+            self.space();
         }
     }
 
@@ -229,6 +270,36 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// Where the text of a string ends (`inner` starts just past its opening quote): the offset of
+/// its closing quote, when every escape before it is one JSON allows (a `\u` one only with
+/// `UNICODE`, and naming no surrogate) and no control character stands unescaped.
+#[inline(always)]
+fn string_end<const UNICODE: bool>(inner: &[u8]) -> Option<usize> {
+    let mut at = 0;
+    loop {
+        at += plain_run(inner.get(at..)?);
+        match *inner.get(at)? {
+            b'"' => return Some(at),
+            b'\\' => match *inner.get(at + 1)? {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => at += 2,
+                b'u' if UNICODE && not_a_surrogate(inner.get(at + 2..at + 6)?) => at += 6,
+                _ => return None,
+            },
+            _ => return None,
+        }
+    }
+}
+
+/// Whether four bytes are the hex digits of a code point outside the surrogates (D800-DFFF).
+fn not_a_surrogate(hex: &[u8]) -> bool {
+    let mut code = 0u32;
+    for &b in hex {
+        let Some(digit) = char::from(b).to_digit(16) else { return false };
+        code = code * 16 + digit;
+    }
+    !(0xD800..=0xDFFF).contains(&code)
+}
+
 /// The value of a string's text as [`Cursor::string_without_unicode_escapes`] matched it: its
 /// escapes, single characters all, resolved. The text between escapes is copied a run at a time
 /// (found by a byte search), not a character at a time: a Claude Code user id, JSON text escaped
@@ -293,7 +364,10 @@ pub(crate) mod strategies {
             8 => "[a-z \"\\\\/\n\t\u{8}\u{c}\r\u{1}é😀]{0,6}".prop_map(|s| serde_json::to_string(&s).unwrap()),
             4 => "[a-z \"\\\\/\né😀]{0,40}".prop_map(|s| serde_json::to_string(&s).unwrap()),
             1 => Just(r#""\u00e9""#.to_owned()),
+            1 => Just(r#""a \u003c b\u0026""#.to_owned()),
             1 => Just(r#""\ud800""#.to_owned()),
+            1 => Just(r#""\ud83d\ude00""#.to_owned()),
+            1 => Just(r#""\u12g4""#.to_owned()),
             1 => Just(r#""a\qb""#.to_owned()),
             1 => Just("\"a\tb\"".to_owned()),
             1 => Just("\"open".to_owned()),
@@ -314,6 +388,89 @@ pub(crate) mod strategies {
             ])
             .prop_map(str::to_owned),
         ]
+    }
+
+    /// How [`respace`] spaces a JSON text.
+    #[derive(Clone, Copy, Debug)]
+    pub enum Spacing {
+        /// As generated: compact.
+        Compact,
+        /// A space after each colon, as Gemini's stream chunks have it.
+        Colons,
+        /// A space after each colon and comma, as Python's `json.dumps` writes.
+        Python,
+        /// A line and an indent for each member and element, as Gemini's answers are written.
+        Pretty,
+        /// Every kind of JSON whitespace, before and after punctuation.
+        Odd,
+    }
+
+    /// Compact most of the time, else each other spacing.
+    pub fn spacing() -> impl Strategy<Value = Spacing> {
+        prop_oneof![
+            4 => Just(Spacing::Compact),
+            1 => Just(Spacing::Colons),
+            1 => Just(Spacing::Python),
+            1 => Just(Spacing::Pretty),
+            1 => Just(Spacing::Odd),
+        ]
+    }
+
+    /// `text` with whitespace between its tokens as `spacing` says; strings are left as they are
+    /// (so the value, whatever the text, stays the same, or the text stays just as invalid).
+    pub fn respace(text: &str, spacing: Spacing) -> String {
+        let mut out = String::with_capacity(text.len() * 2);
+        let (mut in_string, mut escaped, mut depth) = (false, false, 0usize);
+        let line = |out: &mut String, depth: usize| {
+            out.push('\n');
+            out.push_str(&"  ".repeat(depth));
+        };
+        for ch in text.chars() {
+            if in_string {
+                out.push(ch);
+                match ch {
+                    _ if escaped => escaped = false,
+                    '\\' => escaped = true,
+                    '"' => in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
+            match (ch, spacing) {
+                ('"', _) => {
+                    in_string = true;
+                    out.push(ch);
+                }
+                (':', Spacing::Colons | Spacing::Python | Spacing::Pretty) => out.push_str(": "),
+                (',', Spacing::Python) => out.push_str(", "),
+                ('{' | '[', Spacing::Pretty) => {
+                    depth += 1;
+                    out.push(ch);
+                    line(&mut out, depth);
+                }
+                ('}' | ']', Spacing::Pretty) => {
+                    depth = depth.saturating_sub(1);
+                    line(&mut out, depth);
+                    out.push(ch);
+                }
+                (',', Spacing::Pretty) => {
+                    out.push(ch);
+                    line(&mut out, depth);
+                }
+                (':', Spacing::Odd) => out.push_str(" \t:\r\n"),
+                (',', Spacing::Odd) => out.push_str("\n ,\t"),
+                ('{' | '[', Spacing::Odd) => {
+                    out.push(ch);
+                    out.push(' ');
+                }
+                ('}' | ']', Spacing::Odd) => {
+                    out.push('\t');
+                    out.push(ch);
+                }
+                _ => out.push(ch),
+            }
+        }
+        out
     }
 
     /// The first option (as the API writes it) most of the time, else one of the others.
@@ -367,6 +524,24 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_skipped_string_takes_unicode_escapes_but_surrogates() {
+        for text in [r#""\u003c""#, r#""a\uFFFFb\n""#, r#""\ud7ff\uE000""#, r#""\u0000\"""#] {
+            let mut c = Cursor(text);
+            assert_eq!(c.skipped_string(), Some(()), "{text}");
+            assert!(c.is_done(), "{text}");
+        }
+        // A surrogate, half or paired (the parse may refuse a lone one), a bad escape: refused,
+        // and nothing consumed.
+        for text in
+            [r#""\ud800""#, r#""\uDFFF""#, r#""\ud83d\ude00""#, r#""\u12g4""#, r#""\u+123""#, r#""\u12""#, "\"a\u{1}\""]
+        {
+            let mut c = Cursor(text);
+            assert_eq!(c.skipped_string(), None, "{text}");
+            assert_eq!(c.0, text);
+        }
+    }
+
     /// JSON values of every kind the skip may meet, nested up to four deep, and near misses.
     fn any_value() -> impl proptest::strategy::Strategy<Value = String> {
         use proptest::prelude::*;
@@ -376,15 +551,21 @@ mod tests {
             2 => strategies::one_of(&["-0", "0.5", "-1.25e+3", "1E9", "1.", ".5", "1e", "-", "--1", "1.5.2", "0x1", "1e+", "+1"]),
             2 => strategies::one_of(&["null", "true", "false", "tru", "nul", "[1,]", "{\"a\":1,}", "[ ]", "{\"a\" :1}"]),
         ];
-        // Elements and members are joined as JSON joins them, or now and then not quite.
-        let joint = || strategies::one_of(&[",", "", " ,"]);
+        // Elements and members are joined as JSON joins them, spaced or not, or now and then
+        // not quite.
+        let space = || strategies::one_of(&["", " ", "\n    ", "\u{a0}", "\u{c}"]);
+        let colon = || strategies::one_of(&[":", ": ", " :\n", ":\u{b}"]);
+        let joint = || strategies::one_of(&[",", "", " ,", ",\n  ", " , ", "\t,\r\n", ",x"]);
         leaf.prop_recursive(4, 32, 4, move |inner| {
             prop_oneof![
-                (prop::collection::vec(inner.clone(), 0..4), joint()).prop_map(|(v, j)| format!("[{}]", v.join(&j))),
-                (prop::collection::vec((strategies::string(), inner), 0..4), joint()).prop_map(|(m, j)| {
-                    let members: Vec<String> = m.into_iter().map(|(k, v)| format!("{k}:{v}")).collect();
-                    format!("{{{}}}", members.join(&j))
-                }),
+                (prop::collection::vec(inner.clone(), 0..4), joint(), space())
+                    .prop_map(|(v, j, s)| format!("[{s}{}{s}]", v.join(&j))),
+                (prop::collection::vec((strategies::string(), inner), 0..4), joint(), space(), colon()).prop_map(
+                    |(m, j, s, colon)| {
+                        let members: Vec<String> = m.into_iter().map(|(k, v)| format!("{k}{colon}{v}")).collect();
+                        format!("{{{s}{}{s}}}", members.join(&j))
+                    }
+                ),
             ]
         })
     }
@@ -416,6 +597,9 @@ mod tests {
             ("{}", 1),
             ("7", 0),
             (r#"{"temperature":1.0,"top_p":-0.5e-3}"#, 1),
+            ("[1 ]", 2),
+            ("{\n  \"a\": [\n    1,\n    {}\n  ],\r\n\t\"b\" : \"x\"\n}", 3),
+            (r#"["a \u003c b", "\u00E9\"\\"]"#, 1),
         ] {
             let mut c = Cursor(text);
             assert_eq!(c.skipped_any(depth), Some(()), "{text}");
@@ -423,7 +607,7 @@ mod tests {
         }
         // One level too deep, or a value the skip does not take: refused.
         for (text, depth) in
-            [(choices, 3), ("[]", 0), ("[[1]]", 1), (r#"["\u00e9"]"#, 2), ("[1 ]", 2), ("[01]", 2), ("[1.]", 2)]
+            [(choices, 3), ("[]", 0), ("[[1]]", 1), ("[01]", 2), ("[1.]", 2), ("[1,]", 2), ("{\"a\":1 ,}", 2)]
         {
             assert_eq!(Cursor(text).skipped_any(depth), None, "{text}");
         }

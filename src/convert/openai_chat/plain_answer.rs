@@ -4,10 +4,10 @@
 //! object, which a match reads for a fraction of that.
 //!
 //! The match is exact, as `protocol::plain_json` promises: an answer it accepts is valid JSON that
-//! `decode_response`'s parse reads to the same `Response`. Members may come in any order.
-//! Anything the grammar below does not cover (whitespace between tokens, a `\u` escape, tool
-//! calls, content parts, more than one choice, an `error` member, a field the parse reads named
-//! twice) is left to the parse.
+//! `decode_response`'s parse reads to the same `Response`. Members may come in any order, with
+//! whitespace between tokens. Anything the grammar below does not cover (a `\u` escape in a
+//! value the parse reads, tool calls, content parts, more than one choice, an `error` member, a
+//! field the parse reads named twice) is left to the parse.
 //!
 //! ```text
 //! answer:  {M,...} and nothing after but whitespace
@@ -19,7 +19,8 @@
 //!          | "prompt_cache_miss_tokens":C | "cached_tokens":C
 //!          | "prompt_tokens_details":null-or-{"cached_tokens":C | "cache_write_tokens":C | "K":V,...}
 //!          | "completion_tokens_details":null-or-{"reasoning_tokens":C | "K":V,...} | "K":V,...}
-//! V:       a string without `\u` escapes | a whole number | null | {"K":that,...} | []
+//! V:       a string (a `\u` escape naming no surrogate too) | a whole number | null
+//!          | {"K":that,...} | []
 //! ```
 //! S: a string without a `\u` escape, or null; K: a key with no escape; C: a whole number of at
 //! most 19 digits, or null. The members the parse reads, each at most once.
@@ -34,7 +35,7 @@ use crate::protocol::lenient::{Count, Lenient};
 use crate::protocol::plain_json::{Cursor, Seen};
 
 pub(super) fn plain_chat_answer(body: &str) -> Option<Response> {
-    let mut c = Cursor(body.trim_end_matches([' ', '\t', '\n', '\r']));
+    let mut c = Cursor::whole(body);
     let mut seen = Seen::default();
     let (mut id, mut model, mut created, mut choice, mut usage) = (None, None, None, None, None);
     c.members(|c, key| {
@@ -90,21 +91,28 @@ struct Choice<'a> {
 
 /// `[{H,...}]`: exactly one choice, whose index is 0 or not given.
 fn only_choice<'a>(c: &mut Cursor<'a>) -> Option<Choice<'a>> {
-    c.literal("[")?;
-    let mut choice = Choice::default();
-    let mut seen = Seen::default();
-    c.members(|c, key| {
-        match key {
-            // A number going on after the 0 ends neither at `,` nor at `}`: not matched.
-            "index" => seen.first(0).and_then(|()| c.literal("0"))?,
-            "finish_reason" => choice.finish_reason = seen.first(1).and_then(|()| optional_string(c))?,
-            "message" => seen.first(2).and_then(|()| message(c, &mut choice))?,
-            _ => skipped(c)?,
+    let mut only = None;
+    c.elements(|c| {
+        // A second choice is left to the parse.
+        if only.is_some() {
+            return None;
         }
+        let mut choice = Choice::default();
+        let mut seen = Seen::default();
+        c.members(|c, key| {
+            match key {
+                // A number going on after the 0 ends neither at `,` nor at `}`: not matched.
+                "index" => seen.first(0).and_then(|()| c.literal("0"))?,
+                "finish_reason" => choice.finish_reason = seen.first(1).and_then(|()| optional_string(c))?,
+                "message" => seen.first(2).and_then(|()| message(c, &mut choice))?,
+                _ => skipped(c)?,
+            }
+            Some(())
+        })?;
+        only = Some(choice);
         Some(())
     })?;
-    c.literal("]")?;
-    Some(choice)
+    only
 }
 
 /// `{G,...}`: a message of text (or a refusal, or reasoning), without tool calls.
@@ -214,7 +222,7 @@ mod tests {
     use super::*;
     use crate::convert::ir::{StopReason, Usage};
     use crate::protocol::lenient::Parse;
-    use crate::protocol::plain_json::strategies::{count, one_of, string};
+    use crate::protocol::plain_json::strategies::{count, one_of, respace, spacing, string};
     use proptest::prelude::*;
 
     fn string_or_null() -> impl Strategy<Value = String> {
@@ -365,9 +373,9 @@ mod tests {
             6 => Just(("{".to_owned(), "}".to_owned())),
             1 => (one_of(&["{", "{ ", " {", "[{"]), one_of(&["}", "}\n", "} ", "", "}}", "},", "} x"])),
         ];
-        (members, extra, ends).prop_map(|(mut members, extra, (open, close))| {
+        (members, extra, ends, spacing()).prop_map(|(mut members, extra, (open, close), spacing)| {
             members.extend(extra);
-            format!("{open}{}{close}", members.join(","))
+            respace(&format!("{open}{}{close}", members.join(",")), spacing)
         })
     }
 
@@ -394,6 +402,9 @@ mod tests {
             Usage { input: Some(93), output: Some(46), cache_read: Some(1024), cache_write: None, reasoning: Some(12) };
         assert_eq!(matched.usage, usage);
         assert_eq!(Ok(matched), decode_response_with(api.as_bytes(), Parse::Direct));
+        // Pretty-printed, as some relays write it.
+        let pretty = serde_json::to_string_pretty(&serde_json::from_str::<serde_json::Value>(api).unwrap()).unwrap();
+        assert_eq!(Ok(plain_chat_answer(&pretty).unwrap()), decode_response_with(pretty.as_bytes(), Parse::Direct));
         // DeepSeek's reasoning and cache counts, keys sorted as a relay writes them.
         let deepseek = r#"{"choices":[{"finish_reason":"length","index":0,"message":{"content":"4","reasoning_content":"2+2","role":"assistant"}}],"created":1,"id":"x","model":"deepseek-reasoner","usage":{"completion_tokens":9,"prompt_cache_hit_tokens":64,"prompt_cache_miss_tokens":6,"prompt_tokens":70}}"#;
         let matched = plain_chat_answer(deepseek).unwrap();
@@ -404,14 +415,13 @@ mod tests {
     #[test]
     fn what_the_match_leaves_to_the_parse_is_left() {
         for body in [
-            // A tool call, content parts, two choices, an error, a \u escape, a key twice, spaces.
+            // A tool call, content parts, two choices, an error, a \u escape, a key twice.
             r#"{"choices":[{"index":0,"message":{"content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}}]}"#,
             r#"{"choices":[{"index":0,"message":{"content":[{"type":"text","text":"a"}]}}]}"#,
             r#"{"choices":[{"index":0,"message":{"content":"a"}},{"index":1,"message":{"content":"b"}}]}"#,
             r#"{"error":{"message":"quota"},"choices":[{"index":0,"message":{"content":"a"}}]}"#,
             r#"{"choices":[{"index":0,"message":{"content":"caf\u00e9"}}]}"#,
             r#"{"model":"a","model":"b","choices":[{"index":0,"message":{"content":"a"}}]}"#,
-            r#"{"choices": [{"index":0,"message":{"content":"a"}}]}"#,
             r#"{"choices":[{"index":1,"message":{"content":"a"}}]}"#,
         ] {
             assert!(plain_chat_answer(body).is_none(), "{body}");

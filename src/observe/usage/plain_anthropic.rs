@@ -6,9 +6,10 @@
 //!
 //! The match is exact, as `protocol::plain_json` promises: a body it accepts is valid JSON that
 //! the parse (`parsed::<AnthropicMessage>`) reads to the same usage, model and envelope. Members may
-//! come in any order (the API's own, or a relay's sorted keys). Anything the grammar below does
-//! not cover (whitespace between tokens, a `\u` escape, a nested input, an `error` or `status`
-//! member, a field the reading keeps named twice) is left to the parse.
+//! come in any order (the API's own, or a relay's sorted keys), with whitespace between tokens.
+//! Anything the grammar below does not cover (a `\u` escape in a value the reading keeps, a nested
+//! input, an `error` or `status` member, a field the reading keeps named twice) is left to the
+//! parse.
 //!
 //! ```text
 //! answer:  {M,...} and nothing after but whitespace
@@ -17,8 +18,8 @@
 //!          | "cache_creation_input_tokens":C | "K":V
 //! V:       T | a whole number | null | {"K":T-or-number-or-null,...}
 //! ```
-//! S and K: a string with no escape; T: any string without a `\u` escape; C: a whole number of
-//! at most 19 digits, or null. `model`, `usage` and each count at most once.
+//! S and K: a string with no escape; T: any string (a `\u` escape naming no surrogate too); C: a
+//! whole number of at most 19 digits, or null. `model`, `usage` and each count at most once.
 //!
 //! ```text
 //! event:   {E,...} and nothing after but whitespace
@@ -30,7 +31,7 @@ use crate::observe::record::Tokens;
 use crate::protocol::plain_json::{Cursor, Seen};
 
 pub(super) fn plain_anthropic_answer(body: &str) -> Option<AnswerRead> {
-    let mut c = Cursor(body.trim_end_matches([' ', '\t', '\n', '\r']));
+    let mut c = Cursor::whole(body);
     let message = message(&mut c)?;
     c.is_done().then(|| AnswerRead {
         tokens: message.tokens.unwrap_or_default(),
@@ -56,7 +57,7 @@ pub(super) struct EventRead<'a> {
 }
 
 pub(super) fn plain_anthropic_event(data: &str) -> Option<EventRead<'_>> {
-    let mut c = Cursor(data.trim_end_matches([' ', '\t', '\n', '\r']));
+    let mut c = Cursor::whole(data);
     let mut read = EventRead::default();
     let mut seen = Seen::default();
     c.members(|c, key| {
@@ -98,17 +99,7 @@ fn message<'a>(c: &mut Cursor<'a>) -> Option<MessageRead<'a>> {
 
 /// The content blocks, which the reading skips: objects of plain members.
 fn content(c: &mut Cursor<'_>) -> Option<()> {
-    c.literal("[")?;
-    if c.literal("]").is_some() {
-        return Some(());
-    }
-    loop {
-        c.members(|c, _| c.skipped_value(true))?;
-        if c.literal("]").is_some() {
-            return Some(());
-        }
-        c.literal(",")?;
-    }
+    c.elements(|c| c.members(|c, _| c.skipped_value(true)))
 }
 
 /// The `usage` object: its four counts, the other members checked and skipped.

@@ -6,10 +6,10 @@
 //!
 //! The match is exact, as `protocol::plain_json` promises: a body it accepts is valid JSON that
 //! the parse (`parsed::<ChatBody>`) reads to the same usage, model and envelope. Members may come
-//! in any order. Anything the grammar below does not cover (whitespace between tokens, a `\u`
-//! escape, a count that is not a whole number, values nested deeper than a tool call's
-//! `function`, an `error` or `status` member, a field the reading keeps named twice) is left to
-//! the parse.
+//! in any order, with whitespace between tokens. Anything the grammar below does not cover (a
+//! `\u` escape in a value the reading keeps, a count that is not a whole number, values nested
+//! deeper than a tool call's `function`, an `error` or `status` member, a field the reading keeps
+//! named twice) is left to the parse.
 //!
 //! ```text
 //! answer:  {M,...} and nothing after but whitespace
@@ -18,7 +18,7 @@
 //!          | "prompt_cache_miss_tokens":C | "cached_tokens":C
 //!          | "prompt_tokens_details":null-or-{"cached_tokens":C | "cache_write_tokens":C | "K":V,...}
 //!          | "K":V,...}
-//! V:       a string without `\u` escapes | a number | null | true | false
+//! V:       a string (a `\u` escape naming no surrogate too) | a number | null | true | false
 //!          | arrays and objects of those, at most `SKIP_DEPTH` inside one another
 //! ```
 //! S and K: a string with no escape; C: a whole number of at most 19 digits, or null. `model`,
@@ -48,7 +48,7 @@ pub(super) struct ChatRead<'a> {
 
 /// A Chat answer or chunk matched (`answer` in the grammar above).
 pub(super) fn plain_chat_body(body: &str) -> Option<ChatRead<'_>> {
-    let mut c = Cursor(body.trim_end_matches([' ', '\t', '\n', '\r']));
+    let mut c = Cursor::whole(body);
     let mut seen = Seen::default();
     let mut read = ChatRead { model: None, usage: None };
     c.members(|c, key| {

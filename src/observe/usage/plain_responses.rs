@@ -5,9 +5,9 @@
 //!
 //! The match is exact, as `protocol::plain_json` promises: a body it accepts is valid JSON that
 //! the parse (`parsed::<ResponseObject>`, or `ResponsesEvent` for an event) reads to the same
-//! usage, model and envelope. Members may come in any order. Anything the grammar below does not
-//! cover (whitespace between tokens, a `\u` escape, values nested deeper than `SKIP_DEPTH`, a
-//! field the reading keeps named twice) is left to the parse.
+//! usage, model and envelope. Members may come in any order, with whitespace between tokens.
+//! Anything the grammar below does not cover (a `\u` escape in a value the reading keeps, values
+//! nested deeper than `SKIP_DEPTH`, a field the reading keeps named twice) is left to the parse.
 //!
 //! ```text
 //! answer:  {M,...} and nothing after but whitespace
@@ -17,7 +17,7 @@
 //!            | "cache_write_tokens":C | "K":V,...}
 //!          | "K":V,...}
 //! event:   {"response":answer-or-null | "K":V,...}
-//! V:       a string without `\u` escapes | a number | null | true | false
+//! V:       a string (a `\u` escape naming no surrogate too) | a number | null | true | false
 //!          | arrays and objects of those, at most `SKIP_DEPTH` inside one another
 //! ```
 //! S and K: a string with no escape; C: a whole number of at most 19 digits, or null. Each member
@@ -49,14 +49,14 @@ impl ResponseRead<'_> {
 }
 
 pub(super) fn plain_responses_answer(body: &str) -> Option<AnswerRead> {
-    let mut c = Cursor(trimmed(body));
+    let mut c = Cursor::whole(body);
     let read = response(&mut c)?;
     c.is_done().then(|| read.into_answer())
 }
 
 /// A lifecycle event's data matched: its response object (`None` when it is `null` or absent).
 pub(super) fn plain_responses_event(data: &str) -> Option<Option<ResponseRead<'_>>> {
-    let mut c = Cursor(trimmed(data));
+    let mut c = Cursor::whole(data);
     let mut seen = Seen::default();
     let mut read = None;
     c.members(|c, key| {
@@ -72,10 +72,6 @@ pub(super) fn plain_responses_event(data: &str) -> Option<Option<ResponseRead<'_
         Some(())
     })?;
     c.is_done().then_some(read)
-}
-
-fn trimmed(text: &str) -> &str {
-    text.trim_end_matches([' ', '\t', '\n', '\r'])
 }
 
 /// `answer`: a response object.
@@ -273,9 +269,9 @@ mod tests {
         // A failed response: its error read as present.
         let failed = api.replace(r#""error":null"#, r#""error":{"code":"server_error","message":"boom"}"#);
         assert!(plain_responses_answer(&failed).unwrap().envelope.unwrap().error);
-        // A model named twice, or a `\u` escape: the parse's.
+        // A model named twice, or a `\u` escape in it: the parse's.
         for refused in
-            [api.replace(r#""user":null"#, r#""model":"x""#), api.replace("You are Codex.", "You are \\u0043odex.")]
+            [api.replace(r#""user":null"#, r#""model":"x""#), api.replace(r#""gpt-5-codex""#, r#""gpt-5-\u0063odex""#)]
         {
             assert!(plain_responses_answer(&refused).is_none(), "{refused}");
         }

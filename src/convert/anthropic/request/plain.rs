@@ -4,10 +4,11 @@
 //! the rest of its conversion); a match reads it for a fraction of that.
 //!
 //! The match is exact, as `protocol::plain_json` promises: a request it accepts is valid JSON
-//! that `decode_parsed` decodes to the same `Request`. Members may come in any order. Anything
-//! the grammar below does not cover (whitespace between tokens, a `\u` escape, content blocks,
-//! tools, sampling numbers, a role other than user or assistant, any other member, a member named
-//! twice) is left to the parse.
+//! that `decode_parsed` decodes to the same `Request`. Members may come in any order, with
+//! whitespace between tokens (Python's `json.dumps` puts a space after each colon and comma).
+//! Anything the grammar below does not cover (a `\u` escape, content blocks, tools, sampling
+//! numbers, a role other than user or assistant, any other member, a member named twice) is left
+//! to the parse.
 //!
 //! ```text
 //! request:  {M,...} and nothing after but whitespace
@@ -22,7 +23,7 @@ use crate::convert::ir::{Message, Part, Request, Role, TextPart};
 use crate::protocol::plain_json::{Cursor, Seen};
 
 pub(super) fn plain_request(body: &str) -> Option<Request> {
-    let mut c = Cursor(body.trim_end_matches([' ', '\t', '\n', '\r']));
+    let mut c = Cursor::whole(body);
     let mut seen = Seen::default();
     let mut request = Request::default();
     let mut model = None;
@@ -76,12 +77,8 @@ pub(super) fn plain_request(body: &str) -> Option<Request> {
 
 /// `[{T,...},...]`: the turns, each a role and a text.
 fn turns(c: &mut Cursor<'_>) -> Option<Vec<Message>> {
-    c.literal("[")?;
     let mut turns = Vec::new();
-    if c.literal("]").is_some() {
-        return Some(turns);
-    }
-    loop {
+    c.elements(|c| {
         let (mut role, mut text) = (None, None);
         c.members(|c, key| match key {
             "role" if role.is_none() => {
@@ -99,11 +96,9 @@ fn turns(c: &mut Cursor<'_>) -> Option<Vec<Message>> {
             _ => None,
         })?;
         turns.push(Message { role: role?, content: vec![Part::Text(TextPart { text: text?, cache_control: None })] });
-        if c.literal("]").is_some() {
-            return Some(turns);
-        }
-        c.literal(",")?;
-    }
+        Some(())
+    })?;
+    Some(turns)
 }
 
 #[cfg(test)]
@@ -113,7 +108,7 @@ mod tests {
 
     use super::super::decode::decode_parsed;
     use super::*;
-    use crate::protocol::plain_json::strategies::{count, one_of, string};
+    use crate::protocol::plain_json::strategies::{count, one_of, respace, spacing, string};
 
     fn parsed(body: &str) -> Request {
         decode_parsed(body.as_bytes().into()).unwrap()
@@ -125,6 +120,8 @@ mod tests {
             r#"{"max_tokens":256,"messages":[{"content":"Write a haiku about a gateway.","role":"user"}],"model":"bench-model","stream":false}"#,
             r#"{"model":"claude-sonnet-4-5","max_tokens":1024,"system":"Be brief.\nAnswer in \"French\".","messages":[{"role":"user","content":"Bonjour é 😀"},{"role":"assistant","content":"Salut"},{"role":"user","content":"Ça va ?"}],"stream":true}"#,
             r#"{"model":"m","messages":[{"role":"user","content":""}],"system":"","top_k":5,"max_tokens":null,"stream":null}  "#,
+            // Python's `json.dumps` separators.
+            r#"{"model": "m", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}"#,
         ];
         for body in bodies {
             let matched = plain_request(body).unwrap_or_else(|| panic!("not matched: {body}"));
@@ -141,9 +138,8 @@ mod tests {
     #[test]
     fn anything_else_is_left_to_the_parse() {
         for body in [
-            // Python's json.dumps separators, content blocks, a sampling number, a tool list, a
-            // system turn, a member named twice, no model, no turns, a `\u` escape, trailing text.
-            r#"{"model": "m", "messages": [{"role": "user", "content": "hi"}]}"#,
+            // Content blocks, a sampling number, a tool list, a system turn, a member named
+            // twice, no model, no turns, a `\u` escape, trailing text.
             r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}"#,
             r#"{"model":"m","temperature":0.5,"messages":[{"role":"user","content":"hi"}]}"#,
             r#"{"model":"m","tools":[],"messages":[{"role":"user","content":"hi"}]}"#,
@@ -199,9 +195,9 @@ mod tests {
                 r#""thinking":{"type":"disabled"}"#,
             ]),
         );
-        (members, extra).prop_map(|(mut members, extra)| {
+        (members, extra, spacing()).prop_map(|(mut members, extra, spacing)| {
             members.extend(extra.map(str::to_owned));
-            format!("{{{}}}", members.join(","))
+            respace(&format!("{{{}}}", members.join(",")), spacing)
         })
     }
 
