@@ -175,22 +175,28 @@ fn responses_json(text: &str) -> Value {
     responses_object("completed", json!([responses_message("completed", Some(text))]), responses_usage())
 }
 
-/// A Gemini answer or stream chunk as the API writes it: its members in the API's order (which
-/// `json!` would sort) and spaced as it spaces them, the model version in every chunk, usage and
-/// a finish reason in the last (`usage`); a chunk in between carries neither.
-fn gemini_json(text: &str, usage: bool) -> String {
-    let (finish, usage) = if usage {
-        (
-            ",\"finishReason\": \"STOP\"",
-            ",\"usageMetadata\": {\"promptTokenCount\": 25,\"candidatesTokenCount\": 16,\"totalTokenCount\": 41,\
-             \"promptTokensDetails\": [{\"modality\": \"TEXT\",\"tokenCount\": 25}]}",
-        )
+/// A Gemini stream chunk as the API writes it: its members in the API's order (which `json!`
+/// would sort), a space after each colon, the model version and the usage so far in every chunk;
+/// the last chunk (`last`) adds the output's count and a finish reason.
+fn gemini_chunk(text: &str, last: bool) -> String {
+    let (finish, output) = if last {
+        (",\"finishReason\": \"STOP\"", "\"candidatesTokenCount\": 16,\"totalTokenCount\": 41")
     } else {
-        ("", "")
+        ("", "\"totalTokenCount\": 25")
     };
     format!(
-        "{{\"candidates\": [{{\"content\": {{\"parts\": [{{\"text\": {}}}],\"role\": \"model\"}}{finish},\"index\": 0}}]\
-         {usage},\"modelVersion\": \"{MODEL}\",\"responseId\": \"mock0001\"}}",
+        "{{\"candidates\": [{{\"content\": {{\"parts\": [{{\"text\": {}}}],\"role\": \"model\"}}{finish},\"index\": 0}}],\
+         \"usageMetadata\": {{\"promptTokenCount\": 25,{output},\
+         \"promptTokensDetails\": [{{\"modality\": \"TEXT\",\"tokenCount\": 25}}]}},\
+         \"modelVersion\": \"{MODEL}\",\"responseId\": \"mock0001\"}}",
+        Value::from(text)
+    )
+}
+
+/// A Gemini answer as the API writes one: pretty-printed, its members in the API's order.
+fn gemini_answer(text: &str) -> String {
+    format!(
+        "{{\n  \"candidates\": [\n    {{\n      \"content\": {{\n        \"parts\": [\n          {{\n            \"text\": {}\n          }}\n        ],\n        \"role\": \"model\"\n      }},\n      \"finishReason\": \"STOP\",\n      \"avgLogprobs\": -0.0815\n    }}\n  ],\n  \"usageMetadata\": {{\n    \"promptTokenCount\": 25,\n    \"candidatesTokenCount\": 16,\n    \"totalTokenCount\": 41,\n    \"promptTokensDetails\": [\n      {{\n        \"modality\": \"TEXT\",\n        \"tokenCount\": 25\n      }}\n    ]\n  }},\n  \"modelVersion\": \"{MODEL}\",\n  \"responseId\": \"mock0001\"\n}}\n",
         Value::from(text)
     )
 }
@@ -347,10 +353,10 @@ fn build(p: Proto, body_bytes: usize, delta_bytes: usize) -> Prebuilt {
         // No preamble: the first chunk is content; the last content chunk is followed by one
         // that finishes the candidate with the final usage.
         Proto::Gemini => Prebuilt {
-            json: Bytes::from(gemini_json(&text, true)),
+            json: Bytes::from(gemini_answer(&text)),
             head: Bytes::new(),
-            delta: Bytes::from(format!("data: {}\r\n\r\n", gemini_json(&delta_text, false))),
-            tail: Bytes::from(format!("data: {}\r\n\r\n", gemini_json("", true))),
+            delta: Bytes::from(format!("data: {}\r\n\r\n", gemini_chunk(&delta_text, false))),
+            tail: Bytes::from(format!("data: {}\r\n\r\n", gemini_chunk("", true))),
             error: Bytes::from(
                 json!({"error": {"code": 503, "message": "mock upstream error", "status": "UNAVAILABLE"}}).to_string(),
             ),
@@ -557,7 +563,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                 Proto::Anthropic => anthropic_json(&text_of(n as usize)).to_string(),
                 Proto::Chat => chat_json(&text_of(n as usize)).to_string(),
                 Proto::Responses => responses_json(&text_of(n as usize)).to_string(),
-                Proto::Gemini => gemini_json(&text_of(n as usize), true),
+                Proto::Gemini => gemini_answer(&text_of(n as usize)),
             }),
             None => pre.json.clone(),
         };
@@ -637,6 +643,23 @@ mod tests {
         assert!(!wants_stream(br#"{"model":"m","stream":false}"#));
         assert!(!wants_stream(br#"{"content":"say \"stream\": true","model":"m"}"#));
         assert!(!wants_stream(br#"{"model":"m"}"#));
+    }
+
+    #[test]
+    fn gemini_bodies_are_spaced_as_the_api_spaces_them() {
+        let answer = gemini_answer("hi \"there\"");
+        let v: Value = serde_json::from_str(&answer).unwrap();
+        assert_eq!(v["candidates"][0]["content"]["parts"][0]["text"], "hi \"there\"");
+        assert_eq!(v["usageMetadata"]["candidatesTokenCount"], 16);
+        assert!(answer.starts_with("{\n  \"candidates\": [\n    {\n"), "{answer}");
+        for last in [false, true] {
+            let chunk = gemini_chunk("a", last);
+            let v: Value = serde_json::from_str(&chunk).unwrap();
+            assert_eq!(v["usageMetadata"]["promptTokenCount"], 25, "{chunk}");
+            assert_eq!(v["usageMetadata"].get("candidatesTokenCount").is_some(), last, "{chunk}");
+            assert_eq!(v["candidates"][0].get("finishReason").is_some(), last, "{chunk}");
+            assert!(chunk.starts_with("{\"candidates\": [{\"content\": {"), "{chunk}");
+        }
     }
 
     #[test]

@@ -26,7 +26,7 @@
 //! are escaped) before anything is parsed, and parsing goes into small typed structs that skip
 //! unknown fields and read a field of an unexpected type as absent. A Messages, Chat or Responses
 //! body (or event) of the usual shape is matched instead (`plain_anthropic`, `plain_chat`,
-//! `plain_responses`), each held by property tests to read what the parse reads.
+//! `plain_responses`, `plain_gemini`), each held by property tests to read what the parse reads.
 
 use memchr::memmem::Finder;
 use serde::Deserialize;
@@ -39,9 +39,11 @@ use crate::protocol::sse::SseEvent;
 
 mod plain_anthropic;
 mod plain_chat;
+mod plain_gemini;
 mod plain_responses;
 use plain_anthropic::{EventRead, MessageRead, plain_anthropic_answer, plain_anthropic_event};
 use plain_chat::{plain_chat_answer, plain_chat_body};
+use plain_gemini::{plain_gemini_answer, plain_gemini_body};
 use plain_responses::{plain_responses_answer, plain_responses_event};
 
 /// What the matchers' property tests share: bodies made of an API's members, and the comparison
@@ -49,11 +51,11 @@ use plain_responses::{plain_responses_answer, plain_responses_event};
 #[cfg(test)]
 mod plain_tests {
     use super::AnswerRead;
-    use crate::protocol::plain_json::strategies::one_of;
+    use crate::protocol::plain_json::strategies::{one_of, respace, spacing};
     use proptest::prelude::*;
 
     /// An object of `members` in the API's order, shuffled (as a relay that sorts keys writes
-    /// them) or with some left out, its ends as written or changed.
+    /// them) or with some left out, its ends as written or changed, compact or spaced.
     pub fn object_of(members: impl Fn() -> BoxedStrategy<Vec<String>>) -> impl Strategy<Value = String> {
         let members = prop_oneof![
             3 => members(),
@@ -61,7 +63,9 @@ mod plain_tests {
             1 => members().prop_flat_map(|m| prop::sample::subsequence(m.clone(), 0..=m.len())),
         ];
         let ends = (one_of(&["{", "{ ", " {", "[{"]), one_of(&["}", "}\n", "} ", "", "}}", "},", "} x"]));
-        (members, ends).prop_map(|(members, (open, close))| format!("{open}{}{close}", members.join(",")))
+        (members, ends, spacing()).prop_map(|(members, (open, close), spacing)| {
+            respace(&format!("{open}{}{close}", members.join(",")), spacing)
+        })
     }
 
     /// Whether a match read what the parse read.
@@ -104,7 +108,7 @@ pub fn read_answer(format: Format, body: &[u8]) -> AnswerRead {
         Format::Anthropic => matched_or_parsed::<AnthropicMessage>(body, plain_anthropic_answer),
         Format::Openai => matched_or_parsed::<ChatBody>(body, plain_chat_answer),
         Format::Responses => matched_or_parsed::<ResponseObject>(body, plain_responses_answer),
-        Format::Gemini => parsed::<GeminiBody>(body),
+        Format::Gemini => matched_or_parsed::<GeminiBody>(body, plain_gemini_answer),
     }
 }
 
@@ -316,7 +320,17 @@ impl StreamUsage {
 
     /// Every Gemini chunk may carry `usageMetadata` (the running totals; the last chunk has the
     /// final ones) and names its model (`modelVersion`); either in snake_case from some relays.
+    /// The API puts usage in every chunk, so a chunk is matched before anything looks for it.
     fn observe_gemini(&mut self, ev: &SseEvent<'_>) {
+        if let Some(read) = plain_gemini_body(ev.data) {
+            if self.model.is_none() {
+                self.model = read.model.and_then(answered_model);
+            }
+            if let Some(u) = read.usage {
+                merge(&mut self.tokens, u.tokens());
+            }
+            return;
+        }
         // Its usage is under a key of its own (a Chat-style `usage` is not read here).
         let wanted = finder!("\"usageMetadata\"").find(ev.data.as_bytes()).is_some()
             || finder!("\"usage_metadata\"").find(ev.data.as_bytes()).is_some()
@@ -550,6 +564,11 @@ struct GeminiUsage {
 }
 
 impl GeminiUsage {
+    /// The counts under their camelCase names only (`plain_gemini::COUNTED`'s order).
+    fn camel_case([prompt, cached, tool_prompt, candidates, thoughts]: [Option<Count>; 5]) -> Self {
+        GeminiUsage { prompt, cached, tool_prompt, candidates, thoughts, ..GeminiUsage::default() }
+    }
+
     fn tokens(self) -> Tokens {
         // The camelCase field when it is set (not `null`), else the snake_case one.
         let count = |camel: Option<Count>, snake: Option<Count>| camel.or(snake).and_then(|c| c.0);
