@@ -5,6 +5,7 @@
 
 pub mod errors;
 pub mod finder;
+pub mod gemini_usage;
 pub mod json_scan;
 pub mod json_skip;
 pub mod json_write;

@@ -564,7 +564,7 @@ struct GeminiUsage {
 }
 
 impl GeminiUsage {
-    /// The counts under their camelCase names only (`plain_gemini::COUNTED`'s order).
+    /// The counts under their camelCase names only (`gemini_usage::COUNTED`'s order).
     fn camel_case([prompt, cached, tool_prompt, candidates, thoughts]: [Option<Count>; 5]) -> Self {
         GeminiUsage { prompt, cached, tool_prompt, candidates, thoughts, ..GeminiUsage::default() }
     }

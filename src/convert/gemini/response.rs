@@ -9,6 +9,7 @@ use super::{
     synth_call_id,
 };
 use crate::convert::ir::*;
+use crate::protocol::gemini_usage::{COUNTED, COUNTED_SNAKE};
 use crate::protocol::lenient::{arguments_object, count, get, get_str, token_count};
 
 // ---------------------------------------------------------------------------------------------
@@ -65,12 +66,12 @@ pub(super) fn with_tool_use(stop: Option<StopReason>, has_calls: bool) -> Option
 /// tool-use prompt (added: it is billed as input); thoughts are billed as output, so output is
 /// candidates + thoughts, with the thoughts also in `reasoning`.
 pub(super) fn decode_usage(u: &Obj) -> Usage {
-    let n = |camel: &str, snake: &str| field(u, camel, snake).and_then(token_count);
-    let prompt = n("promptTokenCount", "prompt_token_count");
-    let cached = n("cachedContentTokenCount", "cached_content_token_count");
-    let tool_prompt = n("toolUsePromptTokenCount", "tool_use_prompt_token_count");
-    let candidates = n("candidatesTokenCount", "candidates_token_count");
-    let thoughts = n("thoughtsTokenCount", "thoughts_token_count");
+    let counts = std::array::from_fn(|i| field(u, COUNTED[i], COUNTED_SNAKE[i]).and_then(token_count));
+    usage_of_counts(counts)
+}
+
+/// The usage `usageMetadata`'s five counts give, in `gemini_usage::COUNTED`'s order.
+pub(super) fn usage_of_counts([prompt, cached, tool_prompt, candidates, thoughts]: [Option<u64>; 5]) -> Usage {
     let output = match (candidates, thoughts) {
         (None, None) => None,
         (c, t) => Some(c.unwrap_or(0).saturating_add(t.unwrap_or(0))),

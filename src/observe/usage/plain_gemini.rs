@@ -15,39 +15,20 @@
 //! body:    {M,...} and nothing around it but whitespace
 //! M:       "modelVersion":S-or-null | "usageMetadata":U | "K":V
 //!          (not "error", "status", "model_version", "usage_metadata")
-//! U:       null | {"promptTokenCount":C | "cachedContentTokenCount":C | "toolUsePromptTokenCount":C
-//!          | "candidatesTokenCount":C | "thoughtsTokenCount":C | "K":V,...}
-//!          (K not one of those five in snake_case)
+//! U:       `protocol::gemini_usage`'s: null or the five counts, no snake_case spelling
 //! V:       a string (a `\u` escape naming no surrogate too) | a number | null | true | false
 //!          | arrays and objects of those, at most `SKIP_DEPTH` inside one another
 //! ```
 //! S and K: a string with no escape; C: a whole number of at most 19 digits, or null.
 
 use super::{AnswerRead, Envelope, GeminiUsage, answered_model};
+use crate::protocol::gemini_usage::usage_metadata;
 use crate::protocol::lenient::Count;
 use crate::protocol::plain_json::{Cursor, Seen};
 
 /// How deep the skipped members may nest: `candidates` → a candidate → `content` → `parts` → a
 /// part → `functionCall` → `args`, then the arguments' own values.
 const SKIP_DEPTH: u8 = 12;
-
-/// The counts the reading keeps, in the order of [`GeminiUsage::camel_case`].
-const COUNTED: [&str; 5] = [
-    "promptTokenCount",
-    "cachedContentTokenCount",
-    "toolUsePromptTokenCount",
-    "candidatesTokenCount",
-    "thoughtsTokenCount",
-];
-
-/// Their snake_case spellings, which the parse reads too.
-const COUNTED_SNAKE: [&str; 5] = [
-    "prompt_token_count",
-    "cached_content_token_count",
-    "tool_use_prompt_token_count",
-    "candidates_token_count",
-    "thoughts_token_count",
-];
 
 /// What the reading keeps of a Gemini body: its model and usage.
 pub(super) struct GeminiRead<'a> {
@@ -82,13 +63,8 @@ pub(super) fn plain_gemini_body(body: &str) -> Option<GeminiRead<'_>> {
 
 /// `U`: the five counts, the other members checked and skipped.
 fn usage(c: &mut Cursor<'_>) -> Option<Option<GeminiUsage>> {
-    c.null_or(|c| {
-        let counts = c.counts(COUNTED, |c, key| match COUNTED_SNAKE.contains(&key) {
-            true => None,
-            false => c.skipped_any(SKIP_DEPTH),
-        })?;
-        Some(GeminiUsage::camel_case(counts.map(|n| n.map(|n| Count(Some(n))))))
-    })
+    let counts = usage_metadata(c)?;
+    Some(counts.map(|counts| GeminiUsage::camel_case(counts.map(|n| n.map(|n| Count(Some(n)))))))
 }
 
 #[cfg(test)]
@@ -98,6 +74,7 @@ mod tests {
     use super::super::{GeminiBody, parsed};
     use super::*;
     use crate::observe::record::Tokens;
+    use crate::protocol::gemini_usage::{COUNTED, COUNTED_SNAKE};
     use crate::protocol::plain_json::strategies::{count, one_of, string};
     use proptest::prelude::*;
 

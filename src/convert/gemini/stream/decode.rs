@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::super::error::error_fields;
-use super::super::response::{Calls, Decoded, decode_part, decode_usage, stop_reason, with_tool_use};
+use super::super::response::{Calls, Decoded, decode_part, decode_usage, stop_reason, usage_of_counts, with_tool_use};
 use super::super::{Obj, field, field_str};
 use super::plain::{PlainTextChunk, plain_text_chunk};
 use crate::convert::ir::*;
@@ -57,6 +57,9 @@ impl StreamDecoder {
     fn plain_text(&mut self, chunk: &PlainTextChunk<'_>, out: &mut Vec<StreamEvent>) {
         if !self.started {
             self.start(chunk.id, Some(chunk.model), out);
+        }
+        if let Some(counts) = chunk.usage {
+            self.usage.merge(&usage_of_counts(counts));
         }
         // After the finish only usage counts; an empty text is no part.
         if self.stop.is_some() || chunk.text.is_empty() {
@@ -227,7 +230,25 @@ mod tests {
         evs.iter().map(|e| format!("{e:?}")).collect()
     }
 
-    /// Text chunks in the API's shape (most of them) and near it, now and then one that finishes.
+    /// `usageMetadata` as the API writes it (its counts, other members) and near it.
+    fn usage() -> impl proptest::strategy::Strategy<Value = String> {
+        use crate::protocol::gemini_usage::{COUNTED, COUNTED_SNAKE};
+        use crate::protocol::plain_json::strategies::count;
+        use proptest::prelude::*;
+        let keys = [COUNTED.as_slice(), &COUNTED_SNAKE[..1], &["totalTokenCount"]].concat();
+        let member = prop_oneof![
+            6 => (proptest::sample::select(keys), count()).prop_map(|(k, v)| format!("\"{k}\": {v}")),
+            1 => Just(r#""promptTokensDetails": [{"modality": "TEXT","tokenCount": 3}]"#.to_owned()),
+        ];
+        prop_oneof![
+            8 => proptest::collection::vec(member, 0..6).prop_map(|m| format!("{{{}}}", m.join(","))),
+            1 => Just("null".to_owned()),
+            1 => Just("7".to_owned()),
+        ]
+    }
+
+    /// Text chunks in the API's shape (most of them, with the usage so far or without) and near
+    /// it, now and then one that finishes.
     fn chunk() -> impl proptest::strategy::Strategy<Value = String> {
         use crate::protocol::plain_json::strategies::string;
         use proptest::prelude::*;
@@ -252,10 +273,10 @@ mod tests {
                     r#"}],"role": "model"},"finishReason": "STOP","index": 0}]"#,
                 ],
             ),
-            pick(
-                &[r#","modelVersion": "#, r#","modelVersion":"#],
-                &[r#","usageMetadata": {"promptTokenCount": 3},"modelVersion": "#],
-            ),
+            prop_oneof![
+                4 => proptest::sample::select(&[r#","modelVersion": "#, r#","modelVersion":"#][..]).prop_map(str::to_owned),
+                4 => usage().prop_map(|u| format!(r#","usageMetadata": {u},"modelVersion": "#)),
+            ],
             prop_oneof![3 => Just(r#""gemini-2.5-flash""#.to_owned()), 1 => string()],
             prop::option::of(prop_oneof![3 => Just(r#""r3sp0nse""#.to_owned()), 1 => string()]),
             pick(&["}"], &["} ", "", "}}", r#","error": {"code": 500}}"#]),

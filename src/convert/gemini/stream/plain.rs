@@ -1,26 +1,31 @@
 //! A Gemini text chunk as the API writes it, matched whole, byte for byte, instead of parsed
-//! into a `Value` (~6 k instructions a chunk, most of a converted Gemini stream's cost per
-//! event). Anything else — usage, a finish, a thought, a call, another member order — is parsed.
+//! into a `Value` (~15 k instructions a chunk with its usage, most of a converted Gemini stream's
+//! cost per event). Anything else — a finish, a thought, a call, another member order — is
+//! parsed.
 //!
 //! The match is exact: every byte of the chunk is accounted for by the shape below, so a chunk
 //! it accepts is valid JSON that the parse would read the same way.
 //!
 //! ```text
 //! {"candidates": [{"content": {"parts": [{"text": T}],"role": "model"},"index": 0}],
-//!  "modelVersion": S[,"responseId": S]}
+//!  ["usageMetadata": U,]"modelVersion": S[,"responseId": S]}
 //! ```
 //! Each colon followed by one space, as the API writes it, or by none; S: a string with no
-//! escape; T: any string without a `\u` escape.
+//! escape; T: any string without a `\u` escape; U: as `protocol::gemini_usage` matches it. The
+//! API puts the usage so far in every chunk.
 
+use crate::protocol::gemini_usage::usage_metadata;
 use crate::protocol::plain_json::Cursor;
 
 /// What a matched chunk says. `text` is the part's text as written, escapes and all
-/// (`plain_json::unescaped` reads it).
+/// (`plain_json::unescaped` reads it); `usage`, `usageMetadata`'s counts when it is there and
+/// not `null`.
 #[derive(Debug, PartialEq, Eq)]
 pub struct PlainTextChunk<'a> {
     pub text: &'a str,
     pub model: &'a str,
     pub id: Option<&'a str>,
+    pub usage: Option<[Option<u64>; 5]>,
 }
 
 /// A key and its colon, with or without the space after it.
@@ -48,6 +53,13 @@ pub fn plain_text_chunk(data: &str) -> Option<PlainTextChunk<'_>> {
     c.literal("\"model\"},")?;
     key(&mut c, "index")?;
     c.literal("0}],")?;
+    let mut usage = None;
+    let mut at_usage = Cursor(c.0);
+    if key(&mut at_usage, "usageMetadata").is_some() {
+        c = at_usage;
+        usage = usage_metadata(&mut c)?;
+        c.literal(",")?;
+    }
     key(&mut c, "modelVersion")?;
     let model = c.plain_string()?;
     let id = match c.literal(",") {
@@ -58,7 +70,7 @@ pub fn plain_text_chunk(data: &str) -> Option<PlainTextChunk<'_>> {
         None => None,
     };
     c.literal("}")?;
-    c.is_done().then_some(PlainTextChunk { text, model, id })
+    c.is_done().then_some(PlainTextChunk { text, model, id, usage })
 }
 
 #[cfg(test)]
@@ -71,14 +83,22 @@ mod tests {
         let api = r#"{"candidates": [{"content": {"parts": [{"text": "the w\u00f6ather\n"}],"role": "model"},"index": 0}],"modelVersion": "gemini-2.5-flash","responseId": "r3sp0nse"}"#;
         assert_eq!(plain_text_chunk(api), None, "a \\u escape is left to the parse");
         let api = api.replace(r"\u00f6", "\u{f6}");
-        let matched = PlainTextChunk { text: r"the wöather\n", model: "gemini-2.5-flash", id: Some("r3sp0nse") };
+        let matched =
+            PlainTextChunk { text: r"the wöather\n", model: "gemini-2.5-flash", id: Some("r3sp0nse"), usage: None };
         assert_eq!(plain_text_chunk(&api), Some(matched));
         let compact =
             r#"{"candidates":[{"content":{"parts":[{"text":"Hi"}],"role":"model"},"index":0}],"modelVersion":"m"}"#;
-        assert_eq!(plain_text_chunk(compact), Some(PlainTextChunk { text: "Hi", model: "m", id: None }));
-        // With usage, a finish or a thought, the chunk is parsed.
+        assert_eq!(plain_text_chunk(compact), Some(PlainTextChunk { text: "Hi", model: "m", id: None, usage: None }));
+        // The usage so far, as the API puts it in every chunk.
+        let with_usage = api.replace(
+            r#","modelVersion""#,
+            r#","usageMetadata": {"promptTokenCount": 3,"totalTokenCount": 3,"promptTokensDetails": [{"modality": "TEXT","tokenCount": 3}]},"modelVersion""#,
+        );
+        assert_eq!(plain_text_chunk(&with_usage).unwrap().usage, Some([Some(3), None, None, None, None]));
+        // With a finish, a thought, usage in snake_case, the chunk is parsed.
         for other in [
-            api.replace(r#","modelVersion""#, r#","usageMetadata": {"promptTokenCount": 3},"modelVersion""#),
+            api.replace(r#","modelVersion""#, r#","usageMetadata": {"prompt_token_count": 3},"modelVersion""#),
+            api.replace(r#","modelVersion""#, r#","usageMetadata": 3,"modelVersion""#),
             api.replace(r#""index": 0"#, r#""finishReason": "STOP","index": 0"#),
             api.replace(r#"{"text": "#, r#"{"thought": true,"text": "#),
             api.replace(r#""role": "model""#, r#""role": "user""#),
