@@ -117,6 +117,7 @@ impl StreamDecoder {
     ) -> Option<EventKind> {
         match self {
             StreamDecoder::Openai(d) => d.decode_classified(event, out, ctx),
+            StreamDecoder::Gemini(d) => d.decode_classified(event, out, ctx),
             other => {
                 other.decode(event, out);
                 None

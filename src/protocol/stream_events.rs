@@ -192,7 +192,7 @@ fn openai(ev: &SseEvent<'_>, ctx: &mut StreamContext) -> EventKind {
         return error_from_data(data, ErrorAt::ErrorKey);
     }
     if let Some(delta) = plain_chat_delta(data) {
-        note_chat_model(Some(delta.model), ctx);
+        note_first_model(Some(delta.model), ctx);
         // Choices with no finish, no usage: content, or a preamble when the content is empty.
         return if delta.has_content() { EventKind::Content } else { EventKind::Preamble };
     }
@@ -204,7 +204,7 @@ fn parsed_chat_chunk(data: &str, ctx: &mut StreamContext) -> EventKind {
     let Ok(chunk) = serde_json::from_str::<ChatChunk<'_>>(data) else {
         return EventKind::Malformed;
     };
-    note_chat_model(chunk.model.as_str(), ctx);
+    note_first_model(chunk.model.as_str(), ctx);
     // `{"error":{...}}` (OpenAI, OpenRouter), `{"object":"error",...}` (vLLM), `{"type":"error"}`.
     if chunk.error.0 || chunk.object.as_str() == Some("error") || chunk.kind.as_str() == Some("error") {
         return error_from_data(data, ErrorAt::ErrorKey);
@@ -249,8 +249,8 @@ pub fn chat_chunk_kind(facts: &ChatChunkFacts) -> EventKind {
     }
 }
 
-/// The model a Chat chunk names, kept when the stream has none yet.
-pub fn note_chat_model(model: Option<&str>, ctx: &mut StreamContext) {
+/// The model a chunk names (Chat, or a Gemini text chunk), kept when the stream has none yet.
+pub fn note_first_model(model: Option<&str>, ctx: &mut StreamContext) {
     if let Some(model) = model
         && ctx.model.is_none()
         && !model.is_empty()

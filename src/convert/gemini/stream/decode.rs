@@ -12,6 +12,7 @@ use crate::protocol::errors::ErrorKind;
 use crate::protocol::lenient::{get, truncate_marked};
 use crate::protocol::plain_json::unescaped;
 use crate::protocol::sse::SseEvent;
+use crate::protocol::stream_events::{EventKind, StreamContext, note_first_model};
 
 /// Longest excerpt of a malformed chunk quoted in the error event, in characters.
 const MAX_CHUNK_TEXT: usize = 512;
@@ -40,17 +41,43 @@ impl StreamDecoder {
     }
 
     pub fn decode(&mut self, event: &SseEvent<'_>, out: &mut Vec<StreamEvent>) {
+        self.decode_with(event, out, None);
+    }
+
+    /// [`decode`](Self::decode), which also classifies the event as
+    /// `stream_events::inspect_and_observe` would (noting its model in `ctx`) when it is a text
+    /// chunk matched rather than parsed: content, with no finish, error or block. `None` leaves
+    /// the event to the classifier.
+    pub fn decode_classified(
+        &mut self,
+        event: &SseEvent<'_>,
+        out: &mut Vec<StreamEvent>,
+        ctx: &mut StreamContext,
+    ) -> Option<EventKind> {
+        self.decode_with(event, out, Some(ctx))
+    }
+
+    fn decode_with(
+        &mut self,
+        event: &SseEvent<'_>,
+        out: &mut Vec<StreamEvent>,
+        classify: Option<&mut StreamContext>,
+    ) -> Option<EventKind> {
         if self.ended || self.failed {
-            return;
+            return None;
         }
         let data = event.data.trim();
         if data.is_empty() {
-            return;
+            return None;
         }
-        match plain_text_chunk(data) {
-            Some(chunk) => self.plain_text(&chunk, out),
-            None => self.parsed(data, out),
-        }
+        let Some(chunk) = plain_text_chunk(data) else {
+            self.parsed(data, out);
+            return None;
+        };
+        self.plain_text(&chunk, out);
+        let ctx = classify?;
+        note_first_model(Some(chunk.model), ctx);
+        Some(EventKind::Content)
     }
 
     /// A text chunk matched rather than parsed: what `parsed` makes of the same chunk.
@@ -304,6 +331,35 @@ mod tests {
             matched.finish(&mut a);
             parsed.finish(&mut b);
             proptest::prop_assert_eq!(a, b, "{:?}", chunks);
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+        /// Whenever the decoder classifies a chunk it matched, the classifier would have said the
+        /// same and noted the same model; and classifying does not change what it decodes.
+        #[test]
+        fn a_chunk_the_decoder_classifies_is_classified_as_the_classifier_would(
+            chunks in proptest::collection::vec(chunk(), 1..5),
+        ) {
+            use crate::protocol::Format;
+            use crate::protocol::stream_events::inspect_and_observe;
+            let (mut classifying, mut plain) = (StreamDecoder::new(), StreamDecoder::new());
+            let (mut decoder_ctx, mut classifier_ctx) = (StreamContext::default(), StreamContext::default());
+            for data in &chunks {
+                let event = SseEvent { event: None, data };
+                let (mut out, mut plain_out) = (Vec::new(), Vec::new());
+                let by_decoder = classifying.decode_classified(&event, &mut out, &mut decoder_ctx);
+                plain.decode(&event, &mut plain_out);
+                proptest::prop_assert_eq!(&out, &plain_out);
+                let by_classifier = inspect_and_observe(Format::Gemini, &event, &mut classifier_ctx);
+                match by_decoder {
+                    Some(kind) => proptest::prop_assert_eq!(kind, by_classifier, "{}", data),
+                    // What the observer does with an event the decoder leaves alone.
+                    None => drop(inspect_and_observe(Format::Gemini, &event, &mut decoder_ctx)),
+                }
+                proptest::prop_assert_eq!(&decoder_ctx.model, &classifier_ctx.model, "{}", data);
+            }
         }
     }
 

@@ -11,7 +11,7 @@ use crate::protocol::lenient::{Object, Parse, read_direct, read_through_value, t
 use crate::protocol::plain_json::unescaped;
 use crate::protocol::sse::SseEvent;
 use crate::protocol::stream_events::{
-    ChatChunkFacts, EventKind, PlainChatDelta, StreamContext, chat_chunk_kind, note_chat_model, plain_chat_delta,
+    ChatChunkFacts, EventKind, PlainChatDelta, StreamContext, chat_chunk_kind, note_first_model, plain_chat_delta,
 };
 
 /// The stream key of a legacy `delta.function_call` (it has no `index`).
@@ -166,7 +166,7 @@ impl StreamDecoder {
         }
         let kind = match classify {
             Some(ctx) if classified_here => {
-                note_chat_model(chunk.model.as_str(), ctx);
+                note_first_model(chunk.model.as_str(), ctx);
                 Some(chat_chunk_kind(&chunk_facts(&chunk)))
             }
             _ => None,
@@ -185,7 +185,7 @@ impl StreamDecoder {
         classify: Option<&mut StreamContext>,
     ) -> Option<EventKind> {
         let kind = classify.map(|ctx| {
-            note_chat_model(Some(delta.model), ctx);
+            note_first_model(Some(delta.model), ctx);
             let facts =
                 ChatChunkFacts { choices_array: true, finish: false, content: delta.has_content(), usage: false };
             chat_chunk_kind(&facts)
