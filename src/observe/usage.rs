@@ -36,6 +36,7 @@ use crate::protocol::Format;
 use crate::protocol::finder::finder;
 use crate::protocol::lenient::{Count, Lenient, NotNull, Text};
 use crate::protocol::sse::SseEvent;
+use crate::protocol::stream_events::plain_text_chunk;
 
 mod plain_anthropic;
 mod plain_chat;
@@ -43,7 +44,7 @@ mod plain_gemini;
 mod plain_responses;
 use plain_anthropic::{EventRead, MessageRead, plain_anthropic_answer, plain_anthropic_event};
 use plain_chat::{plain_chat_answer, plain_chat_body};
-use plain_gemini::{plain_gemini_answer, plain_gemini_body};
+use plain_gemini::{plain_gemini_answer, plain_gemini_body, text_chunk_read};
 use plain_responses::{plain_responses_answer, plain_responses_event};
 
 /// What the matchers' property tests share: bodies made of an API's members, and the comparison
@@ -320,9 +321,12 @@ impl StreamUsage {
 
     /// Every Gemini chunk may carry `usageMetadata` (the running totals; the last chunk has the
     /// final ones) and names its model (`modelVersion`); either in snake_case from some relays.
-    /// The API puts usage in every chunk, so a chunk is matched before anything looks for it.
+    /// The API puts usage in every chunk, so a chunk is matched before anything looks for it:
+    /// as a text chunk in the API's shape (most of a stream), else as a body of any order.
     fn observe_gemini(&mut self, ev: &SseEvent<'_>) {
-        if let Some(read) = plain_gemini_body(ev.data) {
+        let read =
+            plain_text_chunk(ev.data).map(|chunk| text_chunk_read(&chunk)).or_else(|| plain_gemini_body(ev.data));
+        if let Some(read) = read {
             if self.model.is_none() {
                 self.model = read.model.and_then(answered_model);
             }

@@ -1,6 +1,6 @@
 //! Gemini's `usageMetadata` matched with `plain_json`'s cursor: the five counts the gateway reads,
 //! for the usage reader (`observe::usage::plain_gemini`) and the stream converter
-//! (`convert::gemini::stream::plain`). The API puts this object in every chunk of a stream.
+//! (`stream_events::plain_gemini`, a text chunk as the API writes it). The API puts this object in every chunk of a stream.
 //!
 //! ```text
 //! U:  null | {"promptTokenCount":C | "cachedContentTokenCount":C | "toolUsePromptTokenCount":C

@@ -20,8 +20,12 @@ use super::sse::{SseEvent, SseScanner};
 use super::Format;
 
 mod plain_chat;
+mod plain_gemini;
 
 pub use plain_chat::{PlainChatDelta, plain_chat_delta};
+#[cfg(test)]
+pub(crate) use plain_gemini::strategies::text_chunk as gemini_text_chunk;
+pub use plain_gemini::{PlainTextChunk, plain_text_chunk};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum EventKind {

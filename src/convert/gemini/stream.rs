@@ -4,7 +4,6 @@
 
 mod decode;
 mod encode;
-mod plain;
 mod reframe;
 
 pub use decode::StreamDecoder;

@@ -25,6 +25,7 @@ use super::{AnswerRead, Envelope, GeminiUsage, answered_model};
 use crate::protocol::gemini_usage::usage_metadata;
 use crate::protocol::lenient::Count;
 use crate::protocol::plain_json::{Cursor, Seen};
+use crate::protocol::stream_events::PlainTextChunk;
 
 /// How deep the skipped members may nest: `candidates` → a candidate → `content` → `parts` → a
 /// part → `functionCall` → `args`, then the arguments' own values.
@@ -61,10 +62,20 @@ pub(super) fn plain_gemini_body(body: &str) -> Option<GeminiRead<'_>> {
     c.is_done().then_some(read)
 }
 
+/// What the reading keeps of a text chunk the stream's own match took (most of a stream's
+/// chunks): a walk of the whole chunk is not needed.
+pub(super) fn text_chunk_read<'a>(chunk: &PlainTextChunk<'a>) -> GeminiRead<'a> {
+    GeminiRead { model: Some(chunk.model), usage: chunk.usage.map(usage_of) }
+}
+
 /// `U`: the five counts, the other members checked and skipped.
 fn usage(c: &mut Cursor<'_>) -> Option<Option<GeminiUsage>> {
-    let counts = usage_metadata(c)?;
-    Some(counts.map(|counts| GeminiUsage::camel_case(counts.map(|n| n.map(|n| Count(Some(n)))))))
+    Some(usage_metadata(c)?.map(usage_of))
+}
+
+/// The usage of `usageMetadata`'s five counts.
+fn usage_of(counts: [Option<u64>; 5]) -> GeminiUsage {
+    GeminiUsage::camel_case(counts.map(|n| n.map(|n| Count(Some(n)))))
 }
 
 #[cfg(test)]
@@ -76,6 +87,7 @@ mod tests {
     use crate::observe::record::Tokens;
     use crate::protocol::gemini_usage::{COUNTED, COUNTED_SNAKE};
     use crate::protocol::plain_json::strategies::{count, one_of, string};
+    use crate::protocol::stream_events::{gemini_text_chunk, plain_text_chunk};
     use proptest::prelude::*;
 
     fn usage_text() -> impl Strategy<Value = String> {
@@ -153,6 +165,24 @@ mod tests {
             if let Some(matched) = plain_gemini_answer(&body) {
                 let parsed = parsed::<GeminiBody>(body.as_bytes());
                 prop_assert!(same(&matched, &parsed), "{body}\nmatched {matched:?}\nparsed {parsed:?}");
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+        /// A text chunk the stream's own match takes is read as its parse would read it.
+        #[test]
+        fn a_matched_text_chunk_is_read_as_its_parse_would(chunk in gemini_text_chunk()) {
+            if let Some(matched) = plain_text_chunk(&chunk) {
+                let read = text_chunk_read(&matched);
+                let matched = AnswerRead {
+                    tokens: read.usage.map(GeminiUsage::tokens).unwrap_or_default(),
+                    model: read.model.and_then(answered_model),
+                    envelope: Some(Envelope { error: false, status: None }),
+                };
+                let parsed = parsed::<GeminiBody>(chunk.as_bytes());
+                prop_assert!(same(&matched, &parsed), "{chunk}\nmatched {matched:?}\nparsed {parsed:?}");
             }
         }
     }

@@ -6,13 +6,12 @@ use serde_json::Value;
 use super::super::error::error_fields;
 use super::super::response::{Calls, Decoded, decode_part, decode_usage, stop_reason, usage_of_counts, with_tool_use};
 use super::super::{Obj, field, field_str};
-use super::plain::{PlainTextChunk, plain_text_chunk};
 use crate::convert::ir::*;
 use crate::protocol::errors::ErrorKind;
 use crate::protocol::lenient::{get, truncate_marked};
 use crate::protocol::plain_json::unescaped;
 use crate::protocol::sse::SseEvent;
-use crate::protocol::stream_events::{EventKind, StreamContext, note_first_model};
+use crate::protocol::stream_events::{EventKind, PlainTextChunk, StreamContext, note_first_model, plain_text_chunk};
 
 /// Longest excerpt of a malformed chunk quoted in the error event, in characters.
 const MAX_CHUNK_TEXT: usize = 512;
@@ -250,6 +249,7 @@ impl StreamDecoder {
 mod tests {
     use super::super::super::tests::*;
     use super::*;
+    use crate::protocol::stream_events::gemini_text_chunk as text_chunk;
     use insta::assert_json_snapshot;
     use serde_json::json;
 
@@ -257,68 +257,11 @@ mod tests {
         evs.iter().map(|e| format!("{e:?}")).collect()
     }
 
-    /// `usageMetadata` as the API writes it (its counts, other members) and near it.
-    fn usage() -> impl proptest::strategy::Strategy<Value = String> {
-        use crate::protocol::gemini_usage::{COUNTED, COUNTED_SNAKE};
-        use crate::protocol::plain_json::strategies::count;
-        use proptest::prelude::*;
-        let keys = [COUNTED.as_slice(), &COUNTED_SNAKE[..1], &["totalTokenCount"]].concat();
-        let member = prop_oneof![
-            6 => (proptest::sample::select(keys), count()).prop_map(|(k, v)| format!("\"{k}\": {v}")),
-            1 => Just(r#""promptTokensDetails": [{"modality": "TEXT","tokenCount": 3}]"#.to_owned()),
-        ];
-        prop_oneof![
-            8 => proptest::collection::vec(member, 0..6).prop_map(|m| format!("{{{}}}", m.join(","))),
-            1 => Just("null".to_owned()),
-            1 => Just("7".to_owned()),
-        ]
-    }
-
-    /// Text chunks in the API's shape (most of them, with the usage so far or without) and near
-    /// it, now and then one that finishes.
-    fn chunk() -> impl proptest::strategy::Strategy<Value = String> {
-        use crate::protocol::plain_json::strategies::string;
-        use proptest::prelude::*;
-        let pick = |usual: &'static [&'static str], other: &'static [&'static str]| prop_oneof![4 => proptest::sample::select(usual), 1 => proptest::sample::select(other)];
-        (
-            pick(
-                &[
-                    r#"{"candidates": [{"content": {"parts": [{"text": "#,
-                    r#"{"candidates":[{"content":{"parts":[{"text":"#,
-                ],
-                &[
-                    r#"{"candidates": [{"content": {"parts": [{"text" : "#,
-                    r#"{"candidates": [{"content": {"parts": [{"thought": true,"text": "#,
-                ],
-            ),
-            prop_oneof![3 => "[a-z ]{0,6}".prop_map(|t| format!("\"{t}\"")), 2 => string()],
-            pick(
-                &[r#"}],"role": "model"},"index": 0}]"#, r#"}],"role":"model"},"index":0}]"#],
-                &[
-                    r#"}],"role": "user"},"index": 0}]"#,
-                    r#"}],"role": "model"},"index": 1}]"#,
-                    r#"}],"role": "model"},"finishReason": "STOP","index": 0}]"#,
-                ],
-            ),
-            prop_oneof![
-                4 => proptest::sample::select(&[r#","modelVersion": "#, r#","modelVersion":"#][..]).prop_map(str::to_owned),
-                4 => usage().prop_map(|u| format!(r#","usageMetadata": {u},"modelVersion": "#)),
-            ],
-            prop_oneof![3 => Just(r#""gemini-2.5-flash""#.to_owned()), 1 => string()],
-            prop::option::of(prop_oneof![3 => Just(r#""r3sp0nse""#.to_owned()), 1 => string()]),
-            pick(&["}"], &["} ", "", "}}", r#","error": {"code": 500}}"#]),
-        )
-            .prop_map(|(open, text, close, model_key, model, id, end)| {
-                let id = id.map(|id| format!(r#","responseId": {id}"#)).unwrap_or_default();
-                format!("{open}{text}{close}{model_key}{model}{id}{end}")
-            })
-    }
-
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
         /// A stream decodes to the same events whether its text chunks are matched or parsed.
         #[test]
-        fn matched_text_chunks_decode_as_their_parse_would(chunks in proptest::collection::vec(chunk(), 1..5)) {
+        fn matched_text_chunks_decode_as_their_parse_would(chunks in proptest::collection::vec(text_chunk(), 1..5)) {
             let (mut matched, mut parsed) = (StreamDecoder::new(), StreamDecoder::new());
             let (mut a, mut b) = (Vec::new(), Vec::new());
             for data in &chunks {
@@ -340,7 +283,7 @@ mod tests {
         /// same and noted the same model; and classifying does not change what it decodes.
         #[test]
         fn a_chunk_the_decoder_classifies_is_classified_as_the_classifier_would(
-            chunks in proptest::collection::vec(chunk(), 1..5),
+            chunks in proptest::collection::vec(text_chunk(), 1..5),
         ) {
             use crate::protocol::Format;
             use crate::protocol::stream_events::inspect_and_observe;

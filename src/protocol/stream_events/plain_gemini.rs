@@ -1,7 +1,9 @@
-//! A Gemini text chunk as the API writes it, matched whole, byte for byte, instead of parsed
-//! into a `Value` (~15 k instructions a chunk with its usage, most of a converted Gemini stream's
-//! cost per event). Anything else — a finish, a thought, a call, another member order — is
-//! parsed.
+//! A Gemini text chunk as the API writes it, matched whole, byte for byte, instead of parsed.
+//! Such chunks are nearly all of a Gemini stream. The Gemini stream decoder parsed each into a
+//! `Value` (~15 k instructions a chunk with its usage, most of a converted stream's cost per
+//! event), and the usage reader walked each for its usage; both read this match instead, and the
+//! decoder tells the classifier what it says. Anything else — a finish, a thought, a call,
+//! another member order — is parsed.
 //!
 //! The match is exact: every byte of the chunk is accounted for by the shape below, so a chunk
 //! it accepts is valid JSON that the parse would read the same way.
@@ -71,6 +73,67 @@ pub fn plain_text_chunk(data: &str) -> Option<PlainTextChunk<'_>> {
     };
     c.literal("}")?;
     c.is_done().then_some(PlainTextChunk { text, model, id, usage })
+}
+
+/// Inputs for the property tests of the readers of this match.
+#[cfg(test)]
+pub(crate) mod strategies {
+    /// `usageMetadata` as the API writes it (its counts, other members) and near it.
+    fn usage() -> impl proptest::strategy::Strategy<Value = String> {
+        use crate::protocol::gemini_usage::{COUNTED, COUNTED_SNAKE};
+        use crate::protocol::plain_json::strategies::count;
+        use proptest::prelude::*;
+        let keys = [COUNTED.as_slice(), &COUNTED_SNAKE[..1], &["totalTokenCount"]].concat();
+        let member = prop_oneof![
+            6 => (proptest::sample::select(keys), count()).prop_map(|(k, v)| format!("\"{k}\": {v}")),
+            1 => Just(r#""promptTokensDetails": [{"modality": "TEXT","tokenCount": 3}]"#.to_owned()),
+        ];
+        prop_oneof![
+            8 => proptest::collection::vec(member, 0..6).prop_map(|m| format!("{{{}}}", m.join(","))),
+            1 => Just("null".to_owned()),
+            1 => Just("7".to_owned()),
+        ]
+    }
+
+    /// Text chunks in the API's shape (most of them, with the usage so far or without) and near
+    /// it, now and then one that finishes.
+    pub fn text_chunk() -> impl proptest::strategy::Strategy<Value = String> {
+        use crate::protocol::plain_json::strategies::string;
+        use proptest::prelude::*;
+        let pick = |usual: &'static [&'static str], other: &'static [&'static str]| prop_oneof![4 => proptest::sample::select(usual), 1 => proptest::sample::select(other)];
+        (
+            pick(
+                &[
+                    r#"{"candidates": [{"content": {"parts": [{"text": "#,
+                    r#"{"candidates":[{"content":{"parts":[{"text":"#,
+                ],
+                &[
+                    r#"{"candidates": [{"content": {"parts": [{"text" : "#,
+                    r#"{"candidates": [{"content": {"parts": [{"thought": true,"text": "#,
+                ],
+            ),
+            prop_oneof![3 => "[a-z ]{0,6}".prop_map(|t| format!("\"{t}\"")), 2 => string()],
+            pick(
+                &[r#"}],"role": "model"},"index": 0}]"#, r#"}],"role":"model"},"index":0}]"#],
+                &[
+                    r#"}],"role": "user"},"index": 0}]"#,
+                    r#"}],"role": "model"},"index": 1}]"#,
+                    r#"}],"role": "model"},"finishReason": "STOP","index": 0}]"#,
+                ],
+            ),
+            prop_oneof![
+                4 => proptest::sample::select(&[r#","modelVersion": "#, r#","modelVersion":"#][..]).prop_map(str::to_owned),
+                4 => usage().prop_map(|u| format!(r#","usageMetadata": {u},"modelVersion": "#)),
+            ],
+            prop_oneof![3 => Just(r#""gemini-2.5-flash""#.to_owned()), 1 => string()],
+            prop::option::of(prop_oneof![3 => Just(r#""r3sp0nse""#.to_owned()), 1 => string()]),
+            pick(&["}"], &["} ", "", "}}", r#","error": {"code": 500}}"#]),
+        )
+            .prop_map(|(open, text, close, model_key, model, id, end)| {
+                let id = id.map(|id| format!(r#","responseId": {id}"#)).unwrap_or_default();
+                format!("{open}{text}{close}{model_key}{model}{id}{end}")
+            })
+    }
 }
 
 #[cfg(test)]
