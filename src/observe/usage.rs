@@ -36,7 +36,7 @@ use crate::protocol::Format;
 use crate::protocol::finder::finder;
 use crate::protocol::lenient::{Count, Lenient, NotNull, Text};
 use crate::protocol::sse::SseEvent;
-use crate::protocol::stream_events::plain_text_chunk;
+use crate::protocol::stream_events::{PlainTextChunk, plain_text_chunk};
 
 mod plain_anthropic;
 mod plain_chat;
@@ -327,12 +327,7 @@ impl StreamUsage {
         let read =
             plain_text_chunk(ev.data).map(|chunk| text_chunk_read(&chunk)).or_else(|| plain_gemini_body(ev.data));
         if let Some(read) = read {
-            if self.model.is_none() {
-                self.model = read.model.and_then(answered_model);
-            }
-            if let Some(u) = read.usage {
-                merge(&mut self.tokens, u.tokens());
-            }
+            self.observe_gemini_read(read);
             return;
         }
         // Its usage is under a key of its own (a Chat-style `usage` is not read here).
@@ -347,6 +342,23 @@ impl StreamUsage {
             self.model = model_name(chunk.model());
         }
         if let Some(u) = chunk.usage() {
+            merge(&mut self.tokens, u.tokens());
+        }
+    }
+}
+
+impl StreamUsage {
+    /// A Gemini text chunk in the API's shape, matched by whoever read the event first (the
+    /// observer reads it once for its kind and its usage): what [`Self::observe`] reads of it.
+    pub fn observe_gemini_text_chunk(&mut self, chunk: &PlainTextChunk<'_>) {
+        self.observe_gemini_read(text_chunk_read(chunk));
+    }
+
+    fn observe_gemini_read(&mut self, read: plain_gemini::GeminiRead<'_>) {
+        if self.model.is_none() {
+            self.model = read.model.and_then(answered_model);
+        }
+        if let Some(u) = read.usage {
             merge(&mut self.tokens, u.tokens());
         }
     }
