@@ -19,7 +19,7 @@
 //! V:       a string (a `\u` escape naming no surrogate too) | a number | null | true | false
 //!          | arrays and objects of those, at most `SKIP_DEPTH` inside one another
 //! ```
-//! S and K: a string with no escape; C: a whole number of at most 19 digits, or null.
+//! S and K: a string with no escape.
 
 use super::{AnswerRead, Envelope, GeminiUsage, answered_model};
 use crate::protocol::gemini_usage::usage_metadata;
