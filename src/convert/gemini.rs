@@ -37,6 +37,7 @@
 //! (`decode`, `encode`), `error`. This file holds the little that several of them use.
 
 mod error;
+mod plain_answer;
 mod request;
 mod response;
 mod stream;

@@ -331,6 +331,14 @@ pub(super) fn thought_part(text: &str, signature: Option<&str>) -> Value {
 
 /// Upstream `GenerateContentResponse` → IR (the first candidate; the gateway asks for one).
 pub fn decode_response(body: &[u8]) -> Result<Response, ConvertError> {
+    if let Some(matched) = crate::protocol::lenient::utf8(body).and_then(super::plain_answer::plain_gemini_answer) {
+        return Ok(matched);
+    }
+    decode_parsed_response(body)
+}
+
+/// [`decode_response`] through a parse, whatever the answer's shape.
+pub(super) fn decode_parsed_response(body: &[u8]) -> Result<Response, ConvertError> {
     let obj = parse_object(body)?;
     if let Some(e) = get(&obj, "error") {
         let message = e.get("message").and_then(Value::as_str).unwrap_or("the upstream answered with an error");
