@@ -22,7 +22,7 @@ use std::borrow::Cow;
 use crate::protocol::Format;
 use crate::protocol::errors::ErrorKind;
 use crate::protocol::sse::SseEvent;
-use crate::protocol::stream_events::{EventKind, StreamContext};
+use crate::protocol::stream_events::{EventKind, PlainTextChunk, StreamContext};
 use ir::{ConvertError, EncodeContext, Encoded, ErrorBody, Request, Response, StreamEvent};
 
 pub fn decode_request<'a>(format: Format, body: impl Into<ir::RequestBody<'a>>) -> Result<Request, ConvertError> {
@@ -248,6 +248,24 @@ impl StreamConversion {
                 None
             }
         }
+    }
+
+    /// A Gemini text chunk the caller matched (`stream_events::plain_text_chunk`), converted and
+    /// classified as [`event_classified`](Self::event_classified) would its event. `None` when
+    /// this conversion does not decode Gemini text chunks (or its decoder has ended): the event
+    /// is then for `event_classified`.
+    pub fn gemini_text_chunk(
+        &mut self,
+        chunk: &PlainTextChunk<'_>,
+        out: &mut Vec<u8>,
+        ctx: &mut StreamContext,
+    ) -> Option<EventKind> {
+        let Mode::Codec { decoder: StreamDecoder::Gemini(decoder), encoder, scratch, splice } = &mut self.mode else {
+            return None;
+        };
+        let kind = decoder.text_chunk(chunk, scratch, Some(ctx))?;
+        flush(encoder, scratch, splice, out);
+        Some(kind)
     }
 
     /// The upstream stream ended cleanly.

@@ -150,12 +150,7 @@ impl StreamObserver {
                 // be twice another's), so the encoders write without growing the buffer.
                 let mut out = Vec::with_capacity(chunk.len().saturating_mul(2).saturating_add(64));
                 self.scanner.feed(&chunk, |event| {
-                    let kind = match conversion.event_classified(&event, &mut out, context) {
-                        Some(kind) => kind,
-                        None => inspect_and_observe(format, &event, context),
-                    };
-                    watch.observe(&kind);
-                    usage.observe(format, &event);
+                    watch.observe(&convert_event(format, &event, conversion, &mut out, context, usage));
                 });
                 (!out.is_empty()).then(|| Bytes::from(out))
             }
@@ -207,6 +202,34 @@ fn read_event(format: Format, event: &SseEvent<'_>, context: &mut StreamContext,
         return EventKind::Content;
     }
     let kind = inspect_and_observe(format, event, context);
+    usage.observe(format, event);
+    kind
+}
+
+/// [`read_event`] for a converted stream: the event converted into `out` as well. The decoder's
+/// own read of an event classifies it when it can (`StreamConversion::event_classified`); a
+/// Gemini text chunk is matched once, here, for its usage and for the decoder.
+fn convert_event(
+    format: Format,
+    event: &SseEvent<'_>,
+    conversion: &mut StreamConversion,
+    out: &mut Vec<u8>,
+    context: &mut StreamContext,
+    usage: &mut StreamUsage,
+) -> EventKind {
+    let classified = |conversion: &mut StreamConversion, out: &mut Vec<u8>, context: &mut StreamContext| {
+        conversion.event_classified(event, out, context).unwrap_or_else(|| inspect_and_observe(format, event, context))
+    };
+    if format == Format::Gemini
+        && let Some(chunk) = plain_text_chunk(event.data)
+    {
+        usage.observe_gemini_text_chunk(&chunk);
+        return match conversion.gemini_text_chunk(&chunk, out, context) {
+            Some(kind) => kind,
+            None => classified(conversion, out, context),
+        };
+    }
+    let kind = classified(conversion, out, context);
     usage.observe(format, event);
     kind
 }
@@ -412,6 +435,67 @@ mod tests {
                 _ => (Format::Anthropic, &ANTHROPIC_PIECES[..]),
             };
             let agreed = agrees_with_reading_every_event(format, &chunks_of(pieces, &picks), limit);
+            proptest::prop_assert!(agreed.is_ok(), "{}", agreed.unwrap_err());
+        }
+    }
+
+    /// Feeds a converting observer (Gemini upstream, `client`'s stream) and a reference that lets
+    /// the decoder read every event and the usage reader read it again; the client's bytes and
+    /// the verdicts after each chunk must agree.
+    fn converting_agrees_with_reading_every_event(client: Format, chunks: &[Vec<u8>]) -> Result<(), String> {
+        use crate::convert::StreamConversion;
+        use crate::convert::ir::EncodeContext;
+        let ctx = || EncodeContext { request_model: "m".into(), id_seed: "seed".into(), ..EncodeContext::default() };
+        let mut observer = StreamObserver::new(
+            Format::Gemini,
+            client,
+            Transform::Convert(Box::new(StreamConversion::new(Format::Gemini, client, ctx()))),
+            u64::MAX,
+        );
+        let mut conversion = StreamConversion::new(Format::Gemini, client, ctx());
+        let (mut scanner, mut context) = (SseScanner::new(), StreamContext::default());
+        let (mut watch, mut usage) = (StreamWatch::default(), StreamUsage::default());
+        for chunk in chunks {
+            let seen = observer.chunk(Bytes::copy_from_slice(chunk)).unwrap_or_default();
+            let mut expected = Vec::new();
+            scanner.feed(chunk, |event| {
+                let kind = match conversion.event_classified(&event, &mut expected, &mut context) {
+                    Some(kind) => kind,
+                    None => inspect_and_observe(Format::Gemini, &event, &mut context),
+                };
+                watch.observe(&kind);
+                usage.observe(Format::Gemini, &event);
+            });
+            if seen[..] != expected[..] {
+                return Err(format!(
+                    "after {:?}: the client got {:?}, reading every event gives {:?}",
+                    String::from_utf8_lossy(chunk),
+                    String::from_utf8_lossy(&seen),
+                    String::from_utf8_lossy(&expected)
+                ));
+            }
+            let (seen, expected) =
+                (verdict(&observer.watch, &observer.usage, &observer.context), verdict(&watch, &usage, &context));
+            if seen != expected {
+                return Err(format!(
+                    "after {:?}: {seen:?}, reading every event: {expected:?}",
+                    String::from_utf8_lossy(chunk)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    proptest::proptest! {
+        /// A converted Gemini stream, its text chunks matched once for the decoder and the usage
+        /// reader, tells what reading each event with both tells, and the client gets the same
+        /// bytes.
+        #[test]
+        fn a_converted_gemini_chunk_matched_once_tells_what_reading_it_twice_does(
+            client in proptest::sample::select(vec![Format::Anthropic, Format::Openai, Format::Responses]),
+            picks in proptest::collection::vec((0usize..16, 0u8..3, 1usize..200), 0..24),
+        ) {
+            let agreed = converting_agrees_with_reading_every_event(client, &chunks_of(&GEMINI_PIECES, &picks));
             proptest::prop_assert!(agreed.is_ok(), "{}", agreed.unwrap_err());
         }
     }

@@ -73,7 +73,23 @@ impl StreamDecoder {
             self.parsed(data, out);
             return None;
         };
-        self.plain_text(&chunk, out);
+        self.text_chunk(&chunk, out, classify)
+    }
+
+    /// A text chunk matched rather than parsed, here or by the caller (the observer matches a
+    /// Gemini chunk once for its usage and this): what `parsed` makes of the same chunk, and,
+    /// when `classify` asks, its classification (content; its model noted). `None` once the
+    /// stream has ended or failed: the chunk is then left alone, as `decode` leaves it.
+    pub fn text_chunk(
+        &mut self,
+        chunk: &PlainTextChunk<'_>,
+        out: &mut Vec<StreamEvent>,
+        classify: Option<&mut StreamContext>,
+    ) -> Option<EventKind> {
+        if self.ended || self.failed {
+            return None;
+        }
+        self.plain_text(chunk, out);
         let ctx = classify?;
         note_first_model(Some(chunk.model), ctx);
         Some(EventKind::Content)
@@ -287,14 +303,26 @@ mod tests {
         ) {
             use crate::protocol::Format;
             use crate::protocol::stream_events::inspect_and_observe;
-            let (mut classifying, mut plain) = (StreamDecoder::new(), StreamDecoder::new());
-            let (mut decoder_ctx, mut classifier_ctx) = (StreamContext::default(), StreamContext::default());
+            let (mut classifying, mut plain, mut handed) = (StreamDecoder::new(), StreamDecoder::new(), StreamDecoder::new());
+            let (mut decoder_ctx, mut classifier_ctx, mut handed_ctx) =
+                (StreamContext::default(), StreamContext::default(), StreamContext::default());
             for data in &chunks {
                 let event = SseEvent { event: None, data };
-                let (mut out, mut plain_out) = (Vec::new(), Vec::new());
+                let (mut out, mut plain_out, mut handed_out) = (Vec::new(), Vec::new(), Vec::new());
                 let by_decoder = classifying.decode_classified(&event, &mut out, &mut decoder_ctx);
                 plain.decode(&event, &mut plain_out);
                 proptest::prop_assert_eq!(&out, &plain_out);
+                // A chunk the observer matched and handed over, as the observer does it.
+                let by_hand = match plain_text_chunk(data) {
+                    Some(chunk) => handed.text_chunk(&chunk, &mut handed_out, Some(&mut handed_ctx)),
+                    None => None,
+                };
+                let by_hand = match by_hand {
+                    Some(kind) => Some(kind),
+                    None => handed.decode_classified(&event, &mut handed_out, &mut handed_ctx),
+                };
+                proptest::prop_assert_eq!(&handed_out, &out);
+                proptest::prop_assert_eq!(&by_hand, &by_decoder);
                 let by_classifier = inspect_and_observe(Format::Gemini, &event, &mut classifier_ctx);
                 match by_decoder {
                     Some(kind) => proptest::prop_assert_eq!(kind, by_classifier, "{}", data),
@@ -302,6 +330,10 @@ mod tests {
                     None => drop(inspect_and_observe(Format::Gemini, &event, &mut decoder_ctx)),
                 }
                 proptest::prop_assert_eq!(&decoder_ctx.model, &classifier_ctx.model, "{}", data);
+                if by_hand.is_none() {
+                    drop(inspect_and_observe(Format::Gemini, &event, &mut handed_ctx));
+                }
+                proptest::prop_assert_eq!(&handed_ctx.model, &classifier_ctx.model, "{}", data);
             }
         }
     }
