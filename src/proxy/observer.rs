@@ -274,8 +274,6 @@ mod tests {
         "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
     ];
 
-    /// Responses stream events as the API sends them, and the near misses of a delta's usual
-    /// shape (a leading zero, a number past `u64`, spaced, CRLF, a trailing space, cut JSON).
     /// A Gemini stream's chunks as the API writes them (a text chunk with the usage so far, most
     /// of all) and others the classifier and the usage reader must each read.
     const GEMINI_PIECES: [&str; 11] = [
@@ -292,6 +290,8 @@ mod tests {
         "data: {\"candidates\": [{\"content\": \r\n\r\n",
     ];
 
+    /// Responses stream events as the API sends them, and the near misses of a delta's usual
+    /// shape (a leading zero, a number past `u64`, spaced, CRLF, a trailing space, cut JSON).
     const RESPONSES_PIECES: [&str; 15] = [
         "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"created_at\":1741290958,\"status\":\"in_progress\",\"model\":\"gpt-5-codex\",\"output\":[]}}\n\n",
         "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"sequence_number\":2,\"output_index\":0,\"item\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[]}}\n\n",
