@@ -45,6 +45,33 @@ pub(crate) fn usage_metadata(c: &mut Cursor<'_>) -> Option<Option<[Option<u64>; 
     })
 }
 
+/// Inputs for the property tests of this matcher's readers.
+#[cfg(test)]
+pub(crate) mod strategies {
+    use super::{COUNTED, COUNTED_SNAKE};
+    use crate::protocol::plain_json::strategies::count;
+    use proptest::prelude::*;
+
+    /// `usageMetadata` as the API writes it (its counts, other members) and near it: a count in
+    /// snake_case, an escaped key, not an object.
+    pub fn usage_metadata() -> impl Strategy<Value = String> {
+        let counted = prop::sample::select([COUNTED.as_slice(), &["totalTokenCount"]].concat());
+        let member = prop_oneof![
+            6 => (counted, count()).prop_map(|(k, v)| format!("\"{k}\":{v}")),
+            1 => (prop::sample::select(COUNTED_SNAKE.to_vec()), count()).prop_map(|(k, v)| format!("\"{k}\":{v}")),
+            1 => Just(r#""promptTokensDetails":[{"modality":"TEXT","tokenCount":8}]"#.to_owned()),
+            1 => Just(r#""trafficType":"ON_DEMAND""#.to_owned()),
+            1 => Just(r#""pr\u006fmptTokenCount":4"#.to_owned()),
+        ];
+        prop_oneof![
+            8 => prop::collection::vec(member, 0..7).prop_map(|m| format!("{{{}}}", m.join(","))),
+            1 => Just("null".to_owned()),
+            1 => Just("[]".to_owned()),
+            1 => Just("7".to_owned()),
+        ]
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -324,6 +324,14 @@ mod tests {
         context: (Option<String>, Option<u64>, Option<String>, Option<u64>),
     }
 
+    /// `Ok` when the observer's verdict after `chunk` is the reference's, else what differs.
+    fn same_verdict(seen: Verdict, expected: Verdict, chunk: &[u8]) -> Result<(), String> {
+        if seen == expected {
+            return Ok(());
+        }
+        Err(format!("after {:?}: {seen:?}, reading every event: {expected:?}", String::from_utf8_lossy(chunk)))
+    }
+
     fn verdict(watch: &StreamWatch, usage: &StreamUsage, context: &StreamContext) -> Verdict {
         Verdict {
             terminal: watch.terminal,
@@ -407,14 +415,7 @@ mod tests {
             if !kept {
                 return Err(format!("the client's bytes changed: {out:?}"));
             }
-            let (seen, expected) =
-                (verdict(&observer.watch, &observer.usage, &observer.context), reference.chunk(chunk));
-            if seen != expected {
-                return Err(format!(
-                    "after {:?}: {seen:?}, reading every event: {expected:?}",
-                    String::from_utf8_lossy(chunk)
-                ));
-            }
+            same_verdict(verdict(&observer.watch, &observer.usage, &observer.context), reference.chunk(chunk), chunk)?;
         }
         Ok(())
     }
@@ -474,14 +475,11 @@ mod tests {
                     String::from_utf8_lossy(&expected)
                 ));
             }
-            let (seen, expected) =
-                (verdict(&observer.watch, &observer.usage, &observer.context), verdict(&watch, &usage, &context));
-            if seen != expected {
-                return Err(format!(
-                    "after {:?}: {seen:?}, reading every event: {expected:?}",
-                    String::from_utf8_lossy(chunk)
-                ));
-            }
+            same_verdict(
+                verdict(&observer.watch, &observer.usage, &observer.context),
+                verdict(&watch, &usage, &context),
+                chunk,
+            )?;
         }
         Ok(())
     }

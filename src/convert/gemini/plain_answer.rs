@@ -149,22 +149,9 @@ mod tests {
     use super::super::response::decode_parsed_response;
     use super::*;
     use crate::convert::ir::{StopReason, Usage};
-    use crate::protocol::gemini_usage::{COUNTED, COUNTED_SNAKE};
-    use crate::protocol::plain_json::strategies::{count, one_of, respace, spacing, string};
+    use crate::protocol::gemini_usage::strategies::usage_metadata;
+    use crate::protocol::plain_json::strategies::{one_of, respace, spacing, string};
     use proptest::prelude::*;
-
-    fn usage() -> impl Strategy<Value = String> {
-        let keys = [COUNTED.as_slice(), &COUNTED_SNAKE[..1], &["totalTokenCount"]].concat();
-        let member = prop_oneof![
-            6 => (prop::sample::select(keys), count()).prop_map(|(k, v)| format!("\"{k}\":{v}")),
-            1 => Just(r#""promptTokensDetails":[{"modality":"TEXT","tokenCount":3}]"#.to_owned()),
-        ];
-        prop_oneof![
-            8 => prop::collection::vec(member, 0..6).prop_map(|m| format!("{{{}}}", m.join(","))),
-            1 => Just("null".to_owned()),
-            1 => Just("7".to_owned()),
-        ]
-    }
 
     fn part() -> impl Strategy<Value = String> {
         prop_oneof![
@@ -204,7 +191,7 @@ mod tests {
             1 => (candidate(), candidate()).prop_map(|(a, b)| format!("[{a},{b}]")),
             1 => Just("[]".to_owned()),
         ];
-        let written = (candidates, usage(), string(), string());
+        let written = (candidates, usage_metadata(), string(), string());
         let extra = prop::collection::vec(
             prop::sample::select(vec![
                 r#""error":{"code":500,"message":"x"}"#,

@@ -85,27 +85,10 @@ mod tests {
     use super::super::{GeminiBody, parsed};
     use super::*;
     use crate::observe::record::Tokens;
-    use crate::protocol::gemini_usage::{COUNTED, COUNTED_SNAKE};
-    use crate::protocol::plain_json::strategies::{count, one_of, string};
+    use crate::protocol::gemini_usage::strategies::usage_metadata;
+    use crate::protocol::plain_json::strategies::{one_of, string};
     use crate::protocol::stream_events::{gemini_text_chunk, plain_text_chunk};
     use proptest::prelude::*;
-
-    fn usage_text() -> impl Strategy<Value = String> {
-        let member = prop_oneof![
-            6 => (prop::sample::select([COUNTED.as_slice(), &["totalTokenCount"]].concat()), count())
-                .prop_map(|(k, v)| format!("\"{k}\":{v}")),
-            1 => (prop::sample::select(COUNTED_SNAKE.to_vec()), count()).prop_map(|(k, v)| format!("\"{k}\":{v}")),
-            1 => Just(r#""promptTokensDetails":[{"modality":"TEXT","tokenCount":8}]"#.to_owned()),
-            1 => Just(r#""trafficType":"ON_DEMAND""#.to_owned()),
-            1 => Just(r#""pr\u006fmptTokenCount":4"#.to_owned()),
-        ];
-        prop_oneof![
-            8 => prop::collection::vec(member, 0..7).prop_map(|m| format!("{{{}}}", m.join(","))),
-            1 => Just("null".to_owned()),
-            1 => Just("[]".to_owned()),
-            1 => Just(r#""none""#.to_owned()),
-        ]
-    }
 
     fn candidate() -> impl Strategy<Value = String> {
         let part = prop_oneof![
@@ -124,7 +107,7 @@ mod tests {
     fn members() -> BoxedStrategy<Vec<String>> {
         let written = (
             prop::collection::vec(candidate(), 0..2),
-            usage_text(),
+            usage_metadata(),
             prop_oneof![4 => string(), 1 => Just("null".to_owned()), 1 => Just("7".to_owned())],
             string(),
         );

@@ -78,22 +78,7 @@ pub fn plain_text_chunk(data: &str) -> Option<PlainTextChunk<'_>> {
 /// Inputs for the property tests of the readers of this match.
 #[cfg(test)]
 pub(crate) mod strategies {
-    /// `usageMetadata` as the API writes it (its counts, other members) and near it.
-    fn usage() -> impl proptest::strategy::Strategy<Value = String> {
-        use crate::protocol::gemini_usage::{COUNTED, COUNTED_SNAKE};
-        use crate::protocol::plain_json::strategies::count;
-        use proptest::prelude::*;
-        let keys = [COUNTED.as_slice(), &COUNTED_SNAKE[..1], &["totalTokenCount"]].concat();
-        let member = prop_oneof![
-            6 => (proptest::sample::select(keys), count()).prop_map(|(k, v)| format!("\"{k}\": {v}")),
-            1 => Just(r#""promptTokensDetails": [{"modality": "TEXT","tokenCount": 3}]"#.to_owned()),
-        ];
-        prop_oneof![
-            8 => proptest::collection::vec(member, 0..6).prop_map(|m| format!("{{{}}}", m.join(","))),
-            1 => Just("null".to_owned()),
-            1 => Just("7".to_owned()),
-        ]
-    }
+    use crate::protocol::gemini_usage::strategies::usage_metadata;
 
     /// Text chunks in the API's shape (most of them, with the usage so far or without) and near
     /// it, now and then one that finishes.
@@ -123,7 +108,7 @@ pub(crate) mod strategies {
             ),
             prop_oneof![
                 4 => proptest::sample::select(&[r#","modelVersion": "#, r#","modelVersion":"#][..]).prop_map(str::to_owned),
-                4 => usage().prop_map(|u| format!(r#","usageMetadata": {u},"modelVersion": "#)),
+                4 => usage_metadata().prop_map(|u| format!(r#","usageMetadata": {u},"modelVersion": "#)),
             ],
             prop_oneof![3 => Just(r#""gemini-2.5-flash""#.to_owned()), 1 => string()],
             prop::option::of(prop_oneof![3 => Just(r#""r3sp0nse""#.to_owned()), 1 => string()]),
