@@ -56,14 +56,16 @@ impl<'a> Cursor<'a> {
         Some(value)
     }
 
-    /// A valid JSON string, its value unread: any escape, a `\u` one too unless it names a
-    /// surrogate (a lone one is an error or not depending on how the parse reads the value).
-    /// Google's APIs write `<`, `>`, `&`, `=` and `'` as `\u` escapes, in any text.
-    pub fn skipped_string(&mut self) -> Option<()> {
+    /// A valid JSON string whose `\u` escapes, if any, name no surrogate (a lone one is an error
+    /// or not depending on how the parse reads the value, so a surrogate, even paired, is left
+    /// to the parse); returns its text as written ([`unescaped`] reads its value). Google's APIs
+    /// write `<`, `>`, `&`, `=` and `'` as `\u` escapes, in any text.
+    pub fn string_text(&mut self) -> Option<&'a str> {
         let inner = self.0.strip_prefix('"')?;
         let end = string_end::<true>(inner.as_bytes())?;
-        self.0 = inner.get(end + 1..)?;
-        Some(())
+        let (value, rest) = inner.split_at_checked(end)?;
+        self.0 = rest.strip_prefix('"')?;
+        Some(value)
     }
 
     /// The digits of a JSON number that is a whole number written plainly (no sign, fraction
@@ -82,9 +84,9 @@ impl<'a> Cursor<'a> {
         Some(digits)
     }
 
-    /// [`Self::string_without_unicode_escapes`], read as its value: the escapes resolved.
+    /// [`Self::string_text`], read as its value: the escapes resolved.
     pub fn string_value(&mut self) -> Option<Cow<'a, str>> {
-        self.string_without_unicode_escapes().map(unescaped)
+        self.string_text().map(unescaped)
     }
 
     /// [`Self::digits`], the value unread.
@@ -143,11 +145,11 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// A value the reading skips: a string ([`Self::skipped_string`]), a whole number, `null`, or
+    /// A value the reading skips: a string ([`Self::string_text`]), a whole number, `null`, or
     /// (when `nested` allows) an object of plain keys holding those.
     pub fn skipped_value(&mut self, nested: bool) -> Option<()> {
         match self.0.as_bytes().first()? {
-            b'"' => self.skipped_string(),
+            b'"' => self.string_text().map(drop),
             b'n' => self.literal("null"),
             b'{' if nested => self.members(|c, _| c.skipped_value(false)),
             _ => self.whole_number(),
@@ -300,8 +302,8 @@ fn not_a_surrogate(hex: &[u8]) -> bool {
     !(0xD800..=0xDFFF).contains(&code)
 }
 
-/// The value of a string's text as [`Cursor::string_without_unicode_escapes`] matched it: its
-/// escapes, single characters all, resolved. The text between escapes is copied a run at a time
+/// The value of a string's text as [`Cursor::string_text`] (or
+/// [`Cursor::string_without_unicode_escapes`]) matched it: its escapes resolved. The text between escapes is copied a run at a time
 /// (found by a byte search), not a character at a time: a Claude Code user id, JSON text escaped
 /// inside a string, cost ~20 instructions a character that way.
 pub fn unescaped(written: &str) -> Cow<'_, str> {
@@ -313,10 +315,21 @@ pub fn unescaped(written: &str) -> Cow<'_, str> {
     let (mut run, mut rest) = written.split_at(first);
     loop {
         value.push_str(run);
-        // `rest` starts at a backslash. The escapes `string_without_unicode_escapes` lets
-        // through, and only those.
+        // `rest` starts at a backslash. The escapes `string_text` lets through, and only those.
         let mut after = rest.get(1..).unwrap_or_default().chars();
         match after.next() {
+            Some('u') => {
+                // Four hex digits naming no surrogate: one character.
+                let digits = after.as_str();
+                let code = digits.get(..4).and_then(|hex| u32::from_str_radix(hex, 16).ok());
+                match code.and_then(char::from_u32) {
+                    Some(c) => {
+                        value.push(c);
+                        after = digits.get(4..).unwrap_or_default().chars();
+                    }
+                    None => value.push('u'),
+                }
+            }
             Some('n') => value.push('\n'),
             Some('t') => value.push('\t'),
             Some('r') => value.push('\r'),
@@ -525,10 +538,16 @@ mod tests {
     }
 
     #[test]
-    fn a_skipped_string_takes_unicode_escapes_but_surrogates() {
-        for text in [r#""\u003c""#, r#""a\uFFFFb\n""#, r#""\ud7ff\uE000""#, r#""\u0000\"""#] {
+    fn a_string_text_takes_unicode_escapes_but_surrogates() {
+        for (text, value) in [
+            (r#""\u003c""#, "<"),
+            (r#""a\uFFFFb\n""#, "a\u{ffff}b\n"),
+            (r#""\ud7ff\uE000""#, "\u{d7ff}\u{e000}"),
+            (r#""\u0000\"""#, "\0\""),
+            (r#""if a \u003c b \u0026\u0026 c \u003d\u003d 'x':""#, "if a < b && c == 'x':"),
+        ] {
             let mut c = Cursor(text);
-            assert_eq!(c.skipped_string(), Some(()), "{text}");
+            assert_eq!(c.string_text().map(unescaped).as_deref(), Some(value), "{text}");
             assert!(c.is_done(), "{text}");
         }
         // A surrogate, half or paired (the parse may refuse a lone one), a bad escape: refused,
@@ -537,7 +556,7 @@ mod tests {
             [r#""\ud800""#, r#""\uDFFF""#, r#""\ud83d\ude00""#, r#""\u12g4""#, r#""\u+123""#, r#""\u12""#, "\"a\u{1}\""]
         {
             let mut c = Cursor(text);
-            assert_eq!(c.skipped_string(), None, "{text}");
+            assert_eq!(c.string_text(), None, "{text}");
             assert_eq!(c.0, text);
         }
     }

@@ -186,7 +186,7 @@ fn peek_scanned(text: &str, members: [Option<Range<usize>>; 5]) -> Option<Result
 
 /// `metadata` as Claude Code writes it, `{"user_id":"..."}` and nothing else: its user id, read
 /// without building a `serde_json::Value` (~4 k instructions on every Claude Code request; the
-/// id is itself JSON text, escaped). Any other shape, or a `\u` escape, is left to that parse.
+/// id is itself JSON text, escaped). Any other shape, or a surrogate `\u` escape, is left to that parse.
 fn only_user_id(raw: &str) -> Option<String> {
     let mut c = Cursor(raw);
     c.literal(r#"{"user_id":"#)?;
@@ -357,11 +357,13 @@ pub(crate) mod tests {
         );
         let body = format!(r#"{{"model":"claude-x","metadata":{metadata},"stream":true}}"#);
         assert_eq!(peek(body.as_bytes()).unwrap().user_id.as_deref(), Some(expected));
+        // A `\u` escape naming a character is read as the parse reads it.
+        assert_eq!(only_user_id(r#"{"user_id":"\u0041\u003c"}"#).as_deref(), Some("A<"));
         // Every other shape is the parse's to read.
         for other in [
             r#"{"user_id":"u","x":1}"#,
             r#"{ "user_id":"u"}"#,
-            r#"{"user_id":"\u0041"}"#,
+            r#"{"user_id":"\ud800"}"#,
             r#"{"user_id":null}"#,
             r#"{"user_id":"u"} "#,
             r#"{"session":"u"}"#,

@@ -6,7 +6,7 @@
 //! The match is exact, as `protocol::plain_json` promises: an answer it accepts is valid JSON
 //! that `decode_parsed_response` reads to the same `Response`. Members may come in any order,
 //! with whitespace between tokens (the API pretty-prints its answers). Anything the grammar below
-//! does not cover (a `\u` escape in a value the decoding reads, a function call, a thought
+//! does not cover (a surrogate `\u` escape in a value the decoding reads, a function call, a thought
 //! signature, any part but text, more or fewer than one candidate, an `error` member, a
 //! snake_case spelling of a member the decoding reads, a member it reads named twice) is left to
 //! the parse.
@@ -19,7 +19,8 @@
 //!            (not "finish_reason")
 //! P:         {"text":T | "thought":true|false|null}   (text required)
 //! ```
-//! S: a string without a `\u` escape, or null; T: the same, not null; U: as
+//! S: a string whose `\u` escapes name no surrogate (the API writes `<`, `>`, `&`, `=` and `'`
+//! that way), or null; T: the same, not null; U: as
 //! `protocol::gemini_usage` matches it; V: any value `Cursor::skipped_any` skips.
 
 use std::borrow::Cow;
@@ -266,7 +267,15 @@ mod tests {
         assert_eq!(matched.usage, usage);
         assert_eq!((matched.id.as_str(), matched.model.as_str()), ("abc", "gemini-2.5-pro"));
         assert_eq!(Ok(matched), decode_parsed_response(api.as_bytes()));
-        // A function call, a thought signature, a `\u` escape in the text, an error, two
+        // Code, as the API escapes it.
+        let code = api.replace("Hello", "if a \\u003c b \\u0026\\u0026 c \\u003d\\u003d 'x':");
+        let matched = plain_gemini_answer(&code).unwrap();
+        assert_eq!(
+            matched.content[1],
+            Part::Text(TextPart { text: "if a < b && c == 'x': \"there\"\n".into(), cache_control: None })
+        );
+        assert_eq!(Ok(matched), decode_parsed_response(code.as_bytes()));
+        // A function call, a thought signature, a surrogate `\u` escape in the text, an error, two
         // candidates, a member the decoding reads in snake_case: the parse's.
         for refused in [
             api.replace(r#""responseId""#, r#""response_id""#),
@@ -275,7 +284,7 @@ mod tests {
             api.replace(r#""finishReason""#, r#""finish_reason""#),
             api.replace(r#""text": "Hello"#, r#""functionCall": {"name": "f","args": {}},"x": "Hello"#),
             api.replace(r#""thought": true"#, r#""thought": true,"thoughtSignature": "CiQB""#),
-            api.replace("Hello", "\\u003cHello"),
+            api.replace("Hello", "\\ud83d\\ude00Hello"),
             api.replace(r#""responseId""#, r#""error": {"code": 500},"id""#),
             api.replace("  ],\n  \"usageMetadata\"", "  ,{}],\n  \"usageMetadata\""),
         ] {

@@ -5,7 +5,7 @@
 //!
 //! The match is exact, as `protocol::plain_json` promises: an answer it accepts is valid JSON that
 //! `decode_response`'s parse reads to the same `Response`. Members may come in any order, with
-//! whitespace between tokens. Anything the grammar below does not cover (a `\u` escape in a
+//! whitespace between tokens. Anything the grammar below does not cover (a surrogate `\u` escape in a
 //! value the parse reads, tool calls, content parts, more than one choice, an `error` member, a
 //! field the parse reads named twice) is left to the parse.
 //!
@@ -22,7 +22,7 @@
 //! V:       a string (a `\u` escape naming no surrogate too) | a whole number | null
 //!          | {"K":that,...} | []
 //! ```
-//! S: a string without a `\u` escape, or null; K: a key with no escape; C: a whole number of at
+//! S: a string whose `\u` escapes name no surrogate, or null; K: a key with no escape; C: a whole number of at
 //! most 19 digits, or null. The members the parse reads, each at most once.
 
 use std::borrow::Cow;
@@ -415,12 +415,12 @@ mod tests {
     #[test]
     fn what_the_match_leaves_to_the_parse_is_left() {
         for body in [
-            // A tool call, content parts, two choices, an error, a \u escape, a key twice.
+            // A tool call, content parts, two choices, an error, a surrogate \u escape, a key twice.
             r#"{"choices":[{"index":0,"message":{"content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}}]}"#,
             r#"{"choices":[{"index":0,"message":{"content":[{"type":"text","text":"a"}]}}]}"#,
             r#"{"choices":[{"index":0,"message":{"content":"a"}},{"index":1,"message":{"content":"b"}}]}"#,
             r#"{"error":{"message":"quota"},"choices":[{"index":0,"message":{"content":"a"}}]}"#,
-            r#"{"choices":[{"index":0,"message":{"content":"caf\u00e9"}}]}"#,
+            r#"{"choices":[{"index":0,"message":{"content":"caf\ud83d\ude00"}}]}"#,
             r#"{"model":"a","model":"b","choices":[{"index":0,"message":{"content":"a"}}]}"#,
             r#"{"choices":[{"index":1,"message":{"content":"a"}}]}"#,
         ] {

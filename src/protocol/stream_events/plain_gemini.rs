@@ -13,7 +13,8 @@
 //!  ["usageMetadata": U,]"modelVersion": S[,"responseId": S]}
 //! ```
 //! Each colon followed by one space, as the API writes it, or by none; S: a string with no
-//! escape; T: any string without a `\u` escape; U: as `protocol::gemini_usage` matches it. The
+//! escape; T: any string whose `\u` escapes name no surrogate (the API writes `<`, `>`, `&`,
+//! `=` and `'` that way); U: as `protocol::gemini_usage` matches it. The
 //! API puts the usage so far in every chunk.
 
 use crate::protocol::gemini_usage::usage_metadata;
@@ -49,7 +50,7 @@ pub fn plain_text_chunk(data: &str) -> Option<PlainTextChunk<'_>> {
     key(&mut c, "parts")?;
     c.literal("[{")?;
     key(&mut c, "text")?;
-    let text = c.string_without_unicode_escapes()?;
+    let text = c.string_text()?;
     c.literal("}],")?;
     key(&mut c, "role")?;
     c.literal("\"model\"},")?;
@@ -129,7 +130,9 @@ mod tests {
     #[test]
     fn text_chunks_as_the_api_writes_them_are_matched() {
         let api = r#"{"candidates": [{"content": {"parts": [{"text": "the w\u00f6ather\n"}],"role": "model"},"index": 0}],"modelVersion": "gemini-2.5-flash","responseId": "r3sp0nse"}"#;
-        assert_eq!(plain_text_chunk(api), None, "a \\u escape is left to the parse");
+        // A `\u` escape stays in the text as written; its reader resolves it.
+        let escaped = plain_text_chunk(api).unwrap();
+        assert_eq!(crate::protocol::plain_json::unescaped(escaped.text), "the w\u{f6}ather\n");
         let api = api.replace(r"\u00f6", "\u{f6}");
         let matched =
             PlainTextChunk { text: r"the wöather\n", model: "gemini-2.5-flash", id: Some("r3sp0nse"), usage: None };
@@ -143,8 +146,9 @@ mod tests {
             r#","usageMetadata": {"promptTokenCount": 3,"totalTokenCount": 3,"promptTokensDetails": [{"modality": "TEXT","tokenCount": 3}]},"modelVersion""#,
         );
         assert_eq!(plain_text_chunk(&with_usage).unwrap().usage, Some([Some(3), None, None, None, None]));
-        // With a finish, a thought, usage in snake_case, the chunk is parsed.
+        // With a finish, a thought, usage in snake_case, a surrogate escape, the chunk is parsed.
         for other in [
+            api.replace("the w", "\\ud83d\\ude00 the w"),
             api.replace(r#","modelVersion""#, r#","usageMetadata": {"prompt_token_count": 3},"modelVersion""#),
             api.replace(r#","modelVersion""#, r#","usageMetadata": 3,"modelVersion""#),
             api.replace(r#""index": 0"#, r#""finishReason": "STOP","index": 0"#),

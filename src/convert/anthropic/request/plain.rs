@@ -6,7 +6,7 @@
 //! The match is exact, as `protocol::plain_json` promises: a request it accepts is valid JSON
 //! that `decode_parsed` decodes to the same `Request`. Members may come in any order, with
 //! whitespace between tokens (Python's `json.dumps` puts a space after each colon and comma).
-//! Anything the grammar below does not cover (a `\u` escape, content blocks, tools, sampling
+//! Anything the grammar below does not cover (a surrogate `\u` escape, content blocks, tools, sampling
 //! numbers, a role other than user or assistant, any other member, a member named twice) is left
 //! to the parse.
 //!
@@ -16,7 +16,7 @@
 //!           | "stream":true|false|null | "system":S|null
 //! T:        "role":"user"|"assistant" | "content":S     (both, once each)
 //! ```
-//! S: a string without a `\u` escape; C: a whole number of at most 19 digits, or null. A request
+//! S: a string whose `\u` escapes name no surrogate; C: a whole number of at most 19 digits, or null. A request
 //! needs `model` and at least one turn.
 
 use crate::convert::ir::{Message, Part, Request, Role, TextPart};
@@ -139,7 +139,7 @@ mod tests {
     fn anything_else_is_left_to_the_parse() {
         for body in [
             // Content blocks, a sampling number, a tool list, a system turn, a member named
-            // twice, no model, no turns, a `\u` escape, trailing text.
+            // twice, no model, no turns, a surrogate `\u` escape, trailing text.
             r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}"#,
             r#"{"model":"m","temperature":0.5,"messages":[{"role":"user","content":"hi"}]}"#,
             r#"{"model":"m","tools":[],"messages":[{"role":"user","content":"hi"}]}"#,
@@ -148,7 +148,7 @@ mod tests {
             r#"{"model":"m","messages":[{"role":"user","role":"user","content":"hi"}]}"#,
             r#"{"messages":[{"role":"user","content":"hi"}]}"#,
             r#"{"model":"m","messages":[]}"#,
-            r#"{"model":"m","messages":[{"role":"user","content":"\u00e9"}]}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":"\ud83d\ude00"}]}"#,
             r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}x"#,
         ] {
             assert_eq!(plain_request(body), None, "{body}");
