@@ -979,6 +979,15 @@ mod tests {
     }
 
     #[test]
+    fn a_decimal_is_written_as_to_string_writes_it() {
+        for n in [0, 7, 10, 99, 100, 1_234_567_890, u64::MAX] {
+            let mut out = String::from("x");
+            push_decimal(&mut out, n);
+            assert_eq!(out, format!("x{n}"));
+        }
+    }
+
+    #[test]
     fn bundled_requests_count_exactly_what_the_families_alone_count() {
         let bundled = Metrics::new();
         let alone = Metrics { max_plain: 0, ..Metrics::new() };
