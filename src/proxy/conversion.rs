@@ -199,10 +199,15 @@ impl RequestConversion {
     }
 
     /// What the client-side encoders need, built once from the decoded request.
-    pub fn context(&mut self, client_body: &[u8], requested_model: &str, now_unix: u64) -> ir::EncodeContext {
-        if let Some(ctx) = &self.ctx {
-            return ctx.as_ref().clone();
-        }
+    pub fn context(&mut self, client_body: &[u8], requested_model: &str, now_unix: u64) -> &ir::EncodeContext {
+        let ctx = match self.ctx.take() {
+            Some(ctx) => ctx,
+            None => Box::new(self.new_context(client_body, requested_model, now_unix)),
+        };
+        self.ctx.insert(ctx)
+    }
+
+    fn new_context(&mut self, client_body: &[u8], requested_model: &str, now_unix: u64) -> ir::EncodeContext {
         let (include_usage, include_encrypted_reasoning, namespaced_tools) = match self.decoded(client_body) {
             Ok(r) => (
                 r.include_usage,
@@ -214,7 +219,7 @@ impl RequestConversion {
             ),
             Err(_) => (false, false, Vec::new()),
         };
-        let ctx = ir::EncodeContext {
+        ir::EncodeContext {
             request_model: requested_model.to_string(),
             include_usage,
             namespaced_tools,
@@ -222,9 +227,7 @@ impl RequestConversion {
             id_seed: id_seed(now_unix),
             include_encrypted_reasoning,
             kept_ids: ir::KeptIds::default(),
-        };
-        self.ctx = Some(Box::new(ctx.clone()));
-        ctx
+        }
     }
 
     /// The decoded client request (for local token counting).
@@ -262,11 +265,11 @@ impl RequestConversion {
     /// already when `decoded` holds it. `Err` means the upstream's 2xx body could not be read
     /// as its format — a failure of that endpoint.
     pub fn success_body(
-        &self,
+        &mut self,
         upstream: Format,
         body: &[u8],
-        ctx: &ir::EncodeContext,
         decoded: Option<ir::Response>,
+        for_context: ContextSource<'_>,
     ) -> Result<Bytes, ir::ConvertError> {
         if self.count_tokens {
             let count = convert::decode_count_tokens_response(upstream, body)
@@ -277,8 +280,18 @@ impl RequestConversion {
             Some(response) => response,
             None => convert::decode_response(upstream, body)?,
         };
-        Ok(Bytes::from(convert::encode_response(self.client, &response, ctx)))
+        let client = self.client;
+        // Read in place: only a stream's encoder keeps a context of its own.
+        let ctx = self.context(for_context.client_body, for_context.requested_model, for_context.now_unix);
+        Ok(Bytes::from(convert::encode_response(client, &response, ctx)))
     }
+}
+
+/// What [`RequestConversion::context`] is built from, the first time it is asked for.
+pub struct ContextSource<'a> {
+    pub client_body: &'a [u8],
+    pub requested_model: &'a str,
+    pub now_unix: u64,
 }
 
 /// What the record takes from a decoded answer: the tokens and the answering model as

@@ -9,16 +9,17 @@ use axum::http::{HeaderValue, StatusCode};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 
-use super::conversion;
+use super::conversion::{self, ContextSource};
 use super::observer::{Committed, StreamObserver, Transform};
 use super::outcome::{
     self, AttemptOutcome, NetworkErrorKind, Next, Verdict, classify_network_error, classify_status, status_note,
 };
-use super::request::splice_model;
+use super::request::{Inbound, splice_model};
 use super::run::{Buffered, Exchanged, Run, Stream};
 use super::upstream::{UpstreamBodyError, UpstreamResponse, join_url, read_body, request_headers, response_headers};
 use crate::breaker::Permit;
 use crate::breaker::retry_after::parse_retry_after;
+use crate::clock::Clock;
 use crate::convert::ir::{ConvertError, EncodeContext};
 use crate::convert::{StreamConversion, StreamEncoder, upstream_path};
 use crate::observe::usage;
@@ -129,9 +130,8 @@ impl Run {
     }
 
     pub(super) fn encode_context(&mut self) -> EncodeContext {
-        let now = self.gw.clock.wall().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-        let model = self.inbound.model.clone().unwrap_or_default();
-        self.conversion.context(&self.inbound.body, &model, now)
+        let source = context_source(&self.inbound, &*self.gw.clock);
+        self.conversion.context(source.client_body, source.requested_model, source.now_unix).clone()
     }
 
     /// Record an attempt's outcome in the endpoint's breaker and in the decision trail.
@@ -429,8 +429,8 @@ impl Run {
         } else if converting {
             let client = self.conversion.client;
             if outcome.is_success() {
-                let ctx = self.encode_context();
-                match self.conversion.success_body(format, &body, &ctx, decoded.take()) {
+                let source = context_source(&self.inbound, &*self.gw.clock);
+                match self.conversion.success_body(format, &body, decoded.take(), source) {
                     Ok(converted) => body = converted,
                     Err(e) => {
                         // A 2xx we cannot read is no answer at all: this endpoint's failure.
@@ -607,4 +607,11 @@ impl Run {
             upstream,
         }))
     }
+}
+
+/// What the conversion's encode context is built from: the client's request and model, and now.
+fn context_source<'a>(inbound: &'a Inbound, clock: &dyn Clock) -> ContextSource<'a> {
+    let now_unix = clock.wall().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let requested_model = inbound.model.as_deref().unwrap_or_default();
+    ContextSource { client_body: &inbound.body, requested_model, now_unix }
 }

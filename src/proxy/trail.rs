@@ -51,6 +51,11 @@ fn capped(text: &str, max: usize) -> String {
     out
 }
 
+/// [`capped`] for a string the caller gives up: kept as it is when it fits.
+fn capped_owned(text: String, max: usize) -> String {
+    if text.len() <= max { text } else { capped(&text, max) }
+}
+
 pub struct Trail {
     /// Boxed from the start: the trail moves through several futures on its way, and the
     /// record goes to the writer in this box.
@@ -396,7 +401,7 @@ impl Trail {
     fn set_usage(&mut self, tokens: Tokens, model_answered: Option<String>, snapshot: &Snapshot) {
         self.record.tokens = tokens;
         if let Some(answered) = model_answered {
-            self.record.model_answered = Some(capped(&answered, MAX_NAME));
+            self.record.model_answered = Some(capped_owned(answered, MAX_NAME));
         }
         // Relays often answer with a name the price table does not know: fall back to the model
         // that was sent (what the endpoint bills for), then the one the client asked for, then
@@ -567,8 +572,10 @@ mod tests {
     #[test]
     fn long_text_is_capped_at_a_character_boundary() {
         assert_eq!(capped("short", 10), "short");
+        assert_eq!(capped_owned("short".into(), 10), "short");
         let long = "é".repeat(300);
         let cut = capped(&long, MAX_NAME);
+        assert_eq!(capped_owned(long.clone(), MAX_NAME), cut);
         assert!(cut.len() <= MAX_NAME && cut.ends_with('…'), "{} bytes", cut.len());
         assert_eq!(capped(&"x".repeat(5_000_000), MAX_NAME).len(), MAX_NAME);
     }
