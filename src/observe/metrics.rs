@@ -260,23 +260,24 @@ impl<V> Family<V> {
 
     /// Run `f` on the series of `labels`, creating it with `make` the first time.
     fn with(&self, labels: &[&str], make: impl FnOnce() -> V, f: impl FnOnce(&V)) {
-        self.with_bounded(labels, usize::MAX, make, f);
-    }
-
-    /// `with`, but a new series only while the family holds fewer than `max`; whether `f` ran.
-    fn with_bounded(&self, labels: &[&str], max: usize, make: impl FnOnce() -> V, f: impl FnOnce(&V)) -> bool {
         let map = read(&self.series);
         if let Some(s) = find(&map, labels) {
             f(&s.value);
-            return true;
+            return;
+        }
+        drop(map);
+        f(&self.create(labels, make).value);
+    }
+
+    /// `series`, but a new series only while the family holds fewer than `max`.
+    fn series_bounded(&self, labels: &[&str], max: usize, make: impl FnOnce() -> V) -> Option<Arc<Series<V>>> {
+        let map = read(&self.series);
+        if let Some(s) = find(&map, labels) {
+            return Some(Arc::clone(s));
         }
         let full = map.len() >= max;
         drop(map);
-        if full {
-            return false;
-        }
-        f(&self.create(labels, make).value);
-        true
+        (!full).then(|| self.create(labels, make))
     }
 
     /// The series of `labels`, created with `make` the first time.
@@ -332,6 +333,24 @@ struct Plain {
 /// Bundles kept before plain requests go the long way too: label values are capped, but their
 /// product need not be small.
 const MAX_PLAIN_BUNDLES: usize = 1024;
+
+/// The bundles a serving thread used last, by registry. Found by comparing labels, without the
+/// key, the hash and the family's lock, whose reader count both serving threads write for every
+/// request. A bundle is never removed from its family, so one kept here is the family's.
+struct RecentBundle {
+    registry: u64,
+    bundle: Arc<Series<Plain>>,
+}
+
+/// How many bundles a thread keeps: a gateway's busy label sets are few (the endpoints each
+/// model goes to); past that the oldest goes.
+const RECENT_BUNDLES_KEPT: usize = 8;
+
+thread_local! {
+    static RECENT_BUNDLES: std::cell::RefCell<Vec<RecentBundle>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+static NEXT_REGISTRY_ID: AtomicU64 = AtomicU64::new(0);
 
 /// Fill `slot` from `family` the first time; then the series' value.
 fn slot<'a, V>(
@@ -516,6 +535,9 @@ pub struct Metrics {
     plain: Family<Plain>,
     /// `MAX_PLAIN_BUNDLES`; tests compare against none.
     max_plain: usize,
+    /// Tells this registry's bundles apart in a thread's `RECENT_BUNDLES` from those of another
+    /// (tests run many), whatever addresses they get.
+    id: u64,
 }
 
 impl Default for Metrics {
@@ -559,6 +581,7 @@ impl Metrics {
             unpriced: Family::new(),
             plain: Family::new(),
             max_plain: MAX_PLAIN_BUNDLES,
+            id: NEXT_REGISTRY_ID.fetch_add(1, Ordering::Relaxed),
         }
     }
 
@@ -615,45 +638,56 @@ impl Metrics {
     /// `observe_each` through the request's bundle (`Plain`): the same series, the same counts.
     fn observe_plain(&self, record: &RequestRecord, labels: [&str; 4], model: &str) {
         let [protocol, endpoint, class, outcome] = labels;
-        let bundled = self.plain.with_bounded(
-            &[protocol, endpoint, class, outcome, model],
-            self.max_plain,
-            Plain::default,
-            |b| {
-                let counter = || AtomicU64::new(0);
-                slot(&b.requests, &self.requests, &[protocol, endpoint, class], counter)
-                    .fetch_add(1, Ordering::Relaxed);
-                slot(&b.attempt, &self.attempts, &[endpoint, outcome], counter).fetch_add(1, Ordering::Relaxed);
-                let seconds = |ms: f64| ms / 1000.0;
-                slot(&b.duration, &self.duration, &[protocol], || Histogram::new(REQUEST_BUCKETS))
-                    .observe(seconds(record.total_ms));
-                if let Some(ms) = record.first_byte_ms {
-                    slot(&b.first_byte, &self.first_byte, &[protocol], || Histogram::new(FIRST_BYTE_BUCKETS))
-                        .observe(seconds(ms));
-                }
-                slot(&b.overhead, &self.overhead, &[protocol], || Histogram::new(OVERHEAD_BUCKETS))
-                    .observe(seconds(record.overhead_ms));
-                let t = &record.tokens;
-                let counts = [t.input, t.output, t.cache_read, t.cache_write];
-                for ((kind, n), s) in TOKEN_KINDS.iter().zip(counts).zip(&b.tokens) {
-                    if let Some(n) = n {
-                        slot(s, &self.tokens, &[endpoint, model, kind], counter).fetch_add(n, Ordering::Relaxed);
-                    }
-                }
-                match record.cost_usd {
-                    Some(usd) if usd.is_finite() => {
-                        slot(&b.cost, &self.cost, &[endpoint], FloatCounter::default).add(usd)
-                    }
-                    Some(_) => {}
-                    None if t.is_known() => {
-                        slot(&b.unpriced, &self.unpriced, &[endpoint], counter).fetch_add(1, Ordering::Relaxed);
-                    }
-                    None => {}
-                }
-            },
-        );
-        if !bundled {
+        let key = [protocol, endpoint, class, outcome, model];
+        let recent = RECENT_BUNDLES.with_borrow(|recent| {
+            let found = recent.iter().find(|r| r.registry == self.id && r.bundle.labels.iter().eq(key.iter()));
+            found.map(|r| self.count_plain(&r.bundle.value, record, labels, model)).is_some()
+        });
+        if recent {
+            return;
+        }
+        let Some(bundle) = self.plain.series_bounded(&key, self.max_plain, Plain::default) else {
             self.observe_each(record, protocol, endpoint, model);
+            return;
+        };
+        self.count_plain(&bundle.value, record, labels, model);
+        RECENT_BUNDLES.with_borrow_mut(|recent| {
+            if recent.len() >= RECENT_BUNDLES_KEPT {
+                recent.remove(0);
+            }
+            recent.push(RecentBundle { registry: self.id, bundle });
+        });
+    }
+
+    /// What `observe_each` counts, through the series bundle `b` holds for these labels.
+    fn count_plain(&self, b: &Plain, record: &RequestRecord, labels: [&str; 4], model: &str) {
+        let [protocol, endpoint, class, outcome] = labels;
+        let counter = || AtomicU64::new(0);
+        slot(&b.requests, &self.requests, &[protocol, endpoint, class], counter).fetch_add(1, Ordering::Relaxed);
+        slot(&b.attempt, &self.attempts, &[endpoint, outcome], counter).fetch_add(1, Ordering::Relaxed);
+        let seconds = |ms: f64| ms / 1000.0;
+        slot(&b.duration, &self.duration, &[protocol], || Histogram::new(REQUEST_BUCKETS))
+            .observe(seconds(record.total_ms));
+        if let Some(ms) = record.first_byte_ms {
+            slot(&b.first_byte, &self.first_byte, &[protocol], || Histogram::new(FIRST_BYTE_BUCKETS))
+                .observe(seconds(ms));
+        }
+        slot(&b.overhead, &self.overhead, &[protocol], || Histogram::new(OVERHEAD_BUCKETS))
+            .observe(seconds(record.overhead_ms));
+        let t = &record.tokens;
+        let counts = [t.input, t.output, t.cache_read, t.cache_write];
+        for ((kind, n), s) in TOKEN_KINDS.iter().zip(counts).zip(&b.tokens) {
+            if let Some(n) = n {
+                slot(s, &self.tokens, &[endpoint, model, kind], counter).fetch_add(n, Ordering::Relaxed);
+            }
+        }
+        match record.cost_usd {
+            Some(usd) if usd.is_finite() => slot(&b.cost, &self.cost, &[endpoint], FloatCounter::default).add(usd),
+            Some(_) => {}
+            None if t.is_known() => {
+                slot(&b.unpriced, &self.unpriced, &[endpoint], counter).fetch_add(1, Ordering::Relaxed);
+            }
+            None => {}
         }
     }
 
@@ -1032,6 +1066,27 @@ mod tests {
         let scrape = Scrape::default();
         assert_eq!(bundled.render_scrape(&scrape), alone.render_scrape(&scrape));
         assert!(!bundled.plain.sorted().is_empty() && alone.plain.sorted().is_empty());
+    }
+
+    #[test]
+    fn a_thread_keeps_a_few_bundles_and_counts_the_same_past_them() {
+        let bundled = Metrics::new();
+        let alone = Metrics { max_plain: 0, ..Metrics::new() };
+        let endpoints: Vec<String> = (0..RECENT_BUNDLES_KEPT * 2 + 3).map(|i| format!("e{i}")).collect();
+        // Cycled so that each label set has gone from the thread's few before it comes back.
+        for round in 0..3 {
+            for (i, endpoint) in endpoints.iter().enumerate() {
+                let mut r = record("claude", endpoint, 200);
+                r.total_ms = (round * 100 + i) as f64;
+                bundled.observe_request(&r);
+                alone.observe_request(&r);
+            }
+        }
+        let scrape = Scrape::default();
+        assert_eq!(bundled.render_scrape(&scrape), alone.render_scrape(&scrape));
+        RECENT_BUNDLES.with_borrow(|recent| {
+            assert_eq!(recent.iter().filter(|r| r.registry == bundled.id).count(), RECENT_BUNDLES_KEPT);
+        });
     }
 
     fn vocabulary(endpoints: &[&str], models: &[&str]) -> Vocabulary {
