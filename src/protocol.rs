@@ -52,6 +52,16 @@ impl Protocol {
         Protocol::ALL.into_iter().find(|p| p.as_str() == s)
     }
 
+    /// The path its generation requests are sent to; none for Gemini, whose path names the model.
+    pub fn usual_path(self) -> Option<&'static str> {
+        match self {
+            Protocol::Claude => Some("/v1/messages"),
+            Protocol::Openai => Some("/v1/chat/completions"),
+            Protocol::Responses => Some("/v1/responses"),
+            Protocol::Gemini => None,
+        }
+    }
+
     pub fn index(self) -> usize {
         self as usize
     }

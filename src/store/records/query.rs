@@ -383,7 +383,12 @@ pub fn get(db: &dyn Sql, id: &str) -> Result<Option<Value>, StoreError> {
     let Some(obj) = v.as_object_mut() else {
         return Err(StoreError::Corrupt(format!("request record {id}: the detail is not an object")));
     };
-    super::write::restore_detail_defaults(obj);
+    let row = super::write::RowFacts {
+        protocol: &summary.protocol,
+        endpoint: summary.endpoint.as_deref(),
+        status: i64::from(summary.status),
+    };
+    super::write::restore_detail_defaults(obj, &row);
     let Summary {
         id,
         started_at,

@@ -5,6 +5,7 @@ use crate::store::sql::Dialect;
 use rusqlite::{params, params_from_iter};
 
 use crate::observe::record::{AttemptRecord, Classification, RecordError};
+use crate::protocol::Protocol;
 
 fn record(id: &str, started_at_ms: u64) -> RequestRecord {
     sample_record(id, started_at_ms)
@@ -765,6 +766,33 @@ fn a_detail_leaves_out_its_defaults_and_reads_back_as_a_whole_one() {
 }
 
 #[test]
+fn a_request_that_went_plainly_stores_little_more_than_its_timings() {
+    let mut c = db();
+    let plain = record(&tid(1_700_000_000_600, "q1"), 1_700_000_000_600);
+    let mut converted = record(&tid(1_700_000_000_601, "q2"), 1_700_000_000_601);
+    converted.attempts[0].format = "openai".into();
+    converted.conversion = Some("anthropic→openai".into());
+    insert_batch(&mut c, &[plain.clone(), converted.clone()]).unwrap();
+    let details: Vec<String> = c
+        .prepare("SELECT record FROM request_records ORDER BY seq")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        details,
+        [
+            r#"{"user_agent":"claude-cli/2.1","model_answered":"claude-sonnet-4-5-20250929","attempt":{"started_ms":0.2,"duration_ms":899.0}}"#,
+            r#"{"user_agent":"claude-cli/2.1","model_answered":"claude-sonnet-4-5-20250929","attempt":{"format":"openai","started_ms":0.2,"duration_ms":899.0},"conversion":"anthropic→openai"}"#,
+        ]
+    );
+    for r in [&plain, &converted] {
+        assert_eq!(read_back(&c, &r.id), *r);
+    }
+}
+
+#[test]
 fn extreme_start_times_are_listed_by_value_without_overflow() {
     let mut c = db();
     let far = record(&tid(0xffff_ffff_ffff, "far"), u64::MAX);
@@ -835,20 +863,60 @@ mod detail_property {
             .prop_map(|(source, kind, message, upstream_body)| RecordError { source, kind, message, upstream_body })
     }
 
+    /// A method or path: the usual ones (which a detail leaves out), one of another protocol,
+    /// or any text.
+    fn method() -> impl Strategy<Value = String> {
+        prop_oneof![2 => Just("POST".to_owned()), 1 => Just("GET".to_owned()), 1 => text()]
+    }
+
+    fn path() -> impl Strategy<Value = String> {
+        let usual = Protocol::ALL.into_iter().filter_map(Protocol::usual_path).map(str::to_owned).collect::<Vec<_>>();
+        prop_oneof![2 => prop::sample::select(usual), 1 => Just("/v1/messages/count_tokens".to_owned()), 1 => text()]
+    }
+
+    /// The record's only attempt as most are: answered at the record's endpoint with its
+    /// status, nothing else to say; in the format of any protocol (or none).
+    fn plain_attempt(r: &RequestRecord, format: String, started_ms: f64, duration_ms: f64) -> AttemptRecord {
+        AttemptRecord {
+            endpoint: r.endpoint.clone().unwrap_or_default(),
+            resume: None,
+            format: format.into(),
+            started_ms,
+            duration_ms,
+            status: Some(r.status),
+            error_kind: None,
+            error: None,
+            classification: Classification::Success,
+            breaker: None,
+        }
+    }
+
     proptest! {
         /// Whatever a record's detail holds (text that needs escaping or not, fields present or
-        /// at their default, any number of attempts), it is stored and read back as it was.
+        /// at their default, the usual method, path and attempt or not, any number of attempts),
+        /// it is stored and read back as it was.
         #[test]
         fn a_record_s_detail_reads_back_as_it_was_recorded(
             (method, path, user_agent, session_id, model_answered) in
-                (text(), text(), proptest::option::of(text()), proptest::option::of(text()), proptest::option::of(text())),
+                (method(), path(), proptest::option::of(text()), proptest::option::of(text()), proptest::option::of(text())),
             (error, first_token_ms, attempts) in
                 (proptest::option::of(error()), proptest::option::of(millis()), proptest::collection::vec(attempt(), 0..4)),
             (conversion, losses, affinity) in
                 (proptest::option::of(text()), proptest::collection::vec(text(), 0..3), any::<bool>()),
+            (protocol, endpoint, status) in
+                (prop::sample::select(vec!["claude", "openai", "responses", "gemini", "other"]),
+                 proptest::option::of(prop_oneof![Just("a".to_owned()), text()]), prop_oneof![Just(200u16), any::<u16>()]),
+            (plain, spoiled, format, started_ms, duration_ms) in
+                (any::<bool>(), 0..8u8, prop_oneof![
+                    prop::sample::select(vec!["anthropic", "openai", "responses", "gemini"]).prop_map(str::to_owned),
+                    text(),
+                ], millis(), millis()),
         ) {
             let id = tid(1_700_000_000_000, "p");
             let mut r = record(&id, 1_700_000_000_000);
+            r.protocol = protocol.into();
+            r.endpoint = endpoint;
+            r.status = status;
             r.method = method.into();
             r.path = path.into();
             r.user_agent = user_agent;
@@ -860,6 +928,21 @@ mod detail_property {
             r.conversion = conversion;
             r.losses = losses;
             r.affinity = affinity;
+            if plain {
+                let mut only = plain_attempt(&r, format, started_ms, duration_ms);
+                // Or all but one thing: then it is stored as any attempt is.
+                match spoiled {
+                    1 => only.resume = Some("continued".into()),
+                    2 => only.error_kind = Some("stream_error".into()),
+                    3 => only.error = Some("cut".into()),
+                    4 => only.breaker = Some("half_open→closed".into()),
+                    5 => only.classification = Classification::Neutral,
+                    6 => only.status = None,
+                    7 => only.endpoint.push_str("-elsewhere"),
+                    _ => {}
+                }
+                r.attempts = vec![only];
+            }
             let mut c = db();
             prop_assert_eq!(insert_batch(&mut c, std::slice::from_ref(&r)).unwrap(), 1);
             prop_assert_eq!(read_back(&c, &id), r);

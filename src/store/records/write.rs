@@ -5,8 +5,9 @@ use rusqlite::{CachedStatement, Connection, ToSql, TransactionBehavior, params};
 
 use super::PeriodsWritten;
 
-use crate::observe::record::{AttemptRecord, RequestRecord};
+use crate::observe::record::{AttemptRecord, Classification, RequestRecord};
 use crate::protocol::json_write::JsonObject;
+use crate::protocol::{Format, Protocol};
 use crate::store::StoreError;
 use crate::store::sql::Sql;
 
@@ -131,10 +132,15 @@ pub fn detail_json(r: &RequestRecord) -> String {
         client_key: _,
         affinity,
     } = r;
+    let protocol = Protocol::parse(&r.protocol);
     let mut out = Vec::with_capacity(160 + 160 * attempts.len());
     let mut detail = JsonObject::open(&mut out);
-    detail.text("method", method);
-    detail.text("path", path);
+    if method != USUAL_METHOD {
+        detail.text("method", method);
+    }
+    if Some(path.as_ref()) != protocol.and_then(Protocol::usual_path) {
+        detail.text("path", path);
+    }
     detail.text_if("user_agent", user_agent.as_deref());
     detail.text_if("session_id", session_id.as_deref());
     detail.text_if("model_answered", model_answered.as_deref());
@@ -144,11 +150,16 @@ pub fn detail_json(r: &RequestRecord) -> String {
     if let Some(ms) = first_token_ms {
         detail.value("first_token_ms", ms);
     }
-    let mut list = detail.list("attempts");
-    for attempt in attempts {
-        write_attempt(list.element(), attempt);
+    match attempts.as_slice() {
+        [only] if answered_plainly(r, only) => write_plain_attempt(detail.key("attempt"), only, protocol),
+        _ => {
+            let mut list = detail.list("attempts");
+            for attempt in attempts {
+                write_attempt(list.element(), attempt);
+            }
+            list.close();
+        }
     }
-    list.close();
     detail.text_if("conversion", conversion.as_deref());
     if !losses.is_empty() {
         detail.value("losses", losses);
@@ -192,6 +203,47 @@ fn write_attempt(out: &mut Vec<u8>, attempt: &AttemptRecord) {
     json.close();
 }
 
+/// Whether `attempt`, a record's only one, is what most are: it answered, with the record's
+/// status, at the record's endpoint, with nothing to say. Such an attempt is stored as
+/// `"attempt"` with its timings (and its format, when the request was converted); the row holds
+/// the rest.
+fn answered_plainly(r: &RequestRecord, attempt: &AttemptRecord) -> bool {
+    let AttemptRecord {
+        endpoint,
+        resume,
+        format: _,
+        started_ms: _,
+        duration_ms: _,
+        status,
+        error_kind,
+        error,
+        classification,
+        breaker,
+    } = attempt;
+    r.endpoint.as_deref() == Some(endpoint.as_str())
+        && *status == Some(r.status)
+        && *classification == Classification::Success
+        && resume.is_none()
+        && error_kind.is_none()
+        && error.is_none()
+        && breaker.is_none()
+}
+
+/// An attempt that `answered_plainly`: its timings, and its format unless it is the one the
+/// record's protocol is passed through to.
+fn write_plain_attempt(out: &mut Vec<u8>, attempt: &AttemptRecord, protocol: Option<Protocol>) {
+    let mut json = JsonObject::open(out);
+    if Some(attempt.format.as_ref()) != protocol.map(|p| Format::native_to(p).as_str()) {
+        json.text("format", &attempt.format);
+    }
+    json.value("started_ms", &attempt.started_ms);
+    json.value("duration_ms", &attempt.duration_ms);
+    json.close();
+}
+
+/// The method a detail leaves out: nearly every proxied request's.
+const USUAL_METHOD: &str = "POST";
+
 /// The keys a stored detail may leave out that stand for `null`; `losses` stands for `[]` and
 /// `affinity` for `false`.
 const DETAIL_NULLS: [&str; 6] = ["user_agent", "session_id", "model_answered", "error", "first_token_ms", "conversion"];
@@ -199,9 +251,32 @@ const DETAIL_NULLS: [&str; 6] = ["user_agent", "session_id", "model_answered", "
 /// The keys a stored attempt may leave out; each stands for `null`.
 const ATTEMPT_NULLS: [&str; 4] = ["status", "error_kind", "error", "breaker"];
 
-/// Put back the keys `detail_json` leaves out at their default, so a record reads as it was
-/// recorded (and as a detail stored whole reads).
-pub(super) fn restore_detail_defaults(detail: &mut serde_json::Map<String, serde_json::Value>) {
+/// What a record's row says that its detail may leave out.
+pub(super) struct RowFacts<'a> {
+    pub protocol: &'a str,
+    pub endpoint: Option<&'a str>,
+    pub status: i64,
+}
+
+/// Put back what `detail_json` leaves out — the keys at their default, the usual method and
+/// path, the one plain attempt's endpoint, status and classification — so a record reads as it
+/// was recorded (and as a detail stored whole reads).
+pub(super) fn restore_detail_defaults(detail: &mut serde_json::Map<String, serde_json::Value>, row: &RowFacts<'_>) {
+    use serde_json::Value;
+    let protocol = Protocol::parse(row.protocol);
+    detail.entry("method").or_insert_with(|| Value::from(USUAL_METHOD));
+    if let Some(path) = protocol.and_then(Protocol::usual_path) {
+        detail.entry("path").or_insert_with(|| Value::from(path));
+    }
+    if let Some(Value::Object(mut plain)) = detail.remove("attempt") {
+        plain.insert("endpoint".into(), Value::from(row.endpoint));
+        plain.insert("status".into(), Value::from(row.status));
+        plain.insert("classification".into(), serde_json::to_value(Classification::Success).unwrap_or(Value::Null));
+        if let Some(native) = protocol.map(Format::native_to) {
+            plain.entry("format").or_insert_with(|| Value::from(native.as_str()));
+        }
+        detail.insert("attempts".into(), Value::Array(vec![Value::Object(plain)]));
+    }
     for key in DETAIL_NULLS {
         detail.entry(key).or_insert(serde_json::Value::Null);
     }
