@@ -189,7 +189,7 @@ fn decide(snapshots: &ArcSwap<Snapshot>, rotation: &Rotation, route: Route, head
         if settings.routing_strategy == RoutingStrategy::RoundRobin { rotation.next_round_robin(protocol) } else { 0 };
     let start = routing::start_index(settings.routing_strategy, &ids, seen_current, manual, ticket);
     let endpoint = live[start];
-    let permit = endpoint.breaker.try_acquire(&endpoint.config.name, is_explicit).expect("permit");
+    let permit = endpoint.breaker.try_acquire(endpoint.record_name.clone(), is_explicit).expect("permit");
 
     // The answer: 200, classified and recorded on the breaker.
     let class = classify_status(200, route, settings.auth_errors_fail_over);
@@ -286,7 +286,7 @@ fn decision_cases(rows: &mut Vec<[String; 4]>) {
     let endpoint = &candidates[0];
     let settings = s.settings.breaker(Protocol::Claude);
     let t = measure(|| {
-        let permit = endpoint.breaker.try_acquire(&endpoint.config.name, false).expect("permit");
+        let permit = endpoint.breaker.try_acquire(endpoint.record_name.clone(), false).expect("permit");
         black_box(permit.record(AttemptOutcome::SUCCESS.breaker(), None, settings));
     });
     rows.push([

@@ -61,7 +61,7 @@ impl Rng {
 
 fn attempt(endpoint: &str, status: u16, class: Classification, error: Option<&str>) -> AttemptRecord {
     AttemptRecord {
-        endpoint: endpoint.into(),
+        endpoint: endpoint.to_owned().into(),
         format: "anthropic".into(),
         started_ms: 0.3,
         duration_ms: 800.0,

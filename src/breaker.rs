@@ -14,6 +14,7 @@
 pub mod retry_after;
 pub mod state;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -166,7 +167,9 @@ impl BreakerCell {
     }
 
     /// Ask to send one attempt to this endpoint.
-    pub fn try_acquire(self: &Arc<Self>, endpoint: &str, explicit: bool) -> Result<Permit, Denied> {
+    /// `endpoint` is its name as records hold it (`snapshot::record_name`): a permit keeps it for
+    /// the transition it may cause, without a copy of its own.
+    pub fn try_acquire(self: &Arc<Self>, endpoint: Cow<'static, str>, explicit: bool) -> Result<Permit, Denied> {
         let (result, transition) = if !explicit && self.closed.load(Ordering::Acquire) {
             (Ok(Grant::of_closed()), None)
         } else {
@@ -174,20 +177,16 @@ impl BreakerCell {
             self.lock().try_acquire(now, explicit)
         };
         if let Some(t) = transition {
-            self.registry.sink.transition(endpoint, &t);
+            self.registry.sink.transition(&endpoint, &t);
         }
-        result.map(|grant| Permit {
-            cell: self.clone(),
-            grant: Some(grant),
-            endpoint: endpoint.to_string(),
-            claimed: false,
-        })
+        result.map(|grant| Permit { cell: self.clone(), grant: Some(grant), endpoint, claimed: false })
     }
 
     /// `try_acquire`, and in a cluster the cluster-wide claim of a half-open probe: a probe
     /// another node holds is denied here as a busy probe, and the local permit goes back.
-    pub async fn acquire(self: &Arc<Self>, endpoint: &str, explicit: bool) -> Result<Permit, Denied> {
+    pub async fn acquire(self: &Arc<Self>, endpoint: Cow<'static, str>, explicit: bool) -> Result<Permit, Denied> {
         let mut permit = self.try_acquire(endpoint, explicit)?;
+        let endpoint = &permit.endpoint;
         let Some(shared) = self.registry.shared.get().filter(|_| permit.is_probe()) else {
             return Ok(permit);
         };
@@ -245,7 +244,7 @@ impl BreakerCell {
 pub struct Permit {
     cell: Arc<BreakerCell>,
     grant: Option<Grant>,
-    endpoint: String,
+    endpoint: Cow<'static, str>,
     /// The probe was claimed cluster-wide: its end is the cluster's to hear.
     claimed: bool,
 }
@@ -326,7 +325,7 @@ mod tests {
     fn open_and_cool(breakers: &Breakers, clock: &Arc<ManualClock>) -> Arc<BreakerCell> {
         let cell = breakers.cell(EndpointId(1));
         let settings = BreakerSettings { failure_threshold: 1, ..BreakerSettings::openai_defaults() };
-        let permit = cell.try_acquire("e", false).unwrap();
+        let permit = cell.try_acquire("e".into(), false).unwrap();
         permit.record(Outcome::Broken, Some("boom"), &settings);
         assert!(cell.routable().is_err());
         clock.advance(Duration::from_secs(60));
@@ -338,10 +337,10 @@ mod tests {
         let clock = Arc::new(ManualClock::new());
         let breakers = Breakers::new(Arc::new(clock.clone()), Arc::new(NoSink));
         let cell = open_and_cool(&breakers, &clock);
-        let probe = cell.try_acquire("e", false).unwrap();
-        assert!(matches!(cell.try_acquire("e", false), Err(Denied::ProbeBusy { .. })));
+        let probe = cell.try_acquire("e".into(), false).unwrap();
+        assert!(matches!(cell.try_acquire("e".into(), false), Err(Denied::ProbeBusy { .. })));
         drop(probe);
-        assert!(cell.try_acquire("e", false).is_ok());
+        assert!(cell.try_acquire("e".into(), false).is_ok());
     }
 
     #[test]
@@ -351,12 +350,12 @@ mod tests {
         let cell = open_and_cool(&breakers, &clock);
         let c = cell.clone();
         let result = std::thread::spawn(move || {
-            let _probe = c.try_acquire("e", false).unwrap();
+            let _probe = c.try_acquire("e".into(), false).unwrap();
             panic!("handler bug");
         })
         .join();
         assert!(result.is_err());
-        assert!(cell.try_acquire("e", false).is_ok(), "the unwinding drop gave the permit back");
+        assert!(cell.try_acquire("e".into(), false).is_ok(), "the unwinding drop gave the permit back");
         assert_eq!(cell.view().consecutive_failures, 1, "neutral: no counter moved");
     }
 
@@ -365,7 +364,7 @@ mod tests {
         let clock = Arc::new(ManualClock::new());
         let breakers = Breakers::new(Arc::new(clock.clone()), Arc::new(NoSink));
         let cell = open_and_cool(&breakers, &clock);
-        let probe = cell.try_acquire("e", false).unwrap();
+        let probe = cell.try_acquire("e".into(), false).unwrap();
         let mut waiting = std::pin::pin!(breakers.changed().notified());
         waiting.as_mut().enable();
         drop(probe);
@@ -386,29 +385,29 @@ mod tests {
             assert_eq!(cell.routable().is_ok(), closed || cell.lock().routable(clock.now()).is_ok());
         };
         agrees(&cell, true);
-        cell.try_acquire("e", false).unwrap().record(Outcome::Broken, Some("boom"), &settings);
+        cell.try_acquire("e".into(), false).unwrap().record(Outcome::Broken, Some("boom"), &settings);
         agrees(&cell, false);
-        assert!(cell.routable().is_err() && cell.try_acquire("e", false).is_err());
+        assert!(cell.routable().is_err() && cell.try_acquire("e".into(), false).is_err());
         clock.advance(Duration::from_secs(60));
-        let probe = cell.try_acquire("e", false).unwrap();
+        let probe = cell.try_acquire("e".into(), false).unwrap();
         assert!(probe.is_probe());
         agrees(&cell, false);
-        assert!(cell.try_acquire("e", false).is_err(), "the probe is taken: no closed grant");
+        assert!(cell.try_acquire("e".into(), false).is_err(), "the probe is taken: no closed grant");
         let mut probe = Some(probe);
         for _ in 0..100 {
             if cell.lock().is_closed() {
                 break;
             }
-            let p = probe.take().unwrap_or_else(|| cell.try_acquire("e", false).unwrap());
+            let p = probe.take().unwrap_or_else(|| cell.try_acquire("e".into(), false).unwrap());
             p.record(Outcome::Success, None, &settings);
         }
         agrees(&cell, true);
         cell.apply_open("e", OpenReason::Broken, Duration::from_secs(30));
         agrees(&cell, false);
-        assert!(cell.try_acquire("e", false).is_err());
+        assert!(cell.try_acquire("e".into(), false).is_err());
         cell.apply_closed("e", true);
         agrees(&cell, true);
-        cell.try_acquire("e", false).unwrap().record(Outcome::Broken, Some("boom"), &settings);
+        cell.try_acquire("e".into(), false).unwrap().record(Outcome::Broken, Some("boom"), &settings);
         agrees(&cell, false);
         cell.reset("e");
         agrees(&cell, true);
@@ -420,7 +419,7 @@ mod tests {
         let clock = Arc::new(ManualClock::new());
         let breakers = Breakers::new(Arc::new(clock.clone()), Arc::new(NoSink));
         let cell = open_and_cool(&breakers, &clock);
-        let probe = cell.try_acquire("e", false).unwrap();
+        let probe = cell.try_acquire("e".into(), false).unwrap();
         let waiting = breakers.changed().notified();
         drop(probe);
         tokio::time::timeout(Duration::from_secs(5), waiting).await.unwrap();

@@ -3,13 +3,15 @@
 //! keys (so a request finds its key in memory, never in the database). Immutable;
 //! the gateway swaps in a new one on every change, so a request never reads the database.
 
-use std::sync::Arc;
+use std::borrow::Cow;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::breaker::BreakerCell;
 use crate::config::Settings;
 use crate::endpoint::Endpoint;
+use crate::fasthash::FastSet;
 use crate::observe::cost::PriceTable;
 use crate::protocol::Format;
 use crate::proxy::upstream::UpstreamOrigin;
@@ -28,6 +30,8 @@ pub struct LiveEndpoint {
     pub host: Option<HeaderValue>,
     /// Its base URL's scheme and authority, parsed once for the URLs of all its requests.
     pub origin: Option<UpstreamOrigin>,
+    /// Its name as a request's record holds it (`record_name`).
+    pub record_name: Cow<'static, str>,
 }
 
 impl AsRef<Endpoint> for LiveEndpoint {
@@ -72,9 +76,46 @@ impl LiveEndpoint {
             extra_headers: extra_headers(&config),
             host: host_header(&config.base_url),
             origin: UpstreamOrigin::of(&config.base_url),
+            record_name: record_name(&config.name),
             breaker,
             config,
         }
+    }
+}
+
+/// How many distinct endpoint names `record_name` keeps.
+const MAX_RECORD_NAMES: usize = 4096;
+
+/// An endpoint's name as request records hold it. Each distinct name is copied once, for the
+/// life of the process, and every record borrows it: a record's two copies of its endpoint's
+/// name were allocated by a serving thread and freed by the record writer's, on every request.
+pub fn record_name(name: &str) -> Cow<'static, str> {
+    static NAMES: LazyLock<Mutex<KeptNames>> = LazyLock::new(|| Mutex::new(KeptNames::new(MAX_RECORD_NAMES)));
+    NAMES.lock().unwrap_or_else(PoisonError::into_inner).name(name)
+}
+
+/// The names `record_name` has kept. Past `most` names (endpoints renamed over and over) a name
+/// is copied per record again, so no amount of renaming grows memory without bound.
+struct KeptNames {
+    names: FastSet<&'static str>,
+    most: usize,
+}
+
+impl KeptNames {
+    fn new(most: usize) -> Self {
+        Self { names: FastSet::default(), most }
+    }
+
+    fn name(&mut self, name: &str) -> Cow<'static, str> {
+        if let Some(kept) = self.names.get(name) {
+            return Cow::Borrowed(kept);
+        }
+        if self.names.len() >= self.most {
+            return Cow::Owned(name.to_owned());
+        }
+        let kept: &'static str = Box::leak(name.to_owned().into_boxed_str());
+        self.names.insert(kept);
+        Cow::Borrowed(kept)
     }
 }
 
@@ -123,7 +164,23 @@ fn extra_headers(e: &Endpoint) -> HeaderMap {
 
 #[cfg(test)]
 mod tests {
-    use super::host_header;
+    use super::{Cow, KeptNames, host_header, record_name};
+
+    #[test]
+    fn an_endpoint_name_is_kept_once_and_borrowed_by_every_record_up_to_the_cap() {
+        let mut kept = KeptNames::new(2);
+        let (a, again) = (kept.name("relay-a"), kept.name(&String::from("relay-a")));
+        match (&a, &again) {
+            (Cow::Borrowed(a), Cow::Borrowed(again)) => assert!(std::ptr::eq(*a, *again), "one copy"),
+            other => panic!("not borrowed: {other:?}"),
+        }
+        assert!(matches!(kept.name("relay-b"), Cow::Borrowed("relay-b")));
+        // Past the cap: copied per record, and the names kept stay as they were.
+        assert!(matches!(kept.name("relay-c"), Cow::Owned(c) if c == "relay-c"));
+        assert_eq!(kept.names.len(), 2);
+        assert!(matches!(kept.name("relay-a"), Cow::Borrowed("relay-a")));
+        assert!(matches!(record_name("anthropic-main"), Cow::Borrowed("anthropic-main")));
+    }
 
     #[test]
     fn the_host_header_carries_the_port_only_when_it_is_not_the_schemes_default() {

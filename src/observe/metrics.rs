@@ -612,7 +612,7 @@ impl Metrics {
             ""
         };
         match record.attempts.as_slice() {
-            [only] if record.endpoint.as_deref() == Some(only.endpoint.as_str()) => {
+            [only] if record.endpoint.as_deref() == Some(only.endpoint.as_ref()) => {
                 self.observe_plain(
                     record,
                     [protocol, endpoint, record.status_class(), outcome_str(only.classification)],
@@ -968,7 +968,7 @@ mod tests {
 
     fn attempt(endpoint: &str, classification: Classification) -> AttemptRecord {
         AttemptRecord {
-            endpoint: endpoint.into(),
+            endpoint: endpoint.to_owned().into(),
             format: "anthropic".into(),
             started_ms: 0.0,
             duration_ms: 1.0,
@@ -993,7 +993,7 @@ mod tests {
             model_requested: Some("m".into()),
             model_sent: Some("m".into()),
             model_answered: None,
-            endpoint: Some(endpoint.into()),
+            endpoint: Some(endpoint.to_owned().into()),
             stream: false,
             status,
             error: None,

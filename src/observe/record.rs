@@ -56,7 +56,8 @@ pub enum Classification {
 /// One upstream attempt of a request.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AttemptRecord {
-    pub endpoint: String,
+    /// Borrowed as `RequestRecord::endpoint` is.
+    pub endpoint: Cow<'static, str>,
     /// This attempt continued a cut stream: how (SPEC §6 stream resume).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume: Option<String>,
@@ -115,8 +116,9 @@ pub struct RequestRecord {
     pub model_sent: Option<String>,
     /// The model the upstream said answered.
     pub model_answered: Option<String>,
-    /// The final endpoint (the one that answered, or the last one tried).
-    pub endpoint: Option<String>,
+    /// The final endpoint (the one that answered, or the last one tried). Borrowed from the
+    /// configuration's interned name when a request makes the record, as `protocol` is.
+    pub endpoint: Option<Cow<'static, str>>,
     pub stream: bool,
     /// The status the client got (499 when the client went away first).
     pub status: u16,

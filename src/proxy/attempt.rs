@@ -272,7 +272,7 @@ impl Run {
                             continue;
                         }
                         skipped_in_a_row = 0;
-                        let permit = match endpoint.breaker.acquire(&endpoint.config.name, explicit).await {
+                        let permit = match endpoint.breaker.acquire(endpoint.record_name.clone(), explicit).await {
                             Ok(permit) => permit,
                             Err(denied) => {
                                 denied_in_a_row.push(denied);
@@ -555,7 +555,7 @@ impl Run {
         let multiplier = endpoint.config.price_multiplier;
         if let Some(t) = self.trail.as_mut() {
             let format = endpoint.config.format.as_str();
-            t.begin_attempt(&endpoint.config.name, endpoint.config.id, format, model.as_deref(), multiplier);
+            t.begin_attempt(endpoint.record_name.clone(), endpoint.config.id, format, model.as_deref(), multiplier);
             if self.conversion.needed(endpoint.config.format) && matches!(self.inbound.route, Route::Protocol(_)) {
                 let losses = self.conversion.losses(endpoint.config.format);
                 t.set_conversion(self.conversion.client.as_str(), endpoint.config.format.as_str(), losses);

@@ -241,7 +241,7 @@ impl Trail {
     /// An attempt is about to be sent.
     pub fn begin_attempt(
         &mut self,
-        endpoint: &str,
+        endpoint: Cow<'static, str>,
         id: EndpointId,
         format: &'static str,
         model_sent: Option<&str>,
@@ -250,7 +250,7 @@ impl Trail {
         let now = Instant::now();
         self.attempt_endpoint = Some(id);
         self.record.attempts.push(AttemptRecord {
-            endpoint: endpoint.to_string(),
+            endpoint: endpoint.clone(),
             format: Cow::Borrowed(format),
             started_ms: ms(now - self.started),
             duration_ms: 0.0,
@@ -262,10 +262,10 @@ impl Trail {
             resume: None,
         });
         self.current = Some((self.record.attempts.len() - 1, now));
-        self.record.endpoint = Some(endpoint.to_string());
+        self.record.endpoint = Some(endpoint);
         self.record.model_sent = model_sent.map(|m| capped(m, MAX_NAME));
         self.multiplier = multiplier;
-        let mut endpoints = self.record.attempts.iter().map(|a| a.endpoint.as_str());
+        let mut endpoints = self.record.attempts.iter().map(|a| a.endpoint.as_ref());
         let first = endpoints.next();
         self.record.failed_over = endpoints.any(|e| Some(e) != first);
     }

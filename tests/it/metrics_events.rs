@@ -180,7 +180,7 @@ fn parse_with_prometheus_client(text: &str) -> BTreeMap<String, Family> {
 
 fn attempt(endpoint: &str, classification: Classification, status: Option<u16>) -> AttemptRecord {
     AttemptRecord {
-        endpoint: endpoint.into(),
+        endpoint: endpoint.to_owned().into(),
         format: "responses".into(),
         started_ms: 0.0,
         duration_ms: 10.0,
@@ -206,7 +206,7 @@ fn synthetic(id: &str, protocol: &str, endpoint: &str, status: u16) -> RequestRe
         model_requested: Some("gpt-c".into()),
         model_sent: Some("gpt-c".into()),
         model_answered: None,
-        endpoint: Some(endpoint.into()),
+        endpoint: Some(endpoint.to_owned().into()),
         stream: false,
         status,
         error: None,

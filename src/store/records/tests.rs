@@ -620,7 +620,7 @@ fn pages_walked_period_by_period_hold_exactly_the_matching_records_in_order() {
         let expected: Vec<String> = ordered
             .iter()
             .map(|(_, r)| r)
-            .filter(|r| f.endpoint.is_none() || r.endpoint == f.endpoint)
+            .filter(|r| f.endpoint.is_none() || r.endpoint.as_deref() == f.endpoint.as_deref())
             .filter(|r| f.model.is_none() || r.model_requested == f.model)
             .filter(|r| f.protocol.as_ref().is_none_or(|p| &r.protocol == p))
             .filter(|r| f.status_class.is_none_or(|class| r.status / 100 == class))
@@ -650,7 +650,7 @@ fn periods_follow_their_records_through_retention() {
             .flat_map(|r| {
                 let h = period_of(r.started_at_ms as i64);
                 [
-                    r.endpoint.clone().map(|e| ("endpoint".to_string(), e, h)),
+                    r.endpoint.clone().map(|e| ("endpoint".to_string(), e.into_owned(), h)),
                     r.model_requested.clone().map(|m| ("model".to_string(), m, h)),
                     Some(("protocol".to_string(), r.protocol.to_string(), h)),
                 ]
@@ -844,7 +844,7 @@ mod detail_property {
                     (status, error_kind, error),
                     (classification, breaker),
                 )| AttemptRecord {
-                    endpoint,
+                    endpoint: endpoint.into(),
                     resume,
                     format: format.into(),
                     started_ms,
@@ -915,7 +915,7 @@ mod detail_property {
             let id = tid(1_700_000_000_000, "p");
             let mut r = record(&id, 1_700_000_000_000);
             r.protocol = protocol.into();
-            r.endpoint = endpoint;
+            r.endpoint = endpoint.map(Into::into);
             r.status = status;
             r.method = method.into();
             r.path = path.into();
@@ -938,7 +938,7 @@ mod detail_property {
                     4 => only.breaker = Some("half_open→closed".into()),
                     5 => only.classification = Classification::Neutral,
                     6 => only.status = None,
-                    7 => only.endpoint.push_str("-elsewhere"),
+                    7 => only.endpoint.to_mut().push_str("-elsewhere"),
                     _ => {}
                 }
                 r.attempts = vec![only];

@@ -220,7 +220,7 @@ fn answered_plainly(r: &RequestRecord, attempt: &AttemptRecord) -> bool {
         classification,
         breaker,
     } = attempt;
-    r.endpoint.as_deref() == Some(endpoint.as_str())
+    r.endpoint.as_deref() == Some(endpoint.as_ref())
         && *status == Some(r.status)
         && *classification == Classification::Success
         && resume.is_none()
@@ -315,7 +315,7 @@ pub(super) fn search_text(r: &RequestRecord) -> Option<String> {
     for a in &r.attempts {
         let failed = a.status.is_some_and(|s| s >= 400);
         if failed || a.error.is_some() || a.error_kind.is_some() {
-            let mut line = a.endpoint.clone();
+            let mut line = a.endpoint.to_string();
             if let Some(s) = a.status {
                 line.push_str(&format!(" {s}"));
             }
