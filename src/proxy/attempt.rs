@@ -551,11 +551,11 @@ impl Run {
 
     /// The attempt about to be sent, in the decision trail.
     fn begin_attempt(&mut self, endpoint: &LiveEndpoint) {
-        let model = self.inbound.model.as_deref().map(|m| endpoint.config.map_model(m).to_string());
+        let model = self.inbound.model.as_deref().map(|m| endpoint.config.map_model(m));
         let multiplier = endpoint.config.price_multiplier;
         if let Some(t) = self.trail.as_mut() {
             let format = endpoint.config.format.as_str();
-            t.begin_attempt(endpoint.record_name.clone(), endpoint.config.id, format, model.as_deref(), multiplier);
+            t.begin_attempt(endpoint.record_name.clone(), endpoint.config.id, format, model, multiplier);
             if self.conversion.needed(endpoint.config.format) && matches!(self.inbound.route, Route::Protocol(_)) {
                 let losses = self.conversion.losses(endpoint.config.format);
                 t.set_conversion(self.conversion.client.as_str(), endpoint.config.format.as_str(), losses);
