@@ -83,7 +83,8 @@ impl LiveEndpoint {
     }
 }
 
-/// How many distinct endpoint names `record_name` keeps.
+/// How many distinct endpoint names `record_name` keeps: names are at most 64 bytes
+/// (`endpoint::valid_name`), so at most 256 KiB.
 const MAX_RECORD_NAMES: usize = 4096;
 
 /// An endpoint's name as request records hold it. Each distinct name is copied once, for the
