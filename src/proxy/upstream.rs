@@ -355,6 +355,22 @@ mod tests {
     async fn server_answering(
         answer: &'static [u8],
     ) -> (String, Arc<AtomicUsize>, tokio::sync::mpsc::UnboundedReceiver<()>) {
+        server(answer, Then::KeepOpen).await
+    }
+
+    /// What the test server does with a connection after an answer.
+    #[derive(Clone)]
+    enum Then {
+        KeepOpen,
+        /// Close it when told, without having said so in the answer (as a server does whose
+        /// keep-alive timeout is shorter than the pool's).
+        CloseWhenTold(Arc<tokio::sync::Notify>),
+    }
+
+    async fn server(
+        answer: &'static [u8],
+        then: Then,
+    ) -> (String, Arc<AtomicUsize>, tokio::sync::mpsc::UnboundedReceiver<()>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/", listener.local_addr().unwrap());
         let accepted = Arc::new(AtomicUsize::new(0));
@@ -364,6 +380,7 @@ mod tests {
             while let Ok((mut tcp, _)) = listener.accept().await {
                 count.fetch_add(1, Ordering::SeqCst);
                 let closed_tx = closed_tx.clone();
+                let then = then.clone();
                 tokio::spawn(async move {
                     let mut seen = Vec::new();
                     let mut buf = [0u8; 4096];
@@ -377,8 +394,14 @@ mod tests {
                             if tcp.write_all(answer).await.is_err() {
                                 break 'conn;
                             }
+                            if let Then::CloseWhenTold(told) = &then {
+                                told.notified().await;
+                                break 'conn;
+                            }
                         }
                     }
+                    // Closed before it is reported, so a test that waits for the report finds it closed.
+                    drop(tcp);
                     let _ = closed_tx.send(());
                 });
             }
@@ -411,6 +434,46 @@ mod tests {
             assert_eq!(idle(&client, &url), 1);
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 1, "one connection served all five");
+    }
+
+    #[test]
+    fn a_request_drives_its_upstream_connection_without_a_task_of_its_own() {
+        // The server runs on a runtime of its own, so the client's counts only the client's tasks.
+        let (found_tx, found) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let server_runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            server_runtime.block_on(async move {
+                found_tx.send(keepalive_server().await).unwrap();
+                std::future::pending::<()>().await
+            });
+        });
+        let (url, accepted, _closed) = found.recv().unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let client = UpstreamClient::new().unwrap();
+            client.install_on_this_thread();
+            for _ in 0..3 {
+                get_ok(&client, &url).await;
+            }
+            assert_eq!(idle(&client, &url), 1, "the connection is pooled, open");
+            assert_eq!(tokio::runtime::Handle::current().metrics().num_alive_tasks(), 0, "and no task runs it");
+        });
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_the_upstream_closed_is_not_offered_again() {
+        let close = Arc::new(tokio::sync::Notify::new());
+        let (url, accepted, mut closed) = server(OK, Then::CloseWhenTold(close.clone())).await;
+        let client = UpstreamClient::new().unwrap();
+        client.install_on_this_thread();
+        get_ok(&client, &url).await;
+        assert_eq!(idle(&client, &url), 1);
+        // The server closes its end while the connection sits in the pool, unpolled.
+        close.notify_one();
+        tokio::time::timeout(Duration::from_secs(10), closed.recv()).await.unwrap().unwrap();
+        get_ok(&client, &url).await;
+        assert_eq!(accepted.load(Ordering::SeqCst), 2, "the second request went on a new connection");
     }
 
     #[tokio::test]
