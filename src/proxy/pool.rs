@@ -105,10 +105,9 @@ impl Conn {
     /// `step` (which drives the connection and takes what that produced) as the task of `cx`,
     /// without the wake-ups that task causes itself meanwhile (`quiet`).
     fn read<T>(&mut self, cx: &Context<'_>, step: impl FnOnce(&mut Conn) -> Poll<T>) -> Poll<T> {
-        let quiet = self.quiet.clone();
-        quiet.enter(cx);
+        self.quiet.enter(cx);
         let read = step(self);
-        quiet.leave(cx, &read);
+        self.quiet.leave(cx, &read);
         read
     }
 
@@ -347,7 +346,8 @@ impl Pool {
             match answered {
                 Ok(response) => {
                     let (parts, inner) = response.into_parts();
-                    let mut body = UpstreamBody { inner, back: Some(GiveBack { pool: self, key, conn }) };
+                    let mut body =
+                        UpstreamBody { inner, back: Some(GiveBack { pool: self, key, conn }), read_one: false };
                     // An answer without a body (204, 304) is already over.
                     if body.inner.is_end_stream() {
                         body.give_back();
@@ -410,6 +410,8 @@ struct GiveBack {
 pub struct UpstreamBody {
     inner: Incoming,
     back: Option<GiveBack>,
+    /// A frame has been read: the connection's next data is not read yet, so it is driven first.
+    read_one: bool,
 }
 
 impl std::fmt::Debug for UpstreamBody {
@@ -445,14 +447,23 @@ impl Body for UpstreamBody {
                 polled => polled,
             };
         };
-        // Taking a chunk wakes the connection's waker (there is room for the next): a read.
-        let polled = back.conn.read(cx, |conn| match Pin::new(&mut *inner).poll_frame(&mut nobody) {
-            Poll::Pending => {
-                // After the connection's end, the body reports what it got before it.
+        // Taking a chunk wakes the connection's waker (there is room for the next): a read. The
+        // first frame often came with the head, already read; after it, the next one needs a
+        // drive (hyper hands the body over a chunk at a time).
+        let read_one = std::mem::replace(&mut this.read_one, true);
+        let polled = back.conn.read(cx, |conn| {
+            if read_one {
                 conn.drive();
-                Pin::new(&mut *inner).poll_frame(&mut nobody)
+                return Pin::new(&mut *inner).poll_frame(&mut nobody);
             }
-            polled => polled,
+            match Pin::new(&mut *inner).poll_frame(&mut nobody) {
+                Poll::Pending => {
+                    // After the connection's end, the body reports what it got before it.
+                    conn.drive();
+                    Pin::new(&mut *inner).poll_frame(&mut nobody)
+                }
+                polled => polled,
+            }
         });
         match &polled {
             Poll::Ready(None) => this.give_back(),
