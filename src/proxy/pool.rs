@@ -13,7 +13,8 @@
 //! readiness wakes the request's own task, not a connection task that would then wake the
 //! request's; and the wake-ups the request causes itself while it reads are held back
 //! (`quiet`). A request is polled three times instead of three polls of its own and three of
-//! its connection's task, and a streamed chunk costs a third fewer instructions (BENCHMARKS.md).
+//! its connection's task; a stream's events that arrive together cost a third fewer
+//! instructions, and ones that arrive one at a time about the same (BENCHMARKS.md).
 //! An idle connection is polled by nobody: a close by the upstream while it waits is found by
 //! hyper when the next request is handed to it, before any of it is written (and that request
 //! goes on another connection, below); its socket is closed then, or by the pool's timeout,
