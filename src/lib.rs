@@ -64,3 +64,5 @@ pub mod timefmt;
 
 #[cfg(test)]
 mod fuzz_tests;
+#[cfg(test)]
+mod test_waker;

@@ -626,27 +626,19 @@ mod tests {
 
 #[cfg(test)]
 mod timer_tests {
-    use std::sync::atomic::AtomicUsize;
-    use std::task::{Wake, Waker};
+    use std::task::Waker;
 
     use tokio::io::{AsyncWriteExt, DuplexStream};
 
     use super::*;
 
-    /// A waker that counts its wake-ups.
-    struct Wakes(AtomicUsize);
-
-    impl Wake for Wakes {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
+    use crate::test_waker::{CountWakes, counting_waker};
 
     /// A connection's socket as hyper drives it: read once, then again only when woken.
     struct Conn {
         io: TimedIo<DuplexStream>,
         activity: Arc<Activity>,
-        wakes: Arc<Wakes>,
+        wakes: Arc<CountWakes>,
         waker: Waker,
         seen_wakes: usize,
         client: DuplexStream,
@@ -660,8 +652,7 @@ mod timer_tests {
                 header_read: Duration::from_secs_f64(header_read),
                 keepalive: Duration::from_secs_f64(keepalive),
             };
-            let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
-            let waker = Waker::from(wakes.clone());
+            let (wakes, waker) = counting_waker();
             let io = TimedIo::new(server, activity.clone(), timers);
             Conn { io, activity, wakes, waker, seen_wakes: 0, client }
         }
@@ -675,7 +666,7 @@ mod timer_tests {
 
         /// Whether the connection was woken since this was last asked.
         fn woken(&mut self) -> bool {
-            let wakes = self.wakes.0.load(Ordering::SeqCst);
+            let wakes = self.wakes.count();
             std::mem::replace(&mut self.seen_wakes, wakes) < wakes
         }
 

@@ -118,22 +118,8 @@ impl Drop for StopWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicUsize;
-    use std::task::Wake;
 
-    #[derive(Default)]
-    struct CountWakes(AtomicUsize);
-
-    impl Wake for CountWakes {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    fn counting_waker() -> (Arc<CountWakes>, Waker) {
-        let count = Arc::new(CountWakes::default());
-        (count.clone(), Waker::from(count))
-    }
+    use crate::test_waker::counting_waker;
 
     #[test]
     fn a_watcher_is_woken_at_each_stage_and_a_stop_only_moves_forward() {
@@ -146,7 +132,7 @@ mod tests {
         assert_eq!(signal.waiting.lock().unwrap().wakers.len(), 1, "registered once");
 
         signal.set(Stop::Draining);
-        assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
+        assert_eq!(wakes.count(), 1);
         assert_eq!(watch.poll_get(&mut cx), Stop::Draining);
         signal.set(Stop::Running);
         assert_eq!(watch.poll_get(&mut cx), Stop::Draining, "a stop cannot be undone");
@@ -166,8 +152,8 @@ mod tests {
         watch.poll_get(&mut Context::from_waker(&old));
         watch.poll_get(&mut Context::from_waker(&new));
         signal.set(Stop::Draining);
-        assert_eq!(old_wakes.0.load(Ordering::SeqCst), 0);
-        assert_eq!(new_wakes.0.load(Ordering::SeqCst), 1);
+        assert_eq!(old_wakes.count(), 0);
+        assert_eq!(new_wakes.count(), 1);
         assert_eq!(signal.waiting.lock().unwrap().wakers.len(), 1);
     }
 

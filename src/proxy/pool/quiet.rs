@@ -87,62 +87,50 @@ impl Wake for Quiet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicUsize;
+    use crate::test_waker::counting_waker;
     use std::task::Poll;
-
-    struct Count(AtomicUsize);
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    fn task() -> (Arc<Count>, Waker) {
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        (count.clone(), Waker::from(count))
-    }
 
     #[test]
     fn a_wake_up_outside_a_read_wakes_the_task() {
-        let (count, task_waker) = task();
+        let (count, task_waker) = counting_waker();
         let (quiet, waker) = Quiet::new();
         let cx = Context::from_waker(&task_waker);
         quiet.enter(&cx);
         quiet.leave(&cx, &Poll::<()>::Pending);
         waker.wake_by_ref();
-        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert_eq!(count.count(), 1);
     }
 
     #[test]
     fn a_wake_up_during_a_read_that_ends_ready_is_dropped() {
-        let (count, task_waker) = task();
+        let (count, task_waker) = counting_waker();
         let (quiet, waker) = Quiet::new();
         let cx = Context::from_waker(&task_waker);
         quiet.enter(&cx);
         waker.wake_by_ref();
         quiet.leave(&cx, &Poll::Ready(()));
-        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+        assert_eq!(count.count(), 0);
         // Nor is it remembered for the next read.
         quiet.enter(&cx);
         quiet.leave(&cx, &Poll::<()>::Pending);
-        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+        assert_eq!(count.count(), 0);
     }
 
     #[test]
     fn a_wake_up_during_a_read_that_ends_pending_wakes_the_task_at_its_end() {
-        let (count, task_waker) = task();
+        let (count, task_waker) = counting_waker();
         let (quiet, waker) = Quiet::new();
         let cx = Context::from_waker(&task_waker);
         quiet.enter(&cx);
         waker.wake_by_ref();
-        assert_eq!(count.0.load(Ordering::SeqCst), 0, "not while it reads");
+        assert_eq!(count.count(), 0, "not while it reads");
         quiet.leave(&cx, &Poll::<()>::Pending);
-        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert_eq!(count.count(), 1);
     }
 
     #[test]
     fn a_wake_up_before_a_drive_is_left_to_the_drive() {
-        let (count, task_waker) = task();
+        let (count, task_waker) = counting_waker();
         let (quiet, waker) = Quiet::new();
         let cx = Context::from_waker(&task_waker);
         quiet.held(|| waker.wake_by_ref());
@@ -150,26 +138,26 @@ mod tests {
         waker.wake_by_ref();
         quiet.drive_starts();
         quiet.leave(&cx, &Poll::<()>::Pending);
-        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+        assert_eq!(count.count(), 0);
         // One during the drive is not.
         quiet.enter(&cx);
         quiet.drive_starts();
         waker.wake_by_ref();
         quiet.leave(&cx, &Poll::<()>::Pending);
-        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert_eq!(count.count(), 1);
     }
 
     #[test]
     fn wake_ups_from_another_thread_during_reads_are_never_lost() {
         for _ in 0..2_000 {
-            let (count, task_waker) = task();
+            let (count, task_waker) = counting_waker();
             let (quiet, waker) = Quiet::new();
             let cx = Context::from_waker(&task_waker);
             quiet.enter(&cx);
             let other = std::thread::spawn(move || waker.wake_by_ref());
             quiet.leave(&cx, &Poll::<()>::Pending);
             other.join().unwrap();
-            assert_eq!(count.0.load(Ordering::SeqCst), 1, "woken once, during or after the read");
+            assert_eq!(count.count(), 1, "woken once, during or after the read");
         }
     }
 }
