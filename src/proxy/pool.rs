@@ -8,18 +8,6 @@
 //! moment its answer's body ends (`UpstreamBody`), and a checkout takes the most recently used
 //! one that is still open and ready.
 //!
-//! No task of its own runs a connection: the request using it polls hyper's connection state
-//! machine (`Conn::drive`) as it waits for the answer's head and reads its body, so the socket's
-//! readiness wakes the request's own task, not a connection task that would then wake the
-//! request's; and the wake-ups the request causes itself while it reads are held back
-//! (`quiet`). A request is polled three times instead of three polls of its own and three of
-//! its connection's task; a stream's events that arrive together cost a third fewer
-//! instructions, and ones that arrive one at a time about the same (BENCHMARKS.md).
-//! An idle connection is polled by nobody: a close by the upstream while it waits is found by
-//! hyper when the next request is handed to it, before any of it is written (and that request
-//! goes on another connection, below); its socket is closed then, or by the pool's timeout,
-//! its sweep, or a serving thread's idle step.
-//!
 //! What stays as hyper-util had it: a request that finds its pooled connection closed by the
 //! upstream before any of it was written is sent again on another connection (the race of a
 //! server closing an idle keep-alive connection just as it is reused), the idle list of an
@@ -29,7 +17,7 @@
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::http::uri::{Parts, Scheme};
@@ -44,9 +32,6 @@ use tower_service::Service;
 
 use crate::fasthash::FastMap;
 
-mod quiet;
-use quiet::Quiet;
-
 /// Idle connections kept per upstream origin after a burst. Active connections are not
 /// limited; this only bounds what a burst leaves behind: 1024 idle connections held ~40 MB for
 /// the pool's 90 s (BENCHMARKS.md), while opening a connection again costs one round trip (two
@@ -58,66 +43,6 @@ pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 pub type Connector = HttpsConnector<HttpConnector>;
 type Sender = http1::SendRequest<Full<Bytes>>;
-type Io = <Connector as Service<Uri>>::Response;
-type Connection = http1::Connection<Io, Full<Bytes>>;
-
-/// An upstream connection: the handle requests are sent through, and hyper's state machine
-/// that writes them and reads the answers, polled by the request that uses the connection.
-struct Conn {
-    sender: Sender,
-    /// `None` once the connection has ended (closed by either side, or failed). Boxed so that
-    /// the futures and bodies that carry a connection stay small.
-    driver: Option<Box<Connection>>,
-    /// What the connection is driven with (`quiet`): it wakes the task reading it.
-    quiet: Arc<Quiet>,
-    waker: Waker,
-}
-
-impl Conn {
-    fn new(sender: Sender, connection: Connection) -> Conn {
-        let (quiet, waker) = Quiet::new();
-        Conn { sender, driver: Some(Box::new(connection)), quiet, waker }
-    }
-
-    /// Let the connection write and read what it can now; `false` once it has ended. Its
-    /// socket's readiness then wakes the task that last entered `read`.
-    fn drive(&mut self) -> bool {
-        self.quiet.drive_starts();
-        if let Some(connection) = &mut self.driver
-            && Pin::new(&mut **connection).poll(&mut Context::from_waker(&self.waker)).is_ready()
-        {
-            // Dropping hyper's state ends any request still waiting on it with an error.
-            self.driver = None;
-        }
-        self.driver.is_some()
-    }
-
-    /// Hand `request` to the connection; the answer comes as the connection is driven.
-    fn send(
-        &mut self,
-        request: Request<Full<Bytes>>,
-    ) -> impl Future<Output = Result<Response<Incoming>, hyper::client::conn::TrySendError<Request<Full<Bytes>>>>> + use<>
-    {
-        // Handing it over wakes whoever drove the connection last: the task about to drive it.
-        let sender = &mut self.sender;
-        self.quiet.held(|| sender.try_send_request(request))
-    }
-
-    /// `step` (which drives the connection and takes what that produced) as the task of `cx`,
-    /// without the wake-ups that task causes itself meanwhile (`quiet`).
-    fn read<T>(&mut self, cx: &Context<'_>, step: impl FnOnce(&mut Conn) -> Poll<T>) -> Poll<T> {
-        self.quiet.enter(cx);
-        let read = step(self);
-        self.quiet.leave(cx, &read);
-        read
-    }
-
-    /// Whether the connection can carry a request now, as far as its last drive saw: open, and
-    /// its last answer done with.
-    fn usable(&self) -> bool {
-        self.driver.is_some() && self.sender.is_ready() && !self.sender.is_closed()
-    }
-}
 
 /// Why a request never got an answer.
 #[derive(Debug, thiserror::Error)]
@@ -151,11 +76,16 @@ impl<C> Default for IdleList<C> {
 }
 
 impl<C> IdleList<C> {
-    /// The most recently returned connection that has not been idle for `POOL_IDLE_TIMEOUT`;
-    /// the expired ones are dropped.
-    fn take(&mut self, now: Instant) -> Option<C> {
+    /// The most recently returned connection that `usable` accepts and that has not been idle
+    /// for `POOL_IDLE_TIMEOUT`; the expired and the unusable ones met on the way are dropped.
+    fn take(&mut self, now: Instant, usable: impl Fn(&C) -> bool) -> Option<C> {
         self.drop_expired(now);
-        self.conns.pop_back().map(|(conn, _)| conn)
+        while let Some((conn, _)) = self.conns.pop_back() {
+            if usable(&conn) {
+                return Some(conn);
+            }
+        }
+        None
     }
 
     /// Keep `conn` for reuse; past the cap the oldest goes.
@@ -183,7 +113,7 @@ struct Origin {
     key: Arc<str>,
     /// The `Host` header, without a default port (as hyper-util wrote it).
     host: HeaderValue,
-    idle: IdleList<Conn>,
+    idle: IdleList<Sender>,
 }
 
 #[derive(Default)]
@@ -256,16 +186,16 @@ impl Pool {
         self.origins().of(https).get(authority).map_or(0, |o| o.idle.len())
     }
 
-    /// The origin's key (with its `Host` header), and its most recently used idle connection if
-    /// one is kept (not yet checked: `ready_idle`).
-    fn checkout(&self, https: bool, authority: &str, uri: &Uri) -> Result<(Key, Option<Conn>), SendError> {
+    /// The origin's key (with its `Host` header), and an idle connection ready for a request if
+    /// one is kept.
+    fn checkout(&self, https: bool, authority: &str, uri: &Uri) -> Result<(Key, Option<Sender>), SendError> {
         let now = Instant::now();
         let mut origins = self.origins();
         origins.sweep(now);
         let map = origins.of(https);
         if let Some(origin) = map.get_mut(authority) {
-            let conn = origin.idle.take(now);
-            return Ok((Key { https, authority: origin.key.clone(), host: origin.host.clone() }, conn));
+            let sender = origin.idle.take(now, usable);
+            return Ok((Key { https, authority: origin.key.clone(), host: origin.host.clone() }, sender));
         }
         let host = host_header(uri).ok_or_else(|| SendError::BadUrl(uri.to_string()))?;
         let key: Arc<str> = Arc::from(authority);
@@ -273,32 +203,16 @@ impl Pool {
         Ok((Key { https, authority: key, host }, None))
     }
 
-    /// The origin's next idle connection (not yet checked: `ready_idle`).
-    fn take_again(&self, key: &Key) -> Option<Conn> {
+    /// Another idle connection for a request whose pooled connection closed under it.
+    fn take_again(&self, key: &Key) -> Option<Sender> {
         let now = Instant::now();
         let mut origins = self.origins();
         let origin = origins.of(key.https).get_mut(&*key.authority)?;
-        origin.idle.take(now)
+        origin.idle.take(now, usable)
     }
 
-    /// `first`, or the origin's next idle connection, the first that is open and ready for a
-    /// request; the others met on the way are closed. One the upstream closed while it sat in
-    /// the pool, unpolled, can still look ready: hyper finds the close before it writes the
-    /// request and hands the request back, and `send` tries the next connection.
-    fn ready_idle(&self, key: &Key, mut first: Option<Conn>) -> Option<Conn> {
-        loop {
-            let conn = match first.take() {
-                Some(conn) => conn,
-                None => self.take_again(key)?,
-            };
-            if conn.usable() {
-                return Some(conn);
-            }
-        }
-    }
-
-    fn give_back(&self, key: &Key, conn: Conn) {
-        if conn.driver.is_none() || conn.sender.is_closed() {
+    fn give_back(&self, key: &Key, sender: Sender) {
+        if sender.is_closed() {
             return;
         }
         let now = Instant::now();
@@ -308,7 +222,7 @@ impl Pool {
             host: key.host.clone(),
             idle: IdleList::default(),
         });
-        origin.idle.put(conn, now);
+        origin.idle.put(sender, now);
     }
 
     /// Send `request` (its URI absolute) on a pooled connection to its origin, or a new one.
@@ -325,30 +239,18 @@ impl Pool {
         request.headers_mut().entry(header::HOST).or_insert_with(|| key.host.clone());
         *request.uri_mut() = origin_form(&uri);
         loop {
-            let (mut conn, reused) = match self.ready_idle(&key, pooled.take()) {
-                Some(conn) => (conn, true),
+            let (mut sender, reused) = match pooled.take() {
+                Some(sender) => (sender, true),
                 // Boxed: inline, the connecting state (~2.4 KB: resolver, TCP, TLS, handshake)
                 // would size every future that awaits a send — the exchange, the attempt loop —
                 // and be copied with each of them, on every request, for the rare one that
                 // opens a connection.
                 None => (Box::pin(self.connect(&uri)).await?, false),
             };
-            let mut answer = std::pin::pin!(conn.send(request));
-            // Only the connection's driving completes the answer, and it is polled right after,
-            // so the answer needs no wake-up of its own: one would only poll the request again
-            // for nothing (the socket's readiness is what wakes it).
-            let answered = std::future::poll_fn(|cx| {
-                conn.read(cx, |conn| {
-                    conn.drive();
-                    answer.as_mut().poll(&mut Context::from_waker(Waker::noop()))
-                })
-            })
-            .await;
-            match answered {
+            match sender.try_send_request(request).await {
                 Ok(response) => {
                     let (parts, inner) = response.into_parts();
-                    let mut body =
-                        UpstreamBody { inner, back: Some(GiveBack { pool: self, key, conn }), read_one: false };
+                    let mut body = UpstreamBody { inner, back: Some(GiveBack { pool: self, key, sender }) };
                     // An answer without a body (204, 304) is already over.
                     if body.inner.is_end_stream() {
                         body.give_back();
@@ -358,7 +260,7 @@ impl Pool {
                 Err(mut failed) => match failed.take_message() {
                     Some(unsent) if reused => {
                         request = unsent;
-                        pooled = None;
+                        pooled = self.take_again(&key);
                     }
                     _ => return Err(SendError::Http(failed.into_error())),
                 },
@@ -366,13 +268,23 @@ impl Pool {
         }
     }
 
-    async fn connect(&self, uri: &Uri) -> Result<Conn, SendError> {
+    async fn connect(&self, uri: &Uri) -> Result<Sender, SendError> {
         let mut connector = self.connector.clone();
         std::future::poll_fn(|cx| connector.poll_ready(cx)).await.map_err(SendError::Connect)?;
         let io = connector.call(uri.clone()).await.map_err(SendError::Connect)?;
         let (sender, connection) = http1::handshake(io).await?;
-        Ok(Conn::new(sender, connection))
+        tokio::spawn(async move {
+            // The connection's end (closed by either side, or failed) is seen by the request
+            // it was serving; nothing is left to do with it here.
+            let _ = connection.await;
+        });
+        Ok(sender)
     }
+}
+
+/// Whether an idle connection can carry a request now: open, and its last answer done with.
+fn usable(sender: &Sender) -> bool {
+    sender.is_ready() && !sender.is_closed()
 }
 
 /// The request target hyper writes: the path and query only (the origin is in `Host`).
@@ -397,12 +309,11 @@ fn host_header(uri: &Uri) -> Option<HeaderValue> {
     }
 }
 
-/// The connection an answer's body came on, driven as the body is read and returned to its
-/// pool when the body ends.
+/// The connection an answer's body came on, returned to its pool when the body ends.
 struct GiveBack {
     pool: Arc<Pool>,
     key: Key,
-    conn: Conn,
+    sender: Sender,
 }
 
 /// An upstream answer's body, read as it arrives. Once its last frame has been read, its
@@ -411,8 +322,6 @@ struct GiveBack {
 pub struct UpstreamBody {
     inner: Incoming,
     back: Option<GiveBack>,
-    /// A frame has been read: the connection's next data is not read yet, so it is driven first.
-    read_one: bool,
 }
 
 impl std::fmt::Debug for UpstreamBody {
@@ -424,7 +333,7 @@ impl std::fmt::Debug for UpstreamBody {
 impl UpstreamBody {
     fn give_back(&mut self) {
         if let Some(back) = self.back.take() {
-            back.pool.give_back(&back.key, back.conn);
+            back.pool.give_back(&back.key, back.sender);
         }
     }
 }
@@ -435,37 +344,7 @@ impl Body for UpstreamBody {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = self.get_mut();
-        // Only driving the connection puts data in the body, and the body is read right after,
-        // so it is read without a waker of its own: one would only poll the task again for
-        // nothing (the socket's readiness is what wakes it). What the connection already read is
-        // taken without driving it again (an answer's whole body usually comes with its head).
-        let mut nobody = Context::from_waker(Waker::noop());
-        let inner = &mut this.inner;
-        let Some(back) = &mut this.back else {
-            // Given back at its end, or failed: nothing more will come.
-            return match Pin::new(inner).poll_frame(&mut nobody) {
-                Poll::Pending => Poll::Ready(None),
-                polled => polled,
-            };
-        };
-        // Taking a chunk wakes the connection's waker (there is room for the next): a read. The
-        // first frame often came with the head, already read; after it, the next one needs a
-        // drive (hyper hands the body over a chunk at a time).
-        let read_one = std::mem::replace(&mut this.read_one, true);
-        let polled = back.conn.read(cx, |conn| {
-            if read_one {
-                conn.drive();
-                return Pin::new(&mut *inner).poll_frame(&mut nobody);
-            }
-            match Pin::new(&mut *inner).poll_frame(&mut nobody) {
-                Poll::Pending => {
-                    // After the connection's end, the body reports what it got before it.
-                    conn.drive();
-                    Pin::new(&mut *inner).poll_frame(&mut nobody)
-                }
-                polled => polled,
-            }
-        });
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
         match &polled {
             Poll::Ready(None) => this.give_back(),
             Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => this.give_back(),

@@ -436,31 +436,6 @@ mod tests {
         assert_eq!(accepted.load(Ordering::SeqCst), 1, "one connection served all five");
     }
 
-    #[test]
-    fn a_request_drives_its_upstream_connection_without_a_task_of_its_own() {
-        // The server runs on a runtime of its own, so the client's counts only the client's tasks.
-        let (found_tx, found) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let server_runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            server_runtime.block_on(async move {
-                found_tx.send(keepalive_server().await).unwrap();
-                std::future::pending::<()>().await
-            });
-        });
-        let (url, accepted, _closed) = found.recv().unwrap();
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(async {
-            let client = UpstreamClient::new().unwrap();
-            client.install_on_this_thread();
-            for _ in 0..3 {
-                get_ok(&client, &url).await;
-            }
-            assert_eq!(idle(&client, &url), 1, "the connection is pooled, open");
-            assert_eq!(tokio::runtime::Handle::current().metrics().num_alive_tasks(), 0, "and no task runs it");
-        });
-        assert_eq!(accepted.load(Ordering::SeqCst), 1);
-    }
-
     #[tokio::test]
     async fn an_idle_connection_the_upstream_closed_is_not_offered_again() {
         let close = Arc::new(tokio::sync::Notify::new());
@@ -469,7 +444,7 @@ mod tests {
         client.install_on_this_thread();
         get_ok(&client, &url).await;
         assert_eq!(idle(&client, &url), 1);
-        // The server closes its end while the connection sits in the pool, unpolled.
+        // The server closes its end while the connection sits in the pool.
         close.notify_one();
         tokio::time::timeout(Duration::from_secs(10), closed.recv()).await.unwrap().unwrap();
         get_ok(&client, &url).await;

@@ -11,9 +11,23 @@ fn the_most_recently_returned_connection_is_taken_first() {
     idle.put(1, t0);
     idle.put(2, at(t0, 1));
     idle.put(3, at(t0, 2));
-    assert_eq!(idle.take(at(t0, 3)), Some(3));
-    assert_eq!(idle.take(at(t0, 3)), Some(2));
+    assert_eq!(idle.take(at(t0, 3), |_| true), Some(3));
+    assert_eq!(idle.take(at(t0, 3), |_| true), Some(2));
     assert_eq!(idle.len(), 1);
+}
+
+#[test]
+fn unusable_connections_met_on_the_way_are_dropped() {
+    let t0 = Instant::now();
+    let mut idle = IdleList::default();
+    for n in 1..=4 {
+        idle.put(n, t0);
+    }
+    // 4 and 3 are closed: both go, 2 is taken, 1 stays.
+    assert_eq!(idle.take(t0, |n| *n <= 2), Some(2));
+    assert_eq!(idle.len(), 1);
+    assert_eq!(idle.take(t0, |_| false), None);
+    assert_eq!(idle.len(), 0);
 }
 
 #[test]
@@ -29,14 +43,14 @@ fn a_connection_idle_for_the_timeout_is_not_used_again() {
     let just_before = t0 + POOL_IDLE_TIMEOUT - Duration::from_millis(1);
     let mut only_old = IdleList::default();
     only_old.put("old", t0);
-    assert_eq!(only_old.take(just_before), Some("old"), "not yet expired");
+    assert_eq!(only_old.take(just_before, |_| true), Some("old"), "not yet expired");
     // At the timeout "old" expires (and goes without being offered); "recent" is still good.
     let mut idle = old_and_recent();
-    assert_eq!(idle.take(t0 + POOL_IDLE_TIMEOUT), Some("recent"));
+    assert_eq!(idle.take(t0 + POOL_IDLE_TIMEOUT, |c| *c == "old"), None);
+    assert_eq!(idle.len(), 0, "the unusable recent one was dropped too");
+    let mut idle = old_and_recent();
+    assert_eq!(idle.take(t0 + POOL_IDLE_TIMEOUT, |_| true), Some("recent"));
     assert_eq!(idle.len(), 0, "the expired one is gone");
-    let mut only_old = IdleList::default();
-    only_old.put("old", t0);
-    assert_eq!(only_old.take(t0 + POOL_IDLE_TIMEOUT), None);
 }
 
 #[test]
@@ -47,9 +61,9 @@ fn the_idle_list_keeps_at_most_the_cap_and_the_newest() {
         idle.put(n, t0);
     }
     assert_eq!(idle.len(), MAX_IDLE_PER_HOST);
-    assert_eq!(idle.take(t0), Some(MAX_IDLE_PER_HOST + 9));
+    assert_eq!(idle.take(t0, |_| true), Some(MAX_IDLE_PER_HOST + 9));
     let mut oldest = None;
-    while let Some(n) = idle.take(t0) {
+    while let Some(n) = idle.take(t0, |_| true) {
         oldest = Some(n);
     }
     assert_eq!(oldest, Some(10), "the ten oldest were let go");
