@@ -12,3 +12,20 @@ wait_http() { # URL [SECONDS]
   done
   return 1
 }
+
+# The targets of a side-by-side script: ccmesh builds and the floor, each on a free port, their
+# pids and ports kept in the caller's `declare -A PID PORT` and every pid in PIDS (for the
+# caller's trap); logs and data under $WORK, ccmesh with $WORK/ccmesh.toml.
+start_gateway() { # NAME BINARY
+  local port; port=$(free_port)
+  "$2" serve --listen "127.0.0.1:$port" --data-dir "$WORK/data-$1" --config "$WORK/ccmesh.toml" >"$WORK/$1.log" 2>&1 &
+  PID[$1]=$!; PIDS+=($!); PORT[$1]=$port
+  wait_http "http://127.0.0.1:$port/health" || { echo "$1 did not start" >&2; tail "$WORK/$1.log" >&2; exit 1; }
+}
+start_floor() { # BIN_DIR UPSTREAM_PORT
+  local port; port=$(free_port)
+  "$1/examples/bare_proxy" --listen "127.0.0.1:$port" --upstream "http://127.0.0.1:$2" --client hyper \
+    --per-thread "$(nproc)" >"$WORK/floor.log" 2>&1 &
+  PID[floor]=$!; PIDS+=($!); PORT[floor]=$port
+  wait_http "http://127.0.0.1:$port/health" || { echo "the floor did not start" >&2; exit 1; }
+}
