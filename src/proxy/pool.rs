@@ -186,6 +186,14 @@ impl Pool {
         self.origins().of(https).get(authority).map_or(0, |o| o.idle.len())
     }
 
+    /// Idle connections kept for `uri`'s origin that could carry a request now (for tests).
+    #[cfg(test)]
+    pub(super) fn usable_idle_count(&self, uri: &Uri) -> usize {
+        let https = uri.scheme() == Some(&Scheme::HTTPS);
+        let authority = uri.authority().map_or("", |a| a.as_str());
+        self.origins().of(https).get(authority).map_or(0, |o| o.idle.conns.iter().filter(|(c, _)| usable(c)).count())
+    }
+
     /// The origin's key (with its `Host` header), and an idle connection ready for a request if
     /// one is kept.
     fn checkout(&self, https: bool, authority: &str, uri: &Uri) -> Result<(Key, Option<Sender>), SendError> {

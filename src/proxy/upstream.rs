@@ -447,6 +447,16 @@ mod tests {
         // The server closes its end while the connection sits in the pool.
         close.notify_one();
         tokio::time::timeout(Duration::from_secs(10), closed.recv()).await.unwrap().unwrap();
+        // The connection's task reads the close and the pool stops offering it (a request that
+        // got it anyway would be resent on another, which would hide the difference below).
+        let uri = url.parse().unwrap();
+        let pool = client.pool();
+        let unusable = async {
+            while pool.usable_idle_count(&uri) != 0 {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), unusable).await.expect("the closed connection is still offered");
         get_ok(&client, &url).await;
         assert_eq!(accepted.load(Ordering::SeqCst), 2, "the second request went on a new connection");
     }
