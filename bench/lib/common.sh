@@ -13,6 +13,19 @@ wait_http() { # URL [SECONDS]
   return 1
 }
 
+# $WORK/ccmesh.toml: one endpoint, "mock", at the mock upstream on PORT, in FORMAT (default
+# anthropic), and EXTRA (TOML, e.g. a [settings] table) after it.
+write_mock_config() { # PORT [FORMAT] [EXTRA]
+  cat >"$WORK/ccmesh.toml" <<EOF
+[[endpoints]]
+name = "mock"
+base_url = "http://127.0.0.1:$1"
+api_key = "bench"
+format = "${2:-anthropic}"
+${3:-}
+EOF
+}
+
 # The targets of a side-by-side script: ccmesh builds and the floor, each on a free port, their
 # pids and ports kept in the caller's `declare -A PID PORT` and every pid in PIDS (for the
 # caller's trap); logs and data under $WORK, ccmesh with $WORK/ccmesh.toml.

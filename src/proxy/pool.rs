@@ -181,17 +181,20 @@ impl Pool {
     /// Idle connections kept for `uri`'s origin (for tests).
     #[cfg(test)]
     pub(super) fn idle_count(&self, uri: &Uri) -> usize {
-        let https = uri.scheme() == Some(&Scheme::HTTPS);
-        let authority = uri.authority().map_or("", |a| a.as_str());
-        self.origins().of(https).get(authority).map_or(0, |o| o.idle.len())
+        self.count_idle(uri, |_| true)
     }
 
     /// Idle connections kept for `uri`'s origin that could carry a request now (for tests).
     #[cfg(test)]
     pub(super) fn usable_idle_count(&self, uri: &Uri) -> usize {
+        self.count_idle(uri, usable)
+    }
+
+    #[cfg(test)]
+    fn count_idle(&self, uri: &Uri, counted: impl Fn(&Sender) -> bool) -> usize {
         let https = uri.scheme() == Some(&Scheme::HTTPS);
         let authority = uri.authority().map_or("", |a| a.as_str());
-        self.origins().of(https).get(authority).map_or(0, |o| o.idle.conns.iter().filter(|(c, _)| usable(c)).count())
+        self.origins().of(https).get(authority).map_or(0, |o| o.idle.conns.iter().filter(|(c, _)| counted(c)).count())
     }
 
     /// The origin's key (with its `Host` header), and an idle connection ready for a request if
