@@ -29,11 +29,41 @@ EOF
 # The targets of a side-by-side script: ccmesh builds and the floor, each on a free port, their
 # pids and ports kept in the caller's `declare -A PID PORT` and every pid in PIDS (for the
 # caller's trap); logs and data under $WORK, ccmesh with $WORK/ccmesh.toml.
+#
+# Two processes of one binary differ by more than noise: where a process's stack and heap fall
+# (moved by the length of its path, arguments and environment, and by address randomisation)
+# stays with it for its life, and put one process 1-3 % ahead of another of the same binary for
+# a whole run. So each build runs from a path as long as the others' (`stage_gateway`), every
+# gateway's arguments are as long as the others', and the scripts start the gateways afresh
+# for every pass, in an order that alternates.
+
+# Copies BINARY to $WORK/binSLOT/ccmesh (SLOT: one digit) and prints that path.
+stage_gateway() { # SLOT BINARY
+  mkdir -p "$WORK/bin$1"
+  cp "$2" "$WORK/bin$1/ccmesh"
+  echo "$WORK/bin$1/ccmesh"
+}
+GATEWAY_STARTS=0
 start_gateway() { # NAME BINARY
-  local port; port=$(free_port)
-  "$2" serve --listen "127.0.0.1:$port" --data-dir "$WORK/data-$1" --config "$WORK/ccmesh.toml" >"$WORK/$1.log" 2>&1 &
+  local port data; port=$(free_port)
+  GATEWAY_STARTS=$((GATEWAY_STARTS + 1))
+  data=$WORK/data$(printf %04d "$GATEWAY_STARTS")
+  "$2" serve --listen "127.0.0.1:$port" --data-dir "$data" --config "$WORK/ccmesh.toml" >"$WORK/$1.log" 2>&1 &
   PID[$1]=$!; PIDS+=($!); PORT[$1]=$port
   wait_http "http://127.0.0.1:$port/health" || { echo "$1 did not start" >&2; tail "$WORK/$1.log" >&2; exit 1; }
+}
+stop_gateway() { # NAME
+  kill "${PID[$1]}" 2>/dev/null || true
+  wait "${PID[$1]}" 2>/dev/null || true
+}
+# The targets of pass N: TARGETS in order, reversed when N is even.
+pass_order() { # N
+  local i
+  if [ $(($1 % 2)) = 0 ]; then
+    for ((i = ${#TARGETS[@]} - 1; i >= 0; i--)); do echo "${TARGETS[$i]}"; done
+  else
+    printf '%s\n' "${TARGETS[@]}"
+  fi
 }
 start_floor() { # BIN_DIR UPSTREAM_PORT
   local port; port=$(free_port)
