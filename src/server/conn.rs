@@ -33,6 +33,8 @@ use hyper::{Request, Response, StatusCode};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
+use super::sliced::Sliced;
+
 /// What the socket wrapper and the service wrapper of one connection share.
 pub struct Activity {
     /// Requests handed to the service whose response body is not yet dropped.
@@ -352,17 +354,24 @@ impl Drop for InFlight {
     }
 }
 
-/// A response body that keeps its request marked in flight while it is being sent.
+/// A response body that keeps its request marked in flight while it is being sent, handed to
+/// hyper in slices (`Sliced`) so the connection's write buffer keeps its first size.
 pub struct CountedBody<B> {
-    body: B,
+    body: Sliced<B>,
     _in_flight: InFlight,
 }
 
-impl<B: Body + Unpin> Body for CountedBody<B> {
-    type Data = B::Data;
+impl<B> CountedBody<B> {
+    fn new(body: B, in_flight: InFlight) -> Self {
+        CountedBody { body: Sliced::new(body), _in_flight: in_flight }
+    }
+}
+
+impl<B: Body<Data = Bytes> + Unpin> Body for CountedBody<B> {
+    type Data = Bytes;
     type Error = B::Error;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         Pin::new(&mut self.body).poll_frame(cx)
     }
 
@@ -489,11 +498,11 @@ where
     fn call(&self, request: Request<Incoming>) -> Self::Future {
         let in_flight = InFlight::start(&self.activity);
         if request.uri().path_and_query().map_or(0, |pq| pq.as_str().len()) > MAX_URI {
-            let response = uri_too_long().map(|body| CountedBody { body, _in_flight: in_flight });
+            let response = uri_too_long().map(|body| CountedBody::new(body, in_flight));
             return Box::pin(std::future::ready(Ok(response)));
         }
         if self.overloaded && !always_answered(request.uri().path()) {
-            let response = overloaded_response().map(|body| CountedBody { body, _in_flight: in_flight });
+            let response = overloaded_response().map(|body| CountedBody::new(body, in_flight));
             return Box::pin(std::future::ready(Ok(response)));
         }
         let pause = self.body_read_timeout;
@@ -509,7 +518,7 @@ where
             let slot = Box::new_uninit();
             let answer: Pin<Box<_>> = Box::into_pin(Box::write(slot, async move {
                 let response = crate::proxy::handle(axum::extract::State(gw), request).await;
-                Ok(response.map(|body| CountedBody { body, _in_flight: in_flight }))
+                Ok(response.map(|body| CountedBody::new(body, in_flight)))
             }));
             return answer;
         }
@@ -521,7 +530,7 @@ where
         let answer = self.inner.call(request);
         Box::pin(async move {
             let response = answer.await?;
-            Ok(response.map(|body| CountedBody { body, _in_flight: in_flight }))
+            Ok(response.map(|body| CountedBody::new(body, in_flight)))
         })
     }
 }

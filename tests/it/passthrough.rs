@@ -366,3 +366,61 @@ async fn proxy_requests_answer_alike_straight_from_the_connection_and_through_th
         assert_eq!(ccmesh::server::straight_to_proxy(&method.parse().unwrap(), path), straight, "{method} {path}");
     }
 }
+
+/// Text of `len` bytes that never repeats within itself, so a slice sent twice, out of place or
+/// lost shows in the comparison.
+fn unrepeating_text(len: usize) -> String {
+    let mut text = String::with_capacity(len + 16);
+    let mut i = 0u64;
+    while text.len() < len {
+        text.push_str(&format!("{i:x}."));
+        i += 1;
+    }
+    text.truncate(len);
+    text
+}
+
+/// The gateway hands an answer to the client's connection a few KiB at a time (so that the
+/// connection's write buffer never grows): answers many times that size, whole or streamed
+/// (one event of 200 KB, and a burst of events in one chunk), arrive byte for byte, and the
+/// next request is answered after them.
+#[tokio::test]
+async fn answers_of_many_writes_arrive_whole_and_the_next_request_is_served() {
+    let up = MockUpstream::start().await;
+    let g = TestGateway::start().await;
+    g.add("up", "anthropic", &up.url(), json!({})).await;
+    let whole = Reply::anthropic_message(&unrepeating_text(1_000_000));
+    let events = mock::anthropic_stream_events(&[
+        &unrepeating_text(200_000),
+        &unrepeating_text(900),
+        &unrepeating_text(1_500),
+        &unrepeating_text(3_000),
+        &unrepeating_text(5),
+    ]);
+    // The 2nd to 4th deltas in one chunk: frames that are ready together.
+    let burst = events[4..7].concat();
+    let mut chunks: Vec<String> = events[..4].to_vec();
+    chunks.push(burst);
+    chunks.extend_from_slice(&events[7..]);
+    let streamed = Reply::sse(chunks).with_header("content-type", "text/event-stream; charset=utf-8");
+    for (reply, stream) in [(whole, false), (streamed, true)] {
+        up.push(reply.clone());
+        let want = match &reply {
+            Reply::Full { body, .. } => body.to_vec(),
+            Reply::Stream { chunks, .. } => chunks.iter().flat_map(|(_, c)| c.to_vec()).collect(),
+            _ => unreachable!(),
+        };
+        let answer = async {
+            let r = g.post("/v1/messages", &claude_body("m", stream)).await;
+            assert_eq!(r.status(), 200, "stream={stream}");
+            r.bytes().await.unwrap()
+        };
+        let got = tokio::time::timeout(std::time::Duration::from_secs(30), answer).await.expect("the answer stalled");
+        assert_eq!(got.len(), want.len(), "stream={stream}");
+        assert!(got == want, "stream={stream}: the bytes differ");
+    }
+    up.push(Reply::anthropic_message("after"));
+    let r = g.post("/v1/messages", &claude_body("m", false)).await;
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().contains("after"));
+}
