@@ -56,6 +56,26 @@ stop_gateway() { # NAME
   kill "${PID[$1]}" 2>/dev/null || true
   wait "${PID[$1]}" 2>/dev/null || true
 }
+# The targets of a side-by-side run: OTHER (when given) staged as "other", CCMESH as "ccmesh",
+# and the floor on UPSTREAM_PORT started; sets TARGETS, GATEWAYS and BINARY for the passes.
+stage_targets() { # BIN_DIR UPSTREAM_PORT CCMESH [OTHER]
+  declare -gA PORT PID BINARY
+  GATEWAYS=()
+  if [ -n "${4:-}" ]; then BINARY[other]=$(stage_gateway 1 "$4"); GATEWAYS+=(other); fi
+  BINARY[ccmesh]=$(stage_gateway 2 "$3"); GATEWAYS+=(ccmesh)
+  TARGETS=("${GATEWAYS[@]}")
+  start_floor "$1" "$2"; TARGETS+=(floor)
+}
+# Pass N's gateways, started afresh in its order (`pass_order`, into `order`).
+start_pass() { # N
+  local t
+  mapfile -t order < <(pass_order "$1")
+  for t in "${order[@]}"; do [ "$t" = floor ] || start_gateway "$t" "${BINARY[$t]}"; done
+}
+end_pass() {
+  local t
+  for t in "${GATEWAYS[@]}"; do stop_gateway "$t"; done
+}
 # The targets of pass N: TARGETS in order, reversed when N is even.
 pass_order() { # N
   local i
