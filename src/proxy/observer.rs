@@ -32,8 +32,10 @@ pub struct UpstreamError {
     pub message: String,
 }
 
-/// What the observer has seen so far in a stream.
+/// What the observer has seen so far in a stream. The flags every event reads first
+/// (`repr(C)`; see `relay::Relay`).
 #[derive(Clone, Debug, Default)]
+#[repr(C)]
 pub struct StreamWatch {
     pub terminal: bool,
     /// OpenAI Chat: a `finish_reason` arrived (a clean close after it is complete).
@@ -79,18 +81,20 @@ pub enum Transform {
     Convert(Box<StreamConversion>),
 }
 
-/// Watches an upstream stream and produces what the client receives.
+/// Watches an upstream stream and produces what the client receives. What a passed-through
+/// content delta reads comes first, in this order (`repr(C)`; see `relay::Relay`).
+#[repr(C)]
 pub struct StreamObserver {
     /// The upstream's format.
     pub format: Format,
     /// The client's format.
     pub client: Format,
+    transform: Transform,
+    pub watch: StreamWatch,
     scanner: SseScanner,
     context: StreamContext,
-    pub watch: StreamWatch,
     /// Token usage and the answering model, from the upstream's own events.
     pub usage: StreamUsage,
-    transform: Transform,
 }
 
 impl StreamObserver {
@@ -235,7 +239,10 @@ fn convert_event(
 }
 
 /// A stream that reached its first content event and now belongs to the client.
+/// The observer, which every event reads, first (`repr(C)`; see `relay::Relay`).
+#[repr(C)]
 pub struct Committed {
+    pub observer: StreamObserver,
     pub gw: Arc<Gateway>,
     pub snapshot: Arc<Snapshot>,
     pub breaker_settings: BreakerSettings,
@@ -243,7 +250,6 @@ pub struct Committed {
     /// `timeouts.<protocol>.max_stream_duration_secs`, counted from the commit.
     pub max_duration: Option<Duration>,
     pub held: Vec<Bytes>,
-    pub observer: StreamObserver,
     pub rotation: Option<RotationUpdate>,
     /// The request's decision trail, closed when the stream ends (or dropped with it, which
     /// records the client going away).

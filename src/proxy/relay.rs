@@ -26,22 +26,27 @@ use super::outcome::{self, StreamEnd, classify_network_error};
 use super::resume::{self, Delivered};
 use super::run::{Ended, Run};
 
+/// Laid out in this order (`repr(C)`): what every event reads first, then the committed
+/// stream with its observer at the front; see [`Relay`].
+#[repr(C)]
 struct RelayState {
-    c: Committed,
     pending: VecDeque<Bytes>,
+    done: bool,
+    c: Committed,
     /// The permit, until the outcome is recorded.
     permit: Option<Permit>,
-    done: bool,
     /// Usage of the attempts this stream continues (cut, then resumed).
     carried: Tokens,
 }
 
 /// What continuing a cut stream needs: the request's attempt loop, moved here from the handler,
 /// and the bytes the client has received.
+/// `delivered`, which every event writes, first (`repr(C)`); see [`Relay`].
+#[repr(C)]
 pub(super) struct ResumePlan {
-    run: Option<Box<Run>>,
     /// The client's bytes so far; `None` once over [`resume::MAX_DELIVERED_BYTES`].
     delivered: Option<Vec<u8>>,
+    run: Option<Box<Run>>,
     /// Attempts a resume may still spend (`stream_resume_attempts`).
     attempts_left: u32,
     /// The endpoint whose stream is being relayed.
@@ -58,8 +63,8 @@ pub(super) struct ResumePlan {
 impl ResumePlan {
     pub fn new(run: Box<Run>, endpoint: EndpointId, attempts: u32) -> Self {
         ResumePlan {
-            run: Some(run),
             delivered: Some(Vec::new()),
+            run: Some(run),
             attempts_left: attempts,
             endpoint,
             cut: None,
@@ -92,7 +97,7 @@ pub(super) fn relay(
     let idle = committed.idle_timeout.map(IdleWatch::new);
     let cap = committed.max_duration.map(|d| (d, Box::pin(tokio::time::sleep(d))));
     Relay {
-        s: RelayState { c: committed, pending, permit: Some(permit), done: false, carried: Tokens::default() },
+        s: RelayState { pending, done: false, c: committed, permit: Some(permit), carried: Tokens::default() },
         upstream,
         idle,
         cap,
@@ -106,8 +111,14 @@ pub(super) fn relay(
 /// maybe converted), then the outcome recorded when it ends. It is the response body itself
 /// (the upstream body polled directly, no stream adapters in between: every layer is paid on
 /// every event of every stream).
+///
+/// With a thousand streams open, an event's cost is mostly the cache lines it touches that
+/// another stream's events evicted since. So the fields each event reads come first and
+/// together, in this order (`repr(C)`; Rust's own layout sorts fields by alignment and
+/// scattered them over the struct's 22 lines): the upstream body, the timers, the resume's
+/// byte count, then the state with the observer.
+#[repr(C)]
 pub struct Relay {
-    s: RelayState,
     upstream: super::upstream::UpstreamBody,
     idle: Option<IdleWatch>,
     /// The stream's longest allowed duration and its timer, when capped.
@@ -115,9 +126,10 @@ pub struct Relay {
     /// Armed when the terminal event has gone to the client: how long the upstream may still
     /// take to close before the client's stream ends anyway.
     after_terminal: Option<Pin<Box<Sleep>>>,
+    continuing: Option<Continuing>,
     /// How the stream may be continued if it is cut (`None`: it may not).
     resume: Option<ResumePlan>,
-    continuing: Option<Continuing>,
+    s: RelayState,
 }
 
 /// After its terminal event an upstream normally closes at once (its connection then goes back
@@ -130,6 +142,10 @@ const AFTER_TERMINAL_GRACE: Duration = Duration::from_secs(1);
 struct IdleWatch {
     limit: Duration,
     last_data: Instant,
+    /// A chunk came since the last `poll_expired` (`last_data` is that chunk's time).
+    fresh: bool,
+    /// What the timer is set for, kept here so that an event need not read the timer.
+    deadline: Instant,
     timer: Pin<Box<Sleep>>,
     /// The waker the armed timer will wake: while it is the task's and the timer has not fired,
     /// polling the timer again would only re-register the same waker (once per event).
@@ -139,13 +155,26 @@ struct IdleWatch {
 impl IdleWatch {
     fn new(limit: Duration) -> Self {
         let now = Instant::now();
-        Self { limit, last_data: now, timer: Box::pin(tokio::time::sleep_until(now + limit)), armed_for: None }
+        let deadline = now + limit;
+        let timer = Box::pin(tokio::time::sleep_until(deadline));
+        Self { limit, last_data: now, fresh: false, deadline, timer, armed_for: None }
+    }
+
+    /// A chunk came now.
+    fn data(&mut self) {
+        self.last_data = Instant::now();
+        self.fresh = true;
     }
 
     /// `Ready` once no data came for `limit`; otherwise `Pending` with the timer armed.
     fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let armed = self.armed_for.as_ref().is_some_and(|w| w.will_wake(cx.waker()));
-        if armed && !self.timer.is_elapsed() {
+        // Right after a chunk, a deadline still ahead of the chunk's time means the timer had
+        // not fired by then, so it need not be read (it lives in a block of its own: with many
+        // streams open, a cache miss per event). Should it fire after that, its wake-up polls
+        // again without a fresh chunk, and the timer is read then.
+        let fresh = std::mem::take(&mut self.fresh);
+        if armed && ((fresh && self.deadline > self.last_data) || !self.timer.is_elapsed()) {
             return Poll::Pending;
         }
         loop {
@@ -157,6 +186,7 @@ impl IdleWatch {
             if Instant::now() >= deadline {
                 return Poll::Ready(());
             }
+            self.deadline = deadline;
             self.timer.as_mut().reset(deadline);
         }
     }
@@ -278,7 +308,7 @@ impl Body for Relay {
             let next = match polled {
                 Poll::Ready(next) => {
                     if let Some(idle) = &mut this.idle {
-                        idle.last_data = Instant::now();
+                        idle.data();
                     }
                     next
                 }
@@ -462,5 +492,77 @@ impl RelayState {
             let event = self.c.observer.error_event(&message);
             self.pending.push_back(event);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::task::{Context, Poll, Waker};
+    use std::time::Duration;
+
+    use super::IdleWatch;
+    use crate::test_waker::counting_waker;
+
+    fn poll(idle: &mut IdleWatch, waker: &Waker) -> Poll<()> {
+        idle.poll_expired(&mut Context::from_waker(waker))
+    }
+
+    async fn advance_ms(ms: u64) {
+        tokio::time::advance(Duration::from_millis(ms)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn chunks_keep_a_stream_alive_and_silence_for_the_limit_ends_it() {
+        let mut idle = IdleWatch::new(Duration::from_secs(10));
+        let (_, waker) = counting_waker();
+        assert!(poll(&mut idle, &waker).is_pending());
+        // A chunk every 4 s for 40 s: four times the limit, never silent for it.
+        for _ in 0..10 {
+            advance_ms(4_000).await;
+            idle.data();
+            assert!(poll(&mut idle, &waker).is_pending());
+            assert!(poll(&mut idle, &waker).is_pending(), "the wake-up of a timer that fired early");
+        }
+        advance_ms(9_999).await;
+        assert!(poll(&mut idle, &waker).is_pending());
+        advance_ms(1).await;
+        assert!(poll(&mut idle, &waker).is_ready());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timer_that_fires_just_after_a_chunk_is_read_on_its_own_wake_up() {
+        let mut idle = IdleWatch::new(Duration::from_secs(10));
+        let (wakes, waker) = counting_waker();
+        assert!(poll(&mut idle, &waker).is_pending());
+        advance_ms(9_999).await;
+        idle.data();
+        advance_ms(2).await;
+        assert_eq!(wakes.count(), 1, "the timer fired at 10 s");
+        // The poll right after the chunk does not look at the timer; its wake-up's poll does,
+        // and sets it for ten seconds after the chunk.
+        assert!(poll(&mut idle, &waker).is_pending());
+        assert!(poll(&mut idle, &waker).is_pending());
+        advance_ms(9_997).await;
+        assert_eq!(wakes.count(), 1);
+        assert!(poll(&mut idle, &waker).is_pending());
+        advance_ms(1).await;
+        assert_eq!(wakes.count(), 2, "the timer was set again for 19.999 s");
+        assert!(poll(&mut idle, &waker).is_ready());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timer_that_fired_before_a_chunk_is_set_again_by_the_poll_after_it() {
+        let mut idle = IdleWatch::new(Duration::from_secs(10));
+        let (wakes, waker) = counting_waker();
+        assert!(poll(&mut idle, &waker).is_pending());
+        advance_ms(10_500).await;
+        assert_eq!(wakes.count(), 1);
+        // The wake-up's poll finds a chunk first: the timer has fired, and only reading it
+        // shows that it must be set again (nothing else would wake the stream).
+        idle.data();
+        assert!(poll(&mut idle, &waker).is_pending());
+        advance_ms(10_000).await;
+        assert_eq!(wakes.count(), 2, "the timer was set again for 20.5 s");
+        assert!(poll(&mut idle, &waker).is_ready());
     }
 }

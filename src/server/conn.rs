@@ -85,9 +85,19 @@ pub struct ConnTimers {
 /// the connection (a wake-up is a whole extra pass through hyper's connection for every
 /// request): while a request is served, the timer is kept armed no later than the keep-alive
 /// deadline that will follow it, so it fires in time whether or not another request comes.
+///
+/// A stream's every event passes through `poll_read` (hyper looks for the client closing), so
+/// what that reads while a request is served comes first, in this order (`repr(C)`): with many
+/// streams open, each cache line it touches is a miss.
+#[repr(C)]
 pub struct TimedIo<T> {
     io: T,
     activity: Arc<Activity>,
+    timer: Option<Pin<Box<Sleep>>>,
+    /// The deadline the timer is armed for, and the wait that was added to a past instant to
+    /// make it: a wait no longer than `keepalive` proves it no later than any keep-alive
+    /// deadline still to come.
+    armed: Option<(Instant, Duration)>,
     timers: ConnTimers,
     /// When the connection last became idle (at first: when it opened).
     idle_since: Instant,
@@ -97,11 +107,6 @@ pub struct TimedIo<T> {
     /// A request head being read: the call count when its first bytes came, and when a read
     /// first had to wait for more of it (where its header timer starts).
     head: Option<(u32, Option<Instant>)>,
-    timer: Option<Pin<Box<Sleep>>>,
-    /// The deadline the timer is armed for, and the wait that was added to a past instant to
-    /// make it: a wait no longer than `keepalive` proves it no later than any keep-alive
-    /// deadline still to come.
-    armed: Option<(Instant, Duration)>,
     /// A rewritten automatic rejection still to be written, and how much of it has been.
     rejection: Option<(Bytes, usize)>,
 }
@@ -112,12 +117,12 @@ impl<T> TimedIo<T> {
             io,
             idle_since: activity.opened,
             activity,
+            timer: None,
+            armed: None,
             timers,
             served: false,
             seen_idled: 0,
             head: None,
-            timer: None,
-            armed: None,
             rejection: None,
         }
     }
