@@ -52,9 +52,25 @@ pub fn write_event_with(out: &mut Vec<u8>, name: Option<&str>, data: impl FnOnce
     out.extend_from_slice(b"\n\n");
 }
 
-/// Incremental SSE scanner; one per stream.
+/// Incremental SSE scanner; one per stream. Its flags and limit come first (`repr(C)`): an
+/// event passed over whole (`skip_front`) reads only those, and with many streams open each
+/// cache line an event touches is a miss (`proxy::relay::Relay`).
 #[derive(Debug)]
+#[repr(C)]
 pub struct SseScanner {
+    /// The next byte starts a new line.
+    line_start: bool,
+    /// The previous byte was a `\r` ending a line; a following `\n` belongs to it.
+    after_cr: bool,
+    /// The current event has a line other than a comment (so it must be carried / may dispatch).
+    significant: bool,
+    bom_done: bool,
+    /// An event grew past `limit`: the stream is malformed and nothing more is scanned.
+    overflowed: bool,
+    /// How many bytes of a leading UTF-8 BOM have been matched (while `!bom_done`).
+    bom_matched: usize,
+    /// The largest event the scanner will hold (`limits.max_sse_event_bytes`).
+    limit: usize,
     /// Raw bytes of the current event that began in an earlier chunk. Only ever holds bytes
     /// from the event's first field line onwards (leading comments/blank lines are dropped).
     carry: Vec<u8>,
@@ -64,19 +80,6 @@ pub struct SseScanner {
     /// line break), while the event began in that chunk: dispatch then reads its fields without
     /// searching for the line breaks a second time.
     lines: Vec<(usize, usize)>,
-    /// The next byte starts a new line.
-    line_start: bool,
-    /// The previous byte was a `\r` ending a line; a following `\n` belongs to it.
-    after_cr: bool,
-    /// The current event has a line other than a comment (so it must be carried / may dispatch).
-    significant: bool,
-    /// How many bytes of a leading UTF-8 BOM have been matched (while `!bom_done`).
-    bom_matched: usize,
-    bom_done: bool,
-    /// The largest event the scanner will hold (`limits.max_sse_event_bytes`).
-    limit: usize,
-    /// An event grew past `limit`: the stream is malformed and nothing more is scanned.
-    overflowed: bool,
     /// Bytes examined, to prove linear work in tests.
     #[cfg(test)]
     work: u64,

@@ -329,7 +329,9 @@ struct GiveBack {
 
 /// An upstream answer's body, read as it arrives. Once its last frame has been read, its
 /// connection goes back to the pool; dropped before that, the connection closes with it (an
-/// HTTP/1.1 connection with an unread answer cannot carry another request).
+/// HTTP/1.1 connection with an unread answer cannot carry another request). The body, which a
+/// stream's every event reads, first (`repr(C)`; see `relay::Relay`).
+#[repr(C)]
 pub struct UpstreamBody {
     inner: Incoming,
     back: Option<GiveBack>,
