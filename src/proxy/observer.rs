@@ -239,6 +239,7 @@ fn convert_event(
 }
 
 /// A stream that reached its first content event and now belongs to the client.
+///
 /// The observer, which every event reads, first (`repr(C)`; see `relay::Relay`).
 #[repr(C)]
 pub struct Committed {

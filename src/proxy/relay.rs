@@ -41,6 +41,7 @@ struct RelayState {
 
 /// What continuing a cut stream needs: the request's attempt loop, moved here from the handler,
 /// and the bytes the client has received.
+///
 /// `delivered`, which every event writes, first (`repr(C)`); see [`Relay`].
 #[repr(C)]
 pub(super) struct ResumePlan {
