@@ -65,4 +65,6 @@ pub mod timefmt;
 #[cfg(test)]
 mod fuzz_tests;
 #[cfg(test)]
+mod link_order;
+#[cfg(test)]
 mod test_waker;

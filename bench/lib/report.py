@@ -307,7 +307,7 @@ w(f"# ccmesh benchmark run {meta.get('stamp', '')} ({meta.get('mode', '?')})")
 w("")
 w(
     f"Machine: {meta.get('cpu', '?')}, {meta.get('cores', '?')} cores, {meta.get('mem', '?')}, Linux {meta.get('kernel', '?')}. "
-    f"{meta.get('rustc', '')}; ccmesh {meta.get('ccmesh_rev', '?')}; {meta.get('wrk', '')}; "
+    f"{meta.get('rustc', '')}; ccmesh {meta.get('ccmesh_rev', '?')} (link order: {meta.get('hot_functions', 'not checked')}); {meta.get('wrk', '')}; "
     f"LiteLLM {meta.get('litellm') or 'not run'}; Portkey gateway {meta.get('portkey') or 'not run'}. "
     f"Load average at start: {meta.get('load_start', '?')}; at end: {meta.get('load_end', '?')}. "
     f"Run took {meta.get('seconds', '?')} s. Mock, load generator and gateways share the machine: compare ratios measured in this run, not absolute figures across runs."
