@@ -130,20 +130,46 @@ impl UpstreamOrigin {
     /// `url` as a URI: only what follows the origin is parsed. A URL that does not start with
     /// the origin and a path is parsed whole, as it would be without one.
     pub fn uri(&self, url: String) -> Result<Uri, SendError> {
-        let path_follows = url.strip_prefix(&self.text).is_some_and(|rest| rest.starts_with('/'));
-        if !path_follows {
+        let Some(rest) = url.strip_prefix(&self.text).filter(|rest| rest.starts_with('/')) else {
             return Uri::try_from(url.as_str()).map_err(|_| SendError::BadUrl(url));
+        };
+        if let Some(uri) = usual_path(rest).and_then(|path| self.with_path(path)) {
+            return Ok(uri);
         }
         let whole = Bytes::from(url);
-        let built = PathAndQuery::from_maybe_shared(whole.slice(self.text.len()..)).ok().and_then(|path| {
-            let mut parts = Parts::default();
-            parts.scheme = Some(self.scheme.clone());
-            parts.authority = Some(self.authority.clone());
-            parts.path_and_query = Some(path);
-            Uri::from_parts(parts).ok()
-        });
+        let built =
+            PathAndQuery::from_maybe_shared(whole.slice(self.text.len()..)).ok().and_then(|path| self.with_path(path));
         built.ok_or_else(|| SendError::BadUrl(String::from_utf8_lossy(&whole).into_owned()))
     }
+
+    fn with_path(&self, path: PathAndQuery) -> Option<Uri> {
+        let mut parts = Parts::default();
+        parts.scheme = Some(self.scheme.clone());
+        parts.authority = Some(self.authority.clone());
+        parts.path_and_query = Some(path);
+        Uri::from_parts(parts).ok()
+    }
+}
+
+/// The paths nearly every upstream request goes to (Claude Code asks for `?beta=true`). Parsing a
+/// path checks it byte by byte, a few hundred instructions on every request; these are parsed
+/// once, and a clone of a static path is a copy of two words.
+static USUAL_PATHS: [&str; 7] = [
+    "/v1/messages",
+    "/v1/messages?beta=true",
+    "/v1/chat/completions",
+    "/v1/responses",
+    "/v1/messages/count_tokens",
+    "/chat/completions",
+    "/responses",
+];
+
+/// `path` parsed, when it is one of `USUAL_PATHS`.
+fn usual_path(path: &str) -> Option<PathAndQuery> {
+    static PARSED: std::sync::LazyLock<[PathAndQuery; USUAL_PATHS.len()]> =
+        std::sync::LazyLock::new(|| USUAL_PATHS.map(PathAndQuery::from_static));
+    let at = USUAL_PATHS.iter().position(|usual| *usual == path)?;
+    PARSED.get(at).cloned()
 }
 
 fn connector(tls: rustls::ClientConfig) -> Connector {
@@ -684,6 +710,25 @@ mod tests {
             }
         }
         assert!(UpstreamOrigin::of("relay.example.com/v1").is_none());
+    }
+
+    #[test]
+    fn the_usual_paths_are_not_parsed_again_and_any_other_is() {
+        let origin = UpstreamOrigin::of("https://api.anthropic.com").unwrap();
+        for usual in USUAL_PATHS {
+            let url = format!("https://api.anthropic.com{usual}");
+            let uri = origin.uri(url.clone()).unwrap();
+            assert_eq!(uri, Uri::try_from(url.as_str()).unwrap());
+            // The path is the static text itself, so nothing was parsed for it.
+            let path = uri.path_and_query().unwrap().as_str();
+            assert!(std::ptr::eq(path.as_ptr(), usual.as_ptr()), "{usual} was parsed again");
+        }
+        for other in ["/v1/messages?beta=false", "/v1/message", "/api/v1/messages"] {
+            let url = format!("https://api.anthropic.com{other}");
+            let uri = origin.uri(url.clone()).unwrap();
+            assert_eq!(uri.path_and_query().unwrap().as_str(), other);
+            assert_eq!(uri, Uri::try_from(url.as_str()).unwrap());
+        }
     }
 
     fn live_endpoint(format: Format, extra: &[(&str, &str)]) -> LiveEndpoint {
