@@ -153,7 +153,7 @@ impl UpstreamOrigin {
 
 /// The paths nearly every upstream request goes to (Claude Code asks for `?beta=true`). Parsing a
 /// path checks it byte by byte, a few hundred instructions on every request; these are parsed
-/// once, and a clone of a static path is a copy of two words.
+/// once, and a clone of a static path copies a few words and writes no reference count.
 static USUAL_PATHS: [&str; 7] = [
     "/v1/messages",
     "/v1/messages?beta=true",
