@@ -168,8 +168,7 @@ static USUAL_PATHS: [&str; 7] = [
 fn usual_path(path: &str) -> Option<PathAndQuery> {
     static PARSED: std::sync::LazyLock<[PathAndQuery; USUAL_PATHS.len()]> =
         std::sync::LazyLock::new(|| USUAL_PATHS.map(PathAndQuery::from_static));
-    let at = USUAL_PATHS.iter().position(|usual| *usual == path)?;
-    PARSED.get(at).cloned()
+    PARSED.iter().find(|usual| usual.as_str() == path).cloned()
 }
 
 fn connector(tls: rustls::ClientConfig) -> Connector {
