@@ -188,7 +188,7 @@ async fn prepare(
     gate: gate::Gate,
     sessions: affinity::SessionHeaders,
     trail: &mut Trail,
-) -> Result<(Inbound, Vec<Arc<LiveEndpoint>>, bool), GatewayError> {
+) -> Result<(Box<Inbound>, Vec<Arc<LiveEndpoint>>, bool), GatewayError> {
     let limit = snapshot.settings.max_body_bytes;
     let too_large = || {
         GatewayError::new(
@@ -320,7 +320,9 @@ async fn prepare(
         Some(_) => path.strip_prefix("/v1beta").or_else(|| path.strip_prefix("/v1")).unwrap_or(path),
         None => without_version_prefixes(path),
     };
-    let inbound = Inbound {
+    // Boxed where it is built: the request's state moves from this future to the attempt loop's
+    // and into its `Run`, and a box moves as one pointer where the state itself is 400 bytes.
+    let inbound = Box::new(Inbound {
         route,
         method: parts.method,
         rest: rest.to_string(),
@@ -336,7 +338,7 @@ async fn prepare(
         hop,
         session_id,
         client_key: admitted.key.as_ref().map(|k| k.name.clone()),
-    };
+    });
     Ok((inbound, candidates, is_explicit))
 }
 

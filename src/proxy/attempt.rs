@@ -28,10 +28,10 @@ use crate::snapshot::{LiveEndpoint, Snapshot};
 pub async fn run(
     gw: Arc<Gateway>,
     snapshot: Arc<Snapshot>,
-    inbound: Inbound,
+    inbound: Box<Inbound>,
     mut candidates: Vec<Arc<LiveEndpoint>>,
     explicit: bool,
-    mut trail: Trail,
+    mut trail: Box<Trail>,
 ) -> Response {
     let protocol = inbound.route.protocol();
     // Borrowed, not cloned: the gateway, the snapshot and their parts are shared by every

@@ -254,7 +254,7 @@ pub struct Committed {
     pub rotation: Option<RotationUpdate>,
     /// The request's decision trail, closed when the stream ends (or dropped with it, which
     /// records the client going away).
-    pub trail: Option<Trail>,
+    pub trail: Option<Box<Trail>>,
 }
 
 #[cfg(test)]

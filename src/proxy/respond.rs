@@ -42,7 +42,7 @@ fn stream_body(body: impl hyper::body::Body<Data = Bytes, Error = axum::Error> +
 
 /// A request refused before any attempt (bad request, nothing configured, a loop): the
 /// gateway's error in the client's protocol, and the record closed.
-pub fn refuse(error: GatewayError, protocol: Protocol, mut trail: Trail, snapshot: &Snapshot) -> Response {
+pub fn refuse(error: GatewayError, protocol: Protocol, mut trail: Box<Trail>, snapshot: &Snapshot) -> Response {
     let status = error.kind.status().as_u16();
     trail.set_error("gateway", Some(error.code), &error.message, None);
     let mut response = error.into_response(protocol);

@@ -34,7 +34,8 @@ pub(super) struct Buffered {
 pub(super) struct Run {
     pub gw: Arc<Gateway>,
     pub snapshot: Arc<Snapshot>,
-    pub inbound: Inbound,
+    /// Boxed: see `proxy::prepare`.
+    pub inbound: Box<Inbound>,
     pub explicit: bool,
     /// The rotation state this request saw when it started (for compare-and-set).
     pub seen_current: Option<EndpointId>,
@@ -44,7 +45,7 @@ pub(super) struct Run {
     /// Conversion state for endpoints of another format.
     pub conversion: RequestConversion,
     /// The decision trail; moves into the relay when a stream is committed.
-    pub trail: Option<Trail>,
+    pub trail: Option<Box<Trail>>,
     /// SPEC §15.1: the request's total deadline, from its arrival, for the attempts' timers.
     pub deadline: tokio::time::Instant,
     /// The same deadline on the gateway's clock, for the waits.

@@ -133,6 +133,9 @@ fn ms(d: Duration) -> f64 {
 }
 
 impl Trail {
+    /// Boxed from the start: the trail moves from the handler's future into the attempt loop's,
+    /// into its `Run` and on into a committed stream's relay, and a box moves as one pointer where
+    /// the trail itself is ~300 bytes.
     pub fn start(
         events: Events,
         wall: std::time::SystemTime,
@@ -141,7 +144,7 @@ impl Trail {
         path: &str,
         headers: &HeaderMap,
         sessions: &crate::affinity::SessionHeaders,
-    ) -> Trail {
+    ) -> Box<Trail> {
         let unix_ms = wall.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
         let header = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).map(|v| capped(v, MAX_NAME));
         // The body may name a better one (`set_session`).
@@ -156,7 +159,7 @@ impl Trail {
             session_id,
             ..empty_record()
         });
-        Trail {
+        Box::new(Trail {
             record,
             events,
             started: Instant::now(),
@@ -170,7 +173,7 @@ impl Trail {
             charge: None,
             affinity: None,
             submitted: false,
-        }
+        })
     }
 
     /// The attempt in progress continues a cut stream: say so, and what it carries over.
