@@ -4,6 +4,7 @@
 
 pub mod cost;
 pub mod events;
+pub mod kept_text;
 pub mod live;
 pub mod metrics;
 pub mod record;

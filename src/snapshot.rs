@@ -11,8 +11,8 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use crate::breaker::BreakerCell;
 use crate::config::Settings;
 use crate::endpoint::Endpoint;
-use crate::fasthash::FastSet;
 use crate::observe::cost::PriceTable;
+use crate::observe::kept_text::KeptTexts;
 use crate::protocol::Format;
 use crate::proxy::upstream::UpstreamOrigin;
 
@@ -87,37 +87,11 @@ impl LiveEndpoint {
 /// (`endpoint::valid_name`), so at most 256 KiB.
 const MAX_RECORD_NAMES: usize = 4096;
 
-/// An endpoint's name as request records hold it. Each distinct name is copied once, for the
-/// life of the process, and every record borrows it: a record's two copies of its endpoint's
-/// name were allocated by a serving thread and freed by the record writer's, on every request.
+/// An endpoint's name as request records hold it (`observe::kept_text`), kept when a snapshot
+/// is built, so that no request looks it up.
 pub fn record_name(name: &str) -> Cow<'static, str> {
-    static NAMES: LazyLock<Mutex<KeptNames>> = LazyLock::new(|| Mutex::new(KeptNames::new(MAX_RECORD_NAMES)));
-    NAMES.lock().unwrap_or_else(PoisonError::into_inner).name(name)
-}
-
-/// The names `record_name` has kept. Past `most` names (endpoints renamed over and over) a name
-/// is copied per record again, so no amount of renaming grows memory without bound.
-struct KeptNames {
-    names: FastSet<&'static str>,
-    most: usize,
-}
-
-impl KeptNames {
-    fn new(most: usize) -> Self {
-        Self { names: FastSet::default(), most }
-    }
-
-    fn name(&mut self, name: &str) -> Cow<'static, str> {
-        if let Some(kept) = self.names.get(name) {
-            return Cow::Borrowed(kept);
-        }
-        if self.names.len() >= self.most {
-            return Cow::Owned(name.to_owned());
-        }
-        let kept: &'static str = Box::leak(name.to_owned().into_boxed_str());
-        self.names.insert(kept);
-        Cow::Borrowed(kept)
-    }
+    static NAMES: LazyLock<Mutex<KeptTexts>> = LazyLock::new(|| Mutex::new(KeptTexts::new(MAX_RECORD_NAMES)));
+    NAMES.lock().unwrap_or_else(PoisonError::into_inner).keep(name)
 }
 
 /// The credential header an endpoint gets: `x-api-key` (Anthropic), `authorization: Bearer`
@@ -165,22 +139,15 @@ fn extra_headers(e: &Endpoint) -> HeaderMap {
 
 #[cfg(test)]
 mod tests {
-    use super::{Cow, KeptNames, host_header, record_name};
+    use super::{Cow, host_header, record_name};
 
     #[test]
-    fn an_endpoint_name_is_kept_once_and_borrowed_by_every_record_up_to_the_cap() {
-        let mut kept = KeptNames::new(2);
-        let (a, again) = (kept.name("relay-a"), kept.name(&String::from("relay-a")));
+    fn an_endpoint_name_is_kept_for_every_record() {
+        let (a, again) = (record_name("anthropic-main"), record_name(&String::from("anthropic-main")));
         match (&a, &again) {
             (Cow::Borrowed(a), Cow::Borrowed(again)) => assert!(std::ptr::eq(*a, *again), "one copy"),
             other => panic!("not borrowed: {other:?}"),
         }
-        assert!(matches!(kept.name("relay-b"), Cow::Borrowed("relay-b")));
-        // Past the cap: copied per record, and the names kept stay as they were.
-        assert!(matches!(kept.name("relay-c"), Cow::Owned(c) if c == "relay-c"));
-        assert_eq!(kept.names.len(), 2);
-        assert!(matches!(kept.name("relay-a"), Cow::Borrowed("relay-a")));
-        assert!(matches!(record_name("anthropic-main"), Cow::Borrowed("anthropic-main")));
     }
 
     #[test]

@@ -1044,7 +1044,7 @@ mod tests {
                 2 => Some(f64::NAN),
                 _ => None,
             };
-            r.model_answered = (i % 2 == 0).then(|| format!("model-{}", i % 3));
+            r.model_answered = (i % 2 == 0).then(|| format!("model-{}", i % 3).into());
             if status != 200 {
                 r.attempts[0].classification = Classification::Failure;
             }
@@ -1403,8 +1403,8 @@ ccmesh_records_dropped_total 3
 
     fn with_model(answered: Option<&str>, sent: Option<&str>) -> RequestRecord {
         let mut r = record("openai", "a", 200);
-        r.model_answered = answered.map(str::to_string);
-        r.model_sent = sent.map(str::to_string);
+        r.model_answered = answered.map(|m| m.to_string().into());
+        r.model_sent = sent.map(|m| m.to_string().into());
         r.tokens.output = Some(1);
         r
     }

@@ -107,15 +107,19 @@ pub struct RequestRecord {
     pub method: Cow<'static, str>,
     /// Borrowed for the proxied paths the gateway serves by name, as `method` is.
     pub path: Cow<'static, str>,
-    pub user_agent: Option<String>,
+    /// Kept, as the model names are (`observe::kept_text`), when a request makes the record.
+    pub user_agent: Option<Cow<'static, str>>,
     /// The client's session id (`affinity::session_id`: Codex's `prompt_cache_key`, Claude
     /// Code's session header or `metadata.user_id`, Codex's session header), when it sent one.
     pub session_id: Option<String>,
-    pub model_requested: Option<String>,
-    /// The model sent to the final endpoint (after `model_map`).
-    pub model_sent: Option<String>,
-    /// The model the upstream said answered.
-    pub model_answered: Option<String>,
+    /// Kept (`observe::kept_text`) when a request makes the record: a record that owned its
+    /// model names allocated them on a serving thread and freed them on the writer's; owned when
+    /// read back.
+    pub model_requested: Option<Cow<'static, str>>,
+    /// The model sent to the final endpoint (after `model_map`); kept as `model_requested` is.
+    pub model_sent: Option<Cow<'static, str>>,
+    /// The model the upstream said answered; kept as `model_requested` is.
+    pub model_answered: Option<Cow<'static, str>>,
     /// The final endpoint (the one that answered, or the last one tried). Borrowed from the
     /// configuration's interned name when a request makes the record, as `protocol` is.
     pub endpoint: Option<Cow<'static, str>>,

@@ -23,6 +23,7 @@ use crate::endpoint::EndpointId;
 use crate::keys::KeyCharge;
 use crate::observe::cost;
 use crate::observe::events::Events;
+use crate::observe::kept_text::kept_here;
 use crate::observe::metrics::push_decimal;
 use crate::observe::record::{AttemptRecord, Classification, RecordError, RequestRecord, Tokens};
 use crate::observe::record_id::new_id;
@@ -51,9 +52,10 @@ fn capped(text: &str, max: usize) -> String {
     out
 }
 
-/// [`capped`] for a string the caller gives up: kept as it is when it fits.
-fn capped_owned(text: String, max: usize) -> String {
-    if text.len() <= max { text } else { capped(&text, max) }
+/// A model name or a user agent as the record holds it: kept for every record that repeats it
+/// (`observe::kept_text`) when it fits, else capped and owned.
+fn record_text(text: &str) -> Cow<'static, str> {
+    if text.len() <= MAX_NAME { kept_here(text) } else { Cow::Owned(capped(text, MAX_NAME)) }
 }
 
 pub struct Trail {
@@ -146,7 +148,6 @@ impl Trail {
         sessions: &crate::affinity::SessionHeaders,
     ) -> Box<Trail> {
         let unix_ms = wall.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-        let header = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).map(|v| capped(v, MAX_NAME));
         // The body may name a better one (`set_session`).
         let session_id = sessions.id();
         let record = Box::new(RequestRecord {
@@ -155,7 +156,7 @@ impl Trail {
             protocol: Cow::Borrowed(protocol),
             method: method_name(method),
             path: path_name(path),
-            user_agent: header(&axum::http::header::USER_AGENT),
+            user_agent: headers.get(axum::http::header::USER_AGENT).and_then(|v| v.to_str().ok()).map(record_text),
             session_id,
             ..empty_record()
         });
@@ -233,7 +234,7 @@ impl Trail {
     }
 
     pub fn set_request(&mut self, model: Option<&str>, stream: bool) {
-        self.record.model_requested = model.map(|m| capped(m, MAX_NAME));
+        self.record.model_requested = model.map(record_text);
         self.record.stream = stream;
     }
 
@@ -266,7 +267,7 @@ impl Trail {
         });
         self.current = Some((self.record.attempts.len() - 1, now));
         self.record.endpoint = Some(endpoint);
-        self.record.model_sent = model_sent.map(|m| capped(m, MAX_NAME));
+        self.record.model_sent = model_sent.map(record_text);
         self.multiplier = multiplier;
         let mut endpoints = self.record.attempts.iter().map(|a| a.endpoint.as_ref());
         let first = endpoints.next();
@@ -404,7 +405,7 @@ impl Trail {
     fn set_usage(&mut self, tokens: Tokens, model_answered: Option<String>, snapshot: &Snapshot) {
         self.record.tokens = tokens;
         if let Some(answered) = model_answered {
-            self.record.model_answered = Some(capped_owned(answered, MAX_NAME));
+            self.record.model_answered = Some(record_text(&answered));
         }
         // Relays often answer with a name the price table does not know: fall back to the model
         // that was sent (what the endpoint bills for), then the one the client asked for, then
@@ -573,12 +574,38 @@ mod tests {
     }
 
     #[test]
+    fn a_record_borrows_its_model_names_and_user_agent() {
+        let mut headers = HeaderMap::new();
+        headers.insert(axum::http::header::USER_AGENT, HeaderValue::from_static("claude-cli/2.0.31 (external, cli)"));
+        let sessions = crate::affinity::SessionHeaders::read(&headers);
+        let events = Events::new(crate::observe::writer::RecordSink::disabled());
+        let mut trail = Trail::start(
+            events,
+            std::time::SystemTime::now(),
+            "claude",
+            &Method::POST,
+            "/v1/messages",
+            &headers,
+            &sessions,
+        );
+        trail.set_request(Some("claude-sonnet-4-5"), false);
+        trail.begin_attempt(Cow::Borrowed("a"), EndpointId(1), "anthropic", Some("claude-sonnet-4-5"), 1.0);
+        let r = &trail.record;
+        for text in [&r.user_agent, &r.model_requested, &r.model_sent] {
+            assert!(matches!(text, Some(Cow::Borrowed(_))), "{text:?}");
+        }
+        assert_eq!(r.user_agent.as_deref(), Some("claude-cli/2.0.31 (external, cli)"));
+        assert_eq!(r.model_sent.as_deref(), Some("claude-sonnet-4-5"));
+        trail.submitted = true;
+    }
+
+    #[test]
     fn long_text_is_capped_at_a_character_boundary() {
         assert_eq!(capped("short", 10), "short");
-        assert_eq!(capped_owned("short".into(), 10), "short");
+        assert!(matches!(record_text("short"), Cow::Borrowed("short")));
         let long = "é".repeat(300);
         let cut = capped(&long, MAX_NAME);
-        assert_eq!(capped_owned(long.clone(), MAX_NAME), cut);
+        assert!(matches!(record_text(&long), Cow::Owned(owned) if owned == cut));
         assert!(cut.len() <= MAX_NAME && cut.ends_with('…'), "{} bytes", cut.len());
         assert_eq!(capped(&"x".repeat(5_000_000), MAX_NAME).len(), MAX_NAME);
     }

@@ -91,7 +91,7 @@ mod tests {
     fn at(period: i64, endpoint: &str, model: Option<&str>) -> RequestRecord {
         let mut r = sample_record("r", (period * PERIOD_MS + 5) as u64);
         r.endpoint = Some(endpoint.to_owned().into());
-        r.model_requested = model.map(Into::into);
+        r.model_requested = model.map(|m| m.to_owned().into());
         r
     }
 

@@ -621,7 +621,7 @@ fn pages_walked_period_by_period_hold_exactly_the_matching_records_in_order() {
             .iter()
             .map(|(_, r)| r)
             .filter(|r| f.endpoint.is_none() || r.endpoint.as_deref() == f.endpoint.as_deref())
-            .filter(|r| f.model.is_none() || r.model_requested == f.model)
+            .filter(|r| f.model.is_none() || r.model_requested.as_deref() == f.model.as_deref())
             .filter(|r| f.protocol.as_ref().is_none_or(|p| &r.protocol == p))
             .filter(|r| f.status_class.is_none_or(|class| r.status / 100 == class))
             .filter(|r| f.status.is_none_or(|s| r.status == s))
@@ -651,7 +651,7 @@ fn periods_follow_their_records_through_retention() {
                 let h = period_of(r.started_at_ms as i64);
                 [
                     r.endpoint.clone().map(|e| ("endpoint".to_string(), e.into_owned(), h)),
-                    r.model_requested.clone().map(|m| ("model".to_string(), m, h)),
+                    r.model_requested.clone().map(|m| ("model".to_string(), m.into_owned(), h)),
                     Some(("protocol".to_string(), r.protocol.to_string(), h)),
                 ]
             })
@@ -919,9 +919,9 @@ mod detail_property {
             r.status = status;
             r.method = method.into();
             r.path = path.into();
-            r.user_agent = user_agent;
+            r.user_agent = user_agent.map(Into::into);
             r.session_id = session_id;
-            r.model_answered = model_answered;
+            r.model_answered = model_answered.map(Into::into);
             r.error = error;
             r.first_token_ms = first_token_ms;
             r.attempts = attempts;
