@@ -600,6 +600,45 @@ mod tests {
     }
 
     #[test]
+    fn a_record_is_handed_over_once_and_later_changes_are_ignored() {
+        let headers = HeaderMap::new();
+        let sessions = crate::affinity::SessionHeaders::read(&headers);
+        let events = Events::new(crate::observe::writer::RecordSink::disabled());
+        let snapshot = Snapshot {
+            endpoints: Vec::new(),
+            settings: std::sync::Arc::new(crate::config::Settings::default()),
+            prices: std::sync::Arc::new(crate::observe::cost::PriceTable::builtin()),
+            keys: std::sync::Arc::default(),
+        };
+        let start = |events: &Events| {
+            Trail::start(
+                events.clone(),
+                std::time::SystemTime::now(),
+                "claude",
+                &Method::POST,
+                "/v1/messages",
+                &headers,
+                &sessions,
+            )
+        };
+        // A disabled sink counts each record it is handed as dropped.
+        let handed = |events: &Events| events.records().dropped();
+        let mut trail = start(&events);
+        assert_eq!(trail.id().len(), 26);
+        trail.finish(200, Tokens::default(), None, &snapshot);
+        assert_eq!(handed(&events), 1);
+        assert_eq!(trail.id(), "", "the record went with its id");
+        trail.set_request(Some("m"), true);
+        trail.set_error("gateway", None, "late", None);
+        trail.finish(500, Tokens::default(), None, &snapshot);
+        drop(trail);
+        assert_eq!(handed(&events), 1, "finished once, dropped without a second record");
+        // A trail dropped before it finished still leaves its record.
+        drop(start(&events));
+        assert_eq!(handed(&events), 2);
+    }
+
+    #[test]
     fn long_text_is_capped_at_a_character_boundary() {
         assert_eq!(capped("short", 10), "short");
         assert!(matches!(record_text("short"), Cow::Borrowed("short")));
