@@ -573,21 +573,26 @@ mod tests {
         assert_eq!(path_name(&long), capped(&long, MAX_TEXT));
     }
 
+    /// A trail for a Messages request with these headers, handing its record to `events`.
+    fn messages_trail(events: &Events, headers: &HeaderMap, sessions: &crate::affinity::SessionHeaders) -> Box<Trail> {
+        Trail::start(
+            events.clone(),
+            std::time::SystemTime::now(),
+            "claude",
+            &Method::POST,
+            "/v1/messages",
+            headers,
+            sessions,
+        )
+    }
+
     #[test]
     fn a_record_borrows_its_model_names_and_user_agent() {
         let mut headers = HeaderMap::new();
         headers.insert(axum::http::header::USER_AGENT, HeaderValue::from_static("claude-cli/2.0.31 (external, cli)"));
         let sessions = crate::affinity::SessionHeaders::read(&headers);
         let events = Events::new(crate::observe::writer::RecordSink::disabled());
-        let mut trail = Trail::start(
-            events,
-            std::time::SystemTime::now(),
-            "claude",
-            &Method::POST,
-            "/v1/messages",
-            &headers,
-            &sessions,
-        );
+        let mut trail = messages_trail(&events, &headers, &sessions);
         trail.set_request(Some("claude-sonnet-4-5"), false);
         trail.begin_attempt(Cow::Borrowed("a"), EndpointId(1), "anthropic", Some("claude-sonnet-4-5"), 1.0);
         let r = &trail.record;
@@ -610,17 +615,7 @@ mod tests {
             prices: std::sync::Arc::new(crate::observe::cost::PriceTable::builtin()),
             keys: std::sync::Arc::default(),
         };
-        let start = |events: &Events| {
-            Trail::start(
-                events.clone(),
-                std::time::SystemTime::now(),
-                "claude",
-                &Method::POST,
-                "/v1/messages",
-                &headers,
-                &sessions,
-            )
-        };
+        let start = |events: &Events| messages_trail(events, &headers, &sessions);
         // A disabled sink counts each record it is handed as dropped.
         let handed = |events: &Events| events.records().dropped();
         let mut trail = start(&events);
