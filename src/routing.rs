@@ -33,10 +33,17 @@ pub fn list_routable<T: AsRef<Endpoint>>(all: &[T], route: Route) -> Vec<&T> {
     usable
 }
 
+/// As many candidates as a request's lists hold without an allocation.
+pub const FEW_CANDIDATES: usize = 8;
+
+/// The candidates a breaker filter kept, in their order.
+pub type Live<'a, T> = smallvec::SmallVec<[&'a T; FEW_CANDIDATES]>;
+
 /// SPEC §2 step 4, the breaker filter: keep the candidates whose breaker lets requests through
 /// (an Open one still cooling down is dropped; a cooled-down one stays, to be probed), and say
-/// why each dropped one was. `routable` asks a breaker without taking a permit.
-pub fn breaker_filter<T, D>(candidates: &[T], routable: impl Fn(&T) -> Result<(), D>) -> (Vec<&T>, Vec<D>) {
+/// why each dropped one was. `routable` asks a breaker without taking a permit. The live list is
+/// held inline up to `FEW_CANDIDATES`, the usual count: every request makes one.
+pub fn breaker_filter<T, D>(candidates: &[T], routable: impl Fn(&T) -> Result<(), D>) -> (Live<'_, T>, Vec<D>) {
     let mut denials = Vec::new();
     let live = candidates
         .iter()

@@ -106,17 +106,16 @@ pub async fn run(
     // a generic failure from an upstream that was sent something it cannot read.
     if matches!(run.inbound.route, Route::Protocol(_)) {
         let mut refused: Option<(Format, ConvertError)> = None;
-        let mut kept = Vec::with_capacity(candidates.len());
-        for endpoint in candidates {
+        // Filtered in place: a second list would be an allocation on every request.
+        candidates.retain(|endpoint| {
             if run.conversion.needed(endpoint.config.format)
-                && let Err(e) = run.converted_body(&endpoint)
+                && let Err(e) = run.converted_body(endpoint)
             {
                 refused.get_or_insert((endpoint.config.format, e));
-                continue;
+                return false;
             }
-            kept.push(endpoint);
-        }
-        candidates = kept;
+            true
+        });
         if candidates.is_empty()
             && let Some((format, e)) = refused
         {
@@ -231,7 +230,8 @@ impl Run {
                     Some(denials)
                 } else {
                     let cap = *p.cap.get_or_insert_with(|| routing::attempt_cap(live.len(), explicit));
-                    let ids: Vec<EndpointId> = live.iter().map(|e| e.config.id).collect();
+                    let ids: smallvec::SmallVec<[EndpointId; routing::FEW_CANDIDATES]> =
+                        live.iter().map(|e| e.config.id).collect();
                     let resume_at = after.take().and_then(|cut| resume_index(candidates, &ids, cut));
                     let start = if pinned {
                         0
@@ -259,7 +259,7 @@ impl Run {
                         }
                         if p.deadline_passed || (p.attempts > 0 && tokio::time::Instant::now() >= run.deadline) {
                             let best = p.best_answer();
-                            break 'out Ended::Answer(run.deadline_over(best, p.attempts, p.last_endpoint.as_deref()));
+                            break 'out Ended::Answer(run.deadline_over(best, p.attempts, p.last_endpoint.as_ref()));
                         }
                         let endpoint = live[index];
                         if p.excluded.contains(&endpoint.config.id) {
@@ -296,7 +296,7 @@ impl Run {
                                     break 'out Ended::Answer(run.last_answer(
                                         best,
                                         p.attempts,
-                                        p.last_endpoint.as_deref(),
+                                        p.last_endpoint.as_ref(),
                                     ));
                                 }
                                 let waited = tokio::time::Instant::now();
@@ -306,14 +306,14 @@ impl Run {
                         }
                         denied_in_a_row.clear();
                         p.attempts += 1;
-                        p.last_endpoint = Some(endpoint.config.name.clone());
+                        p.last_endpoint = Some(endpoint.record_name.clone());
                         run.begin_attempt(endpoint);
                         let (outcome, cause) = match run.exchange(endpoint, permit, p.attempts).await {
                             Exchanged::Committed(stream) => break 'out Ended::Stream(stream),
                             Exchanged::Estimate => {
                                 // Many Anthropic-compatible relays lack count_tokens: our estimate.
                                 break 'out Ended::Answer(
-                                    run.token_estimate(Some(&endpoint.config.name), p.attempts).await,
+                                    run.token_estimate(Some(&endpoint.record_name), p.attempts).await,
                                 );
                             }
                             Exchanged::Answer { answer, outcome, usage, probe } => {
@@ -326,7 +326,7 @@ impl Run {
                                     break 'out Ended::Answer(run.answer(
                                         answer,
                                         p.attempts,
-                                        &endpoint.config.name,
+                                        &endpoint.record_name,
                                         usage,
                                     ));
                                 }
@@ -405,7 +405,7 @@ impl Run {
                 // endpoint's probe, which re-enters the rate-limit backoff below (SPEC §3).
                 if p.last_answer.is_some() && !p.last_was_probe_429 {
                     let best = p.best_answer();
-                    break 'out Ended::Answer(run.last_answer(best, p.attempts, p.last_endpoint.as_deref()));
+                    break 'out Ended::Answer(run.last_answer(best, p.attempts, p.last_endpoint.as_ref()));
                 }
                 let now = clock.now();
                 match when_blocked(&denials, now, budget_deadline) {
@@ -431,19 +431,19 @@ impl Run {
                             ),
                         )
                         .with_retry_after(retry_after_secs);
-                        break 'out Ended::Answer(run.error(e, p.attempts, p.last_endpoint.as_deref()));
+                        break 'out Ended::Answer(run.error(e, p.attempts, p.last_endpoint.as_ref()));
                     }
                     WhenBlocked::AllOpen => {
                         if p.last_answer.is_some() {
                             let best = p.best_answer();
-                            break 'out Ended::Answer(run.last_answer(best, p.attempts, p.last_endpoint.as_deref()));
+                            break 'out Ended::Answer(run.last_answer(best, p.attempts, p.last_endpoint.as_ref()));
                         }
                         let mut message = "all candidate endpoints are circuit-open; retry later, or reset a breaker (`ccmesh reset NAME`, or POST /api/endpoints/{name}/reset)".to_string();
                         if let Some((kind, detail)) = &p.last_network {
                             message = format!("{message} (last error: {} — {detail})", kind.describe());
                         }
                         let e = GatewayError::new(ErrorKind::BadGateway, "circuit_open", message);
-                        break 'out Ended::Answer(run.error(e, p.attempts, p.last_endpoint.as_deref()));
+                        break 'out Ended::Answer(run.error(e, p.attempts, p.last_endpoint.as_ref()));
                     }
                 }
             }
@@ -452,7 +452,7 @@ impl Run {
             gw.events.candidates_exhausted(protocol.as_str(), p.attempts, p.last_endpoint.as_deref().unwrap_or(""));
             if p.last_was_answer || (p.only_elsewhere && p.first_elsewhere.is_some()) {
                 let best = p.best_answer();
-                break 'out Ended::Answer(run.last_answer(best, p.attempts, p.last_endpoint.as_deref()));
+                break 'out Ended::Answer(run.last_answer(best, p.attempts, p.last_endpoint.as_ref()));
             }
             let message = match &p.last_network {
                 Some((kind, detail)) if detail.as_str() == kind.describe() => {
@@ -470,7 +470,7 @@ impl Run {
             Ended::Answer(run.error(
                 GatewayError::new(kind, "upstream_unreachable", message),
                 p.attempts,
-                p.last_endpoint.as_deref(),
+                p.last_endpoint.as_ref(),
             ))
         };
         run.progress = p;

@@ -599,7 +599,7 @@ impl Run {
         Exchanged::Committed(Box::new(Stream {
             status,
             headers,
-            endpoint: endpoint.config.name.clone(),
+            endpoint: endpoint.record_name.clone(),
             endpoint_id: endpoint.config.id,
             attempt: number,
             committed,

@@ -4,6 +4,8 @@
 //! and finishes the request's record (for a stream: hands the record to the relay, whose end
 //! closes it with `stream_ended`).
 
+use std::borrow::Cow;
+
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
@@ -23,13 +25,23 @@ use crate::snapshot::Snapshot;
 const X_CCMESH_ATTEMPTS: HeaderName = HeaderName::from_static("x-ccmesh-attempts");
 
 /// `x-ccmesh-attempts` and, when an endpoint was tried, `x-ccmesh-endpoint` (SPEC §3).
-fn tag(headers: &mut HeaderMap, attempts: usize, endpoint: Option<&str>) {
+fn tag(headers: &mut HeaderMap, attempts: usize, endpoint: Option<&Cow<'static, str>>) {
     // The usual counts without formatting them into a new allocation.
     const FEW: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
     let count = FEW.get(attempts).map_or_else(|| HeaderValue::from(attempts), |n| HeaderValue::from_static(n));
     headers.insert(X_CCMESH_ATTEMPTS, count);
-    if let Some(Ok(v)) = endpoint.map(HeaderValue::from_str) {
+    if let Some(v) = endpoint.and_then(text_header) {
         headers.insert(X_CCMESH_ENDPOINT, v);
+    }
+}
+
+/// A kept name as a header value: a borrowed one is not copied (names are kept for the
+/// gateway's life, `snapshot::record_name`). `None` for a name no header value can hold.
+#[allow(clippy::ptr_arg, reason = "whether the text is borrowed for good is what this reads")]
+fn text_header(text: &Cow<'static, str>) -> Option<HeaderValue> {
+    match text {
+        Cow::Borrowed(kept) => HeaderValue::from_maybe_shared(Bytes::from_static(kept.as_bytes())).ok(),
+        Cow::Owned(owned) => HeaderValue::from_str(owned).ok(),
     }
 }
 
@@ -54,11 +66,12 @@ pub fn refuse(error: GatewayError, protocol: Protocol, mut trail: Box<Trail>, sn
 impl Run {
     /// An upstream's answer (a success, a neutral answer, or the last failure) to the client.
     /// `usage`: tokens and model of a successful answer.
+    #[allow(clippy::ptr_arg, reason = "the name goes on to `tag`, which reads whether it is kept")]
     pub(super) fn answer(
         &mut self,
         answer: Buffered,
         attempts: usize,
-        endpoint: &str,
+        endpoint: &Cow<'static, str>,
         usage: Option<(Tokens, Option<String>)>,
     ) -> Response {
         let status = answer.status.as_u16();
@@ -89,10 +102,10 @@ impl Run {
         &mut self,
         answer: Option<Buffered>,
         attempts: usize,
-        endpoint: Option<&str>,
+        endpoint: Option<&Cow<'static, str>>,
     ) -> Response {
         match answer {
-            Some(a) => self.answer(a, attempts, endpoint.unwrap_or(""), None),
+            Some(a) => self.answer(a, attempts, endpoint.unwrap_or(&Cow::Borrowed("")), None),
             None => self.error(
                 GatewayError::new(ErrorKind::BadGateway, "upstream_unreachable", "no upstream answered"),
                 attempts,
@@ -102,7 +115,12 @@ impl Run {
     }
 
     /// A gateway-made error in the client's protocol.
-    pub(super) fn error(&mut self, error: GatewayError, attempts: usize, endpoint: Option<&str>) -> Response {
+    pub(super) fn error(
+        &mut self,
+        error: GatewayError,
+        attempts: usize,
+        endpoint: Option<&Cow<'static, str>>,
+    ) -> Response {
         let status = error.kind.status().as_u16();
         if let Some(t) = self.trail.as_mut() {
             t.set_error("gateway", Some(error.code), &error.message, None);
@@ -118,7 +136,7 @@ impl Run {
         &mut self,
         answer: Option<Buffered>,
         attempts: usize,
-        endpoint: Option<&str>,
+        endpoint: Option<&Cow<'static, str>>,
     ) -> Response {
         if answer.is_some() {
             return self.last_answer(answer, attempts, endpoint);
@@ -138,7 +156,7 @@ impl Run {
 
     /// A token count (`/v1/messages/count_tokens`, Gemini `:countTokens`) answered by the
     /// gateway's own estimate, in the client's shape.
-    pub(super) async fn token_estimate(&mut self, endpoint: Option<&str>, attempts: usize) -> Response {
+    pub(super) async fn token_estimate(&mut self, endpoint: Option<&Cow<'static, str>>, attempts: usize) -> Response {
         let request = match self.conversion.request(&self.inbound.body) {
             Ok(r) => r,
             Err(e) => {
@@ -206,9 +224,28 @@ mod tests {
     fn the_attempt_count_is_written_in_decimal_whatever_its_size() {
         for n in [0, 1, 2, 9, 10, 11, 99, 12345] {
             let mut headers = axum::http::HeaderMap::new();
-            super::tag(&mut headers, n, Some("relay-a"));
+            super::tag(&mut headers, n, Some(&"relay-a".into()));
             assert_eq!(headers["x-ccmesh-attempts"], n.to_string().as_str());
             assert_eq!(headers["x-ccmesh-endpoint"], "relay-a");
+        }
+    }
+
+    #[test]
+    fn a_kept_endpoint_name_is_tagged_without_a_copy() {
+        use std::borrow::Cow;
+        let kept: Cow<'static, str> = Cow::Borrowed("relay-a");
+        let mut headers = axum::http::HeaderMap::new();
+        super::tag(&mut headers, 1, Some(&kept));
+        let tagged = headers["x-ccmesh-endpoint"].as_bytes();
+        assert!(std::ptr::eq(tagged.as_ptr(), kept.as_ptr()), "the kept name was copied");
+        // A name past the table's cap is its own copy; one no header can hold is left out.
+        let owned: Cow<'static, str> = Cow::Owned("relay-b".to_string());
+        super::tag(&mut headers, 1, Some(&owned));
+        assert_eq!(headers["x-ccmesh-endpoint"], "relay-b");
+        for unfit in [Cow::Borrowed("a\nb"), Cow::Owned("a\u{7f}b".to_string())] {
+            let mut headers = axum::http::HeaderMap::new();
+            super::tag(&mut headers, 1, Some(&unfit));
+            assert!(!headers.contains_key("x-ccmesh-endpoint"), "{unfit:?}");
         }
     }
 }

@@ -88,7 +88,8 @@ pub(super) struct Progress {
     /// backoff instead of being returned).
     pub last_was_probe_429: bool,
     pub last_network: Option<(NetworkErrorKind, String)>,
-    pub last_endpoint: Option<String>,
+    /// Its name as records hold it: borrowed, where a copy was an allocation per request.
+    pub last_endpoint: Option<std::borrow::Cow<'static, str>>,
     /// Endpoints out of the rest of this request (`Next::NextExcluding`).
     pub excluded: Vec<EndpointId>,
     /// An attempt was cut short by the total deadline.
@@ -138,8 +139,8 @@ pub(super) enum Exchanged {
 pub(super) struct Stream {
     pub status: StatusCode,
     pub headers: axum::http::HeaderMap,
-    /// The endpoint it comes from.
-    pub endpoint: String,
+    /// The endpoint it comes from (its `record_name`).
+    pub endpoint: std::borrow::Cow<'static, str>,
     pub endpoint_id: crate::endpoint::EndpointId,
     /// Which attempt of the request it is.
     pub attempt: usize,
