@@ -66,16 +66,34 @@ unsafe impl GlobalAlloc for Allocator {
 /// Give the calling thread's unused allocator memory back to the system. Threads call this
 /// when they fall idle (`ccmesh::idle_memory`): mimalloc returns a thread's freed
 /// pages only when that thread next allocates, so an idle gateway would otherwise keep the memory
-/// of its last burst (~10 MiB after 1024 streams; BENCHMARKS.md).
+/// of its last burst (~10 MiB after 1024 streams; BENCHMARKS.md). SQLite allocates with the C
+/// library's `malloc`, not through Rust's allocator: what its page caches free (the record
+/// writer's `PRAGMA shrink_memory` when it falls idle) stays in glibc's per-thread arenas, which
+/// glibc gives back only when `malloc_trim` asks (~2 MiB of an idle gateway's memory otherwise).
 ///
-/// The library forbids `unsafe`; the binary has two audited uses, the allocator above and this
-/// call. `mi_collect` takes no pointer, has no precondition and may be called from any thread at
-/// any time; it only frees pages the calling thread's heap no longer uses and purges the
-/// allocator's expired free memory.
+/// The library forbids `unsafe`; the binary has three audited uses, the allocator above and these
+/// two calls. `mi_collect` takes no pointer, has no precondition and may be called from any thread
+/// at any time; it only frees pages the calling thread's heap no longer uses and purges the
+/// allocator's expired free memory. `malloc_trim` likewise takes only a size to keep, may be called
+/// from any thread, and returns whole free pages of every arena to the system under the arenas'
+/// own locks.
 #[allow(unsafe_code)]
 fn release_idle_memory() {
     // SAFETY: see above; a plain FFI call with a bool argument into the allocator that is linked.
     unsafe { libmimalloc_sys::mi_collect(true) }
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: see above; a plain FFI call into the C library with a size argument.
+    unsafe {
+        malloc_trim(0);
+    }
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+unsafe extern "C" {
+    /// glibc's: give the free memory at the top of the heap and the free pages inside every
+    /// arena back to the system, keeping `pad` bytes at the top of the main heap.
+    fn malloc_trim(pad: usize) -> std::ffi::c_int;
 }
 
 fn main() -> std::process::ExitCode {
@@ -141,5 +159,68 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The resident KiB of the mapping of this process that holds `address`.
+    fn resident_kib_at(address: usize) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+        let mut inside = false;
+        for line in smaps.lines() {
+            if let Some((range, _)) = line.split_once(' ')
+                && let Some((start, end)) = range.split_once('-')
+                && let (Ok(start), Ok(end)) = (usize::from_str_radix(start, 16), usize::from_str_radix(end, 16))
+            {
+                inside = (start..end).contains(&address);
+            } else if inside && let Some(kib) = line.strip_prefix("Rss:") {
+                return kib.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
+            }
+        }
+        0
+    }
+
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[allow(unsafe_code)]
+    unsafe extern "C" {
+        fn malloc(size: usize) -> *mut c_void;
+        fn free(block: *mut c_void);
+    }
+
+    /// What the C library's allocator holds for a thread after a burst (SQLite's page cache, freed
+    /// by `shrink_memory`) is given back by the idle release, not kept for good.
+    #[test]
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[allow(unsafe_code)]
+    fn the_idle_release_gives_back_what_the_c_allocator_freed() {
+        // A thread of its own gets a glibc arena of its own; blocks under the mmap threshold come
+        // from it, as SQLite's pages do.
+        std::thread::spawn(|| {
+            const BLOCK: usize = 4096;
+            // SAFETY: each block is written only within its size and freed once.
+            let blocks: Vec<*mut u8> = (0..4096)
+                .map(|_| unsafe {
+                    let block = malloc(BLOCK).cast::<u8>();
+                    assert!(!block.is_null());
+                    std::ptr::write_bytes(block, 0xa5, BLOCK);
+                    block
+                })
+                .collect();
+            let kept = blocks[blocks.len() - 1];
+            let filled = resident_kib_at(kept as usize);
+            assert!(filled >= 16 * 1024, "the arena holds {filled} KiB after 16 MiB of blocks");
+            // All but the last freed: the arena's top stays in use, so freeing alone returns nothing.
+            for &block in &blocks[..blocks.len() - 1] {
+                // SAFETY: allocated above, freed once.
+                unsafe { free(block.cast()) };
+            }
+            let freed = resident_kib_at(kept as usize);
+            assert!(freed >= 15 * 1024, "freeing alone gave back memory: {freed} KiB of {filled}");
+            release_idle_memory();
+            let released = resident_kib_at(kept as usize);
+            assert!(released < 2 * 1024, "the arena still holds {released} KiB of {freed} after the idle release");
+            // SAFETY: allocated above, freed once.
+            unsafe { free(kept.cast()) };
+        })
+        .join()
+        .unwrap_or_else(|_| panic!("the arena thread failed"));
     }
 }
