@@ -59,6 +59,8 @@ pub mod server;
 pub mod snapshot;
 /// SQLite storage of endpoints and settings.
 pub mod store;
+/// How many requests the calling thread is serving.
+pub mod thread_load;
 /// RFC 3339 timestamps.
 pub mod timefmt;
 

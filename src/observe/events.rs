@@ -13,7 +13,7 @@ use crate::breaker::{Circuit, OpenReason, Transition, TransitionCause};
 use crate::observe::live::{LiveBus, LiveEvent};
 use crate::observe::metrics::Metrics;
 use crate::observe::record::RequestRecord;
-use crate::observe::writer::RecordSink;
+use crate::observe::writer::{Promise, RecordSink};
 
 #[derive(Clone)]
 pub struct Events {
@@ -52,6 +52,57 @@ fn scrub_record(record: &mut RequestRecord) {
     }
 }
 
+impl Hub {
+    fn show_and_store(&self, mut record: Box<RequestRecord>) {
+        scrub_record(&mut record);
+        self.show(&record);
+        self.records.submit(record);
+    }
+
+    /// The request's live event, for the dashboards watching.
+    fn show(&self, record: &RequestRecord) {
+        if !self.live.has_subscribers() {
+            return;
+        }
+        self.live.publish(LiveEvent {
+            kind: "request",
+            data: json!({
+                "id": record.id,
+                "started_at_ms": record.started_at_ms,
+                "protocol": record.protocol,
+                "model": record.model_requested,
+                "endpoint": record.endpoint,
+                "status": record.status,
+                "stream": record.stream,
+                "total_ms": record.total_ms,
+                "attempts": record.attempts.len(),
+                "failed_over": record.failed_over,
+                "tokens": record.tokens,
+                "cost_usd": record.cost_usd,
+                "error": record.error.as_ref().map(|e| e.message.clone()),
+                "client_key": record.client_key,
+            }),
+        });
+    }
+}
+
+/// A promised record on its way to the live feed and the writer (`Events::request_answered`). It
+/// goes when this is dropped: in its task, or when a runtime shutting down drops the task unrun.
+struct HandOver {
+    hub: Arc<Hub>,
+    record: Option<(Promise, Box<RequestRecord>)>,
+}
+
+impl Drop for HandOver {
+    fn drop(&mut self) {
+        if let Some((promise, mut record)) = self.record.take() {
+            scrub_record(&mut record);
+            self.hub.show(&record);
+            self.hub.records.submit_promised(promise, record);
+        }
+    }
+}
+
 impl crate::breaker::TransitionSink for Events {
     fn transition(&self, endpoint: &str, transition: &Transition) {
         self.breaker_transition(endpoint, transition);
@@ -77,33 +128,29 @@ impl Events {
 
     /// A request finished (for a stream: when the stream ended): count it, show it live, store it.
     pub fn request_completed(&self, record: impl Into<Box<RequestRecord>>) {
-        let mut record = record.into();
-        scrub_record(&mut record);
+        let record = record.into();
         self.hub.metrics.observe_request(&record);
-        if !self.hub.live.has_subscribers() {
-            self.hub.records.submit(record);
+        self.hub.show_and_store(record);
+    }
+
+    /// [`Self::request_completed`] for a request whose answer the calling task is about to write
+    /// (or whose client went away): counted now; shown live and stored in a task of its own when
+    /// this thread serves no other request ([`crate::thread_load`]). The runtime polls that task
+    /// only after the connection's task has written and flushed the answer, so the hand-over (the
+    /// record scrubbed, the live event, the writer's channel and, when the writer sleeps, waking
+    /// its thread) no longer stands between the upstream's answer and the client. A thread
+    /// serving others hands over at once: the task would cost them what it saves this one. A
+    /// flush waits for a record still in its task ([`RecordSink::promise`]); outside a task the
+    /// record goes at once.
+    pub fn request_answered(self, record: Box<RequestRecord>) {
+        self.hub.metrics.observe_request(&record);
+        if !crate::thread_load::serving_alone() || tokio::task::try_id().is_none() {
+            self.hub.show_and_store(record);
             return;
         }
-        self.hub.live.publish(LiveEvent {
-            kind: "request",
-            data: json!({
-                "id": record.id,
-                "started_at_ms": record.started_at_ms,
-                "protocol": record.protocol,
-                "model": record.model_requested,
-                "endpoint": record.endpoint,
-                "status": record.status,
-                "stream": record.stream,
-                "total_ms": record.total_ms,
-                "attempts": record.attempts.len(),
-                "failed_over": record.failed_over,
-                "tokens": record.tokens,
-                "cost_usd": record.cost_usd,
-                "error": record.error.as_ref().map(|e| e.message.clone()),
-                "client_key": record.client_key,
-            }),
-        });
-        self.hub.records.submit(record);
+        let promise = self.hub.records.promise();
+        let hand_over = HandOver { hub: self.hub, record: Some((promise, record)) };
+        drop(tokio::spawn(async move { drop(hand_over) }));
     }
 
     pub fn breaker_transition(&self, endpoint: &str, t: &Transition) {
@@ -158,5 +205,109 @@ impl Events {
     pub fn config_changed(&self, what: &str) {
         self.hub.live.publish(LiveEvent { kind: "config", data: json!({"what": what}) });
         tracing::info!(event = "config_changed", what, "configuration changed");
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::observe::metrics::Scrape;
+    use crate::observe::writer::{self, RecordSink, WriterConfig, WriterHandle};
+    use crate::store::records::sample_record;
+
+    /// A writer waiting for records, with batches that wait an hour to fill.
+    fn writer(dir: &tempfile::TempDir) -> (RecordSink, WriterHandle) {
+        let config = WriterConfig {
+            prune_every: None,
+            linger: Duration::from_secs(3600),
+            ..WriterConfig::new(Arc::new(crate::clock::SystemClock))
+        };
+        writer::start(&dir.path().join("ccmesh.db"), config).unwrap()
+    }
+
+    async fn flushed(sink: &RecordSink) -> u64 {
+        let sink = sink.clone();
+        tokio::task::spawn_blocking(move || {
+            assert!(sink.flush(Duration::from_secs(10)));
+            sink.stats().written
+        })
+        .await
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_thread_serving_one_request_hands_its_record_over_after_the_answers_task_yields() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sink, handle) = writer(&dir);
+        let events = Events::new(sink.clone());
+        let uncounted = events.metrics().render_scrape(&Scrape::default());
+        // In a task of its own, as the connection's task that writes the answer.
+        let (answering, promised) = (events.clone(), sink.clone());
+        tokio::spawn(async move {
+            answering.request_answered(Box::new(sample_record("answered", 1_000)));
+            assert_ne!(events.metrics().render_scrape(&Scrape::default()), uncounted, "counted at once");
+            assert_eq!(promised.promised(), 1, "handed over while the answer's task still ran");
+            tokio::task::yield_now().await;
+            assert_eq!(promised.promised(), 0, "not handed over once that task yielded");
+        })
+        .await
+        .unwrap();
+        assert_eq!(flushed(&sink).await, 1);
+        handle.shutdown();
+    }
+
+    #[tokio::test]
+    async fn a_thread_serving_other_requests_hands_the_record_over_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sink, handle) = writer(&dir);
+        let (events, promised) = (Events::new(sink.clone()), sink.clone());
+        tokio::spawn(async move {
+            // This request and another one.
+            crate::thread_load::request_started();
+            crate::thread_load::request_started();
+            events.request_answered(Box::new(sample_record("busy", 1_000)));
+            assert_eq!(promised.promised(), 0, "in the channel at once");
+            crate::thread_load::request_ended();
+            crate::thread_load::request_ended();
+        })
+        .await
+        .unwrap();
+        assert_eq!(flushed(&sink).await, 1);
+        handle.shutdown();
+    }
+
+    #[test]
+    fn a_record_whose_task_never_ran_is_handed_over_when_the_runtime_drops_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sink, handle) = writer(&dir);
+        let events = Events::new(sink.clone());
+        // After each task the runtime looks at the future it was asked to run, which is ready as
+        // soon as the answering task is done: the hand-over's task is still queued then.
+        let runtime = tokio::runtime::Builder::new_current_thread().event_interval(1).build().unwrap();
+        runtime.block_on(async {
+            tokio::spawn(async move { events.request_answered(Box::new(sample_record("cut-short", 1_000))) })
+                .await
+                .unwrap()
+        });
+        assert_eq!(sink.promised(), 1, "the hand-over's task has not run");
+        drop(runtime);
+        assert_eq!(sink.promised(), 0, "the dropped task handed its record over");
+        assert!(sink.flush(Duration::from_secs(10)));
+        assert_eq!(sink.stats().written, 1);
+        handle.shutdown();
+    }
+
+    #[test]
+    fn outside_a_task_an_answered_request_is_handed_over_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sink, handle) = writer(&dir);
+        Events::new(sink.clone()).request_answered(Box::new(sample_record("no-runtime", 1_000)));
+        assert_eq!(sink.promised(), 0);
+        assert!(sink.flush(Duration::from_secs(10)));
+        assert_eq!(sink.stats().written, 1);
+        handle.shutdown();
     }
 }

@@ -62,7 +62,9 @@ pub struct Trail {
     /// Boxed from the start: the trail moves through several futures on its way, and the
     /// record goes to the writer in this box.
     record: Box<RequestRecord>,
-    events: Events,
+    /// Taken by the hand-over of the record, which moves it on rather than counting another
+    /// reference to the hub every serving thread shares.
+    events: Option<Events>,
     started: Instant,
     /// Deliberate waits (backoff, retry delay).
     waits: Duration,
@@ -162,7 +164,7 @@ impl Trail {
         });
         Box::new(Trail {
             record,
-            events,
+            events: Some(events),
             started: Instant::now(),
             waits: Duration::ZERO,
             upstream: Duration::ZERO,
@@ -443,7 +445,9 @@ impl Trail {
         let overhead = self.overhead.unwrap_or_else(|| total.saturating_sub(self.upstream).saturating_sub(self.waits));
         self.record.overhead_ms = ms(overhead);
         let record = std::mem::replace(&mut self.record, Box::new(empty_record()));
-        self.events.request_completed(record);
+        if let Some(events) = self.events.take() {
+            events.request_answered(record);
+        }
     }
 }
 

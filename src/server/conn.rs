@@ -347,12 +347,14 @@ impl InFlight {
     fn start(activity: &Arc<Activity>) -> InFlight {
         activity.calls.fetch_add(1, Ordering::AcqRel);
         activity.in_flight.fetch_add(1, Ordering::AcqRel);
+        crate::thread_load::request_started();
         InFlight(activity.clone())
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        crate::thread_load::request_ended();
         if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.0.became_idle();
         }
@@ -611,6 +613,22 @@ impl ReadBodyError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_counts_as_served_on_its_thread_until_its_answer_is_dropped() {
+        std::thread::spawn(|| {
+            let activity = Arc::new(Activity::opened_now());
+            let first = InFlight::start(&activity);
+            assert!(crate::thread_load::serving_alone());
+            let second = InFlight::start(&activity);
+            assert!(!crate::thread_load::serving_alone(), "two requests on the thread");
+            drop(second);
+            assert!(crate::thread_load::serving_alone());
+            drop(first);
+        })
+        .join()
+        .unwrap();
+    }
 
     #[test]
     fn recognises_hypers_automatic_rejections_only() {

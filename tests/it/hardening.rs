@@ -245,7 +245,7 @@ async fn an_oversized_event_after_content_ends_the_stream_with_an_error_event() 
 }
 
 async fn records(g: &TestGateway) -> Vec<Value> {
-    assert!(g.gw.events.records().flush(Duration::from_secs(10)));
+    g.flush_records().await;
     let (status, list) = g.api(reqwest::Method::GET, "/api/requests?limit=50", None).await;
     assert_eq!(status, 200);
     let ids: Vec<String> =
@@ -717,7 +717,7 @@ async fn broken_storage_shows_in_health_while_the_proxy_keeps_serving() {
     db.execute_batch("CREATE TRIGGER full BEFORE INSERT ON request_records BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;").unwrap();
     let r = g.post("/v1/chat/completions", &chat_body("gpt-x", false)).await;
     assert_eq!(r.status(), 200, "the proxy serves");
-    assert!(g.gw.events.records().flush(Duration::from_secs(10)));
+    g.flush_records().await;
     let h = health().await;
     assert_eq!(h["status"], "ok");
     assert!(h["storage"].as_str().unwrap().starts_with("degraded: "), "{h}");
@@ -727,6 +727,6 @@ async fn broken_storage_shows_in_health_while_the_proxy_keeps_serving() {
     db.execute_batch("DROP TRIGGER full").unwrap();
     let r = g.post("/v1/chat/completions", &chat_body("gpt-x", false)).await;
     assert_eq!(r.status(), 200);
-    assert!(g.gw.events.records().flush(Duration::from_secs(10)));
+    g.flush_records().await;
     assert_eq!(health().await, json!({"status": "ok"}), "recovered");
 }

@@ -579,7 +579,7 @@ async fn a_request_that_fails_over_twice_records_all_three_attempts_and_the_brea
     assert_eq!(r.status(), 200);
     let id = r.headers()["x-ccmesh-request-id"].to_str().unwrap().to_string();
     assert!(r.headers()["server-timing"].to_str().unwrap().starts_with("gateway;dur="));
-    assert!(g.gw.events.records().flush(std::time::Duration::from_secs(10)));
+    g.flush_records().await;
     let (status, record) = g.api(reqwest::Method::GET, &format!("/api/requests/{id}"), None).await;
     assert_eq!(status, 200, "{record}");
     assert_eq!(record["status"], 200);

@@ -263,7 +263,7 @@ const RESPONSES_SDK_MODEL: &str = "gpt-4.1";
 /// Each model's streamed request is recorded as a success with its usage: the client read it
 /// to its terminal event, whatever it did with the connection after that.
 async fn assert_streams_complete(g: &TestGateway, models: &[&str]) {
-    assert!(g.gw.events.records().flush(std::time::Duration::from_secs(10)));
+    g.flush_records().await;
     let (_, list) = g.api(reqwest::Method::GET, "/api/requests?limit=100", None).await;
     let streams: Vec<&Value> = list["requests"].as_array().unwrap().iter().filter(|r| r["stream"] == true).collect();
     for model in models {

@@ -1241,7 +1241,7 @@ async fn cell(sdk: Sdk, client: Fmt, upstream: Fmt) {
     assert_eq!((h["requests"].clone(), h["consecutive_failures"].clone()), (json!(got.len()), json!(failures)), "{h}");
     // Every stream the SDK read to its end is a success in the records, also when the SDK
     // closed the connection right at the terminal event.
-    assert!(g.gw.events.records().flush(std::time::Duration::from_secs(10)));
+    g.flush_records().await;
     let (_, list) = g.api(reqwest::Method::GET, "/api/requests?limit=200", None).await;
     let closed: Vec<&Value> = list["requests"].as_array().unwrap().iter().filter(|r| r["status"] == 499).collect();
     assert!(closed.is_empty(), "recorded as client-closed: {closed:#?}\n{report}");

@@ -153,6 +153,14 @@ impl TestGateway {
         (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
 
+    /// Wait until every record of the answers read so far is stored. The flush blocks, so it
+    /// runs off this runtime's thread: the hand-over of an answer's record is a task on it.
+    pub async fn flush_records(&self) {
+        let sink = self.gw.events.records().clone();
+        let flushed = tokio::task::spawn_blocking(move || sink.flush(Duration::from_secs(10))).await.unwrap();
+        assert!(flushed, "the record writer did not flush");
+    }
+
     /// The record `id`, once queryable. The proxy submits a record when the response ends, which
     /// may be just after the client has read it, so: flush the writer, look, repeat (bounded).
     pub async fn record(&self, id: &str) -> Value {
