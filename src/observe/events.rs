@@ -140,17 +140,18 @@ impl Events {
     /// record scrubbed, the live event, the writer's channel and, when the writer sleeps, waking
     /// its thread) no longer stands between the upstream's answer and the client. A thread
     /// serving others hands over at once: the task would cost them what it saves this one. A
-    /// flush waits for a record still in its task ([`RecordSink::promise`]); outside a task the
-    /// record goes at once.
+    /// flush waits for a record still in its task ([`RecordSink::promise`]); outside a runtime
+    /// the record goes at once.
     pub fn request_answered(self, record: Box<RequestRecord>) {
         self.hub.metrics.observe_request(&record);
-        if !crate::thread_load::serving_alone() || tokio::task::try_id().is_none() {
-            self.hub.show_and_store(record);
-            return;
-        }
+        let runtime = match crate::thread_load::serving_alone().then(tokio::runtime::Handle::try_current) {
+            Some(Ok(runtime)) => runtime,
+            _ => return self.hub.show_and_store(record),
+        };
         let promise = self.hub.records.promise();
         let hand_over = HandOver { hub: self.hub, record: Some((promise, record)) };
-        drop(tokio::spawn(async move { drop(hand_over) }));
+        // A runtime shutting down drops the task at once, and with it the hand-over: it goes then.
+        drop(runtime.spawn(async move { drop(hand_over) }));
     }
 
     pub fn breaker_transition(&self, endpoint: &str, t: &Transition) {
@@ -301,7 +302,7 @@ mod tests {
     }
 
     #[test]
-    fn outside_a_task_an_answered_request_is_handed_over_at_once() {
+    fn outside_a_runtime_an_answered_request_is_handed_over_at_once() {
         let dir = tempfile::tempdir().unwrap();
         let (sink, handle) = writer(&dir);
         Events::new(sink.clone()).request_answered(Box::new(sample_record("no-runtime", 1_000)));

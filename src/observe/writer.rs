@@ -28,7 +28,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant, UNIX_EPOCH};
@@ -86,7 +86,7 @@ struct Counters {
     problem: std::sync::Mutex<Option<String>>,
     capacity: AtomicU64,
     /// Records announced (`RecordSink::promise`) and not yet submitted.
-    promised: PromiseCount,
+    promised: AtomicU64,
     queued: AtomicU64,
     written: AtomicU64,
     dropped: AtomicU64,
@@ -95,46 +95,9 @@ struct Counters {
     pruned: AtomicU64,
 }
 
-/// The records promised and not yet submitted, counted in shards: each thread counts in its own
-/// (by a number it draws once), so the serving threads do not pass one cache line back and forth
-/// for every request. A flush looks at every shard.
-#[derive(Default)]
-struct PromiseCount([PromiseShard; PROMISE_SHARDS]);
-
-/// More shards than serving threads, so that two rarely share one.
-const PROMISE_SHARDS: usize = 16;
-
-/// One shard, on a cache line (and its neighbour, which the CPU fetches in pairs) of its own.
-#[derive(Default)]
-#[repr(align(128))]
-struct PromiseShard(AtomicU64);
-
-impl PromiseCount {
-    /// This thread's shard.
-    fn mine() -> Promise {
-        static THREADS: AtomicUsize = AtomicUsize::new(0);
-        thread_local! {
-            static SHARD: usize = THREADS.fetch_add(1, Ordering::Relaxed) % PROMISE_SHARDS;
-        }
-        Promise { shard: SHARD.with(|s| *s) }
-    }
-
-    fn shard(&self, promise: &Promise) -> Option<&AtomicU64> {
-        self.0.get(promise.shard).map(|s| &s.0)
-    }
-
-    /// Whether every shard was at zero when looked at (each after the one before).
-    fn all_kept(&self) -> bool {
-        self.0.iter().all(|shard| shard.0.load(Ordering::Acquire) == 0)
-    }
-}
-
-/// A record announced to the sink ([`RecordSink::promise`]). It names the shard that counted it:
-/// the record may be submitted from another thread.
+/// A record announced to the sink ([`RecordSink::promise`]), to be handed back with the record.
 #[must_use = "a promise is kept by `RecordSink::submit_promised`, or a flush waits for it in vain"]
-pub struct Promise {
-    shard: usize,
-}
+pub struct Promise(());
 
 /// The writer's counters since start (`GET /api/records/status`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -190,25 +153,21 @@ impl RecordSink {
     /// a request's record over just after its answer is written): until then a flush waits for
     /// it, so a flush begun after a client read its answer still finds that answer's record.
     pub fn promise(&self) -> Promise {
-        let promise = PromiseCount::mine();
-        if let Some(count) = self.counters.promised.shard(&promise) {
-            count.fetch_add(1, Ordering::Relaxed);
-        }
-        promise
+        self.counters.promised.fetch_add(1, Ordering::Relaxed);
+        Promise(())
     }
 
     /// Records promised and not yet submitted.
     pub fn promised(&self) -> u64 {
-        self.counters.promised.0.iter().map(|shard| shard.0.load(Ordering::Acquire)).sum()
+        self.counters.promised.load(Ordering::Acquire)
     }
 
     /// Submit a record announced with `promise`.
     pub fn submit_promised(&self, promise: Promise, record: Box<RequestRecord>) {
+        let Promise(()) = promise;
         self.submit(record);
         // Release: a flush that sees the count fall sees this record queued ahead of its message.
-        if let Some(count) = self.counters.promised.shard(&promise) {
-            count.fetch_sub(1, Ordering::Release);
-        }
+        self.counters.promised.fetch_sub(1, Ordering::Release);
     }
 
     /// Why records cannot be stored right now, if they cannot (`/health`, `/api/status`).
@@ -249,7 +208,7 @@ impl RecordSink {
         let deadline = Instant::now() + timeout;
         // A promised record is a task hop from its submit (microseconds); only tests and tools
         // flush, so looking again each millisecond is enough.
-        while !self.counters.promised.all_kept() {
+        while self.promised() > 0 {
             if Instant::now() >= deadline {
                 return false;
             }
@@ -719,9 +678,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("ccmesh.db");
         let (sink, handle) = start(&db, config(system())).unwrap();
-        // Promised on threads of their own (each counts in its own shard), kept on this one, as a
-        // task that moved to another thread keeps its promise there.
-        let promises: Vec<Promise> = (0..PROMISE_SHARDS)
+        // Promised on threads of their own, kept on this one, as a task that moved to another
+        // thread keeps its promise there.
+        let promises: Vec<Promise> = (0..4)
             .map(|_| {
                 let promiser = sink.clone();
                 std::thread::spawn(move || promiser.promise()).join().unwrap()
@@ -733,7 +692,7 @@ mod tests {
             sink.submit_promised(promise, Box::new(sample_record(&format!("promised-{i}"), 1_000 + i as u64)));
         }
         assert!(sink.flush(Duration::from_secs(10)));
-        assert_eq!(stored(&db), PROMISE_SHARDS as u64, "the flush found every record");
+        assert_eq!(stored(&db), 4, "the flush found every record");
         handle.shutdown();
     }
 
