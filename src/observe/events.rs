@@ -53,10 +53,14 @@ fn scrub_record(record: &mut RequestRecord) {
 }
 
 impl Hub {
-    fn show_and_store(&self, mut record: Box<RequestRecord>) {
+    /// Scrubbed, shown live and sent to the writer (as the record `promise` announced, if any).
+    fn show_and_store(&self, mut record: Box<RequestRecord>, promise: Option<Promise>) {
         scrub_record(&mut record);
         self.show(&record);
-        self.records.submit(record);
+        match promise {
+            Some(promise) => self.records.submit_promised(promise, record),
+            None => self.records.submit(record),
+        }
     }
 
     /// The request's live event, for the dashboards watching.
@@ -95,10 +99,8 @@ struct HandOver {
 
 impl Drop for HandOver {
     fn drop(&mut self) {
-        if let Some((promise, mut record)) = self.record.take() {
-            scrub_record(&mut record);
-            self.hub.show(&record);
-            self.hub.records.submit_promised(promise, record);
+        if let Some((promise, record)) = self.record.take() {
+            self.hub.show_and_store(record, Some(promise));
         }
     }
 }
@@ -130,7 +132,7 @@ impl Events {
     pub fn request_completed(&self, record: impl Into<Box<RequestRecord>>) {
         let record = record.into();
         self.hub.metrics.observe_request(&record);
-        self.hub.show_and_store(record);
+        self.hub.show_and_store(record, None);
     }
 
     /// [`Self::request_completed`] for a request whose answer the calling task is about to write
@@ -146,7 +148,7 @@ impl Events {
         self.hub.metrics.observe_request(&record);
         let runtime = match crate::thread_load::serving_alone().then(tokio::runtime::Handle::try_current) {
             Some(Ok(runtime)) => runtime,
-            _ => return self.hub.show_and_store(record),
+            _ => return self.hub.show_and_store(record, None),
         };
         let promise = self.hub.records.promise();
         let hand_over = HandOver { hub: self.hub, record: Some((promise, record)) };

@@ -62,8 +62,8 @@ pub struct Trail {
     /// Boxed from the start: the trail moves through several futures on its way, and the
     /// record goes to the writer in this box.
     record: Box<RequestRecord>,
-    /// Taken by the hand-over of the record, which moves it on rather than counting another
-    /// reference to the hub every serving thread shares.
+    /// Taken when the record is handed over (so `None` once it has been), and moved on with it
+    /// rather than counting another reference to the hub every serving thread shares.
     events: Option<Events>,
     started: Instant,
     /// Deliberate waits (backoff, retry delay).
@@ -84,7 +84,6 @@ pub struct Trail {
     charge: Option<KeyCharge>,
     /// The request's session, when affinity applies.
     affinity: Option<Affinity>,
-    submitted: bool,
 }
 
 /// A standard method's name without an allocation; any other's copied.
@@ -175,7 +174,6 @@ impl Trail {
             attempt_endpoint: None,
             charge: None,
             affinity: None,
-            submitted: false,
         })
     }
 
@@ -427,10 +425,7 @@ impl Trail {
     }
 
     fn submit(&mut self) {
-        if self.submitted {
-            return;
-        }
-        self.submitted = true;
+        let Some(events) = self.events.take() else { return };
         if let Some(charge) = self.charge.take() {
             charge.settle(&self.record.tokens, self.record.cost_usd);
         }
@@ -445,16 +440,14 @@ impl Trail {
         let overhead = self.overhead.unwrap_or_else(|| total.saturating_sub(self.upstream).saturating_sub(self.waits));
         self.record.overhead_ms = ms(overhead);
         let record = std::mem::replace(&mut self.record, Box::new(empty_record()));
-        if let Some(events) = self.events.take() {
-            events.request_answered(record);
-        }
+        events.request_answered(record);
     }
 }
 
 impl Drop for Trail {
     /// The request ended without `finish`: the client went away (or a bug unwound us).
     fn drop(&mut self) {
-        if self.submitted {
+        if self.events.is_none() {
             return;
         }
         if let Some((index, began)) = self.current.take()
@@ -605,7 +598,8 @@ mod tests {
         }
         assert_eq!(r.user_agent.as_deref(), Some("claude-cli/2.0.31 (external, cli)"));
         assert_eq!(r.model_sent.as_deref(), Some("claude-sonnet-4-5"));
-        trail.submitted = true;
+        // Leaves no record behind.
+        trail.events = None;
     }
 
     #[test]
