@@ -40,7 +40,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{HeaderMap, Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::net::TcpSocket;
 use tokio::time::{Instant, Sleep};
 
@@ -116,63 +116,181 @@ fn text_of(n: usize) -> String {
     WORDS.chars().cycle().take(n.max(1)).collect()
 }
 
-fn sse(event: Option<&str>, data: &Value) -> String {
+fn sse(event: Option<&str>, data: &str) -> String {
     match event {
         Some(e) => format!("event: {e}\ndata: {data}\n\n"),
         None => format!("data: {data}\n\n"),
     }
 }
 
-fn anthropic_json(text: &str) -> Value {
-    json!({
-        "id": "msg_mock0001", "type": "message", "role": "assistant", "model": MODEL,
-        "content": [{"type": "text", "text": text}],
-        "stop_reason": "end_turn", "stop_sequence": null,
-        "usage": {"input_tokens": 25, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
-                  "output_tokens": 16, "service_tier": "standard"}
-    })
+/// A JSON object's text with its members in the order given. `json!` builds a `serde_json::Map`,
+/// which sorts its keys; the APIs write theirs in an order of their own (`type` or `id` first),
+/// and the mock stands for them: a gateway that reads the usual shape without a parse must meet
+/// the usual shape here, or the benchmarks would measure a shape no upstream sends.
+fn object(members: &[(&str, String)]) -> String {
+    let mut out = String::from("{");
+    for (i, (key, value)) in members.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&Value::from(*key).to_string());
+        out.push(':');
+        out.push_str(value);
+    }
+    out.push('}');
+    out
 }
 
-fn chat_json(text: &str) -> Value {
-    json!({
-        "id": "chatcmpl-mock0001", "object": "chat.completion", "created": 1_760_000_000, "model": MODEL,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": null, "annotations": []},
-                     "logprobs": null, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 25, "completion_tokens": 16, "total_tokens": 41,
-                  "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
-                  "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
-                                                "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}},
-        "service_tier": "default", "system_fingerprint": "fp_mock"
-    })
+fn array(items: &[String]) -> String {
+    format!("[{}]", items.join(","))
 }
 
-fn responses_usage() -> Value {
-    json!({"input_tokens": 25, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 16,
-           "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 41})
+/// A scalar's JSON text.
+fn j(value: impl Into<Value>) -> String {
+    value.into().to_string()
 }
 
-fn responses_object(status: &str, output: Value, usage: Value) -> Value {
-    json!({
-        "id": "resp_mock0001", "object": "response", "created_at": 1_760_000_000, "status": status,
-        "background": false, "error": null, "incomplete_details": null, "instructions": null,
-        "max_output_tokens": null, "model": MODEL, "output": output, "parallel_tool_calls": true,
-        "previous_response_id": null, "reasoning": {"effort": null, "summary": null},
-        "service_tier": "default", "store": true, "temperature": 1.0, "text": {"format": {"type": "text"}},
-        "tool_choice": "auto", "tools": [], "top_p": 1.0, "truncation": "disabled", "usage": usage,
-        "user": null, "metadata": {}
-    })
+fn null() -> String {
+    "null".to_string()
 }
 
-fn responses_message(status: &str, text: Option<&str>) -> Value {
+fn anthropic_usage(output_tokens: u64) -> String {
+    object(&[
+        ("input_tokens", j(25)),
+        ("cache_creation_input_tokens", j(0)),
+        ("cache_read_input_tokens", j(0)),
+        ("output_tokens", j(output_tokens)),
+        ("service_tier", j("standard")),
+    ])
+}
+
+/// A message as the Messages API writes it: its answer, or `message_start`'s (no content yet).
+fn anthropic_message(content: String, stop_reason: String, output_tokens: u64) -> String {
+    object(&[
+        ("id", j("msg_mock0001")),
+        ("type", j("message")),
+        ("role", j("assistant")),
+        ("model", j(MODEL)),
+        ("content", content),
+        ("stop_reason", stop_reason),
+        ("stop_sequence", null()),
+        ("usage", anthropic_usage(output_tokens)),
+    ])
+}
+
+fn anthropic_json(text: &str) -> String {
+    let block = object(&[("type", j("text")), ("text", j(text))]);
+    anthropic_message(array(&[block]), j("end_turn"), 16)
+}
+
+fn chat_usage() -> String {
+    object(&[
+        ("prompt_tokens", j(25)),
+        ("completion_tokens", j(16)),
+        ("total_tokens", j(41)),
+        ("prompt_tokens_details", object(&[("cached_tokens", j(0)), ("audio_tokens", j(0))])),
+        (
+            "completion_tokens_details",
+            object(&[
+                ("reasoning_tokens", j(0)),
+                ("audio_tokens", j(0)),
+                ("accepted_prediction_tokens", j(0)),
+                ("rejected_prediction_tokens", j(0)),
+            ]),
+        ),
+    ])
+}
+
+fn chat_json(text: &str) -> String {
+    let message =
+        object(&[("role", j("assistant")), ("content", j(text)), ("refusal", null()), ("annotations", array(&[]))]);
+    let choice = object(&[("index", j(0)), ("message", message), ("logprobs", null()), ("finish_reason", j("stop"))]);
+    object(&[
+        ("id", j("chatcmpl-mock0001")),
+        ("object", j("chat.completion")),
+        ("created", j(1_760_000_000)),
+        ("model", j(MODEL)),
+        ("choices", array(&[choice])),
+        ("usage", chat_usage()),
+        ("service_tier", j("default")),
+        ("system_fingerprint", j("fp_mock")),
+    ])
+}
+
+/// A Chat stream chunk, in the order of the API's chunks (and of the mock's deltas).
+fn chat_chunk(choices: String, usage: String) -> String {
+    object(&[
+        ("id", j("chatcmpl-mock0001")),
+        ("object", j("chat.completion.chunk")),
+        ("created", j(1_760_000_000)),
+        ("model", j(MODEL)),
+        ("service_tier", j("default")),
+        ("system_fingerprint", j("fp_mock")),
+        ("choices", choices),
+        ("usage", usage),
+    ])
+}
+
+fn responses_usage() -> String {
+    object(&[
+        ("input_tokens", j(25)),
+        ("input_tokens_details", object(&[("cached_tokens", j(0))])),
+        ("output_tokens", j(16)),
+        ("output_tokens_details", object(&[("reasoning_tokens", j(0))])),
+        ("total_tokens", j(41)),
+    ])
+}
+
+fn responses_object(status: &str, output: String, usage: String) -> String {
+    object(&[
+        ("id", j("resp_mock0001")),
+        ("object", j("response")),
+        ("created_at", j(1_760_000_000)),
+        ("status", j(status)),
+        ("background", j(false)),
+        ("error", null()),
+        ("incomplete_details", null()),
+        ("instructions", null()),
+        ("max_output_tokens", null()),
+        ("model", j(MODEL)),
+        ("output", output),
+        ("parallel_tool_calls", j(true)),
+        ("previous_response_id", null()),
+        ("reasoning", object(&[("effort", null()), ("summary", null())])),
+        ("service_tier", j("default")),
+        ("store", j(true)),
+        ("temperature", j(1.0)),
+        ("text", object(&[("format", object(&[("type", j("text"))]))])),
+        ("tool_choice", j("auto")),
+        ("tools", array(&[])),
+        ("top_p", j(1.0)),
+        ("truncation", j("disabled")),
+        ("usage", usage),
+        ("user", null()),
+        ("metadata", object(&[])),
+    ])
+}
+
+fn responses_text_part(text: &str) -> String {
+    object(&[("type", j("output_text")), ("annotations", array(&[])), ("logprobs", array(&[])), ("text", j(text))])
+}
+
+fn responses_message(status: &str, text: Option<&str>) -> String {
     let content = match text {
-        Some(t) => json!([{"type": "output_text", "annotations": [], "logprobs": [], "text": t}]),
-        None => json!([]),
+        Some(t) => array(&[responses_text_part(t)]),
+        None => array(&[]),
     };
-    json!({"id": "msg_mock0001", "type": "message", "status": status, "content": content, "role": "assistant"})
+    object(&[
+        ("id", j("msg_mock0001")),
+        ("type", j("message")),
+        ("status", j(status)),
+        ("content", content),
+        ("role", j("assistant")),
+    ])
 }
 
-fn responses_json(text: &str) -> Value {
-    responses_object("completed", json!([responses_message("completed", Some(text))]), responses_usage())
+fn responses_json(text: &str) -> String {
+    responses_object("completed", array(&[responses_message("completed", Some(text))]), responses_usage())
 }
 
 /// A Gemini stream chunk as the API writes it: its members in the API's order (which `json!`
@@ -206,148 +324,152 @@ fn build(p: Proto, body_bytes: usize, delta_bytes: usize) -> Prebuilt {
     let delta_text = text_of(delta_bytes);
     match p {
         Proto::Anthropic => {
+            let start = object(&[("type", j("message_start")), ("message", anthropic_message(array(&[]), null(), 1))]);
             let head = [
+                sse(Some("message_start"), &start),
+                sse(Some("ping"), &object(&[("type", j("ping"))])),
                 sse(
-                    Some("message_start"),
-                    &json!({"type": "message_start", "message": {
-                        "id": "msg_mock0001", "type": "message", "role": "assistant", "model": MODEL,
-                        "content": [], "stop_reason": null, "stop_sequence": null,
-                        "usage": {"input_tokens": 25, "cache_creation_input_tokens": 0,
-                                  "cache_read_input_tokens": 0, "output_tokens": 1, "service_tier": "standard"}}}),
+                    Some("content_block_start"),
+                    &object(&[
+                        ("type", j("content_block_start")),
+                        ("index", j(0)),
+                        ("content_block", object(&[("type", j("text")), ("text", j(""))])),
+                    ]),
                 ),
-                sse(Some("ping"), &json!({"type": "ping"})),
-                // In the API's member order, `type` first (`json!` would sort the keys).
-                "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\
-                 \"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"
-                    .to_string(),
             ]
             .concat();
-            // `type` first, as the API writes its deltas (`json!` would sort the keys).
-            let delta = format!(
-                "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":{}}}}}\n\n",
-                Value::String(delta_text.clone())
+            let delta = sse(
+                Some("content_block_delta"),
+                &object(&[
+                    ("type", j("content_block_delta")),
+                    ("index", j(0)),
+                    ("delta", object(&[("type", j("text_delta")), ("text", j(delta_text.as_str()))])),
+                ]),
             );
-            let tail = concat!(
-                "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
-                "event: message_delta\ndata: {\"type\":\"message_delta\",\
-                 \"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":16}}\n\n",
-                "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
-            )
-            .to_string();
+            let stop_reason = object(&[("stop_reason", j("end_turn")), ("stop_sequence", null())]);
+            let tail = [
+                sse(Some("content_block_stop"), &object(&[("type", j("content_block_stop")), ("index", j(0))])),
+                sse(
+                    Some("message_delta"),
+                    &object(&[
+                        ("type", j("message_delta")),
+                        ("delta", stop_reason),
+                        ("usage", object(&[("output_tokens", j(16))])),
+                    ]),
+                ),
+                sse(Some("message_stop"), &object(&[("type", j("message_stop"))])),
+            ]
+            .concat();
+            let error = object(&[("type", j("overloaded_error")), ("message", j("mock upstream error"))]);
             Prebuilt {
-                json: Bytes::from(anthropic_json(&text).to_string()),
+                json: Bytes::from(anthropic_json(&text)),
                 head: Bytes::from(head),
                 delta: Bytes::from(delta),
                 tail: Bytes::from(tail),
-                error: Bytes::from(
-                    json!({"type": "error", "error": {"type": "overloaded_error", "message": "mock upstream error"}})
-                        .to_string(),
-                ),
+                error: Bytes::from(object(&[("type", j("error")), ("error", error)])),
             }
         }
         Proto::Chat => {
-            let chunk = |choices: Value, usage: Value| {
-                sse(
-                    None,
-                    &json!({"id": "chatcmpl-mock0001", "object": "chat.completion.chunk", "created": 1_760_000_000,
-                            "model": MODEL, "service_tier": "default", "system_fingerprint": "fp_mock",
-                            "choices": choices, "usage": usage}),
-                )
+            let choice = |delta: String, finish: String| {
+                object(&[("index", j(0)), ("delta", delta), ("logprobs", null()), ("finish_reason", finish)])
             };
-            let head = chunk(
-                json!([{"index": 0, "delta": {"role": "assistant", "content": "", "refusal": null},
-                        "logprobs": null, "finish_reason": null}]),
-                Value::Null,
-            );
-            // In OpenAI's member order (`json!` would sort the keys), as the API streams it.
-            let delta = format!(
-                "data: {{\"id\":\"chatcmpl-mock0001\",\"object\":\"chat.completion.chunk\",\"created\":1760000000,\
-                 \"model\":{},\"service_tier\":\"default\",\"system_fingerprint\":\"fp_mock\",\
-                 \"choices\":[{{\"index\":0,\"delta\":{{\"content\":{}}},\"logprobs\":null,\"finish_reason\":null}}],\
-                 \"usage\":null}}\n\n",
-                Value::from(MODEL),
-                Value::String(delta_text.clone())
-            );
+            let first = object(&[("role", j("assistant")), ("content", j("")), ("refusal", null())]);
+            let head = sse(None, &chat_chunk(array(&[choice(first, null())]), null()));
+            let delta_content = object(&[("content", j(delta_text.as_str()))]);
+            let delta = sse(None, &chat_chunk(array(&[choice(delta_content, null())]), null()));
             let tail = [
-                chunk(json!([{"index": 0, "delta": {}, "logprobs": null, "finish_reason": "stop"}]), Value::Null),
-                chunk(json!([]), chat_json("")["usage"].clone()),
+                sse(None, &chat_chunk(array(&[choice(object(&[]), j("stop"))]), null())),
+                sse(None, &chat_chunk(array(&[]), chat_usage())),
                 "data: [DONE]\n\n".to_string(),
             ]
             .concat();
+            let error = object(&[
+                ("message", j("mock upstream error")),
+                ("type", j("server_error")),
+                ("param", null()),
+                ("code", null()),
+            ]);
             Prebuilt {
-                json: Bytes::from(chat_json(&text).to_string()),
+                json: Bytes::from(chat_json(&text)),
                 head: Bytes::from(head),
                 delta: Bytes::from(delta),
                 tail: Bytes::from(tail),
-                error: Bytes::from(
-                    json!({"error": {"message": "mock upstream error", "type": "server_error", "param": null,
-                                     "code": null}})
-                    .to_string(),
-                ),
+                error: Bytes::from(object(&[("error", error)])),
             }
         }
         Proto::Responses => {
             // Sequence numbers: head 0..=3, deltas 4.., tail numbered at run time (see below).
-            let in_progress = responses_object("in_progress", json!([]), Value::Null);
-            let ev = |name: &str, seq: u64, mut data: Value| {
-                data["type"] = json!(name);
-                data["sequence_number"] = json!(seq);
-                sse(Some(name), &data)
+            // Every event's data begins with its `type` and `sequence_number`, as the API's deltas do.
+            let ev = |name: &str, seq: u64, rest: &[(&str, String)]| {
+                let mut members = vec![("type", j(name)), ("sequence_number", j(seq))];
+                members.extend_from_slice(rest);
+                sse(Some(name), &object(&members))
+            };
+            let in_progress = responses_object("in_progress", array(&[]), null());
+            let part_of = |text: &str| {
+                [
+                    ("item_id", j("msg_mock0001")),
+                    ("output_index", j(0)),
+                    ("content_index", j(0)),
+                    ("part", responses_text_part(text)),
+                ]
             };
             let head = [
-                ev("response.created", 0, json!({"response": in_progress})),
-                ev("response.in_progress", 1, json!({"response": in_progress})),
+                ev("response.created", 0, &[("response", in_progress.clone())]),
+                ev("response.in_progress", 1, &[("response", in_progress)]),
                 ev(
                     "response.output_item.added",
                     2,
-                    json!({"output_index": 0, "item": responses_message("in_progress", None)}),
+                    &[("output_index", j(0)), ("item", responses_message("in_progress", None))],
                 ),
-                ev(
-                    "response.content_part.added",
-                    3,
-                    json!({"item_id": "msg_mock0001", "output_index": 0, "content_index": 0,
-                           "part": {"type": "output_text", "annotations": [], "logprobs": [], "text": ""}}),
-                ),
+                ev("response.content_part.added", 3, &part_of("")),
             ]
             .concat();
-            // In the API's order, `sequence_number` second; stored with a NUL where the number
-            // goes (see `responses_delta`).
-            let delta = format!(
-                "event: response.output_text.delta\ndata: {{\"type\":\"response.output_text.delta\",\"sequence_number\":\0,\"item_id\":\"msg_mock0001\",\"output_index\":0,\"content_index\":0,\"delta\":{},\"logprobs\":[]}}\n\n",
-                json!(delta_text)
-            );
+            // Stored with a NUL where the number goes (see `responses_delta`).
+            let delta = ev(
+                "response.output_text.delta",
+                0,
+                &[
+                    ("item_id", j("msg_mock0001")),
+                    ("output_index", j(0)),
+                    ("content_index", j(0)),
+                    ("delta", j(delta_text.as_str())),
+                    ("logprobs", array(&[])),
+                ],
+            )
+            .replacen("\"sequence_number\":0", "\"sequence_number\":\0", 1);
             let full = text_of(delta_bytes); // the tail repeats one delta's text: enough for the shape
             let done_item = responses_message("completed", Some(&full));
+            let completed = responses_object("completed", array(std::slice::from_ref(&done_item)), responses_usage());
             let tail = [
                 ev(
                     "response.output_text.done",
                     0,
-                    json!({"item_id": "msg_mock0001", "output_index": 0, "content_index": 0, "text": full, "logprobs": []}),
+                    &[
+                        ("item_id", j("msg_mock0001")),
+                        ("output_index", j(0)),
+                        ("content_index", j(0)),
+                        ("text", j(full.as_str())),
+                        ("logprobs", array(&[])),
+                    ],
                 ),
-                ev(
-                    "response.content_part.done",
-                    0,
-                    json!({"item_id": "msg_mock0001", "output_index": 0, "content_index": 0,
-                           "part": {"type": "output_text", "annotations": [], "logprobs": [], "text": full}}),
-                ),
-                ev("response.output_item.done", 0, json!({"output_index": 0, "item": done_item})),
-                ev(
-                    "response.completed",
-                    0,
-                    json!({"response": responses_object("completed", json!([done_item]), responses_usage())}),
-                ),
+                ev("response.content_part.done", 0, &part_of(&full)),
+                ev("response.output_item.done", 0, &[("output_index", j(0)), ("item", done_item)]),
+                ev("response.completed", 0, &[("response", completed)]),
             ]
             .concat();
+            let error = object(&[
+                ("message", j("mock upstream error")),
+                ("type", j("server_error")),
+                ("param", null()),
+                ("code", j("server_error")),
+            ]);
             Prebuilt {
-                json: Bytes::from(responses_json(&text).to_string()),
+                json: Bytes::from(responses_json(&text)),
                 head: Bytes::from(head),
                 delta: Bytes::from(delta),
                 tail: Bytes::from(tail),
-                error: Bytes::from(
-                    json!({"error": {"message": "mock upstream error", "type": "server_error", "param": null,
-                                     "code": "server_error"}})
-                    .to_string(),
-                ),
+                error: Bytes::from(object(&[("error", error)])),
             }
         }
         // No preamble: the first chunk is content; the last content chunk is followed by one
@@ -357,9 +479,10 @@ fn build(p: Proto, body_bytes: usize, delta_bytes: usize) -> Prebuilt {
             head: Bytes::new(),
             delta: Bytes::from(format!("data: {}\r\n\r\n", gemini_chunk(&delta_text, false))),
             tail: Bytes::from(format!("data: {}\r\n\r\n", gemini_chunk("", true))),
-            error: Bytes::from(
-                json!({"error": {"code": 503, "message": "mock upstream error", "status": "UNAVAILABLE"}}).to_string(),
-            ),
+            error: Bytes::from(object(&[(
+                "error",
+                object(&[("code", j(503)), ("message", j("mock upstream error")), ("status", j("UNAVAILABLE"))]),
+            )])),
         },
     }
 }
@@ -560,9 +683,9 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     if !stream {
         let json = match header_u64(h, "x-mock-body-bytes") {
             Some(n) => Bytes::from(match proto {
-                Proto::Anthropic => anthropic_json(&text_of(n as usize)).to_string(),
-                Proto::Chat => chat_json(&text_of(n as usize)).to_string(),
-                Proto::Responses => responses_json(&text_of(n as usize)).to_string(),
+                Proto::Anthropic => anthropic_json(&text_of(n as usize)),
+                Proto::Chat => chat_json(&text_of(n as usize)),
+                Proto::Responses => responses_json(&text_of(n as usize)),
                 Proto::Gemini => gemini_answer(&text_of(n as usize)),
             }),
             None => pre.json.clone(),
@@ -660,6 +783,52 @@ mod tests {
             assert_eq!(v["candidates"][0].get("finishReason").is_some(), last, "{chunk}");
             assert!(chunk.starts_with("{\"candidates\": [{\"content\": {"), "{chunk}");
         }
+    }
+
+    /// Each event's data of a stream `proto` sends, with its event name.
+    fn events_of(proto: Proto) -> Vec<(Option<String>, String)> {
+        let p = build(proto, 10, 4);
+        let all = [p.head.as_ref(), p.delta.as_ref(), p.tail.as_ref()].concat();
+        let text = String::from_utf8(all).unwrap().replace("\r\n", "\n");
+        let text = text.replace('\0', "4");
+        text.split("\n\n")
+            .filter(|block| !block.is_empty())
+            .map(|block| {
+                let name = block.lines().find_map(|l| l.strip_prefix("event: ")).map(str::to_string);
+                let data = block.lines().find_map(|l| l.strip_prefix("data: ")).unwrap().to_string();
+                (name, data)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn bodies_and_events_have_the_apis_member_order() {
+        assert!(
+            anthropic_json("a").starts_with(r#"{"id":"msg_mock0001","type":"message","role":"assistant","model":"#)
+        );
+        assert!(chat_json("a").starts_with(r#"{"id":"chatcmpl-mock0001","object":"chat.completion","created":"#));
+        assert!(responses_json("a").starts_with(r#"{"id":"resp_mock0001","object":"response","created_at":"#));
+        for (name, data) in events_of(Proto::Anthropic) {
+            let name = name.unwrap();
+            assert!(data.starts_with(&format!(r#"{{"type":"{name}""#)), "{data}");
+            if name == "message_start" {
+                assert!(
+                    data.starts_with(r#"{"type":"message_start","message":{"id":"msg_mock0001","type":"message","#)
+                );
+            }
+        }
+        for (name, data) in events_of(Proto::Responses) {
+            let name = name.unwrap();
+            assert!(data.starts_with(&format!(r#"{{"type":"{name}","sequence_number":"#)), "{data}");
+        }
+        for (_, data) in events_of(Proto::Chat).into_iter().filter(|(_, d)| d != "[DONE]") {
+            assert!(
+                data.starts_with(r#"{"id":"chatcmpl-mock0001","object":"chat.completion.chunk","created":"#),
+                "{data}"
+            );
+        }
+        let error = build(Proto::Anthropic, 1, 1).error;
+        assert!(error.starts_with(br#"{"type":"error","error":{"type":"#));
     }
 
     #[test]
