@@ -61,18 +61,24 @@ fn main() {
         runtime.block_on(serve(args));
         return;
     }
-    let threads: Vec<_> = (0..args.per_thread)
-        .map(|_| {
-            let args = args.clone();
-            std::thread::spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-                runtime.block_on(serve(args));
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
+    for _ in 0..args.per_thread {
+        let args = args.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(serve(args));
+        });
     }
+    // The serving threads never return; the process ends on SIGTERM or Ctrl-C with a normal exit,
+    // so that a build instrumented for profile-guided optimisation (`bench/pgo`) writes its profile.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).unwrap();
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    });
+    std::process::exit(0);
 }
 
 fn bind(addr: SocketAddr, reuse_port: bool) -> TcpListener {
