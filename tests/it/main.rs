@@ -9,6 +9,7 @@ mod admin_api;
 mod authoritative;
 mod binary;
 mod breaker_flow;
+mod build_profile;
 mod cli;
 mod client_keys;
 mod clients;
