@@ -406,13 +406,15 @@ fn build(p: Proto, body_bytes: usize, delta_bytes: usize) -> Prebuilt {
                 sse(Some(name), &object(&members))
             };
             let in_progress = responses_object("in_progress", array(&[]), null());
-            let part_of = |text: &str| {
-                [
-                    ("item_id", j("msg_mock0001")),
-                    ("output_index", j(0)),
-                    ("content_index", j(0)),
-                    ("part", responses_text_part(text)),
-                ]
+            // The members of an event about the message's one text part: where it is, then `key`.
+            let in_part = |key: &'static str, value: String| {
+                vec![("item_id", j("msg_mock0001")), ("output_index", j(0)), ("content_index", j(0)), (key, value)]
+            };
+            let part_of = |text: &str| in_part("part", responses_text_part(text));
+            let text_of_part = |key: &'static str, text: &str| {
+                let mut members = in_part(key, j(text));
+                members.push(("logprobs", array(&[])));
+                members
             };
             let head = [
                 ev("response.created", 0, &[("response", in_progress.clone())]),
@@ -426,33 +428,16 @@ fn build(p: Proto, body_bytes: usize, delta_bytes: usize) -> Prebuilt {
             ]
             .concat();
             // Stored with a NUL where the number goes (see `responses_delta`).
-            let delta = ev(
-                "response.output_text.delta",
-                0,
-                &[
-                    ("item_id", j("msg_mock0001")),
-                    ("output_index", j(0)),
-                    ("content_index", j(0)),
-                    ("delta", j(delta_text.as_str())),
-                    ("logprobs", array(&[])),
-                ],
-            )
-            .replacen("\"sequence_number\":0", "\"sequence_number\":\0", 1);
+            let delta = ev("response.output_text.delta", 0, &text_of_part("delta", &delta_text)).replacen(
+                "\"sequence_number\":0",
+                "\"sequence_number\":\0",
+                1,
+            );
             let full = text_of(delta_bytes); // the tail repeats one delta's text: enough for the shape
             let done_item = responses_message("completed", Some(&full));
             let completed = responses_object("completed", array(std::slice::from_ref(&done_item)), responses_usage());
             let tail = [
-                ev(
-                    "response.output_text.done",
-                    0,
-                    &[
-                        ("item_id", j("msg_mock0001")),
-                        ("output_index", j(0)),
-                        ("content_index", j(0)),
-                        ("text", j(full.as_str())),
-                        ("logprobs", array(&[])),
-                    ],
-                ),
+                ev("response.output_text.done", 0, &text_of_part("text", &full)),
                 ev("response.content_part.done", 0, &part_of(&full)),
                 ev("response.output_item.done", 0, &[("output_index", j(0)), ("item", done_item)]),
                 ev("response.completed", 0, &[("response", completed)]),
