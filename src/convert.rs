@@ -53,6 +53,28 @@ pub fn decode_response(format: Format, body: &[u8]) -> Result<Response, ConvertE
     }
 }
 
+/// An answer of the usual kind read without a parse, for the formats that have such a reading
+/// (Chat and Gemini). `Some` also says the answer is plainly one: a JSON object whose top-level
+/// keys are written without escapes and hold no `error` and no `status`, so nothing that
+/// `proxy::outcome::not_an_answer` looks for.
+pub fn plain_answer(format: Format, body: &[u8]) -> Option<Response> {
+    match format {
+        Format::Openai => openai_chat::plain_answer(body),
+        Format::Gemini => gemini::plain_answer(body),
+        Format::Anthropic | Format::Responses => None,
+    }
+}
+
+/// [`decode_response`] without the attempt at [`plain_answer`], for an answer it did not match.
+pub fn decode_parsed_response(format: Format, body: &[u8]) -> Result<Response, ConvertError> {
+    match format {
+        Format::Anthropic => anthropic::decode_response(body),
+        Format::Openai => openai_chat::decode_parsed_response(body),
+        Format::Responses => responses::decode_response(body),
+        Format::Gemini => gemini::decode_parsed_response(body),
+    }
+}
+
 pub fn encode_response(format: Format, response: &Response, ctx: &EncodeContext) -> Vec<u8> {
     match format {
         Format::Anthropic => anthropic::encode_response(response, ctx),

@@ -44,7 +44,10 @@ mod stream;
 
 pub use error::{decode_error, encode_error, error_chunk};
 pub use request::{decode_count_tokens_request, decode_request, encode_count_tokens_request, encode_request};
-pub use response::{decode_count_tokens_response, decode_response, encode_count_tokens_response, encode_response};
+pub use response::{
+    decode_count_tokens_response, decode_parsed_response, decode_response, encode_count_tokens_response,
+    encode_response, plain_answer,
+};
 pub use stream::{JsonArrayReframe, StreamDecoder, StreamEncoder};
 
 use serde_json::{Map, Value};

@@ -36,7 +36,7 @@ mod wire;
 
 pub use error::{decode_error, encode_error};
 pub use request::{decode_request, encode_request};
-pub use response::{decode_response, encode_response};
+pub use response::{decode_parsed_response, decode_response, encode_response, plain_answer};
 pub use stream::{StreamDecoder, StreamEncoder};
 
 use serde_json::{Map, Value};

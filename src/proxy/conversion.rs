@@ -249,14 +249,20 @@ fn id_seed(now_unix: u64) -> String {
 
 impl RequestConversion {
     /// A 2xx answer decoded once for both its conversion and its record, when the body is
-    /// plainly an answer (`outcome::plainly_an_answer`: nothing in it a 2xx-that-is-no-answer
-    /// check looks for) and decodes. `None`: the answer is read the usual way
+    /// plainly an answer and decodes: matched by the format's plain reading (`convert::plain_answer`,
+    /// which promises an object with no `error` or `status`), or else holding nothing a
+    /// 2xx-that-is-no-answer check looks for (`outcome::plainly_an_answer`, three searches of the
+    /// body that a matched answer does without). `None`: the answer is read the usual way
     /// (`usage::read_answer`, then `success_body` decodes it).
     pub fn decode_answer(&self, upstream: Format, body: &[u8]) -> Option<(ir::Response, AnswerRead)> {
-        if self.count_tokens || !super::outcome::plainly_an_answer(body) {
+        if self.count_tokens {
             return None;
         }
-        let response = convert::decode_response(upstream, body).ok()?;
+        let response = match convert::plain_answer(upstream, body) {
+            Some(response) => response,
+            None if super::outcome::plainly_an_answer(body) => convert::decode_parsed_response(upstream, body).ok()?,
+            None => return None,
+        };
         let read = answer_read(&response);
         Some((response, read))
     }
@@ -334,6 +340,52 @@ pub fn foreign_header(name: &str, target: Format) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const CHAT: &str = r#"{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}"#;
+    const GEMINI: &str = r#"{"candidates":[{"content":{"parts":[{"text":"hi"}],"role":"model"},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":3,"candidatesTokenCount":2,"totalTokenCount":5},"modelVersion":"m","responseId":"r1"}"#;
+
+    /// An answer is decoded for its record and conversion only when it is plainly one: matched by
+    /// its format's plain reading, or holding nothing a 2xx-that-is-no-answer check looks for.
+    /// Whatever it decodes, `outcome::not_an_answer` would have passed; what it leaves, the
+    /// usual reading takes.
+    #[test]
+    fn an_answer_is_decoded_at_once_only_when_it_is_plainly_one() {
+        let conversion = RequestConversion::new(Format::Anthropic, false);
+        let tool_call = r#"{"id":"c1","model":"m","choices":[{"index":0,"message":{"content":null,"tool_calls":[{"id":"t","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}"#;
+        let decoded = [
+            (Format::Openai, CHAT.to_owned()),
+            (Format::Gemini, GEMINI.to_owned()),
+            (Format::Openai, tool_call.to_owned()),
+        ];
+        for (format, body) in &decoded {
+            let (response, read) = conversion.decode_answer(*format, body.as_bytes()).expect(body);
+            assert_eq!(response, convert::decode_response(*format, body.as_bytes()).unwrap(), "{body}");
+            assert_eq!(read.tokens.input, Some(3).filter(|_| !body.contains("tool_calls")), "{body}");
+        }
+        let left = [
+            (Format::Openai, CHAT.replacen('{', r#"{"status":"failed","#, 1)),
+            (Format::Openai, CHAT.replacen('{', r#"{"error":{"message":"quota"},"#, 1)),
+            (Format::Openai, CHAT.replacen('{', r#"{"\u0065rror":{"message":"quota"},"#, 1)),
+            (Format::Openai, CHAT.replacen('{', r#"{"st\u0061tus":"failed","#, 1)),
+            (Format::Gemini, GEMINI.replacen('{', r#"{"status":"failed","#, 1)),
+            (Format::Gemini, GEMINI.replacen('{', r#"{"error":{"code":500,"message":"x"},"#, 1)),
+            (Format::Openai, "not json".to_owned()),
+        ];
+        for (format, body) in &left {
+            assert!(conversion.decode_answer(*format, body.as_bytes()).is_none(), "{body}");
+            assert!(crate::proxy::outcome::not_an_answer(body.as_bytes(), None).is_some(), "{body}");
+        }
+        let count = RequestConversion::new(Format::Anthropic, true);
+        assert!(count.decode_answer(Format::Openai, CHAT.as_bytes()).is_none(), "a token count is read as one");
+    }
+
+    /// The answers that skip the searches are the ones the plain readings match.
+    #[test]
+    fn the_usual_chat_and_gemini_answers_are_matched() {
+        assert!(convert::plain_answer(Format::Openai, CHAT.as_bytes()).is_some());
+        assert!(convert::plain_answer(Format::Gemini, GEMINI.as_bytes()).is_some());
+        assert!(convert::plain_answer(Format::Anthropic, CHAT.as_bytes()).is_none());
+    }
 
     /// A kind of loss is logged at info once: the same fields at other indexes are the same
     /// kind; another field, or another pair of formats, is another.

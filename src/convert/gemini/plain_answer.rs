@@ -7,14 +7,15 @@
 //! that `decode_parsed_response` reads to the same `Response`. Members may come in any order,
 //! with whitespace between tokens (the API pretty-prints its answers). Anything the grammar below
 //! does not cover (a surrogate `\u` escape in a value the decoding reads, a function call, a thought
-//! signature, any part but text, more or fewer than one candidate, an `error` member, a
-//! snake_case spelling of a member the decoding reads, a member it reads named twice) is left to
-//! the parse.
+//! signature, any part but text, more or fewer than one candidate, an `error` or `status` member,
+//! a snake_case spelling of a member the decoding reads, a member it reads named twice) is left to
+//! the parse. So a matched answer is also one that `proxy::outcome::not_an_answer` would pass: an
+//! object with no `error` and no `status`.
 //!
 //! ```text
 //! answer:    {M,...}
 //! M:         "candidates":[C] | "usageMetadata":U | "modelVersion":S | "responseId":S | "K":V
-//!            (not "error", "usage_metadata", "model_version", "response_id")
+//!            (not "error", "status", "usage_metadata", "model_version", "response_id")
 //! C:         {"content":{"parts":[P,...] | "K":V,...} | "finishReason":S | "K":V,...}
 //!            (not "finish_reason")
 //! P:         {"text":T | "thought":true|false|null}   (text required)
@@ -43,7 +44,7 @@ pub(super) fn plain_gemini_answer(body: &str) -> Option<Response> {
             "usageMetadata" => usage = seen.first(1).and_then(|()| usage_metadata(c))?,
             "modelVersion" => model = seen.first(2).and_then(|()| optional_string(c))?,
             "responseId" => id = seen.first(3).and_then(|()| optional_string(c))?,
-            "error" | "usage_metadata" | "model_version" | "response_id" => return None,
+            "error" | "status" | "usage_metadata" | "model_version" | "response_id" => return None,
             _ => c.skipped_any(SKIP_DEPTH)?,
         }
         Some(())
@@ -196,6 +197,7 @@ mod tests {
         let extra = prop::collection::vec(
             prop::sample::select(vec![
                 r#""error":{"code":500,"message":"x"}"#,
+                r#""status":"failed""#,
                 r#""modelVersion":"again""#,
                 r#""model_version":"snake""#,
                 r#""response_id":"snake""#,
@@ -275,8 +277,8 @@ mod tests {
             Part::Text(TextPart { text: "if a < b && c == 'x': \"there\"\n".into(), cache_control: None })
         );
         assert_eq!(Ok(matched), decode_parsed_response(code.as_bytes()));
-        // A function call, a thought signature, a surrogate `\u` escape in the text, an error, two
-        // candidates, a member the decoding reads in snake_case: the parse's.
+        // A function call, a thought signature, a surrogate `\u` escape in the text, an error, a
+        // status, two candidates, a member the decoding reads in snake_case: the parse's.
         for refused in [
             api.replace(r#""responseId""#, r#""response_id""#),
             api.replace(r#""modelVersion""#, r#""model_version""#),
@@ -286,6 +288,7 @@ mod tests {
             api.replace(r#""thought": true"#, r#""thought": true,"thoughtSignature": "CiQB""#),
             api.replace("Hello", "\\ud83d\\ude00Hello"),
             api.replace(r#""responseId""#, r#""error": {"code": 500},"id""#),
+            api.replace(r#""responseId""#, r#""status": "failed","id""#),
             api.replace("  ],\n  \"usageMetadata\"", "  ,{}],\n  \"usageMetadata\""),
         ] {
             assert!(plain_gemini_answer(&refused).is_none(), "{refused}");

@@ -331,14 +331,20 @@ pub(super) fn thought_part(text: &str, signature: Option<&str>) -> Value {
 
 /// Upstream `GenerateContentResponse` → IR (the first candidate; the gateway asks for one).
 pub fn decode_response(body: &[u8]) -> Result<Response, ConvertError> {
-    if let Some(matched) = crate::protocol::lenient::utf8(body).and_then(super::plain_answer::plain_gemini_answer) {
+    if let Some(matched) = plain_answer(body) {
         return Ok(matched);
     }
     decode_parsed_response(body)
 }
 
+/// The answer when it is of the usual kind, read without a parse (`plain_answer`); `None` for
+/// anything else, which [`decode_parsed_response`] reads.
+pub fn plain_answer(body: &[u8]) -> Option<Response> {
+    crate::protocol::lenient::utf8(body).and_then(super::plain_answer::plain_gemini_answer)
+}
+
 /// [`decode_response`] through a parse, whatever the answer's shape.
-pub(super) fn decode_parsed_response(body: &[u8]) -> Result<Response, ConvertError> {
+pub fn decode_parsed_response(body: &[u8]) -> Result<Response, ConvertError> {
     let obj = parse_object(body)?;
     if let Some(e) = get(&obj, "error") {
         let message = e.get("message").and_then(Value::as_str).unwrap_or("the upstream answered with an error");

@@ -6,12 +6,13 @@
 //! The match is exact, as `protocol::plain_json` promises: an answer it accepts is valid JSON that
 //! `decode_response`'s parse reads to the same `Response`. Members may come in any order, with
 //! whitespace between tokens. Anything the grammar below does not cover (a surrogate `\u` escape in a
-//! value the parse reads, tool calls, content parts, more than one choice, an `error` member, a
-//! field the parse reads named twice) is left to the parse.
+//! value the parse reads, tool calls, content parts, more than one choice, an `error` or `status`
+//! member, a field the parse reads named twice) is left to the parse. So a matched answer is also
+//! one that `proxy::outcome::not_an_answer` would pass: an object with no `error` and no `status`.
 //!
 //! ```text
 //! answer:  {M,...} and nothing after but whitespace
-//! M:       "id":S | "model":S | "created":C | "choices":[{H,...}] | "usage":U | "K":V   (not "error")
+//! M:       "id":S | "model":S | "created":C | "choices":[{H,...}] | "usage":U | "K":V   (not "error", "status")
 //! H:       "index":0 | "finish_reason":S | "message":{G,...} | "K":V
 //! G:       "content":S | "refusal":S | "reasoning_content":S | "reasoning":S | "tool_calls":[]
 //!          | "function_call":null | "K":V
@@ -45,7 +46,7 @@ pub(super) fn plain_chat_answer(body: &str) -> Option<Response> {
             "created" => created = seen.first(2).and_then(|()| c.count())?,
             "choices" => choice = Some(seen.first(3).and_then(|()| only_choice(c))?),
             "usage" => usage = seen.first(4).and_then(|()| chat_usage(c))?,
-            "error" => return None,
+            "error" | "status" => return None,
             _ => skipped(c)?,
         }
         Some(())
@@ -353,6 +354,7 @@ mod tests {
             prop::sample::select(vec![
                 r#""error":null"#,
                 r#""error":{"message":"quota"}"#,
+                r#""status":"failed""#,
                 r#""id":"again""#,
                 r#""usage":null"#,
                 r#""choices":[]"#,
@@ -415,11 +417,13 @@ mod tests {
     #[test]
     fn what_the_match_leaves_to_the_parse_is_left() {
         for body in [
-            // A tool call, content parts, two choices, an error, a surrogate \u escape, a key twice.
+            // A tool call, content parts, two choices, an error, a status, a surrogate \u escape,
+            // a key twice.
             r#"{"choices":[{"index":0,"message":{"content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}}]}"#,
             r#"{"choices":[{"index":0,"message":{"content":[{"type":"text","text":"a"}]}}]}"#,
             r#"{"choices":[{"index":0,"message":{"content":"a"}},{"index":1,"message":{"content":"b"}}]}"#,
             r#"{"error":{"message":"quota"},"choices":[{"index":0,"message":{"content":"a"}}]}"#,
+            r#"{"status":"failed","choices":[{"index":0,"message":{"content":"a"}}]}"#,
             r#"{"choices":[{"index":0,"message":{"content":"caf\ud83d\ude00"}}]}"#,
             r#"{"model":"a","model":"b","choices":[{"index":0,"message":{"content":"a"}}]}"#,
             r#"{"choices":[{"index":1,"message":{"content":"a"}}]}"#,

@@ -45,9 +45,20 @@ pub(super) fn decode_usage(u: &ChatUsage) -> Usage {
 
 /// Upstream non-streaming response body (this protocol) -> IR.
 pub fn decode_response(body: &[u8]) -> Result<Response, ConvertError> {
-    if let Some(matched) = crate::protocol::lenient::utf8(body).and_then(super::plain_answer::plain_chat_answer) {
+    if let Some(matched) = plain_answer(body) {
         return Ok(matched);
     }
+    decode_parsed_response(body)
+}
+
+/// The answer when it is of the usual kind, read without a parse (`plain_answer`); `None` for
+/// anything else, which [`decode_parsed_response`] reads.
+pub fn plain_answer(body: &[u8]) -> Option<Response> {
+    crate::protocol::lenient::utf8(body).and_then(super::plain_answer::plain_chat_answer)
+}
+
+/// [`decode_response`] through a parse, whatever the answer's shape.
+pub fn decode_parsed_response(body: &[u8]) -> Result<Response, ConvertError> {
     decode_response_with(body, Parse::Direct)
 }
 
