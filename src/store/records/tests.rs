@@ -173,6 +173,42 @@ fn a_failed_batch_leaves_nothing_so_its_retry_cannot_store_a_record_twice() {
     assert_eq!(all_pages(&c, &Filter { endpoint: Some("a".into()), ..Default::default() }, 10).len(), 3);
 }
 
+/// A batch goes in through inserts of several rows each; a row failing in the middle of one (the
+/// trigger's `FAIL` keeps the rows before it in its statement) still leaves nothing of the batch.
+#[test]
+fn a_row_failing_inside_a_multi_row_insert_leaves_nothing_of_its_batch() {
+    let mut c = db();
+    let at = 1_700_000_000_200;
+    // 21 records: one insert of sixteen rows, then one of four, then one of one.
+    let batch: Vec<RequestRecord> = (0..21).map(|i| record(&tid(at + i, &format!("r{i}")), at + i)).collect();
+    // A summary or a detail fails, inside the first insert or the second; a fresh database numbers
+    // the batch's rows from 1.
+    let failures = [
+        format!("requests WHEN NEW.id = '{}'", batch[9].id),
+        format!("requests WHEN NEW.id = '{}'", batch[19].id),
+        "request_records WHEN NEW.seq = 10".to_string(),
+        "request_records WHEN NEW.seq = 20".to_string(),
+    ];
+    for failing in failures {
+        c.execute_batch(&format!(
+            "CREATE TEMP TRIGGER fail_one BEFORE INSERT ON {failing} BEGIN SELECT RAISE(FAIL, 'disk full'); END;"
+        ))
+        .unwrap();
+        let mut periods = PeriodsWritten::default();
+        assert!(insert_batch_noting(&mut c, &batch, &mut periods, Batch::Fresh).is_err());
+        assert!(c.is_autocommit(), "the failed batch's transaction is over, not left open");
+        assert_eq!(count(&c).unwrap(), 0, "no summary of the batch stays");
+        let details: i64 = c.query_row("SELECT count(*) FROM request_records", [], |r| r.get(0)).unwrap();
+        assert_eq!(details, 0, "no detail of the batch stays");
+        c.execute_batch("DROP TRIGGER fail_one").unwrap();
+    }
+    let mut periods = PeriodsWritten::default();
+    assert_eq!(insert_batch_noting(&mut c, &batch, &mut periods, Batch::MayBeStored).unwrap(), 21);
+    for r in &batch {
+        assert_eq!(read_back(&c, &r.id), *r);
+    }
+}
+
 #[test]
 fn search_text_holds_the_error_and_failed_attempts_only() {
     assert_eq!(search_text(&record("a", 1)), None);

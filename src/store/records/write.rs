@@ -1,7 +1,7 @@
 //! Writing request records: what a record's `requests` row holds (`Columns`, for both
 //! backends), SQLite's batch insert of the writer thread and retention pruning.
 
-use rusqlite::{CachedStatement, Connection, ToSql, TransactionBehavior, params};
+use rusqlite::{CachedStatement, Connection, Statement, TransactionBehavior, params};
 
 use super::PeriodsWritten;
 
@@ -399,19 +399,19 @@ pub fn insert_batch_noting(
         let n = chunk_len(rows.len() - done);
         let chunk = &rows[done..done + n];
         let seq = &seqs[done..done + n];
-        let mut values: Vec<&dyn ToSql> = Vec::with_capacity(n * SUMMARY_PARAMS);
-        for ((c, _), seq) in chunk.iter().zip(seq) {
-            push_summary(&mut values, seq, c);
-        }
         let i = chunk_index(n);
         let (summary_sql, detail_sql) = multi_row_sql(i);
-        cached(&tx, &mut summaries[i], summary_sql)?.execute(&*values)?;
-        values.clear();
-        for ((_, json), seq) in chunk.iter().zip(seq) {
-            values.push(seq);
-            values.push(json);
+        let summary = cached(&tx, &mut summaries[i], summary_sql)?;
+        for (row, ((c, _), seq)) in chunk.iter().zip(seq).enumerate() {
+            bind_summary(summary, row * SUMMARY_PARAMS, *seq, c)?;
         }
-        cached(&tx, &mut details[i], detail_sql)?.execute(&*values)?;
+        summary.raw_execute()?;
+        let detail = cached(&tx, &mut details[i], detail_sql)?;
+        for (row, ((_, json), seq)) in chunk.iter().zip(seq).enumerate() {
+            detail.raw_bind_parameter(row * 2 + 1, *seq)?;
+            detail.raw_bind_parameter(row * 2 + 2, json.as_str())?;
+        }
+        detail.raw_execute()?;
         done += n;
     }
     drop((summaries, details));
@@ -487,33 +487,35 @@ fn multi_row_insert(head: &str, per_row: usize, rows: usize) -> String {
     format!("{head}{}", vec![group; rows].join(", "))
 }
 
-/// One row's parameters, in the order of `INSERT_SUMMARY_HEAD`.
-fn push_summary<'a>(values: &mut Vec<&'a dyn ToSql>, seq: &'a i64, c: &'a Columns<'a>) {
-    values.extend_from_slice(&[
-        seq as &dyn ToSql,
-        &c.id,
-        &c.started_at,
-        &c.protocol,
-        &c.endpoint,
-        &c.model_requested,
-        &c.model_sent,
-        &c.status,
-        &c.status_class,
-        &c.stream,
-        &c.failed_over,
-        &c.attempts,
-        &c.total_ms,
-        &c.first_byte_ms,
-        &c.overhead_ms,
-        &c.input_tokens,
-        &c.output_tokens,
-        &c.cache_read_tokens,
-        &c.cache_write_tokens,
-        &c.cost_usd,
-        &c.error,
-        &c.search,
-        &c.client_key,
-    ]);
+/// Bind one row's parameters, in the order of `INSERT_SUMMARY_HEAD`, after the `before` of the
+/// rows ahead of it in the statement. Each value is bound as its own type rather than through
+/// `&dyn ToSql`, which cost a dynamic call and a match per value (23 values a record).
+fn bind_summary(statement: &mut Statement<'_>, before: usize, seq: i64, c: &Columns<'_>) -> rusqlite::Result<()> {
+    let at = |n: usize| before + n;
+    statement.raw_bind_parameter(at(1), seq)?;
+    statement.raw_bind_parameter(at(2), c.id)?;
+    statement.raw_bind_parameter(at(3), c.started_at)?;
+    statement.raw_bind_parameter(at(4), c.protocol)?;
+    statement.raw_bind_parameter(at(5), c.endpoint)?;
+    statement.raw_bind_parameter(at(6), c.model_requested)?;
+    statement.raw_bind_parameter(at(7), c.model_sent)?;
+    statement.raw_bind_parameter(at(8), c.status)?;
+    statement.raw_bind_parameter(at(9), c.status_class)?;
+    statement.raw_bind_parameter(at(10), c.stream)?;
+    statement.raw_bind_parameter(at(11), c.failed_over)?;
+    statement.raw_bind_parameter(at(12), c.attempts)?;
+    statement.raw_bind_parameter(at(13), c.total_ms)?;
+    statement.raw_bind_parameter(at(14), c.first_byte_ms)?;
+    statement.raw_bind_parameter(at(15), c.overhead_ms)?;
+    statement.raw_bind_parameter(at(16), c.input_tokens)?;
+    statement.raw_bind_parameter(at(17), c.output_tokens)?;
+    statement.raw_bind_parameter(at(18), c.cache_read_tokens)?;
+    statement.raw_bind_parameter(at(19), c.cache_write_tokens)?;
+    statement.raw_bind_parameter(at(20), c.cost_usd)?;
+    statement.raw_bind_parameter(at(21), c.error)?;
+    statement.raw_bind_parameter(at(22), c.search.as_deref())?;
+    statement.raw_bind_parameter(at(23), c.client_key)?;
+    Ok(())
 }
 
 /// Delete at most `chunk` records that started before `cutoff_ms`, oldest first, in one short
