@@ -97,7 +97,11 @@ fn read_back(c: &Connection, id: &str) -> RequestRecord {
 #[test]
 fn batches_of_every_size_store_each_record_whole_with_its_own_detail() {
     // Sizes around the multi-row statements' 16, 4 and 1 rows.
-    for size in [1usize, 2, 3, 4, 5, 15, 16, 17, 20, 21, 37] {
+    // A fresh batch is numbered by SQLite, a retried one by the writer (`Numbering`).
+    for (size, kind) in [1usize, 2, 3, 4, 5, 15, 16, 17, 20, 21, 37]
+        .into_iter()
+        .flat_map(|size| [(size, Batch::Fresh), (size, Batch::MayBeStored)])
+    {
         let mut c = db();
         // Rows already there, so the new ones' numbers follow them.
         insert_batch(&mut c, &[record("before", 1)]).unwrap();
@@ -110,7 +114,7 @@ fn batches_of_every_size_store_each_record_whole_with_its_own_detail() {
                 r
             })
             .collect();
-        assert_eq!(insert_batch(&mut c, &batch).unwrap(), size);
+        assert_eq!(insert_batch_noting(&mut c, &batch, &mut PeriodsWritten::default(), kind).unwrap(), size);
         assert_eq!(count(&c).unwrap(), size as u64 + 1);
         for r in &batch {
             assert_eq!(&read_back(&c, &r.id), r, "batch of {size}: the summary and the detail of one record");
@@ -128,22 +132,65 @@ fn batches_of_every_size_store_each_record_whole_with_its_own_detail() {
 
 #[test]
 fn new_rows_are_numbered_after_the_highest_number_of_either_table() {
+    // A row numbered past every row of the other table (left by an older version or a hand
+    // edit), in either table, must not make the next batch collide with it, fresh or retried.
+    let strays = [
+        "INSERT INTO request_records (seq, record) VALUES (40, '{}')",
+        "INSERT INTO requests (seq, id, started_at, protocol, status, status_class, stream, failed_over, attempts, total_ms, overhead_ms) VALUES (40, 'stray', 0, 'claude', 200, 2, 0, 0, 1, 1.0, 0.0)",
+    ];
+    for (stray, kind) in strays.into_iter().flat_map(|s| [(s, Batch::Fresh), (s, Batch::MayBeStored)]) {
+        let mut c = db();
+        insert_batch(&mut c, &[record("a", 1)]).unwrap();
+        c.execute(stray, []).unwrap();
+        let last = record(&tid(3, "c"), 3);
+        let batch = [record(&tid(2, "b"), 2), last.clone()];
+        insert_batch_noting(&mut c, &batch, &mut PeriodsWritten::default(), kind).unwrap();
+        let seqs: Vec<i64> = c
+            .prepare("SELECT seq FROM request_records WHERE seq <> 40 ORDER BY seq")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(seqs, [1, 41, 42], "{stray} {kind:?}");
+        assert_eq!(read_back(&c, &last.id), last);
+    }
+}
+
+#[test]
+fn rows_are_numbered_by_sqlite_only_for_a_fresh_batch_on_tables_that_agree() {
+    use write::Numbering;
+    assert_eq!(Numbering::of(Batch::Fresh, 0, 0), Numbering::BySqlite);
+    assert_eq!(Numbering::of(Batch::Fresh, 41, 41), Numbering::BySqlite);
+    assert_eq!(Numbering::of(Batch::Fresh, 41, 40), Numbering::Given);
+    assert_eq!(Numbering::of(Batch::Fresh, 40, 41), Numbering::Given);
+    assert_eq!(Numbering::of(Batch::MayBeStored, 41, 41), Numbering::Given);
+}
+
+/// If SQLite ever numbered a fresh batch's rows otherwise than one past the highest, the batch
+/// is refused rather than stored with summaries and details that do not pair up; the writer's
+/// retry numbers the rows itself.
+#[test]
+fn a_fresh_batch_numbered_otherwise_than_expected_is_refused_and_its_retry_stored() {
     let mut c = db();
-    insert_batch(&mut c, &[record("a", 1)]).unwrap();
-    // A detail row numbered past every summary (left by an older version or a hand edit) must
-    // not make the next batch collide with it.
-    c.execute("INSERT INTO request_records (seq, record) VALUES (40, '{}')", []).unwrap();
-    let last = record(&tid(3, "c"), 3);
-    insert_batch(&mut c, &[record(&tid(2, "b"), 2), last.clone()]).unwrap();
-    let seqs: Vec<i64> = c
-        .prepare("SELECT seq FROM requests ORDER BY seq")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    assert_eq!(seqs, [1, 41, 42]);
-    assert_eq!(read_back(&c, &last.id), last);
+    let at = 1_700_000_000_200;
+    let batch: Vec<RequestRecord> = (0..16).map(|i| record(&tid(at + i, &format!("r{i}")), at + i)).collect();
+    // A row slipped in after the fifth summary moves SQLite's numbers for the rest.
+    c.execute_batch(&format!(
+        "CREATE TEMP TRIGGER slip AFTER INSERT ON requests WHEN NEW.id = '{}'
+         BEGIN INSERT INTO requests (seq, id, started_at, protocol, status, status_class, stream, failed_over, attempts, total_ms, overhead_ms)
+               VALUES (1000, 'slipped', 0, 'claude', 200, 2, 0, 0, 1, 1.0, 0.0); END;",
+        batch[4].id
+    ))
+    .unwrap();
+    let mut periods = PeriodsWritten::default();
+    let refused = insert_batch_noting(&mut c, &batch, &mut periods, Batch::Fresh);
+    assert!(matches!(refused, Err(StoreError::Corrupt(_))), "{refused:?}");
+    assert_eq!(count(&c).unwrap(), 0, "nothing of the refused batch stays");
+    assert_eq!(insert_batch_noting(&mut c, &batch, &mut periods, Batch::MayBeStored).unwrap(), 16);
+    for r in &batch {
+        assert_eq!(read_back(&c, &r.id), *r);
+    }
 }
 
 #[test]
@@ -181,13 +228,13 @@ fn a_row_failing_inside_a_multi_row_insert_leaves_nothing_of_its_batch() {
     let at = 1_700_000_000_200;
     // 21 records: one insert of sixteen rows, then one of four, then one of one.
     let batch: Vec<RequestRecord> = (0..21).map(|i| record(&tid(at + i, &format!("r{i}")), at + i)).collect();
-    // A summary or a detail fails, inside the first insert or the second; a fresh database numbers
-    // the batch's rows from 1.
+    // A summary or a detail fails, inside the first insert or the second (a detail is told by
+    // how many went in before it: a row SQLite numbers has no number yet in the trigger).
     let failures = [
         format!("requests WHEN NEW.id = '{}'", batch[9].id),
         format!("requests WHEN NEW.id = '{}'", batch[19].id),
-        "request_records WHEN NEW.seq = 10".to_string(),
-        "request_records WHEN NEW.seq = 20".to_string(),
+        "request_records WHEN (SELECT count(*) FROM request_records) = 9".to_string(),
+        "request_records WHEN (SELECT count(*) FROM request_records) = 19".to_string(),
     ];
     for failing in failures {
         c.execute_batch(&format!(

@@ -363,10 +363,10 @@ pub enum Batch {
 ///
 /// Rows go in with multi-row `INSERT`s of `ROWS_PER_INSERT` (then fewer) rows: SQLite's cost of
 /// running a statement (opening its cursors, resetting, halting) is paid per statement: sharing
-/// it between rows took about a tenth off a record's write (BENCHMARKS.md). The rows' `seq` is given here,
-/// after the highest either table holds, so a record's detail row can be inserted with it in the
-/// same kind of statement (SQLite would have chosen the same numbers itself). The transaction
-/// takes the write lock at once, so nothing can insert between reading that number and using it.
+/// it between rows took about a tenth off a record's write (BENCHMARKS.md). A record's summary and
+/// detail rows share `seq`, numbered on from the highest either table holds (`Numbering`). The
+/// transaction takes the write lock at once, so nothing can insert between reading that number
+/// and using it.
 pub fn insert_batch_noting(
     conn: &mut Connection,
     records: &[RequestRecord],
@@ -387,7 +387,10 @@ pub fn insert_batch_noting(
             rows.push((c, json));
         }
     }
-    let first_seq: i64 = tx.prepare_cached(NEXT_SEQ)?.query_row([], |row| row.get(0))?;
+    let (highest_summary, highest_detail): (i64, i64) =
+        tx.prepare_cached(HIGHEST_SEQ)?.query_row([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    let numbering = Numbering::of(batch, highest_summary, highest_detail);
+    let first_seq = highest_summary.max(highest_detail) + 1;
     let seqs: Vec<i64> = (0..rows.len() as i64).map(|i| first_seq + i).collect();
     // Each insert is taken from the cache once per batch and kept while the batch's rows go in:
     // handing a statement back to the cache clears every one of its parameters (368 for sixteen
@@ -400,18 +403,31 @@ pub fn insert_batch_noting(
         let chunk = &rows[done..done + n];
         let seq = &seqs[done..done + n];
         let i = chunk_index(n);
-        let (summary_sql, detail_sql) = multi_row_sql(i);
+        let (summary_sql, detail_sql) = multi_row_sql(numbering, i);
+        let given = numbering == Numbering::Given;
         let summary = cached(&tx, &mut summaries[i], summary_sql)?;
+        let per_row = if given { SUMMARY_COLUMNS + 1 } else { SUMMARY_COLUMNS };
         for (row, ((c, _), seq)) in chunk.iter().zip(seq).enumerate() {
-            bind_summary(summary, row * SUMMARY_PARAMS, *seq, c)?;
+            let mut before = row * per_row;
+            if given {
+                summary.raw_bind_parameter(before + 1, *seq)?;
+                before += 1;
+            }
+            bind_summary(summary, before, c)?;
         }
         summary.raw_execute()?;
+        numbering.check(&tx, seq)?;
         let detail = cached(&tx, &mut details[i], detail_sql)?;
         for (row, ((_, json), seq)) in chunk.iter().zip(seq).enumerate() {
-            detail.raw_bind_parameter(row * 2 + 1, *seq)?;
-            detail.raw_bind_parameter(row * 2 + 2, json.as_str())?;
+            if given {
+                detail.raw_bind_parameter(row * 2 + 1, *seq)?;
+                detail.raw_bind_parameter(row * 2 + 2, json.as_str())?;
+            } else {
+                detail.raw_bind_parameter(row + 1, json.as_str())?;
+            }
         }
         detail.raw_execute()?;
+        numbering.check(&tx, seq)?;
         done += n;
     }
     drop((summaries, details));
@@ -435,25 +451,67 @@ fn chunk_len(left: usize) -> usize {
     CHUNK_LENS.into_iter().rev().find(|&n| n <= left).unwrap_or(1)
 }
 
-/// The next `seq` after every one either table holds.
-const NEXT_SEQ: &str = "SELECT max((SELECT coalesce(max(seq), 0) FROM requests), \
-                        (SELECT coalesce(max(seq), 0) FROM request_records)) + 1";
+/// The highest `seq` of each table (0 when empty).
+const HIGHEST_SEQ: &str = "SELECT (SELECT coalesce(max(seq), 0) FROM requests), \
+                           (SELECT coalesce(max(seq), 0) FROM request_records)";
+
+/// Who numbers a batch's rows (`seq`, shared by a record's summary and detail row).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Numbering {
+    /// SQLite, as it numbers a row given no `seq`: one past the table's highest. Both tables
+    /// then give the batch the same numbers. A row given its `seq` costs a seek to prove the
+    /// number free; and a statement of several rows that may fail half way (a number taken, a
+    /// `NOT NULL` column empty: hence these statements' `OR FAIL`, since an error rolls back
+    /// the whole batch anyway) has SQLite copy every page it touches into a statement journal
+    /// first, to take back its own rows (BENCHMARKS.md: ~1.2 k instructions a record in all).
+    BySqlite,
+    /// The writer, one past the higher of the two tables' highest: when they differ (a table
+    /// holding a row the other does not, left by an older version or a hand), and on a retry,
+    /// which should not depend on how the first try went.
+    Given,
+}
+
+impl Numbering {
+    pub(crate) fn of(batch: Batch, highest_summary: i64, highest_detail: i64) -> Numbering {
+        if batch == Batch::Fresh && highest_summary == highest_detail { Numbering::BySqlite } else { Numbering::Given }
+    }
+
+    /// After an insert of the rows numbered `seqs`: SQLite numbered them so. A batch whose
+    /// numbers came out otherwise is refused whole (and retried with `Given` numbers), never
+    /// stored with a summary and a detail that do not match.
+    fn check(self, tx: &Connection, seqs: &[i64]) -> Result<(), StoreError> {
+        let last = tx.last_insert_rowid();
+        match (self, seqs.last()) {
+            (Numbering::BySqlite, Some(&expected)) if last != expected => Err(StoreError::Corrupt(format!(
+                "SQLite numbered a record row {last} where {expected} was due; the batch is written again"
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
 
 const INSERT_SUMMARY_HEAD: &str = concat!("INSERT INTO requests (seq, ", insert_columns!(), ") VALUES ");
 const INSERT_DETAIL_HEAD: &str = "INSERT INTO request_records (seq, record) VALUES ";
+const INSERT_NUMBERED_SUMMARY_HEAD: &str = concat!("INSERT OR FAIL INTO requests (", insert_columns!(), ") VALUES ");
+const INSERT_NUMBERED_DETAIL_HEAD: &str = "INSERT OR FAIL INTO request_records (record) VALUES ";
 
-/// A row's parameters in the summary insert: `seq` and the `Columns`.
-const SUMMARY_PARAMS: usize = 23;
+/// A row's parameters in the summary insert besides `seq`: the `Columns`.
+const SUMMARY_COLUMNS: usize = 22;
 
-/// The statement texts for each row count `chunk_len` gives: `(1, 4, 16)` rows.
+/// The statement texts for each row count `chunk_len` gives: `(1, 4, 16)` rows, with the rows'
+/// `seq` given (`Numbering::Given`) and without (`Numbering::BySqlite`).
 struct MultiRow {
     summary: [String; 3],
     detail: [String; 3],
+    numbered_summary: [String; 3],
+    numbered_detail: [String; 3],
 }
 
 static MULTI_ROW: std::sync::LazyLock<MultiRow> = std::sync::LazyLock::new(|| MultiRow {
-    summary: CHUNK_LENS.map(|rows| multi_row_insert(INSERT_SUMMARY_HEAD, SUMMARY_PARAMS, rows)),
+    summary: CHUNK_LENS.map(|rows| multi_row_insert(INSERT_SUMMARY_HEAD, SUMMARY_COLUMNS + 1, rows)),
     detail: CHUNK_LENS.map(|rows| multi_row_insert(INSERT_DETAIL_HEAD, 2, rows)),
+    numbered_summary: CHUNK_LENS.map(|rows| multi_row_insert(INSERT_NUMBERED_SUMMARY_HEAD, SUMMARY_COLUMNS, rows)),
+    numbered_detail: CHUNK_LENS.map(|rows| multi_row_insert(INSERT_NUMBERED_DETAIL_HEAD, 1, rows)),
 });
 
 const CHUNK_LENS: [usize; 3] = [1, 4, ROWS_PER_INSERT];
@@ -464,8 +522,11 @@ fn chunk_index(rows: usize) -> usize {
 }
 
 /// The summary and the detail insert for `CHUNK_LENS[i]` rows.
-fn multi_row_sql(i: usize) -> (&'static str, &'static str) {
-    (&MULTI_ROW.summary[i], &MULTI_ROW.detail[i])
+fn multi_row_sql(numbering: Numbering, i: usize) -> (&'static str, &'static str) {
+    match numbering {
+        Numbering::Given => (&MULTI_ROW.summary[i], &MULTI_ROW.detail[i]),
+        Numbering::BySqlite => (&MULTI_ROW.numbered_summary[i], &MULTI_ROW.numbered_detail[i]),
+    }
 }
 
 /// The statement in `slot`, taken from the connection's cache the first time.
@@ -487,34 +548,33 @@ fn multi_row_insert(head: &str, per_row: usize, rows: usize) -> String {
     format!("{head}{}", vec![group; rows].join(", "))
 }
 
-/// Bind one row's parameters, in the order of `INSERT_SUMMARY_HEAD`, after the `before` of the
-/// rows ahead of it in the statement. Each value is bound as its own type rather than through
-/// `&dyn ToSql`, which cost a dynamic call and a match per value (23 values a record).
-fn bind_summary(statement: &mut Statement<'_>, before: usize, seq: i64, c: &Columns<'_>) -> rusqlite::Result<()> {
+/// Bind one row's columns, in the order of `insert_columns!`, after the `before` parameters
+/// ahead of them in the statement. Each value is bound as its own type rather than through
+/// `&dyn ToSql`, which cost a dynamic call and a match per value (22 values a record).
+fn bind_summary(statement: &mut Statement<'_>, before: usize, c: &Columns<'_>) -> rusqlite::Result<()> {
     let at = |n: usize| before + n;
-    statement.raw_bind_parameter(at(1), seq)?;
-    statement.raw_bind_parameter(at(2), c.id)?;
-    statement.raw_bind_parameter(at(3), c.started_at)?;
-    statement.raw_bind_parameter(at(4), c.protocol)?;
-    statement.raw_bind_parameter(at(5), c.endpoint)?;
-    statement.raw_bind_parameter(at(6), c.model_requested)?;
-    statement.raw_bind_parameter(at(7), c.model_sent)?;
-    statement.raw_bind_parameter(at(8), c.status)?;
-    statement.raw_bind_parameter(at(9), c.status_class)?;
-    statement.raw_bind_parameter(at(10), c.stream)?;
-    statement.raw_bind_parameter(at(11), c.failed_over)?;
-    statement.raw_bind_parameter(at(12), c.attempts)?;
-    statement.raw_bind_parameter(at(13), c.total_ms)?;
-    statement.raw_bind_parameter(at(14), c.first_byte_ms)?;
-    statement.raw_bind_parameter(at(15), c.overhead_ms)?;
-    statement.raw_bind_parameter(at(16), c.input_tokens)?;
-    statement.raw_bind_parameter(at(17), c.output_tokens)?;
-    statement.raw_bind_parameter(at(18), c.cache_read_tokens)?;
-    statement.raw_bind_parameter(at(19), c.cache_write_tokens)?;
-    statement.raw_bind_parameter(at(20), c.cost_usd)?;
-    statement.raw_bind_parameter(at(21), c.error)?;
-    statement.raw_bind_parameter(at(22), c.search.as_deref())?;
-    statement.raw_bind_parameter(at(23), c.client_key)?;
+    statement.raw_bind_parameter(at(1), c.id)?;
+    statement.raw_bind_parameter(at(2), c.started_at)?;
+    statement.raw_bind_parameter(at(3), c.protocol)?;
+    statement.raw_bind_parameter(at(4), c.endpoint)?;
+    statement.raw_bind_parameter(at(5), c.model_requested)?;
+    statement.raw_bind_parameter(at(6), c.model_sent)?;
+    statement.raw_bind_parameter(at(7), c.status)?;
+    statement.raw_bind_parameter(at(8), c.status_class)?;
+    statement.raw_bind_parameter(at(9), c.stream)?;
+    statement.raw_bind_parameter(at(10), c.failed_over)?;
+    statement.raw_bind_parameter(at(11), c.attempts)?;
+    statement.raw_bind_parameter(at(12), c.total_ms)?;
+    statement.raw_bind_parameter(at(13), c.first_byte_ms)?;
+    statement.raw_bind_parameter(at(14), c.overhead_ms)?;
+    statement.raw_bind_parameter(at(15), c.input_tokens)?;
+    statement.raw_bind_parameter(at(16), c.output_tokens)?;
+    statement.raw_bind_parameter(at(17), c.cache_read_tokens)?;
+    statement.raw_bind_parameter(at(18), c.cache_write_tokens)?;
+    statement.raw_bind_parameter(at(19), c.cost_usd)?;
+    statement.raw_bind_parameter(at(20), c.error)?;
+    statement.raw_bind_parameter(at(21), c.search.as_deref())?;
+    statement.raw_bind_parameter(at(22), c.client_key)?;
     Ok(())
 }
 
