@@ -492,8 +492,8 @@ impl Numbering {
 
 const INSERT_SUMMARY_HEAD: &str = concat!("INSERT INTO requests (seq, ", insert_columns!(), ") VALUES ");
 const INSERT_DETAIL_HEAD: &str = "INSERT INTO request_records (seq, record) VALUES ";
-const INSERT_NUMBERED_SUMMARY_HEAD: &str = concat!("INSERT OR FAIL INTO requests (", insert_columns!(), ") VALUES ");
-const INSERT_NUMBERED_DETAIL_HEAD: &str = "INSERT OR FAIL INTO request_records (record) VALUES ";
+const INSERT_UNNUMBERED_SUMMARY_HEAD: &str = concat!("INSERT OR FAIL INTO requests (", insert_columns!(), ") VALUES ");
+const INSERT_UNNUMBERED_DETAIL_HEAD: &str = "INSERT OR FAIL INTO request_records (record) VALUES ";
 
 /// A row's parameters in the summary insert besides `seq`: the `Columns`.
 const SUMMARY_COLUMNS: usize = 22;
@@ -503,15 +503,15 @@ const SUMMARY_COLUMNS: usize = 22;
 struct MultiRow {
     summary: [String; 3],
     detail: [String; 3],
-    numbered_summary: [String; 3],
-    numbered_detail: [String; 3],
+    unnumbered_summary: [String; 3],
+    unnumbered_detail: [String; 3],
 }
 
 static MULTI_ROW: std::sync::LazyLock<MultiRow> = std::sync::LazyLock::new(|| MultiRow {
     summary: CHUNK_LENS.map(|rows| multi_row_insert(INSERT_SUMMARY_HEAD, SUMMARY_COLUMNS + 1, rows)),
     detail: CHUNK_LENS.map(|rows| multi_row_insert(INSERT_DETAIL_HEAD, 2, rows)),
-    numbered_summary: CHUNK_LENS.map(|rows| multi_row_insert(INSERT_NUMBERED_SUMMARY_HEAD, SUMMARY_COLUMNS, rows)),
-    numbered_detail: CHUNK_LENS.map(|rows| multi_row_insert(INSERT_NUMBERED_DETAIL_HEAD, 1, rows)),
+    unnumbered_summary: CHUNK_LENS.map(|rows| multi_row_insert(INSERT_UNNUMBERED_SUMMARY_HEAD, SUMMARY_COLUMNS, rows)),
+    unnumbered_detail: CHUNK_LENS.map(|rows| multi_row_insert(INSERT_UNNUMBERED_DETAIL_HEAD, 1, rows)),
 });
 
 const CHUNK_LENS: [usize; 3] = [1, 4, ROWS_PER_INSERT];
@@ -525,7 +525,7 @@ fn chunk_index(rows: usize) -> usize {
 fn multi_row_sql(numbering: Numbering, i: usize) -> (&'static str, &'static str) {
     match numbering {
         Numbering::Given => (&MULTI_ROW.summary[i], &MULTI_ROW.detail[i]),
-        Numbering::BySqlite => (&MULTI_ROW.numbered_summary[i], &MULTI_ROW.numbered_detail[i]),
+        Numbering::BySqlite => (&MULTI_ROW.unnumbered_summary[i], &MULTI_ROW.unnumbered_detail[i]),
     }
 }
 
