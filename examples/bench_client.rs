@@ -8,8 +8,9 @@
 //!                      [--ramp-ms R] [--rss-pid PID] [--out FILE]
 //! ```
 //!
-//! `latency` sends one request at a time, alternating between the targets (the order rotates every
-//! round so none always goes first), each target on its own keep-alive connection, and reports
+//! `latency` sends one request at a time, alternating between the targets (in an order drawn
+//! afresh every round, so none always goes first and none always follows the same other one: a
+//! request's latency depends on what ran on the machine just before it), each target on its own keep-alive connection, and reports
 //! per-target percentiles and each target's difference to the first one: measured interleaved, the
 //! machine's noise hits every target alike. With `--stream` it also reports the time to the first
 //! body bytes (the first content event: the mock sends its preamble together with it). `--pre`
@@ -431,6 +432,25 @@ fn us(d: Duration) -> f64 {
 
 // ------------------------------------------------------------------ latency
 
+/// The order of round `round`'s targets: a permutation of `0..k` drawn from the round's number
+/// (the same for every run), every order equally likely. A fixed rotation kept each target
+/// behind the same other one in most rounds, and a target measured right after another gateway
+/// of the same binary, or right after the floor, starts from different caches.
+fn round_order(round: usize, k: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..k).collect();
+    let mut state = (round as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xd1b5_4a32_d192_ed03;
+    for i in (1..k).rev() {
+        // splitmix64
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        order.swap(i, (z % (i as u64 + 1)) as usize);
+    }
+    order
+}
+
 struct Target {
     name: String,
     conn: Conn,
@@ -494,9 +514,8 @@ async fn latency(
             break;
         }
         let measured = round >= warmup;
-        let k = targets.len();
-        for j in 0..k {
-            let t = &mut targets[(round + j) % k];
+        for j in round_order(round, targets.len()) {
+            let t = &mut targets[j];
             if let Some(pre) = t.pre.as_mut() {
                 let _ = pre.exchange(&empty, &[]).await;
             }
@@ -822,3 +841,36 @@ fn summary_ms(samples: &mut [f64]) -> Value {
         "max": r2(samples.last().copied().unwrap_or(f64::NAN)),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::round_order;
+
+    #[test]
+    fn every_round_order_is_a_permutation_and_every_target_follows_each_other_alike() {
+        let k = 4;
+        let mut orders = std::collections::HashSet::new();
+        let mut follows = [[0usize; 4]; 4];
+        for round in 0..2400 {
+            let order = round_order(round, k);
+            let mut sorted = order.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, [0, 1, 2, 3], "round {round}: {order:?}");
+            for pair in order.windows(2) {
+                follows[pair[1]][pair[0]] += 1;
+            }
+            orders.insert(order);
+        }
+        assert_eq!(orders.len(), 24, "every order of four targets is drawn");
+        // 2400 rounds, three neighbours a round, twelve ordered pairs: 600 each when balanced.
+        for (after, row) in follows.iter().enumerate() {
+            for (before, &n) in row.iter().enumerate() {
+                if after != before {
+                    assert!((480..=720).contains(&n), "{after} after {before}: {n} times");
+                }
+            }
+        }
+        assert_eq!(round_order(7, k), round_order(7, k), "the same round, the same order");
+    }
+}
+
