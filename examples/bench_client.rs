@@ -873,4 +873,3 @@ mod tests {
         assert_eq!(round_order(7, k), round_order(7, k), "the same round, the same order");
     }
 }
-
