@@ -273,6 +273,47 @@ for t, goal, label in (
     rounds_said = "one round" if len(ratios) == 1 else f"{len(ratios)} alternating rounds"
     shown = "–" if m is None else f"median {m:.2f}× ({listed(ratios, lambda r: f'{r:.2f}')} in {rounds_said})"
     floor_check(label, f"≥ {goal} × the floor", m, None if m is None else m >= goal, shown)
+
+
+def thread_kind(name):
+    """Which part of a proxy a thread is: the record writer, a serving thread, or anything else."""
+    if name == "ccmesh-records":
+        return "writer"
+    if name.startswith("ccmesh-worker") or name == "bare_proxy":
+        return "serving"
+    return "other"
+
+
+def cpu_split(name):
+    """µs of CPU per request in one pass, by thread kind and user / kernel, from the proxy's
+    threads' ticks before and after it (`wrk_run`'s OUT.threads.txt) and wrk's request count."""
+    p, run = res / f"{name}.threads.txt", load(name)
+    if not p.exists() or not run or not run.get("requests"):
+        return None
+    tck, ticks = 100, {"before": {}, "after": {}}
+    for line in p.read_text().splitlines():
+        f = line.split()
+        if f[:1] == ["clk_tck"] and len(f) == 2:
+            tck = int(f[1])
+        elif len(f) == 4 and f[0] in ticks:
+            # Threads of one name (the floor's) are summed; a thread is matched by its name and
+            # its place among those of that name.
+            ticks[f[0]].setdefault(f[1], []).append((int(f[2]), int(f[3])))
+    out = {}
+    for thread, after in ticks["after"].items():
+        before = ticks["before"].get(thread, [])
+        for i, (u, k) in enumerate(after):
+            u0, k0 = before[i] if i < len(before) else (0, 0)
+            kind = out.setdefault(thread_kind(thread), {"user": 0.0, "kernel": 0.0})
+            kind["user"] += (u - u0) * 1e6 / tck / run["requests"]
+            kind["kernel"] += (k - k0) * 1e6 / tck / run["requests"]
+    return out
+
+
+cpu_rounds = {t: [cpu_split(f"throughput.d0.{t}.{i}") for i in extra_rounds] for t in ("floor", "ccmesh", "ccmesh_conv")}
+result["cpu_per_request_d0"] = cpu_rounds
+
+
 for run, label in ((result["latency_c1"]["ccmesh"], "back to back"), (result["latency_c1_after_idle"]["ccmesh"], "after 20 ms idle")):
     for key, pct in (("p50_us", "p50"), ("p99_us", "p99")):
         c, f = added(run, "ccmesh", key), added(run, "floor", key)
@@ -401,6 +442,33 @@ for n in TARGETS:
 
     w(f"| {LABEL[n]} | " + " | ".join(cols(a, da) + cols(b, db)) + f" | {wrk_errors(a)} / {wrk_errors(b)} |")
 w("")
+
+
+def split_cell(rounds, kind):
+    got = [r[kind] for r in rounds if r and kind in r]
+    if not got:
+        return "–"
+    return f"{median([g['user'] for g in got]):.1f} / {median([g['kernel'] for g in got]):.1f}"
+
+
+def split_total(rounds):
+    got = [sum(v["user"] + v["kernel"] for v in r.values()) for r in rounds if r]
+    return median(got)
+
+
+if any(r for rounds in cpu_rounds.values() for r in rounds):
+    w("CPU per request in the alternating 0 ms rounds (medians over the rounds; `/proc` ticks of each of the proxy's threads over the pass, over the requests `wrk` completed), split by thread and into user / kernel time:")
+    w("")
+    w("| target | serving threads µs (user / kernel) | record writer µs (user / kernel) | other threads µs (user / kernel) | the whole proxy µs | against the floor |")
+    w("| --- | --- | --- | --- | --- | --- |")
+    floor_total = split_total(cpu_rounds["floor"])
+    for n in ("floor", "ccmesh", "ccmesh_conv"):
+        total = split_total(cpu_rounds[n])
+        if total is None:
+            continue
+        against = f"{total / floor_total:.2f}×" if floor_total else "–"
+        w(f"| {LABEL[n]} | {split_cell(cpu_rounds[n], 'serving')} | {split_cell(cpu_rounds[n], 'writer')} | {split_cell(cpu_rounds[n], 'other')} | {total:.1f} | {against} |")
+    w("")
 
 # TTFC
 w("## Streaming: time to the first content event at concurrency 1 (interleaved with direct calls)")
