@@ -7,6 +7,7 @@ mod support;
 
 mod admin_api;
 mod authoritative;
+mod bench_report;
 mod binary;
 mod breaker_flow;
 mod build_profile;

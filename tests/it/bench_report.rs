@@ -1,0 +1,115 @@
+//! The benchmark report's arithmetic (`bench/lib/report.py`, `bench/lib/code_lines.py`), run on
+//! made-up raw outputs whose answers are known: a wrong split, a thread counted in the wrong part
+//! or a call's cost taken for an instruction's changes a figure these tests read.
+
+use std::path::Path;
+use std::process::Command;
+
+fn python(script: &str, args: &[&Path], extra: &[&str]) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("python3").arg(root.join(script)).args(args).args(extra).output().unwrap();
+    assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn wrk_json(requests: u64) -> String {
+    format!(
+        r#"{{"requests":{requests},"duration_us":5000000,"bytes":1,"rps":{:.1},"errors":{{"connect":0,"read":0,"write":0,"status":0,"timeout":0}},"latency_us":{{"p50":1,"p90":1,"p99":1,"mean":1.0,"max":1}}}}"#,
+        requests as f64 / 5.0
+    )
+}
+
+fn stream_round(stall_free: u64, median_gap_ms: f64) -> String {
+    format!(
+        r#"{{"streams":1024,"completed":1024,"stall_free":{stall_free},"stalled":{},"max_gap_ms":{{"p50":{median_gap_ms},"p99":40.0,"max":50.0}}}}"#,
+        1024 - stall_free
+    )
+}
+
+#[test]
+fn the_report_splits_each_proxys_cpu_per_request_by_thread_and_gives_each_rounds_median_gap() {
+    let dir = tempfile::tempdir().unwrap();
+    let res = dir.path();
+    let write = |name: &str, text: &str| std::fs::write(res.join(name), text).unwrap();
+    // 100,000 requests a pass; at 100 ticks a second one tick is 10 ms, 0.1 µs a request.
+    for t in ["floor", "ccmesh", "ccmesh_conv"] {
+        write(&format!("throughput.d0.{t}.json"), &wrk_json(100_000));
+        write(&format!("throughput.d0.{t}.2.json"), &wrk_json(100_000));
+    }
+    // The floor's two threads share a name: 90 user and 110 kernel ticks between them.
+    write(
+        "throughput.d0.floor.2.threads.txt",
+        "clk_tck 100\nbefore bare_proxy 100 200\nbefore bare_proxy 100 200\nafter bare_proxy 150 260\nafter bare_proxy 140 250\n",
+    );
+    // Serving threads 110 / 110 ticks, the writer 20 / 10, the main thread nothing.
+    write(
+        "throughput.d0.ccmesh.2.threads.txt",
+        "clk_tck 100\nbefore ccmesh 1 0\nbefore ccmesh-records 10 5\nbefore ccmesh-worker-0 100 100\nbefore ccmesh-worker-1 100 100\n\
+         after ccmesh 1 0\nafter ccmesh-records 30 15\nafter ccmesh-worker-0 160 150\nafter ccmesh-worker-1 150 160\n",
+    );
+    write("repeat1024.1.floor.json", &stream_round(1024, 28.5));
+    write("repeat1024.1.ccmesh.json", &stream_round(897, 33.5));
+    let outputs = tempfile::tempdir().unwrap();
+    let (json, md) = (outputs.path().join("out.json"), outputs.path().join("out.md"));
+    python("bench/lib/report.py", &[res, &json, &md], &[]);
+
+    let result: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let split = &result["cpu_per_request_d0"];
+    let close = |v: &serde_json::Value, want: f64| (v.as_f64().unwrap() - want).abs() < 1e-9;
+    assert!(close(&split["floor"][0]["serving"]["user"], 9.0), "{split}");
+    assert!(close(&split["floor"][0]["serving"]["kernel"], 11.0), "{split}");
+    assert!(close(&split["ccmesh"][0]["serving"]["user"], 11.0), "{split}");
+    assert!(close(&split["ccmesh"][0]["serving"]["kernel"], 11.0), "{split}");
+    assert!(close(&split["ccmesh"][0]["writer"]["user"], 2.0), "{split}");
+    assert!(close(&split["ccmesh"][0]["writer"]["kernel"], 1.0), "{split}");
+    assert!(close(&split["ccmesh"][0]["other"]["user"], 0.0), "{split}");
+    assert!(split["ccmesh_conv"][0].is_null(), "a pass without ticks has no split: {split}");
+
+    let md = std::fs::read_to_string(&md).unwrap();
+    assert!(
+        md.contains("| floor: bare hyper proxy (examples/bare_proxy.rs) | 9.0 / 11.0 | – | – | 20.0 | 1.00× |"),
+        "{md}"
+    );
+    assert!(md.contains("| ccmesh | 11.0 / 11.0 | 2.0 / 1.0 | 0.0 / 0.0 | 25.0 | 1.25× |"), "{md}");
+    assert!(md.contains("897 (0 of 1 rounds all 1024); the median stream's largest gap 33.5 ms"), "{md}");
+    assert!(
+        md.contains(
+            "ccmesh 897; the floor 1024 (the median stream's largest gap per round: ccmesh 33.5 ms, the floor 28.5 ms)"
+        ),
+        "{md}"
+    );
+}
+
+/// One thread's profile: `(address, count)` pairs of one function, and a call whose inclusive
+/// cost (`call.1`) sits at the call site's address (`call.0`).
+fn profile(function: &str, instructions: &[(u64, u64)], call: Option<(u64, u64)>) -> String {
+    let mut text = format!(
+        "# callgrind format\nversion: 1\npositions: instr line\nevents: Ir\nob=(1) /bin/proxy\nfl=(1) a.rs\nfn=(1) {function}\n"
+    );
+    for (addr, count) in instructions {
+        text.push_str(&format!("0x{addr:x} 1 {count}\n"));
+    }
+    if let Some((site, cost)) = call {
+        text.push_str(&format!("cfn=(2) callee\ncalls=1 0x9000 1\n0x{site:x} 1 {cost}\n"));
+    }
+    text
+}
+
+#[test]
+fn code_lines_counts_the_lines_a_request_runs_and_the_writers_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    // Serving thread: 0x1000 and 0x1004 share a line and run every request; 0x1040 every other
+    // one (it counts); 0x2000 only at start-up (it does not). The call made every request from
+    // 0x1080 costs its callee's instructions, not this function's: counted, it would add a line.
+    let serving =
+        |n: u64| profile("serve", &[(0x1000, n), (0x1004, n), (0x1040, n / 2), (0x2000, 5)], Some((0x1080, 40 * n)));
+    // The writer's thread: one line, every request.
+    let writer = |n: u64| profile("ccmesh::observe::writer::Worker::write", &[(0x5000, n)], None);
+    for (n, pid) in [(200, 111), (1200, 222)] {
+        std::fs::write(p.join(format!("x.{n}.body.{pid}-01")), serving(n)).unwrap();
+        std::fs::write(p.join(format!("x.{n}.body.{pid}-02")), writer(n)).unwrap();
+    }
+    let out = python("bench/lib/code_lines.py", &[&p.join("x.200.body"), &p.join("x.1200.body")], &["200", "1200"]);
+    assert_eq!(out.trim(), "3 1");
+}
