@@ -172,6 +172,8 @@ if s:
             None,
             f"direct {need['direct']:.2f}, floor {need['floor']:.2f}, ccmesh {need['ccmesh']:.2f} of {cores}",
         )
+
+
 def typical_gaps(runs):
     """Each round's median, over its streams, of a stream's largest gap between two events. A
     round where the machine slowed for everything shows as a higher median for all its streams,
