@@ -10,11 +10,12 @@
 //!
 //! `latency` sends one request at a time, alternating between the targets (in an order drawn
 //! afresh every round, so none always goes first and none always follows the same other one: a
-//! request's latency depends on what ran on the machine just before it), each target on its own keep-alive connection, and reports
-//! per-target percentiles and each target's difference to the first one: measured interleaved, the
-//! machine's noise hits every target alike. With `--stream` it also reports the time to the first
-//! body bytes (the first content event: the mock sends its preamble together with it). `--pre`
-//! POSTs to a URL (untimed) before each request of that target, e.g. to reset a breaker.
+//! request's latency depends on what ran on the machine just before it), each target on its own
+//! keep-alive connection, and reports per-target percentiles and each target's difference to the
+//! first one: measured interleaved, the machine's noise hits every target alike. With `--stream`
+//! it also reports the time to the first body bytes (the first content event: the mock sends its
+//! preamble together with it). `--pre` POSTs to a URL (untimed) before each request of that
+//! target, e.g. to reset a breaker.
 //!
 //! `streams` opens N concurrent streams (one connection each, spread over `--ramp-ms`) and
 //! reports how many completed with their terminal event, how many stalled (a gap between two

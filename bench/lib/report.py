@@ -342,17 +342,14 @@ if m is not None:
 both = [(c.get("stall_free"), f.get("stall_free")) for c, f in zip(repeat["ccmesh"], repeat["floor"]) if c and f]
 if both:
     short = sum(1 for c, f in both if f == 1024 and c != 1024)
+    gaps_c, gaps_f = typical_gaps(repeat["ccmesh"]), typical_gaps(repeat["floor"])
     floor_check(
         "1024 streams stall-free whenever the floor's are (repeated rounds)",
         "no round where only the floor is",
         short,
         short == 0,
         f"ccmesh {listed([c for c, _ in both], str)}; the floor {listed([f for _, f in both], str)}"
-        + (
-            f" (the median stream's largest gap per round: ccmesh {typical_gaps(repeat['ccmesh'])}, the floor {typical_gaps(repeat['floor'])})"
-            if typical_gaps(repeat["ccmesh"]) and typical_gaps(repeat["floor"])
-            else ""
-        ),
+        + (f" (the median stream's largest gap per round: ccmesh {gaps_c}, the floor {gaps_f})" if gaps_c and gaps_f else ""),
     )
 result["targets_against_the_floor"] = floor_checks
 
