@@ -1,6 +1,7 @@
-//! The benchmark report's arithmetic (`bench/lib/report.py`, `bench/lib/code_lines.py`), run on
-//! made-up raw outputs whose answers are known: a wrong split, a thread counted in the wrong part
-//! or a call's cost taken for an instruction's changes a figure these tests read.
+//! The benchmark report's arithmetic (`bench/lib/report.py`, `bench/lib/code_lines.py`,
+//! `bench/lib/phases.py`), run on made-up raw outputs whose answers are known: a wrong split, a
+//! thread counted in the wrong part, a call's cost taken for an instruction's or a phase cut at
+//! the wrong system call changes a figure these tests read.
 
 use std::path::Path;
 use std::process::Command;
@@ -112,4 +113,62 @@ fn code_lines_counts_the_lines_a_request_runs_and_the_writers_share() {
     }
     let out = python("bench/lib/code_lines.py", &[&p.join("x.200.body"), &p.join("x.1200.body")], &["200", "1200"]);
     assert_eq!(out.trim(), "3 1");
+}
+
+/// One system call as `perf script --ns -F tid,time,event,trace` prints it: entered at `enter_us`
+/// (µs after a base time) on `fd`, returned `ret` at `exit_us`.
+fn syscall(nr: u32, fd: u32, ret: i64, enter_us: f64, exit_us: f64) -> String {
+    let at = |us: f64| format!("{:.9}", 41_230.0 + us / 1e6);
+    format!(
+        " 6536 {}: raw_syscalls:sys_enter: NR {nr} ({fd:x}, 7fb5c00697f0, 2000, 0, 0, 0)\n 6536 {}:  raw_syscalls:sys_exit: NR {nr} = {ret}\n",
+        at(enter_us),
+        at(exit_us)
+    )
+}
+
+#[test]
+fn the_phases_of_a_request_are_cut_at_its_system_calls() {
+    const RECVFROM: u32 = 45;
+    const WRITEV: u32 = 20;
+    const SENDTO: u32 = 44;
+    const EPOLL_WAIT: u32 = 232;
+    let (client, upstream, other_upstream) = (7, 9, 11);
+    let mut trace = String::new();
+    // Two requests, the second 100 µs after the first, every phase a different length in each.
+    for (base, stretch) in [(0.0, 1.0), (100.0, 2.0)] {
+        let t = |us: f64| base + us * stretch;
+        trace += &syscall(EPOLL_WAIT, 10, 1, t(0.0), t(1.0));
+        trace += &syscall(EPOLL_WAIT, 10, 0, t(2.0), t(2.2)); // a look that found nothing new
+        trace += &syscall(RECVFROM, client, 200, t(3.0), t(4.0)); // woken 2
+        trace += &syscall(RECVFROM, client, -11, t(4.5), t(4.6)); // nothing more: no phase
+        trace += &syscall(WRITEV, upstream, 200, t(11.0), t(15.0)); // to_upstream 7, write 4
+        trace += &syscall(EPOLL_WAIT, 10, 1, t(16.0), t(40.0));
+        trace += &syscall(RECVFROM, upstream, 300, t(41.0), t(45.0)); // upstream wait 30
+        trace += &syscall(SENDTO, client, 300, t(50.0), t(56.0)); // to_client 5, write 6
+        trace += &syscall(EPOLL_WAIT, 10, 0, t(59.0), t(59.5)); // after_answer 3
+    }
+    // A write on another pooled connection to the upstream, once: not the upstream's.
+    trace += &syscall(WRITEV, other_upstream, 10, 300.0, 301.0);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trace.txt");
+    std::fs::write(&path, trace).unwrap();
+    let out = python("bench/lib/phases.py", &[&path], &[&format!("{other_upstream},{upstream}")]);
+    let phases: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for (phase, first) in [
+        ("woken", 2.0),
+        ("to_upstream", 7.0),
+        ("upstream_write", 4.0),
+        ("upstream_wait", 30.0),
+        ("to_client", 5.0),
+        ("client_write", 6.0),
+        ("after_answer", 3.0),
+    ] {
+        let p = &phases[phase];
+        assert_eq!(p["n"], 2, "{phase}: {phases}");
+        // Rounding to the nanosecond in the trace leaves a few thousandths of a µs.
+        let near = |v: &serde_json::Value, want: f64| (v.as_f64().unwrap() - want).abs() < 0.01;
+        assert!(near(&p["mean"], first * 1.5), "{phase}: {p}");
+        assert!(near(&p["p50"], first * 2.0), "{phase}: {p}");
+        assert!(near(&p["p99"], first * 2.0), "{phase}: {p}");
+    }
 }
