@@ -103,6 +103,8 @@ pub fn router(gw: Arc<Gateway>) -> Router {
 async fn metrics(axum::extract::State(gw): axum::extract::State<Arc<Gateway>>) -> axum::response::Response {
     use crate::observe::metrics::{CONTENT_TYPE, Scrape};
     use axum::response::IntoResponse;
+    // Requests answered a moment ago are counted once their records come (`promises_kept`).
+    gw.events.records().promises_kept(Duration::from_millis(100)).await;
     let snapshot = gw.snapshot();
     let metrics = gw.events.metrics();
     // The vocabulary of bounded labels follows the configuration.

@@ -156,6 +156,18 @@ impl Events {
         drop(runtime.spawn(async move { drop(hand_over) }));
     }
 
+    /// A record to be finished after the answer is written (`Trail::finish_answered`): announced
+    /// now, so that a flush, and a `/metrics` scrape, waits for it.
+    pub fn promise(&self) -> Promise {
+        self.hub.records.promise()
+    }
+
+    /// [`Self::request_completed`] for a record `promise` announced: counted, shown and stored now.
+    pub fn request_answered_as_promised(self, record: Box<RequestRecord>, promise: Promise) {
+        self.hub.metrics.observe_request(&record);
+        self.hub.show_and_store(record, Some(promise));
+    }
+
     pub fn breaker_transition(&self, endpoint: &str, t: &Transition) {
         self.hub.metrics.observe_transition(endpoint, t);
         self.hub.live.publish(LiveEvent {

@@ -200,6 +200,16 @@ impl RecordSink {
         }
     }
 
+    /// Wait, at most `timeout`, until no promised record is still to come. A record finished
+    /// after its answer was written (`Trail::finish_answered`) is counted in the metrics when it
+    /// comes, microseconds after the answer: a scrape waits for it, as a flush does.
+    pub async fn promises_kept(&self, timeout: Duration) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while self.promised() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     /// Wait until every record submitted or promised before this call is in the database; false
     /// on timeout or when there is no writer. Blocks the calling thread: for tests and tools, never the
     /// request path.
@@ -671,6 +681,27 @@ mod tests {
         sink.submit(sample_record("idle-3", 3_000));
         handle.shutdown();
         assert_eq!(stored(&db), 3);
+    }
+
+    #[test]
+    fn a_scrape_waits_for_a_promised_record_but_no_longer_than_its_timeout() {
+        let sink = RecordSink::disabled();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let promise = sink.promise();
+        let keeper = sink.clone();
+        let kept = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            keeper.submit_promised(promise, Box::new(sample_record("promised", 1_000)));
+        });
+        runtime.block_on(sink.promises_kept(Duration::from_secs(30)));
+        assert_eq!(sink.promised(), 0, "returned once the record came");
+        kept.join().unwrap();
+        // A promise never kept: the wait ends at its timeout.
+        let _never = sink.promise();
+        let waited = std::time::Instant::now();
+        runtime.block_on(sink.promises_kept(Duration::from_millis(50)));
+        assert!(waited.elapsed() >= Duration::from_millis(50));
+        assert_eq!(sink.promised(), 1);
     }
 
     #[test]

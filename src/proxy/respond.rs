@@ -203,18 +203,17 @@ impl Run {
         response
     }
 
-    /// Tags the answer with the record's headers and closes the record, unless a resume is
-    /// running: then the relay that started it closes it. The record is closed where it lies,
-    /// not taken out first: the trail, with its record, is too large to move for nothing.
+    /// Tags the answer with the record's headers and closes the record (`finish_answered`: on a
+    /// thread serving it alone, once the answer is written), unless a resume is running: then
+    /// the relay that started it closes it.
     fn close_trail(&mut self, headers: &mut HeaderMap, status: u16, tokens: Tokens, model: Option<String>) {
         if self.resuming.is_some() {
             return;
         }
-        if let Some(trail) = self.trail.as_mut() {
+        if let Some(mut trail) = self.trail.take() {
             trail.tag_response(headers);
-            trail.finish(status, tokens, model, &self.snapshot);
+            trail.finish_answered(status, tokens, model, &self.snapshot);
         }
-        self.trail = None;
     }
 }
 
