@@ -616,11 +616,16 @@ mod tests {
         })
     }
 
-    /// The statuses of the stored records.
-    fn stored_statuses(db: &std::path::Path) -> Vec<i64> {
+    /// The statuses of the stored records, once every record handed over is written.
+    fn stored_statuses(sink: &crate::observe::writer::RecordSink, db: &std::path::Path) -> Vec<i64> {
+        assert!(sink.flush(Duration::from_secs(10)));
         let c = rusqlite::Connection::open(db).unwrap();
         let mut q = c.prepare("SELECT status FROM requests ORDER BY seq").unwrap();
         q.query_map([], |row| row.get(0)).unwrap().map(Result::unwrap).collect()
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
     }
 
     const TOKENS: Tokens = Tokens { input: Some(10), output: Some(5), cache_read: None, cache_write: None };
@@ -629,7 +634,7 @@ mod tests {
     fn an_answer_served_alone_is_recorded_once_the_answer_is_written_and_promised_until_then() {
         let dir = tempfile::tempdir().unwrap();
         let (trail, sink, db) = recorded_trail(dir.path());
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let runtime = runtime();
         runtime.block_on(async {
             trail.finish_answered(200, TOKENS, Some("claude-x".into()), &snapshot());
             // Nothing has yielded yet: the record is announced, not handed over.
@@ -638,21 +643,19 @@ mod tests {
             tokio::task::yield_now().await;
             assert_eq!(sink.promised(), 0, "handed over once the task ran");
         });
-        assert!(sink.flush(Duration::from_secs(10)));
-        assert_eq!(stored_statuses(&db), vec![200]);
+        assert_eq!(stored_statuses(&sink, &db), vec![200]);
     }
 
     #[test]
     fn a_runtime_that_drops_the_closing_unrun_still_records_the_answer_as_answered() {
         let dir = tempfile::tempdir().unwrap();
         let (trail, sink, db) = recorded_trail(dir.path());
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let runtime = runtime();
         runtime.block_on(async { trail.finish_answered(200, TOKENS, None, &snapshot()) });
         // The spawned task never ran: shutting the runtime down drops it.
         drop(runtime);
         assert_eq!(sink.promised(), 0, "the promise was kept");
-        assert!(sink.flush(Duration::from_secs(10)));
-        assert_eq!(stored_statuses(&db), vec![200], "answered, not cancelled (499)");
+        assert_eq!(stored_statuses(&sink, &db), vec![200], "answered, not cancelled (499)");
     }
 
     #[test]
@@ -665,7 +668,7 @@ mod tests {
         let now = crate::keys::now_ms(&*clock);
         let id = limiter.admit("alice", &crate::keys::KeyLimits::default(), now, 60_000).unwrap();
         trail.charge = Some(KeyCharge::new(Lease::new(limiter.clone(), "alice", id), clock.clone()));
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let runtime = runtime();
         runtime.block_on(async {
             trail.finish_answered(200, TOKENS, None, &snapshot());
             // Before anything yields: the next request of this key, on any thread, sees it.
@@ -675,8 +678,7 @@ mod tests {
             // The record's own hand-over still waits for the answer to be written.
             tokio::task::yield_now().await;
         });
-        assert!(sink.flush(Duration::from_secs(10)));
-        assert_eq!(stored_statuses(&db), vec![200]);
+        assert_eq!(stored_statuses(&sink, &db), vec![200]);
     }
 
     #[test]
@@ -685,8 +687,7 @@ mod tests {
         let (trail, sink, db) = recorded_trail(dir.path());
         trail.finish_answered(502, Tokens::default(), None, &snapshot());
         assert_eq!(sink.promised(), 0);
-        assert!(sink.flush(Duration::from_secs(10)));
-        assert_eq!(stored_statuses(&db), vec![502]);
+        assert_eq!(stored_statuses(&sink, &db), vec![502]);
     }
 
     #[test]
