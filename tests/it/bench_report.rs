@@ -1,7 +1,7 @@
 //! The benchmark report's arithmetic (`bench/lib/report.py`, `bench/lib/code_lines.py`,
-//! `bench/lib/phases.py`), run on made-up raw outputs whose answers are known: a wrong split, a
-//! thread counted in the wrong part, a call's cost taken for an instruction's or a phase cut at
-//! the wrong system call changes a figure these tests read.
+//! `bench/lib/phases.py`, `bench/lib/cpu_row.py`), run on made-up raw outputs whose answers
+//! are known: a wrong split, a thread counted in the wrong part, a call's cost taken for an
+//! instruction's or a phase cut at the wrong system call changes a figure these tests read.
 
 use std::path::Path;
 use std::process::Command;
@@ -171,4 +171,55 @@ fn the_phases_of_a_request_are_cut_at_its_system_calls() {
         assert!(near(&p["p50"], first * 2.0), "{phase}: {p}");
         assert!(near(&p["p99"], first * 2.0), "{phase}: {p}");
     }
+}
+
+#[test]
+fn a_cpu_pass_row_gives_each_threads_and_the_loads_cpu_per_request_and_the_busy_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    // 50,000 requests in the 5 s window (10,000/s).
+    let wrk = file("wrk.out", &format!("Running 7s test\n{}\n", wrk_json(50_000)));
+    // Two serving threads at 600 ms and 400 ms, the writer at 100 ms: 20 + 2 µs per request.
+    let perf = file(
+        "perf.txt",
+        " Performance counter stats for process id '1':\n\n\
+         \x20    ccmesh-worker-0-11        600.00 msec task-clock   #  0.1 CPUs utilized\n\
+         \x20    ccmesh-worker-1-12        400.00 msec task-clock   #  0.1 CPUs utilized\n\
+         \x20    ccmesh-records-13         100.00 msec task-clock   #  0.1 CPUs utilized\n\
+         \x20    ccmesh-worker-0-11          5000      context-switches   #  1 /sec\n\
+         \x20    ccmesh-records-13           2500      context-switches   #  1 /sec\n\
+         \x20    ccmesh-worker-1-12        200000      raw_syscalls:sys_enter   #  1 M/sec\n",
+    );
+    // 100 ticks a second: wrk 40 ticks (400 ms, 8 µs per request), the mock 35 (7 µs); the
+    // machine busy 960 of 1,000 ticks.
+    let before = file("load.before", "wrk 1000\nmock 2000\nmachine 50000 9000\n");
+    let after = file("load.after", "wrk 1040\nmock 2035\nmachine 50960 9040\n");
+    let passes = dir.path().join("passes.jsonl");
+    let missing = dir.path().join("no-dso.txt");
+    let window = Path::new("5");
+    let args: [&Path; 10] = [
+        Path::new("3"),
+        Path::new("ccmesh"),
+        window,
+        &wrk,
+        &perf,
+        &missing,
+        &passes,
+        &before,
+        &after,
+        Path::new("100"),
+    ];
+    let row = python("bench/lib/cpu_row.py", &args, &[]);
+    assert_eq!(
+        row.trim(),
+        "| 3 | ccmesh | 10000 | ccmesh-records 2.0, workers 20.0 | 22.0 | 0.15 | 4.00 | 8.0 / 7.0 | 96 % |"
+    );
+    let line: serde_json::Value = serde_json::from_str(std::fs::read_to_string(&passes).unwrap().trim()).unwrap();
+    assert_eq!(line["round"], 3);
+    assert_eq!(line["target"], "ccmesh");
+    assert!((line["us"].as_f64().unwrap() - 22.0).abs() < 1e-9, "{line}");
 }
