@@ -297,7 +297,7 @@ def cpu_split(name):
         f = line.split()
         if f[:1] == ["clk_tck"] and len(f) == 2:
             tck = int(f[1])
-        elif len(f) == 4 and f[0] in ticks:
+        elif len(f) == 4 and f[0] in ticks and f[1] != "load":
             # Threads of one name (the floor's) are summed; a thread is matched by its name and
             # its place among those of that name.
             ticks[f[0]].setdefault(f[1], []).append((int(f[2]), int(f[3])))
@@ -314,6 +314,33 @@ def cpu_split(name):
 
 cpu_rounds = {t: [cpu_split(f"throughput.d0.{t}.{i}") for i in extra_rounds] for t in ("floor", "ccmesh", "ccmesh_conv")}
 result["cpu_per_request_d0"] = cpu_rounds
+
+
+def load_split(name):
+    """What the load spent per request in one pass (µs of wrk's and the mock's CPU) and the
+    machine's busy share, from the `load` lines `wrk_run` puts in OUT.threads.txt: the rate is
+    the busy share of the two cores over all three programs' CPU per request, so these say how
+    much of a gap the proxy's own CPU does not explain."""
+    p, run = res / f"{name}.threads.txt", load(name)
+    if not p.exists() or not run or not run.get("requests"):
+        return None
+    tck, got = 100, {}
+    for line in p.read_text().splitlines():
+        f = line.split()
+        if f[:1] == ["clk_tck"] and len(f) == 2:
+            tck = int(f[1])
+        elif len(f) >= 4 and f[0] in ("before", "after") and f[1] == "load":
+            got[(f[0], f[2])] = [int(x) for x in f[3:]]
+    try:
+        per_request = {k: (got[("after", k)][0] - got[("before", k)][0]) * 1e6 / tck / run["requests"] for k in ("wrk", "mock")}
+        busy, idle = (got[("after", "machine")][i] - got[("before", "machine")][i] for i in (0, 1))
+    except (KeyError, IndexError):
+        return None
+    return {**per_request, "busy": busy / (busy + idle) if busy + idle > 0 else None}
+
+
+load_rounds = {t: [load_split(f"throughput.d0.{t}.{i}") for i in extra_rounds] for t in ("floor", "ccmesh", "ccmesh_conv")}
+result["load_per_request_d0"] = load_rounds
 
 
 for run, label in ((result["latency_c1"]["ccmesh"], "back to back"), (result["latency_c1_after_idle"]["ccmesh"], "after 20 ms idle")):
@@ -467,6 +494,21 @@ if any(r for rounds in cpu_rounds.values() for r in rounds):
             continue
         against = f"{total / floor_total:.2f}×" if floor_total else "–"
         w(f"| {LABEL[n]} | {split_cell(cpu_rounds[n], 'serving')} | {split_cell(cpu_rounds[n], 'writer')} | {split_cell(cpu_rounds[n], 'other')} | {total:.1f} | {against} |")
+    w("")
+
+if any(r for rounds in load_rounds.values() for r in rounds):
+    w("The whole machine in the same rounds: what wrk and the mock spent per request (their `/proc` ticks) and how busy the two cores were (`/proc/stat`; medians over the rounds). The rate is the busy share of the two cores over the three programs' CPU per request, so a proxy also loses rate to what it makes the load spend and to cores it leaves idle:")
+    w("")
+    w("| target | the proxy µs | wrk µs | the mock µs | all three µs | machine busy |")
+    w("| --- | --- | --- | --- | --- | --- |")
+    for n in ("floor", "ccmesh", "ccmesh_conv"):
+        proxy, got = split_total(cpu_rounds[n]), [r for r in load_rounds[n] if r]
+        if proxy is None or not got:
+            continue
+        wrk_us, mock_us = median([g["wrk"] for g in got]), median([g["mock"] for g in got])
+        busy = median([g["busy"] for g in got if g["busy"] is not None])
+        busy_cell = f"{100 * busy:.1f} %" if busy is not None else "–"
+        w(f"| {LABEL[n]} | {proxy:.1f} | {wrk_us:.1f} | {mock_us:.1f} | {proxy + wrk_us + mock_us:.1f} | {busy_cell} |")
     w("")
 
 # TTFC

@@ -40,12 +40,17 @@ fn the_report_splits_each_proxys_cpu_per_request_by_thread_and_gives_each_rounds
     // The floor's two threads share a name: 90 user and 110 kernel ticks between them.
     write(
         "throughput.d0.floor.2.threads.txt",
-        "clk_tck 100\nbefore bare_proxy 100 200\nbefore bare_proxy 100 200\nafter bare_proxy 150 260\nafter bare_proxy 140 250\n",
+        "clk_tck 100\nbefore bare_proxy 100 200\nbefore bare_proxy 100 200\n\
+         before load wrk 1000\nbefore load mock 500\nbefore load machine 10000 3000\n\
+         after load wrk 1060\nafter load mock 570\nafter load machine 10980 3040\n\
+         after bare_proxy 150 260\nafter bare_proxy 140 250\n",
     );
     // Serving threads 110 / 110 ticks, the writer 20 / 10, the main thread nothing.
     write(
         "throughput.d0.ccmesh.2.threads.txt",
         "clk_tck 100\nbefore ccmesh 1 0\nbefore ccmesh-records 10 5\nbefore ccmesh-worker-0 100 100\nbefore ccmesh-worker-1 100 100\n\
+         before load wrk 2000\nbefore load mock 900\nbefore load machine 20000 5000\n\
+         after load wrk 2070\nafter load mock 980\nafter load machine 20960 5060\n\
          after ccmesh 1 0\nafter ccmesh-records 30 15\nafter ccmesh-worker-0 160 150\nafter ccmesh-worker-1 150 160\n",
     );
     write("repeat1024.1.floor.json", &stream_round(1024, 28.5));
@@ -72,6 +77,14 @@ fn the_report_splits_each_proxys_cpu_per_request_by_thread_and_gives_each_rounds
         "{md}"
     );
     assert!(md.contains("| ccmesh | 11.0 / 11.0 | 2.0 / 1.0 | 0.0 / 0.0 | 25.0 | 1.25× |"), "{md}");
+    // The load's ticks: the floor's pass wrk 60 (6 µs), the mock 70, busy 980 of 1,020; ccmesh's
+    // wrk 70, the mock 80, busy 960 of 1,020.
+    assert!(md.contains("| floor: bare hyper proxy (examples/bare_proxy.rs) | 20.0 | 6.0 | 7.0 | 33.0 | 96.1 % |"), "{md}");
+    assert!(md.contains("| ccmesh | 25.0 | 7.0 | 8.0 | 40.0 | 94.1 % |"), "{md}");
+    let loads = &result["load_per_request_d0"];
+    assert!(close(&loads["ccmesh"][0]["wrk"], 7.0), "{loads}");
+    assert!(close(&loads["ccmesh"][0]["busy"], 960.0 / 1020.0), "{loads}");
+    assert!(loads["ccmesh_conv"][0].is_null(), "a pass without ticks has no load: {loads}");
     assert!(md.contains("897 (0 of 1 rounds all 1024); the median stream's largest gap 33.5 ms"), "{md}");
     assert!(
         md.contains(
