@@ -79,7 +79,10 @@ fn the_report_splits_each_proxys_cpu_per_request_by_thread_and_gives_each_rounds
     assert!(md.contains("| ccmesh | 11.0 / 11.0 | 2.0 / 1.0 | 0.0 / 0.0 | 25.0 | 1.25× |"), "{md}");
     // The load's ticks: the floor's pass wrk 60 (6 µs), the mock 70, busy 980 of 1,020; ccmesh's
     // wrk 70, the mock 80, busy 960 of 1,020.
-    assert!(md.contains("| floor: bare hyper proxy (examples/bare_proxy.rs) | 20.0 | 6.0 | 7.0 | 33.0 | 96.1 % |"), "{md}");
+    assert!(
+        md.contains("| floor: bare hyper proxy (examples/bare_proxy.rs) | 20.0 | 6.0 | 7.0 | 33.0 | 96.1 % |"),
+        "{md}"
+    );
     assert!(md.contains("| ccmesh | 25.0 | 7.0 | 8.0 | 40.0 | 94.1 % |"), "{md}");
     let loads = &result["load_per_request_d0"];
     assert!(close(&loads["ccmesh"][0]["wrk"], 7.0), "{loads}");
