@@ -92,3 +92,13 @@ start_floor() { # BIN_DIR UPSTREAM_PORT
   PID[floor]=$!; PIDS+=($!); PORT[floor]=$port
   wait_http "http://127.0.0.1:$port/health" || { echo "the floor did not start" >&2; exit 1; }
 }
+
+# The load's clock ticks (user + system) and the machine's, as `load NAME TICKS...` lines for
+# bench/lib/machine_load.py: wrk's (WRK_TICKS, counted by the caller, which knows how wrk runs),
+# the mock's (MOCK_PID), and the machine's busy and idle ticks (/proc/stat's first line; iowait
+# counts as idle, steal as neither).
+load_ticks() { # WRK_TICKS MOCK_PID
+  echo "load wrk $1"
+  awk '{ print "load mock", $14 + $15 }' "/proc/$2/stat"
+  awk '/^cpu / { print "load machine", $2 + $3 + $4 + $7 + $8, $5 + $6 }' /proc/stat
+}

@@ -4,10 +4,12 @@ machine's busy share, as a row of the script's table; the pass's rate and CPU al
 line for the paired summary.
 
 Arguments: PASS TARGET WINDOW_S WRK_OUT PERF_STAT DSO_REPORT PASSES_JSONL LOAD_BEFORE LOAD_AFTER
-CLK_TCK. The load files hold `wrk TICKS`, `mock TICKS` and `machine BUSY IDLE` lines; a missing
+CLK_TCK. The load files hold `load_ticks`'s lines (bench/lib/machine_load.py); a missing
 DSO_REPORT (no SPLIT) leaves out the kernel / vDSO / user split.
 """
 import json, os, re, sys
+
+import machine_load
 pass_, target, window, wrk, perf, dso, passes, load_before, load_after, clk_tck = sys.argv[1:11]
 window = float(window)
 rps = next(json.loads(l)["rps"] for l in open(wrk) if l.startswith("{"))
@@ -28,13 +30,10 @@ for line in open(perf):
 parts = ", ".join(f"{n} {us:.1f}" for n, us in sorted(clock.items()) if us >= 0.05)
 total = sum(clock.values())
 row = f"| {pass_} | {target} | {rps:.0f} | {parts} | {total:.1f} | {switches:.2f} | {syscalls:.2f} |"
-def ticks(path):
-    return dict((line.split()[0], [int(x) for x in line.split()[1:]]) for line in open(path))
-before, after = ticks(load_before), ticks(load_after)
-us_per_tick = 1e6 / int(clk_tck)
-load = [(after[p][0] - before[p][0]) * us_per_tick / requests for p in ("wrk", "mock")]
-busy, idle = (after["machine"][i] - before["machine"][i] for i in (0, 1))
-row += f" {load[0]:.1f} / {load[1]:.1f} | {100 * busy / (busy + idle):.0f} % |"
+load = machine_load.per_request(
+    machine_load.parse(open(load_before)), machine_load.parse(open(load_after)), int(clk_tck), requests
+)
+row += f" {load['wrk']:.1f} / {load['mock']:.1f} | {100 * load['busy']:.0f} % |"
 if os.path.exists(dso):
     shares = {"kernel": 0.0, "vdso": 0.0, "user": 0.0}
     for line in open(dso):

@@ -11,6 +11,8 @@ import statistics
 import sys
 from pathlib import Path
 
+import machine_load
+
 res = Path(sys.argv[1])
 out_json = Path(sys.argv[2])
 out_md = Path(sys.argv[3])
@@ -317,26 +319,19 @@ result["cpu_per_request_d0"] = cpu_rounds
 
 
 def load_split(name):
-    """What the load spent per request in one pass (µs of wrk's and the mock's CPU) and the
-    machine's busy share, from the `load` lines `wrk_run` puts in OUT.threads.txt: the rate is
-    the busy share of the two cores over all three programs' CPU per request, so these say how
-    much of a gap the proxy's own CPU does not explain."""
+    """What the load spent per request in one pass and the machine's busy share
+    (bench/lib/machine_load.py), from the `load` lines `wrk_run` puts in OUT.threads.txt."""
     p, run = res / f"{name}.threads.txt", load(name)
     if not p.exists() or not run or not run.get("requests"):
         return None
-    tck, got = 100, {}
+    tck, sides = 100, {"before": [], "after": []}
     for line in p.read_text().splitlines():
-        f = line.split()
+        f = line.split(maxsplit=1)
         if f[:1] == ["clk_tck"] and len(f) == 2:
             tck = int(f[1])
-        elif len(f) >= 4 and f[0] in ("before", "after") and f[1] == "load":
-            got[(f[0], f[2])] = [int(x) for x in f[3:]]
-    try:
-        per_request = {k: (got[("after", k)][0] - got[("before", k)][0]) * 1e6 / tck / run["requests"] for k in ("wrk", "mock")}
-        busy, idle = (got[("after", "machine")][i] - got[("before", "machine")][i] for i in (0, 1))
-    except (KeyError, IndexError):
-        return None
-    return {**per_request, "busy": busy / (busy + idle) if busy + idle > 0 else None}
+        elif len(f) == 2 and f[0] in sides:
+            sides[f[0]].append(f[1])
+    return machine_load.per_request(machine_load.parse(sides["before"]), machine_load.parse(sides["after"]), tck, run["requests"])
 
 
 load_rounds = {t: [load_split(f"throughput.d0.{t}.{i}") for i in extra_rounds] for t in ("floor", "ccmesh", "ccmesh_conv")}

@@ -1,7 +1,8 @@
 //! The benchmark report's arithmetic (`bench/lib/report.py`, `bench/lib/code_lines.py`,
-//! `bench/lib/phases.py`, `bench/lib/cpu_row.py`), run on made-up raw outputs whose answers
-//! are known: a wrong split, a thread counted in the wrong part, a call's cost taken for an
-//! instruction's or a phase cut at the wrong system call changes a figure these tests read.
+//! `bench/lib/phases.py`, `bench/lib/cpu_row.py`, `bench/lib/machine_load.py`), run on made-up
+//! raw outputs whose answers are known: a wrong split, a thread counted in the wrong part, a
+//! call's cost taken for an instruction's or a phase cut at the wrong system call changes a
+//! figure these tests read.
 
 use std::path::Path;
 use std::process::Command;
@@ -212,8 +213,8 @@ fn a_cpu_pass_row_gives_each_threads_and_the_loads_cpu_per_request_and_the_busy_
     );
     // 100 ticks a second: wrk 40 ticks (400 ms, 8 µs per request), the mock 35 (7 µs); the
     // machine busy 960 of 1,000 ticks.
-    let before = file("load.before", "wrk 1000\nmock 2000\nmachine 50000 9000\n");
-    let after = file("load.after", "wrk 1040\nmock 2035\nmachine 50960 9040\n");
+    let before = file("load.before", "load wrk 1000\nload mock 2000\nload machine 50000 9000\n");
+    let after = file("load.after", "load wrk 1040\nload mock 2035\nload machine 50960 9040\n");
     let passes = dir.path().join("passes.jsonl");
     let missing = dir.path().join("no-dso.txt");
     let window = Path::new("5");
