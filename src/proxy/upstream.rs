@@ -449,6 +449,123 @@ mod tests {
         client.pool().idle_count(&url.parse().unwrap())
     }
 
+    /// A server that reads each request whole (its head and a `content-length` body) and
+    /// answers it with `answer(the body's length)`, keeping the connection open.
+    async fn server_reading_bodies(answer: fn(usize) -> Vec<u8>) -> String {
+        use tokio::io::AsyncBufReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut tcp = tokio::io::BufReader::new(tcp);
+                    loop {
+                        let mut length = 0;
+                        loop {
+                            let mut line = String::new();
+                            if tcp.read_line(&mut line).await.unwrap_or(0) == 0 {
+                                return;
+                            }
+                            if line == "\r\n" {
+                                break;
+                            }
+                            if let Some((name, value)) = line.split_once(':')
+                                && name.eq_ignore_ascii_case("content-length")
+                            {
+                                length = value.trim().parse().unwrap();
+                            }
+                        }
+                        let mut body = vec![0; length];
+                        if tcp.read_exact(&mut body).await.is_err()
+                            || tcp.get_mut().write_all(&answer(length)).await.is_err()
+                        {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        url
+    }
+
+    const BURST_CHUNKS: usize = 2000;
+
+    /// A chunked answer of `BURST_CHUNKS` small chunks (`data: NNNNN\n\n`, 13 bytes each),
+    /// written in one go: many reach the connection in each read, and the body hands them on
+    /// one frame at a time, each taken frame making room for the next.
+    fn chunked_burst(_: usize) -> Vec<u8> {
+        let mut out = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+        for i in 0..BURST_CHUNKS {
+            out.extend_from_slice(format!("d\r\ndata: {i:05}\n\n\r\n").as_bytes());
+        }
+        out.extend_from_slice(b"0\r\n\r\n");
+        out
+    }
+
+    async fn get_burst(client: &UpstreamClient, url: &str) {
+        let answer = client.send(Method::GET, url.to_string(), None, HeaderMap::new(), Bytes::new()).await.unwrap();
+        let body = read_body(answer.into_body(), 1 << 20).await.unwrap();
+        assert_eq!(body.len(), BURST_CHUNKS * 13);
+        assert!(body.starts_with(b"data: 00000\n\n"));
+        assert!(body.ends_with(format!("data: {:05}\n\n", BURST_CHUNKS - 1).as_bytes()));
+    }
+
+    #[tokio::test]
+    async fn an_answer_of_many_chunks_arriving_together_is_read_whole() {
+        let url = server_reading_bodies(chunked_burst).await;
+        let client = UpstreamClient::new().unwrap();
+        client.install_on_this_thread();
+        let three = async {
+            for _ in 0..3 {
+                get_burst(&client, &url).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), three).await.expect("the body stalled");
+        assert_eq!(idle(&client, &url), 1, "one connection carried all three");
+    }
+
+    #[tokio::test]
+    async fn a_request_body_larger_than_the_socket_buffers_is_written_whole() {
+        fn says_length(length: usize) -> Vec<u8> {
+            let text = length.to_string();
+            format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{text}", text.len()).into_bytes()
+        }
+        let url = server_reading_bodies(says_length).await;
+        let client = UpstreamClient::new().unwrap();
+        client.install_on_this_thread();
+        let body = Bytes::from(vec![b'x'; 16 << 20]);
+        let sent = async {
+            let answer = client.send(Method::POST, url.clone(), None, HeaderMap::new(), body).await.unwrap();
+            read_body(answer.into_body(), 1024).await.unwrap()
+        };
+        let said = tokio::time::timeout(Duration::from_secs(30), sent).await.expect("the request stalled");
+        assert_eq!(said, (16usize << 20).to_string());
+    }
+
+    /// Tasks on two threads take each other's connections from the shared pool, so a
+    /// connection's socket is read on one thread while its wake-ups may come from the other.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tasks_on_several_threads_share_connections_without_a_lost_wake_up() {
+        let url = server_reading_bodies(chunked_burst).await;
+        let client = Arc::new(UpstreamClient::new().unwrap());
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let (client, url) = (client.clone(), url.clone());
+                tokio::spawn(async move {
+                    for _ in 0..20 {
+                        get_burst(&client, &url).await;
+                    }
+                })
+            })
+            .collect();
+        let all = async {
+            for task in tasks {
+                task.await.unwrap();
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(60), all).await.expect("a request stalled");
+    }
+
     #[tokio::test]
     async fn an_answer_read_to_its_end_gives_its_connection_back_for_the_next_request() {
         let (url, accepted, _closed) = keepalive_server().await;
