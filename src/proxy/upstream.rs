@@ -542,8 +542,8 @@ mod tests {
         assert_eq!(said, (16usize << 20).to_string());
     }
 
-    /// Tasks on two threads take each other's connections from the shared pool, so a
-    /// connection's socket is read on one thread while its wake-ups may come from the other.
+    /// Tasks on two threads take each other's connections from the shared pool, so an answer's
+    /// frames are read on one thread and handed to a task that may be running on the other.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn tasks_on_several_threads_share_connections_without_a_lost_wake_up() {
         let url = server_reading_bodies(chunked_burst).await;
