@@ -236,7 +236,7 @@ pub struct Upstream<'a> {
 
 /// One `GET` of a model list page with the endpoint's credentials: the status and body.
 pub async fn get_page(up: Upstream<'_>, e: &LiveEndpoint, url: &str) -> Result<(StatusCode, Bytes), ListError> {
-    let mut headers = request_headers(&HeaderMap::new(), e, up.hop);
+    let mut headers = request_headers(&HeaderMap::new(), e, up.hop, false);
     headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
     let answer = up
         .client

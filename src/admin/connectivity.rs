@@ -79,7 +79,7 @@ async fn real_request(gw: &Gateway, endpoint: &LiveEndpoint, model: &str) -> Res
         }
     };
     let url = join_url(&endpoint.config.base_url, endpoint.config.format, rest, None);
-    let mut headers = request_headers(&axum::http::HeaderMap::new(), endpoint, &gw.hop_header);
+    let mut headers = request_headers(&axum::http::HeaderMap::new(), endpoint, &gw.hop_header, false);
     headers.insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/json"));
     let answer = gw
         .client

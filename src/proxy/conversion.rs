@@ -149,6 +149,7 @@ impl RequestConversion {
         let (client, count_tokens) = (self.client, self.count_tokens);
         let session = self.session_id.clone();
         let mut noted = Vec::new();
+        let mut sent_model = None;
         let result = self.decoded(client_body).and_then(|request| {
             // One decoded request serves every target: the target's model (and a Responses
             // endpoint's cache key) go in for the encoding and come out after it, instead of a
@@ -163,7 +164,7 @@ impl RequestConversion {
             } else {
                 convert::encode_request(format, request)
             };
-            request.model = client_model;
+            sent_model = Some(std::mem::replace(&mut request.model, client_model));
             if lend_session {
                 request.prompt_cache_key = None;
             }
@@ -186,7 +187,7 @@ impl RequestConversion {
             }
             Ok(Bytes::from(encoded.body))
         });
-        self.bodies.push((format, model.to_string(), result.clone()));
+        self.bodies.push((format, sent_model.unwrap_or_else(|| model.to_string()), result.clone()));
         if !self.losses.iter().any(|(f, _)| *f == format) {
             self.losses.push((format, noted));
         }

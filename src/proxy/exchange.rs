@@ -266,14 +266,7 @@ impl Run {
                 resuming.delivered.text.chars().count()
             ));
         }
-        let mut headers = request_headers(&self.inbound.headers, endpoint, &self.inbound.hop);
-        if converting {
-            let foreign: Vec<_> =
-                headers.keys().filter(|name| conversion::foreign_header(name.as_str(), format)).cloned().collect();
-            for name in foreign {
-                headers.remove(name);
-            }
-        }
+        let headers = request_headers(&self.inbound.headers, endpoint, &self.inbound.hop, converting);
         let sent_at = tokio::time::Instant::now();
         let head_limit = if self.inbound.stream { timeouts.first_byte } else { timeouts.request };
         // Built in its heap slot: held inline, the send's state was copied twice on its way into

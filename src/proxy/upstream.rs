@@ -291,12 +291,15 @@ fn dropped_request_header(name: &HeaderName) -> bool {
     ) || name.as_str().starts_with("x-ccmesh-")
 }
 
-/// Build the upstream request headers from the client's.
-pub fn request_headers(client: &HeaderMap, endpoint: &LiveEndpoint, hop: &HeaderValue) -> HeaderMap {
+/// Build the upstream request headers from the client's. A request `converting` to the
+/// endpoint's format leaves behind the client's headers that only its own format's upstreams
+/// read (`conversion::foreign_header`); the endpoint's configured headers go whatever the client.
+pub fn request_headers(client: &HeaderMap, endpoint: &LiveEndpoint, hop: &HeaderValue, converting: bool) -> HeaderMap {
     // Room for every header added below, so the map never grows (a grow rehashes every entry).
     let mut out = HeaderMap::with_capacity(client.len() + endpoint.extra_headers.len() + 5);
+    let format = endpoint.config.format;
     for (name, value) in client {
-        if dropped_request_header(name) {
+        if dropped_request_header(name) || (converting && super::conversion::foreign_header(name.as_str(), format)) {
             continue;
         }
         out.append(name.clone(), value.clone());
@@ -899,7 +902,7 @@ mod tests {
             client.append(HeaderName::from_static(name), HeaderValue::from_static(value));
         }
         let endpoint = live_endpoint(Format::Anthropic, &[("x-team", "endpoint-team"), ("accept-encoding", "br")]);
-        let out = request_headers(&client, &endpoint, &hop);
+        let out = request_headers(&client, &endpoint, &hop, false);
         let mut names: Vec<&str> = out.keys().map(HeaderName::as_str).collect();
         names.sort_unstable();
         assert_eq!(
@@ -928,19 +931,37 @@ mod tests {
 
         // The client's anthropic-version is kept; an endpoint's extra one replaces it.
         client.insert("anthropic-version", HeaderValue::from_static("2026-10-21"));
-        assert_eq!(values(&request_headers(&client, &endpoint, &hop), "anthropic-version"), ["2026-10-21"]);
+        assert_eq!(values(&request_headers(&client, &endpoint, &hop, false), "anthropic-version"), ["2026-10-21"]);
         let pinned = live_endpoint(Format::Anthropic, &[("anthropic-version", "2024-01-01")]);
-        assert_eq!(values(&request_headers(&client, &pinned, &hop), "anthropic-version"), ["2024-01-01"]);
+        assert_eq!(values(&request_headers(&client, &pinned, &hop, false), "anthropic-version"), ["2024-01-01"]);
 
         // Another format: its own credential, no anthropic-version added, the client's kept.
         let chat = live_endpoint(Format::Openai, &[]);
         client.remove("anthropic-version");
-        let out = request_headers(&client, &chat, &hop);
+        let out = request_headers(&client, &chat, &hop, false);
         assert_eq!(values(&out, "authorization"), ["Bearer sk-endpoint-key-0000"]);
         assert_eq!(values(&out, "x-api-key"), Vec::<&str>::new());
         assert_eq!(values(&out, "anthropic-version"), Vec::<&str>::new());
         assert_eq!(values(&out, "accept-encoding"), ["identity"]);
         assert_eq!(values(&out, "x-team"), ["client-team"]);
+
+        // Converting: the client's headers for its own format's upstreams stay behind, the
+        // endpoint's configured ones go, whatever they are called.
+        client.append(HeaderName::from_static("x-goog-api-client"), HeaderValue::from_static("genai-js"));
+        client.append(HeaderName::from_static("openai-organization"), HeaderValue::from_static("org-1"));
+        let chat_beta = live_endpoint(Format::Openai, &[("anthropic-beta", "endpoint-beta")]);
+        let out = request_headers(&client, &chat_beta, &hop, true);
+        assert_eq!(values(&out, "anthropic-beta"), ["endpoint-beta"]);
+        assert_eq!(values(&out, "x-goog-api-client"), Vec::<&str>::new());
+        assert_eq!(values(&out, "openai-organization"), ["org-1"]);
+        assert_eq!(values(&out, "x-team"), ["client-team"]);
+        let out = request_headers(&client, &chat, &hop, false);
+        assert_eq!(values(&out, "anthropic-beta"), ["a", "b"], "passed through, nothing is foreign");
+        assert_eq!(values(&out, "x-goog-api-client"), ["genai-js"]);
+        let out = request_headers(&client, &endpoint, &hop, true);
+        assert_eq!(values(&out, "openai-organization"), Vec::<&str>::new());
+        assert_eq!(values(&out, "anthropic-beta"), ["a", "b"]);
+        assert_eq!(values(&out, "anthropic-version"), ["2023-06-01"]);
     }
 
     #[test]
@@ -958,7 +979,7 @@ mod tests {
         client.append(header::CONNECTION, HeaderValue::from_str(&first).unwrap());
         client.append(header::CONNECTION, HeaderValue::from_static("x-TWO"));
         let endpoint = live_endpoint(Format::Anthropic, &[]);
-        let out = request_headers(&client, &endpoint, &hop);
+        let out = request_headers(&client, &endpoint, &hop, false);
         assert_eq!(values(&out, "x-one"), Vec::<&str>::new());
         assert_eq!(values(&out, "x-two"), Vec::<&str>::new(), "every value of a named header");
         assert_eq!(values(&out, "x-kept"), ["k"]);
@@ -967,7 +988,7 @@ mod tests {
         // What the gateway sets is set after: a client cannot name it away.
         let named = HeaderValue::from_static("x-api-key, anthropic-version, accept-encoding, host, x-ccmesh-hop");
         client.insert(header::CONNECTION, named);
-        let out = request_headers(&client, &endpoint, &hop);
+        let out = request_headers(&client, &endpoint, &hop, false);
         assert_eq!(values(&out, "x-api-key"), ["sk-endpoint-key-0000"]);
         assert_eq!(values(&out, "anthropic-version"), ["2023-06-01"]);
         assert_eq!(values(&out, "accept-encoding"), ["identity"]);

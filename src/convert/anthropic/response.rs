@@ -189,8 +189,8 @@ impl MessageOut<'_> {
     }
 }
 
-pub(super) fn message_id(id: &str, ctx: &EncodeContext) -> String {
-    if id.is_empty() { format!("msg_{}", ctx.id_seed) } else { id.to_string() }
+pub(super) fn message_id<'a>(id: &'a str, ctx: &EncodeContext) -> Cow<'a, str> {
+    if id.is_empty() { Cow::Owned(format!("msg_{}", ctx.id_seed)) } else { Cow::Borrowed(id) }
 }
 
 pub(super) fn model_name<'a>(model: &'a str, ctx: &'a EncodeContext) -> &'a str {

@@ -46,22 +46,22 @@ impl Removed {
     }
 }
 
-/// The model name without a vendor prefix (`openai/gpt-5` → `gpt-5`), lowercased.
-fn bare_model(model: &str) -> String {
-    model.rsplit('/').next().unwrap_or(model).to_ascii_lowercase()
+/// Whether `model`, without a vendor prefix (`openai/gpt-5` → `gpt-5`), starts with one of
+/// `prefixes` (lowercase), in any case.
+fn bare_model_starts_with(model: &str, prefixes: &[&str]) -> bool {
+    let bare = model.rsplit('/').next().unwrap_or(model).as_bytes();
+    prefixes.iter().any(|p| bare.get(..p.len()).is_some_and(|head| head.eq_ignore_ascii_case(p.as_bytes())))
 }
 
 /// Whether `model` is one of OpenAI's reasoning models, which refuse `max_tokens`.
 fn is_openai_reasoning_model(model: &str) -> bool {
-    let m = bare_model(model);
-    ["o1", "o3", "o4", "gpt-5", "codex-"].iter().any(|p| m.starts_with(p))
+    bare_model_starts_with(model, &["o1", "o3", "o4", "gpt-5", "codex-"])
 }
 
 /// Whether `model` is one of OpenAI's models without reasoning, which refuse `reasoning_effort`
 /// (`gpt-5-chat` is the non-reasoning GPT-5).
 fn is_openai_non_reasoning_model(model: &str) -> bool {
-    let m = bare_model(model);
-    ["gpt-4", "gpt-3.5", "chatgpt-", "gpt-5-chat"].iter().any(|p| m.starts_with(p))
+    bare_model_starts_with(model, &["gpt-4", "gpt-3.5", "chatgpt-", "gpt-5-chat"])
 }
 
 /// IR -> request body for an upstream of this protocol. `req.model` is already the model to send.
@@ -692,6 +692,14 @@ mod tests {
         assert_eq!(case("openai/o3-mini", None), (None, "max_completion_tokens"));
         assert_eq!(case("gpt-4o", r(Some(2048), None, false)), (None, "max_tokens"));
         assert_eq!(case("gpt-4.1", r(None, Some("high"), true)), (None, "max_tokens"));
+        // Any case, any vendor prefix; a name shorter than a prefix is none of them.
+        assert_eq!(
+            case("Azure/GPT-5-mini", r(None, Some("low"), false)),
+            (Some("low".into()), "max_completion_tokens")
+        );
+        assert_eq!(case("GPT-4o", r(None, Some("low"), false)), (None, "max_tokens"));
+        assert_eq!(case("gpt", r(None, Some("low"), false)), (Some("low".into()), "max_tokens"));
+        assert_eq!(case("o3/kimi", None), (None, "max_tokens"));
     }
 
     #[test]
