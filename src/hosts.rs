@@ -19,6 +19,22 @@ pub fn is_loopback_host(host: &str) -> bool {
     bare.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
+/// What follows a URL's scheme and its `://` (all of `url` without one). Looked for from each
+/// `:`: a substring search first builds a searcher that costs more than this walk, and a proxied
+/// request's upstream URL is looked at this way.
+pub fn after_scheme(url: &str) -> &str {
+    let bytes = url.as_bytes();
+    let mut from = 0;
+    while let Some(colon) = bytes[from..].iter().position(|&b| b == b':') {
+        let at = from + colon;
+        if bytes[at..].starts_with(b"://") {
+            return &url[at + 3..];
+        }
+        from = at + 1;
+    }
+    url
+}
+
 /// The host part of a `Host` header value (`name`, `name:port`, `[v6]`, `[v6]:port`).
 pub fn host_without_port(value: &str) -> &str {
     let value = value.trim();
@@ -81,6 +97,25 @@ fn is_local_address(ip: IpAddr) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_follows_the_scheme() {
+        for (url, after) in [
+            ("https://api.example.com/v1", "api.example.com/v1"),
+            ("http://user:pw@h:8080/x", "user:pw@h:8080/x"),
+            ("http:/h", "http:/h"),
+            ("h:8080/x", "h:8080/x"),
+            ("h:8080/x://y", "y"),
+            ("://h", "h"),
+            ("no scheme", "no scheme"),
+            ("", ""),
+            ("a:", "a:"),
+            ("a:/", "a:/"),
+        ] {
+            assert_eq!(after_scheme(url), after, "{url}");
+            assert_eq!(after_scheme(url), url.split_once("://").map_or(url, |(_, rest)| rest), "{url}");
+        }
+    }
 
     #[test]
     fn loopback_hosts() {

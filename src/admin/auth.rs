@@ -110,7 +110,7 @@ fn cross_site(headers: &HeaderMap) -> bool {
     }
     let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else { return false };
     let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let origin_host = origin.split_once("://").map(|(_, rest)| rest).unwrap_or(origin);
+    let origin_host = crate::hosts::after_scheme(origin);
     origin == "null" || !origin_host.eq_ignore_ascii_case(host)
 }
 

@@ -25,17 +25,39 @@ pub fn escaped_in_json_string(b: u8) -> bool {
 /// How many bytes from the start of `bytes` need no escape in a JSON string (see
 /// [`escaped_in_json_string`]): the length of a plain run of string text, 16 bytes at a time.
 pub fn plain_run(bytes: &[u8]) -> usize {
-    let mut at = 0;
+    plain_end(bytes, 0)
+}
+
+/// Where the first byte at or after `from` that needs an escape sits in `bytes` (`bytes.len()`
+/// when none does). Lanes of 16 bytes are read from `from` on; the last few bytes are read as the
+/// end of the slice's last 16, with the lane's earlier bytes (already judged, or before `from`)
+/// masked off, so that a short string or a string's end costs one lane rather than a byte loop.
+pub fn plain_end(bytes: &[u8], from: usize) -> usize {
+    let mut at = from;
     #[cfg(target_arch = "x86_64")]
-    while let Some(lane) = bytes.get(at..at + 16).and_then(|lane| <&[u8; 16]>::try_from(lane).ok()) {
-        let escaped = escaped_lane(lane);
-        if escaped != 0 {
-            return at + escaped.trailing_zeros() as usize;
+    {
+        while let Some(lane) = lane_at(bytes, at) {
+            let escaped = escaped_lane(lane);
+            if escaped != 0 {
+                return at + escaped.trailing_zeros() as usize;
+            }
+            at += 16;
         }
-        at += 16;
+        let tail = bytes.len().saturating_sub(at);
+        if tail > 0
+            && let Some(lane) = bytes.len().checked_sub(16).and_then(|start| lane_at(bytes, start))
+        {
+            let escaped = escaped_lane(lane) >> (16 - tail);
+            return if escaped == 0 { bytes.len() } else { at + escaped.trailing_zeros() as usize };
+        }
     }
     let rest = bytes.get(at..).unwrap_or_default();
     at + rest.iter().position(|&b| escaped_in_json_string(b)).unwrap_or(rest.len())
+}
+
+#[cfg(target_arch = "x86_64")]
+fn lane_at(bytes: &[u8], at: usize) -> Option<&[u8; 16]> {
+    bytes.get(at..at.checked_add(16)?).and_then(|lane| <&[u8; 16]>::try_from(lane).ok())
 }
 
 /// The bytes of a 16-byte lane that [`escaped_in_json_string`] holds (bit `i` = byte `i`).

@@ -7,7 +7,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::protocol::json_scan::plain_run;
+use crate::protocol::json_scan::{plain_end, plain_run};
 
 /// A JSON object being written to `out`; `close` writes its `}`.
 pub struct JsonObject<'a> {
@@ -136,6 +136,17 @@ pub fn push_json_string(out: &mut Vec<u8>, text: &str) {
     let mut rest = text.as_bytes();
     out.reserve(rest.len() + 2);
     out.push(b'"');
+    // Most strings written are short (ids, names, models, kinds) and need no escape: copied first,
+    // one lane read at the end of `out` checks them. One that needs an escape is taken back.
+    if rest.len() < 16 {
+        let start = out.len();
+        out.extend_from_slice(rest);
+        if plain_end(out, start) == out.len() {
+            out.push(b'"');
+            return;
+        }
+        out.truncate(start);
+    }
     loop {
         let run = plain_run(rest);
         out.extend_from_slice(&rest[..run]);
@@ -345,6 +356,16 @@ mod tests {
             out.clear();
             push_count(&mut out, n);
             prop_assert_eq!(&out, &serde_json::to_vec(&n).unwrap());
+        }
+
+        /// A string written after other output (a short one is checked in place, at the end of
+        /// `out`) is written the same, whatever came before it.
+        #[test]
+        fn a_string_is_written_the_same_after_anything(before in "[a\"\\\\\n\u{0}é]{0,40}", text in "[a\"\\\\\n\u{0}\u{1f}é ]{0,20}") {
+            let mut out = before.clone().into_bytes();
+            push_json_string(&mut out, &text);
+            prop_assert_eq!(&out[..before.len()], before.as_bytes());
+            prop_assert_eq!(&out[before.len()..], &serde_json::to_vec(&text).unwrap()[..]);
         }
 
         /// The same for text made of the characters JSON escapes, among plain ones.

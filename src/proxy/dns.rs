@@ -66,7 +66,7 @@ pub fn could_not_resolve(url: &str) -> String {
 
 /// The host of an absolute URL, without port or brackets' contents changed.
 pub fn host_of(url: &str) -> Option<&str> {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = crate::hosts::after_scheme(url);
     let authority = rest.split(['/', '?', '#']).next()?;
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
     let host = if host_port.starts_with('[') {

@@ -251,8 +251,7 @@ pub fn join_url(base_url: &str, format: Format, rest: &str, query: Option<&str>)
 }
 
 fn has_path(base: &str) -> bool {
-    let after_scheme = base.split_once("://").map(|(_, r)| r).unwrap_or(base);
-    after_scheme.split_once('/').is_some_and(|(_, path)| !path.is_empty())
+    crate::hosts::after_scheme(base).split_once('/').is_some_and(|(_, path)| !path.is_empty())
 }
 
 /// The client's query string without ccmesh's own `endpoint=` selector and without a Google

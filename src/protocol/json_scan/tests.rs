@@ -314,4 +314,16 @@ proptest! {
         let long: Vec<u8> = [vec![b'a'; 37], bytes.clone()].concat();
         prop_assert_eq!(plain_run(&long), 37 + expected);
     }
+
+    /// Looked for from `from` on, the bytes before it are never judged, however many of them
+    /// need an escape and however short the rest is (its end is read as the slice's last lane).
+    #[test]
+    fn plain_end_judges_only_the_bytes_from_its_start(
+        before in proptest::collection::vec(prop_oneof![1 => 0x20u8..0x7f, 1 => Just(b'"'), 1 => Just(b'\\'), 1 => 0u8..0x20], 0..40),
+        bytes in proptest::collection::vec(prop_oneof![8 => 0x20u8..0x7f, 1 => Just(b'"'), 1 => Just(b'\\'), 1 => 0u8..0x20, 2 => 0x80u8..=0xff], 0..40),
+    ) {
+        let expected = bytes.iter().position(|&b| escaped_in_json_string(b)).unwrap_or(bytes.len());
+        let whole = [before.clone(), bytes].concat();
+        prop_assert_eq!(plain_end(&whole, before.len()), before.len() + expected);
+    }
 }

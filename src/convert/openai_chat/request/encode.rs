@@ -49,7 +49,8 @@ impl Removed {
 /// Whether `model`, without a vendor prefix (`openai/gpt-5` → `gpt-5`), starts with one of
 /// `prefixes` (lowercase), in any case.
 fn bare_model_starts_with(model: &str, prefixes: &[&str]) -> bool {
-    let bare = model.rsplit('/').next().unwrap_or(model).as_bytes();
+    let model = model.as_bytes();
+    let bare = model.iter().rposition(|&b| b == b'/').map_or(model, |slash| &model[slash + 1..]);
     prefixes.iter().any(|p| bare.get(..p.len()).is_some_and(|head| head.eq_ignore_ascii_case(p.as_bytes())))
 }
 
