@@ -54,18 +54,14 @@ pub fn new_id(unix_ms: u64) -> String {
     id
 }
 
-/// The low `digits` hex digits of `n` (at most 16), zero-padded (what `{n:0digits$x}` gives for
-/// values that fit), without `format!` on the request path: every request's id is written so.
-/// The digits go to a buffer and are appended at once (a `char` pushed at a time costs each one
-/// its own capacity check and UTF-8 encoding).
+/// The low `digits` hex digits of `n`, zero-padded (what `{n:0digits$x}` gives for values that
+/// fit), without `format!` on the request path. (Written to a byte buffer and appended at once,
+/// the digits cost more: the buffer's UTF-8 check outweighs the pushes it saves.)
 pub fn push_hex(out: &mut String, n: u64, digits: u32) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let digits = digits.min(16) as usize;
-    let mut buf = [0u8; 16];
-    for (i, digit) in buf[..digits].iter_mut().enumerate() {
-        *digit = HEX[((n >> ((digits - 1 - i) * 4)) & 0xf) as usize];
+    for shift in (0..digits).rev() {
+        let nibble = ((n >> (shift * 4)) & 0xf) as u32;
+        out.push(char::from_digit(nibble, 16).unwrap_or('0'));
     }
-    out.push_str(std::str::from_utf8(&buf[..digits]).unwrap_or_default());
 }
 
 /// How many hex digits `n` has (`{n:x}`'s length; one for zero).
