@@ -101,10 +101,19 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// The models of the requests read whole and of the streams walked away from (Claude's, Chat's).
+const CASE_MODELS: [[&str; 2]; 2] = [["claude-soak", "gpt-soak"], ["claude-soak-walk", "gpt-soak-walk"]];
+
 #[derive(Default)]
 struct Tally {
     /// Requests whose head reached the gateway (each must leave one record).
     reached: AtomicU64,
+    /// Of those: bodies abandoned half way, streams walked away from after their first chunk,
+    /// and the rest (answers read whole). Told apart in the records by their models
+    /// (`CASE_MODELS`), so that a shortfall says which kind of request lost its record.
+    abandoned_bodies: AtomicU64,
+    walked_away: AtomicU64,
+    read_whole: AtomicU64,
     answers: AtomicU64,
     idle: AtomicU64,
 }
@@ -144,12 +153,15 @@ async fn soak_chaos_keeps_answers_well_formed_memory_bounded_and_records_complet
             while Instant::now() < until {
                 let claude = rng.below(2) == 0;
                 let stream = rng.below(2) == 0;
+                let case = rng.below(10);
+                let walking_away = case == 2 && stream;
+                let [claude_model, chat_model] = CASE_MODELS[usize::from(walking_away)];
                 let (path, body) = if claude {
-                    ("/v1/messages", claude_body("claude-soak", stream))
+                    ("/v1/messages", claude_body(claude_model, stream))
                 } else {
-                    ("/v1/chat/completions", chat_body("gpt-soak", stream))
+                    ("/v1/chat/completions", chat_body(chat_model, stream))
                 };
-                match rng.below(10) {
+                match case {
                     // Abandon the body half way.
                     0 => {
                         let addr = url.trim_start_matches("http://").to_string();
@@ -157,6 +169,7 @@ async fn soak_chaos_keeps_answers_well_formed_memory_bounded_and_records_complet
                             let head = format!("POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{{\"model\":");
                             if tcp.write_all(head.as_bytes()).await.is_ok() {
                                 tally.reached.fetch_add(1, Ordering::SeqCst);
+                                tally.abandoned_bodies.fetch_add(1, Ordering::SeqCst);
                             }
                         }
                     }
@@ -172,12 +185,17 @@ async fn soak_chaos_keeps_answers_well_formed_memory_bounded_and_records_complet
                     // Read the first chunk of a stream, then walk away.
                     2 if stream => {
                         tally.reached.fetch_add(1, Ordering::SeqCst);
-                        if let Ok(mut r) = http.post(format!("{url}{path}")).json(&body).send().await {
-                            let _ = tokio::time::timeout(Duration::from_secs(3), r.chunk()).await;
+                        tally.walked_away.fetch_add(1, Ordering::SeqCst);
+                        match http.post(format!("{url}{path}")).json(&body).send().await {
+                            Ok(mut r) => {
+                                let _ = tokio::time::timeout(Duration::from_secs(3), r.chunk()).await;
+                            }
+                            Err(e) => failures.lock().unwrap().push(format!("a stream got no answer at all: {e:?}")),
                         }
                     }
                     _ => {
                         tally.reached.fetch_add(1, Ordering::SeqCst);
+                        tally.read_whole.fetch_add(1, Ordering::SeqCst);
                         let sent = http.post(format!("{url}{path}")).json(&body).timeout(Duration::from_secs(30)).send().await;
                         let Ok(r) = sent else {
                             failures.lock().unwrap().push("a request got no answer at all".into());
@@ -215,7 +233,32 @@ async fn soak_chaos_keeps_answers_well_formed_memory_bounded_and_records_complet
         if s["queued"] == 0 && s["written"].as_u64().unwrap_or(0) + s["dropped"].as_u64().unwrap_or(0) >= reached {
             break s;
         }
-        assert!(Instant::now() < deadline, "records did not catch up: {s}, {reached} requests");
+        if Instant::now() >= deadline {
+            let by_model: Value = http
+                .get(format!("{}/api/stats?since=1d&group_by=model", server.url))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            panic!(
+                "records did not catch up: {s}, {reached} requests: {} bodies abandoned (no model), {} streams walked away from ({:?}), {} read whole ({:?}); records by model: {}; failures: {:?}",
+                tally.abandoned_bodies.load(Ordering::SeqCst),
+                tally.walked_away.load(Ordering::SeqCst),
+                CASE_MODELS[1],
+                tally.read_whole.load(Ordering::SeqCst),
+                CASE_MODELS[0],
+                by_model["groups"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|g| format!("{}: {}", g["key"], g["totals"]["requests"]))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                failures.lock().unwrap()
+            );
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let failures = failures.lock().unwrap().clone();
