@@ -93,34 +93,93 @@ pub fn route_for(method: &Method, path: &str, headers: &HeaderMap) -> Option<Rou
     })
 }
 
-/// axum handler for every `/v1/*` and `/v1beta/*` request other than `GET /v1/models`.
-pub async fn handle(State(gw): State<Arc<Gateway>>, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
-    let (path, query) = (parts.uri.path(), parts.uri.query());
-    let gemini_call = gemini::parse_call(&parts.method, path, query);
+/// What a request on a proxy path asks for.
+enum Asked {
+    /// A Gemini model's description, answered from the catalogue (no attempt, no record).
+    GeminiModel(String),
+    /// A call the attempt loop serves.
+    Route(Route, Option<gemini::GeminiCall>),
+    /// A path the gateway does not serve.
+    Unknown { is_v1beta: bool },
+}
+
+fn asked(method: &Method, path: &str, query: Option<&str>, headers: &HeaderMap) -> Asked {
+    let gemini_call = gemini::parse_call(method, path, query);
     let is_v1beta = path.starts_with("/v1beta/");
     if gemini_call.is_none()
-        && let Some(model) = gemini::model_get(&parts.method, path)
-        && (is_v1beta || gemini::is_gemini_client(&parts.headers, query))
+        && let Some(model) = gemini::model_get(method, path)
+        && (is_v1beta || gemini::is_gemini_client(headers, query))
     {
-        return models::get_gemini_model(&gw, &model, &parts.headers, query);
+        return Asked::GeminiModel(model);
     }
     let route = match &gemini_call {
         Some(call) => Some(gemini::route(call)),
         None if is_v1beta => None,
-        None => route_for(&parts.method, path, &parts.headers),
+        None => route_for(method, path, headers),
     };
-    let Some(route) = route else {
-        let protocol = if is_v1beta { Protocol::Gemini } else { Protocol::Openai };
-        let message = if is_v1beta {
-            format!(
-                "ccmesh serves {} {path} only for models/{{model}}:generateContent, :streamGenerateContent and :countTokens, and GET models",
-                parts.method
-            )
-        } else {
-            format!("unknown path {path}")
+    match route {
+        Some(route) => Asked::Route(route, gemini_call),
+        None => Asked::Unknown { is_v1beta },
+    }
+}
+
+/// A proxy request whose handler has not run yet. hyper drops it unpolled when it sees the
+/// client's close before it first polls the handler (a client that sends and closes at once):
+/// dropped so, it still leaves the record of a client that went away, as every request does.
+pub struct Unstarted(Option<(Arc<Gateway>, Request)>);
+
+impl Unstarted {
+    pub fn new(gw: Arc<Gateway>, request: Request) -> Self {
+        Unstarted(Some((gw, request)))
+    }
+
+    /// The handler runs: its trail records the request from here on.
+    pub fn start(mut self) -> (Arc<Gateway>, Request) {
+        self.0.take().unwrap_or_else(|| unreachable!("an unstarted request holds its request until it starts"))
+    }
+}
+
+impl Drop for Unstarted {
+    fn drop(&mut self) {
+        let Some((gw, request)) = self.0.take() else { return };
+        let (parts, _) = request.into_parts();
+        let Asked::Route(route, _) = asked(&parts.method, parts.uri.path(), parts.uri.query(), &parts.headers) else {
+            return;
         };
-        return GatewayError::new(ErrorKind::NotFound, "not_found", message).into_response(protocol);
+        let sessions = affinity::SessionHeaders::read(&parts.headers);
+        let trail = Trail::start(
+            gw.events.clone(),
+            gw.clock.wall(),
+            route.protocol().as_str(),
+            &parts.method,
+            parts.uri.path(),
+            &parts.headers,
+            &sessions,
+        );
+        // Dropped unfinished, the trail records the client as gone.
+        drop(trail);
+    }
+}
+
+/// axum handler for every `/v1/*` and `/v1beta/*` request other than `GET /v1/models`.
+pub async fn handle(State(gw): State<Arc<Gateway>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let (path, query) = (parts.uri.path(), parts.uri.query());
+    let (route, gemini_call) = match asked(&parts.method, path, query, &parts.headers) {
+        Asked::GeminiModel(model) => return models::get_gemini_model(&gw, &model, &parts.headers, query),
+        Asked::Route(route, gemini_call) => (route, gemini_call),
+        Asked::Unknown { is_v1beta } => {
+            let protocol = if is_v1beta { Protocol::Gemini } else { Protocol::Openai };
+            let message = if is_v1beta {
+                format!(
+                    "ccmesh serves {} {path} only for models/{{model}}:generateContent, :streamGenerateContent and :countTokens, and GET models",
+                    parts.method
+                )
+            } else {
+                format!("unknown path {path}")
+            };
+            return GatewayError::new(ErrorKind::NotFound, "not_found", message).into_response(protocol);
+        }
     };
     let protocol = route.protocol();
     let snapshot = gw.snapshot_full();

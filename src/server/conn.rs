@@ -517,13 +517,14 @@ where
         if let Some(gw) = &self.proxy
             && crate::server::straight_to_proxy(request.method(), request.uri().path())
         {
-            let (gw, request) = (gw.clone(), request.map(axum::body::Body::new));
+            let unstarted = crate::proxy::Unstarted::new(gw.clone(), request.map(axum::body::Body::new));
             // The handler's state lives in the box from the start: its future is created by the
             // box's first poll, inside the box, and this block's own future (as large as all the
             // handler's state) is written into a slot allocated first. Built first and then moved
             // into a box, it would be copied whole.
             let slot = Box::new_uninit();
             let answer: Pin<Box<_>> = Box::into_pin(Box::write(slot, async move {
+                let (gw, request) = unstarted.start();
                 let response = crate::proxy::handle(axum::extract::State(gw), request).await;
                 Ok(response.map(|body| CountedBody::new(body, in_flight)))
             }));

@@ -684,6 +684,54 @@ async fn a_client_that_aborts_mid_body_is_recorded_as_gone_not_as_too_large() {
     assert_eq!(records[0]["error"]["kind"], "client_closed");
 }
 
+/// Clients that send a whole request without a body and close at once. When the gateway reads
+/// the request and the close together, the server drops the request's handler before it ever
+/// runs (a few in a hundred, on loopback); such a request must still leave its record. A
+/// handler that did run refuses the empty body (400); one that never ran records the client as
+/// gone (499).
+#[tokio::test]
+async fn requests_sent_and_closed_at_once_are_all_recorded() {
+    const SENT: usize = 300;
+    const BATCH: usize = 50;
+    let up = MockUpstream::start().await;
+    let g = TestGateway::start().await;
+    g.add("a", "anthropic", &up.url(), json!({})).await;
+    // Connected first, then each sent and closed in one go: the gateway's threads, busy with the
+    // first few, come to most of the others when both the request and the close are there.
+    for _ in 0..SENT / BATCH {
+        let mut batch = Vec::new();
+        for _ in 0..BATCH {
+            batch.push(TcpStream::connect(addr(&g)).await.unwrap());
+        }
+        for mut tcp in batch {
+            tcp.write_all(b"POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n").await.unwrap();
+        }
+    }
+    let count = || async {
+        g.flush_records().await;
+        let (_, stats) = g.api(reqwest::Method::GET, "/api/stats?since=1d", None).await;
+        stats
+    };
+    // Records come as the gateway notices each close: look until all are there, or until they
+    // can no longer be on their way.
+    let deadline = std::time::Instant::now() + CLOSE_WITHIN;
+    let stats = loop {
+        let stats = count().await;
+        if stats["totals"]["requests"].as_u64() >= Some(SENT as u64) || std::time::Instant::now() > deadline {
+            break stats;
+        }
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(stats["totals"]["requests"], SENT, "{stats}");
+    let (_, gone) = g.api(reqwest::Method::GET, "/api/requests?status=499&limit=1", None).await;
+    let gone = &gone["requests"][0];
+    assert!(gone["error"].as_str().is_some_and(|e| e.contains("client closed")), "some handlers never ran: {gone}");
+    assert_eq!(gone["protocol"], "claude", "{gone}");
+    assert_eq!(up.request_count(), 0);
+    up.set_default(Reply::anthropic_message("hi"));
+    assert_eq!(g.post("/v1/messages", &claude_body("claude-x", false)).await.status(), 200, "still serving");
+}
+
 #[tokio::test]
 async fn two_different_endpoint_selectors_in_the_query_are_refused() {
     let up = MockUpstream::start().await;
