@@ -6,9 +6,10 @@
 //!
 //! The real binary in front of three fault-injecting upstreams (errors, resets, cut and stalled
 //! streams, slow answers, bodies over the limit), driven by clients that misbehave too (slow
-//! bodies, bodies abandoned half way, streams abandoned half way, idle connections). It asserts
-//! that every answer a client read is complete or a protocol-native error, that the gateway's
-//! memory stays bounded, and that every request that reached it left exactly one record.
+//! bodies, bodies abandoned half way, requests sent and closed at once, streams abandoned half
+//! way, idle connections). It asserts that every answer a client read is complete or a
+//! protocol-native error, that the gateway's memory stays bounded, and that every request that
+//! reached it left exactly one record.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -101,18 +102,22 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// The models of the requests read whole and of the streams walked away from (Claude's, Chat's).
-const CASE_MODELS: [[&str; 2]; 2] = [["claude-soak", "gpt-soak"], ["claude-soak-walk", "gpt-soak-walk"]];
+/// The models of the requests read whole, of the streams walked away from and of the requests
+/// sent and closed at once (Claude's, Chat's).
+const CASE_MODELS: [[&str; 2]; 3] =
+    [["claude-soak", "gpt-soak"], ["claude-soak-walk", "gpt-soak-walk"], ["claude-soak-close", "gpt-soak-close"]];
 
 #[derive(Default)]
 struct Tally {
     /// Requests whose head reached the gateway (each must leave one record).
     reached: AtomicU64,
     /// Of those: bodies abandoned half way, streams walked away from after their first chunk,
-    /// and the rest (answers read whole). Told apart in the records by their models
+    /// requests sent whole and closed at once (the gateway may see the close before it begins on
+    /// one: such a record has no model), and the rest (answers read whole). Told apart in the records by their models
     /// (`CASE_MODELS`), so that a shortfall says which kind of request lost its record.
     abandoned_bodies: AtomicU64,
     walked_away: AtomicU64,
+    closed_at_once: AtomicU64,
     read_whole: AtomicU64,
     answers: AtomicU64,
     idle: AtomicU64,
@@ -155,7 +160,8 @@ async fn soak_chaos_keeps_answers_well_formed_memory_bounded_and_records_complet
                 let stream = rng.below(2) == 0;
                 let case = rng.below(10);
                 let walking_away = case == 2 && stream;
-                let [claude_model, chat_model] = CASE_MODELS[usize::from(walking_away)];
+                let kind = if walking_away { 1 } else if case == 3 { 2 } else { 0 };
+                let [claude_model, chat_model] = CASE_MODELS[kind];
                 let (path, body) = if claude {
                     ("/v1/messages", claude_body(claude_model, stream))
                 } else {
@@ -170,6 +176,21 @@ async fn soak_chaos_keeps_answers_well_formed_memory_bounded_and_records_complet
                             if tcp.write_all(head.as_bytes()).await.is_ok() {
                                 tally.reached.fetch_add(1, Ordering::SeqCst);
                                 tally.abandoned_bodies.fetch_add(1, Ordering::SeqCst);
+                            }
+                        }
+                    }
+                    // Send the whole request and close at once.
+                    3 => {
+                        let addr = url.trim_start_matches("http://").to_string();
+                        if let Ok(mut tcp) = TcpStream::connect(&addr).await {
+                            let body = body.to_string();
+                            let request = format!(
+                                "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                                body.len()
+                            );
+                            if tcp.write_all(request.as_bytes()).await.is_ok() {
+                                tally.reached.fetch_add(1, Ordering::SeqCst);
+                                tally.closed_at_once.fetch_add(1, Ordering::SeqCst);
                             }
                         }
                     }
@@ -243,10 +264,12 @@ async fn soak_chaos_keeps_answers_well_formed_memory_bounded_and_records_complet
                 .await
                 .unwrap();
             panic!(
-                "records did not catch up: {s}, {reached} requests: {} bodies abandoned (no model), {} streams walked away from ({:?}), {} read whole ({:?}); records by model: {}; failures: {:?}",
+                "records did not catch up: {s}, {reached} requests: {} bodies abandoned (no model), {} streams walked away from ({:?}), {} sent and closed at once ({:?}, or no model), {} read whole ({:?}); records by model: {}; failures: {:?}",
                 tally.abandoned_bodies.load(Ordering::SeqCst),
                 tally.walked_away.load(Ordering::SeqCst),
                 CASE_MODELS[1],
+                tally.closed_at_once.load(Ordering::SeqCst),
+                CASE_MODELS[2],
                 tally.read_whole.load(Ordering::SeqCst),
                 CASE_MODELS[0],
                 by_model["groups"]
