@@ -397,6 +397,40 @@ pub struct ErrorBody {
     pub param: Option<String>,
 }
 
+/// A unique, URL-safe suffix for the ids an encoder has to make up. Written out only when one is
+/// made up, which an answer that carries its own id never needs; tests give a fixed one, so that
+/// their output is deterministic.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum IdSeed {
+    /// Unix seconds and a process-wide count, in hex: `{now_unix:x}{count:08x}`.
+    Unique {
+        now_unix: u64,
+        count: u64,
+    },
+    Fixed(&'static str),
+}
+
+impl Default for IdSeed {
+    fn default() -> Self {
+        IdSeed::Fixed("")
+    }
+}
+
+impl From<&'static str> for IdSeed {
+    fn from(seed: &'static str) -> Self {
+        IdSeed::Fixed(seed)
+    }
+}
+
+impl std::fmt::Display for IdSeed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IdSeed::Unique { now_unix, count } => write!(f, "{now_unix:x}{count:08x}"),
+            IdSeed::Fixed(seed) => f.write_str(seed),
+        }
+    }
+}
+
 /// What an encoder needs to know about the client's original request.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct EncodeContext {
@@ -411,8 +445,8 @@ pub struct EncodeContext {
     /// Unix seconds "now", for `created` fields the target requires and the source lacks.
     pub created: u64,
     /// A unique, URL-safe suffix for ids the target requires and the source lacks
-    /// (`msg_{seed}`, `resp_{seed}`, `call_{seed}_{n}` ...), so output is deterministic in tests.
-    pub id_seed: String,
+    /// (`msg_{seed}`, `resp_{seed}`, `call_{seed}_{n}` ...).
+    pub id_seed: IdSeed,
     /// Responses: the client asked for `reasoning.encrypted_content`.
     pub include_encrypted_reasoning: bool,
     /// Ids the client already holds for this response: a resumed stream goes on under them.

@@ -8,7 +8,6 @@ use bytes::Bytes;
 
 use crate::convert::{self, ir};
 use crate::observe::record::Tokens;
-use crate::observe::record_id::{hex_len, push_hex};
 use crate::observe::usage::{self, AnswerRead};
 use crate::protocol::Format;
 use crate::protocol::json_skip::ShownObject;
@@ -59,6 +58,14 @@ fn request_body<'a>(body: &'a [u8], peeked: Option<&PeekedBody>) -> ir::RequestB
     }
 }
 
+/// A body encoded for an endpoint format and the model it names.
+struct EncodedBody {
+    format: Format,
+    model: String,
+    body: Result<Bytes, ir::ConvertError>,
+    losses: Vec<String>,
+}
+
 /// Per-request conversion state.
 pub struct RequestConversion {
     /// The client's format (the native format of its inbound protocol).
@@ -66,10 +73,9 @@ pub struct RequestConversion {
     /// Boxed, as `ctx` is: a request passed through carries neither, and this state moves with
     /// the request's attempt loop (copied whole on every move) for every request.
     decoded: Option<Box<Result<ir::Request, ir::ConvertError>>>,
-    /// Encoded bodies by (format, model sent).
-    bodies: Vec<(Format, String, Result<Bytes, ir::ConvertError>)>,
-    /// What did not survive each conversion (`field: note`), by target format.
-    losses: Vec<(Format, Vec<String>)>,
+    /// Encoded bodies by (format, model sent), each with what did not survive its conversion
+    /// (`field: note`).
+    bodies: Vec<EncodedBody>,
     ctx: Option<Box<ir::EncodeContext>>,
     /// `count_tokens`: the request goes to the endpoint's token-count method.
     count_tokens: bool,
@@ -90,7 +96,6 @@ impl RequestConversion {
             client,
             decoded: None,
             bodies: Vec::new(),
-            losses: Vec::new(),
             ctx: None,
             count_tokens,
             stream: false,
@@ -143,8 +148,8 @@ impl RequestConversion {
 
     /// The body to send to an endpoint of `format` with `model`.
     pub fn body(&mut self, client_body: &[u8], format: Format, model: &str) -> Result<Bytes, ir::ConvertError> {
-        if let Some((_, _, b)) = self.bodies.iter().find(|(f, m, _)| *f == format && m == model) {
-            return b.clone();
+        if let Some(encoded) = self.bodies.iter().find(|b| b.format == format && b.model == model) {
+            return encoded.body.clone();
         }
         let (client, count_tokens) = (self.client, self.count_tokens);
         let session = self.session_id.clone();
@@ -187,16 +192,14 @@ impl RequestConversion {
             }
             Ok(Bytes::from(encoded.body))
         });
-        self.bodies.push((format, sent_model.unwrap_or_else(|| model.to_string()), result.clone()));
-        if !self.losses.iter().any(|(f, _)| *f == format) {
-            self.losses.push((format, noted));
-        }
+        let model = sent_model.unwrap_or_else(|| model.to_string());
+        self.bodies.push(EncodedBody { format, model, body: result.clone(), losses: noted });
         result
     }
 
-    /// What did not survive the conversion to `format`, for the request record.
+    /// What did not survive the first conversion to `format`, for the request record.
     pub fn losses(&self, format: Format) -> Vec<String> {
-        self.losses.iter().find(|(f, _)| *f == format).map(|(_, l)| l.clone()).unwrap_or_default()
+        self.bodies.iter().find(|b| b.format == format).map(|b| b.losses.clone()).unwrap_or_default()
     }
 
     /// What the client-side encoders need, built once from the decoded request.
@@ -237,15 +240,11 @@ impl RequestConversion {
     }
 }
 
-/// A unique id suffix: time plus a process-wide counter, hex (`{now_unix:x}{n:08x}`, written
-/// without `format!`, which took ~1.5 k instructions of a converted request).
-fn id_seed(now_unix: u64) -> String {
+/// A unique id suffix: time plus a process-wide count. Only its numbers, taken here: written
+/// out for every request, it cost ~250 instructions, for ids that most answers never need.
+fn id_seed(now_unix: u64) -> ir::IdSeed {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let mut seed = String::with_capacity(24);
-    push_hex(&mut seed, now_unix, hex_len(now_unix));
-    push_hex(&mut seed, n, hex_len(n).max(8));
-    seed
+    ir::IdSeed::Unique { now_unix, count: COUNTER.fetch_add(1, Ordering::Relaxed) }
 }
 
 impl RequestConversion {
@@ -456,5 +455,17 @@ mod tests {
         let mut c = RequestConversion::new(Format::Openai, false);
         c.session_id = Some("the-session".into());
         assert_eq!(json(&c.body(chat, Format::Responses, "gpt-5").unwrap())["prompt_cache_key"], "mine");
+    }
+
+    /// A made-up id's suffix is the time and a count in hex, as `format!` writes them, and no two
+    /// requests share one.
+    #[test]
+    fn id_seeds_are_written_as_hex_and_never_repeat() {
+        let seed = ir::IdSeed::Unique { now_unix: 0x6935_1a2b, count: 0x2a };
+        assert_eq!(seed.to_string(), "69351a2b0000002a");
+        assert_eq!(ir::IdSeed::Unique { now_unix: 0, count: 0x1_0000_0000 }.to_string(), "0100000000");
+        let seeds: std::collections::HashSet<String> = (0..1000).map(|_| id_seed(1_765_000_000).to_string()).collect();
+        assert_eq!(seeds.len(), 1000);
+        assert_eq!(ir::IdSeed::from("t").to_string(), "t");
     }
 }

@@ -125,8 +125,8 @@ impl Run {
     /// The converted body for an endpoint of another format.
     pub(super) fn converted_body(&mut self, endpoint: &LiveEndpoint) -> Result<Bytes, ConvertError> {
         let model = self.inbound.model.as_deref().unwrap_or_default();
-        let target = endpoint.config.map_model(model).to_string();
-        self.conversion.body(&self.inbound.body, endpoint.config.format, &target)
+        let target = endpoint.config.map_model(model);
+        self.conversion.body(&self.inbound.body, endpoint.config.format, target)
     }
 
     pub(super) fn encode_context(&mut self) -> EncodeContext {

@@ -412,11 +412,12 @@ pub fn encode_response(response: &Response, ctx: &EncodeContext) -> Vec<u8> {
     }
     candidate.insert("finishReason".into(), json!(finish_reason(response.stop_reason)));
     candidate.insert("index".into(), json!(0));
+    let made_up_id = response.id.is_empty().then(|| ctx.id_seed.to_string());
     let body = json!({
         "candidates": [Value::Object(candidate)],
         "usageMetadata": encode_usage(&response.usage),
         "modelVersion": if response.model.is_empty() { ctx.request_model.as_str() } else { response.model.as_str() },
-        "responseId": if response.id.is_empty() { ctx.id_seed.as_str() } else { response.id.as_str() },
+        "responseId": made_up_id.as_deref().unwrap_or(&response.id),
     });
     answer_json(&body, response)
 }

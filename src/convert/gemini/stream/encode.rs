@@ -62,7 +62,7 @@ impl StreamEncoder {
     }
 
     fn with_framing(ctx: EncodeContext, framing: Framing) -> Self {
-        let id = ctx.id_seed.clone();
+        let id = ctx.id_seed.to_string();
         let model = ctx.request_model.clone();
         Self { ctx, framing, id, model, open: Vec::new(), usage: Usage::default(), finished: false, done: false }
     }
