@@ -457,6 +457,20 @@ mod tests {
         assert_eq!(json(&c.body(chat, Format::Responses, "gpt-5").unwrap())["prompt_cache_key"], "mine");
     }
 
+    /// The record's losses for a format are those of the first body encoded for it, however many
+    /// models it is encoded for after, and none for a format nothing was encoded for.
+    #[test]
+    fn a_formats_losses_are_those_of_its_first_encoding() {
+        let claude = br#"{"model":"m","max_tokens":8,"top_k":5,"messages":[{"role":"user","content":"hi"}]}"#;
+        let mut c = RequestConversion::new(Format::Anthropic, false);
+        c.body(claude, Format::Openai, "gpt-a").unwrap();
+        c.body(claude, Format::Openai, "gpt-b").unwrap();
+        let losses = c.losses(Format::Openai);
+        assert_eq!(losses.len(), 1, "{losses:?}");
+        assert!(losses[0].starts_with("top_k: "), "{losses:?}");
+        assert!(c.losses(Format::Gemini).is_empty());
+    }
+
     /// A made-up id's suffix is the time and a count in hex, as `format!` writes them, and no two
     /// requests share one.
     #[test]
