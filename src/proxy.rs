@@ -147,18 +147,28 @@ impl Drop for Unstarted {
             return;
         };
         let sessions = affinity::SessionHeaders::read(&parts.headers);
-        let trail = Trail::start(
-            gw.events.clone(),
-            gw.clock.wall(),
-            route.protocol().as_str(),
-            &parts.method,
-            parts.uri.path(),
-            &parts.headers,
-            &sessions,
-        );
         // Dropped unfinished, the trail records the client as gone.
-        drop(trail);
+        drop(begin_trail(&gw, route.protocol(), &parts, &sessions));
     }
+}
+
+/// The trail of a request the attempt loop serves, begun from its head: by the handler, or by an
+/// [`Unstarted`] request dropped before it ran.
+fn begin_trail(
+    gw: &Gateway,
+    protocol: Protocol,
+    parts: &axum::http::request::Parts,
+    sessions: &affinity::SessionHeaders,
+) -> Box<Trail> {
+    Trail::start(
+        gw.events.clone(),
+        gw.clock.wall(),
+        protocol.as_str(),
+        &parts.method,
+        parts.uri.path(),
+        &parts.headers,
+        sessions,
+    )
 }
 
 /// axum handler for every `/v1/*` and `/v1beta/*` request other than `GET /v1/models`.
@@ -184,15 +194,7 @@ pub async fn handle(State(gw): State<Arc<Gateway>>, request: Request) -> Respons
     let protocol = route.protocol();
     let snapshot = gw.snapshot_full();
     let sessions = affinity::SessionHeaders::read(&parts.headers);
-    let mut trail = Trail::start(
-        gw.events.clone(),
-        gw.clock.wall(),
-        protocol.as_str(),
-        &parts.method,
-        parts.uri.path(),
-        &parts.headers,
-        &sessions,
-    );
+    let mut trail = begin_trail(&gw, protocol, &parts, &sessions);
     if has_dot_segment(parts.uri.path()) {
         let e = GatewayError::new(
             ErrorKind::InvalidRequest,
