@@ -159,6 +159,7 @@ async fn get_status(State(gw): State<Arc<Gateway>>) -> Json<Value> {
         "connections": gw.open_connections.load(std::sync::atomic::Ordering::Relaxed),
         "connections_per_thread": gw.serving_threads.get().map(|b| b.counts()).unwrap_or_default(),
         "max_connections": limits.max_connections,
+        "connections_past_cap": gw.connection_cap.connections_past_cap(),
         "records": gw.events.records().stats(),
     }))
 }

@@ -50,6 +50,9 @@ pub struct Gateway {
     pub login_limit: crate::admin::login_limit::LoginLimit,
     /// Client connections open now, across every serving thread.
     pub open_connections: Arc<std::sync::atomic::AtomicUsize>,
+    /// The connections that came past `limits.max_connections`, and whether the gateway is at
+    /// its cap now.
+    pub connection_cap: Arc<crate::server::cap::CapWatch>,
     /// Each serving thread's share of them, once the server runs.
     pub serving_threads: std::sync::OnceLock<Arc<crate::server::balance::Balance>>,
     /// The address this gateway listens on, once bound (for refusing endpoints that point at it).
@@ -138,6 +141,7 @@ impl Gateway {
             catalogue: Default::default(),
             config_source: std::sync::OnceLock::new(),
             open_connections: Arc::default(),
+            connection_cap: Arc::default(),
             serving_threads: std::sync::OnceLock::new(),
             allowed_hosts: std::sync::OnceLock::new(),
             login_limit: Default::default(),

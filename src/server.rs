@@ -23,6 +23,7 @@ use crate::{admin, dashboard, proxy};
 
 pub mod background;
 pub mod balance;
+pub mod cap;
 pub mod conn;
 mod sliced;
 mod stop;
@@ -37,29 +38,50 @@ use stop::{Stop, StopSignal};
 pub struct Admission {
     limits: Arc<dyn Fn() -> Limits + Send + Sync>,
     open: Arc<AtomicUsize>,
+    cap: Arc<cap::CapWatch>,
     balance: Arc<Balance>,
 }
 
 impl Admission {
     /// For one serving thread.
     pub fn new(limits: impl Fn() -> Limits + Send + Sync + 'static) -> Admission {
-        Admission { limits: Arc::new(limits), open: Arc::new(AtomicUsize::new(0)), balance: Arc::new(Balance::new(1)) }
+        Admission {
+            limits: Arc::new(limits),
+            open: Arc::new(AtomicUsize::new(0)),
+            cap: Arc::default(),
+            balance: Arc::new(Balance::new(1)),
+        }
     }
 
     fn for_gateway(gw: &Arc<Gateway>, threads: usize) -> Admission {
         let open = gw.open_connections.clone();
+        let cap = gw.connection_cap.clone();
         let balance = gw.serving_threads.get_or_init(|| Arc::new(Balance::new(threads))).clone();
         let gw = gw.clone();
-        Admission { limits: Arc::new(move || gw.snapshot().settings.limits.clone()), open, balance }
+        Admission { limits: Arc::new(move || gw.snapshot().settings.limits.clone()), open, cap, balance }
     }
 }
 
-/// One open client connection in the count; dropped when the connection closes.
-struct Open(Arc<AtomicUsize>);
+/// One open client connection in the count; dropped when the connection closes, when it may
+/// end an episode at the cap (`cap.rs`).
+struct Open {
+    open: Arc<AtomicUsize>,
+    cap: Arc<cap::CapWatch>,
+    max_connections: usize,
+}
 
 impl Drop for Open {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        let left = self.open.fetch_sub(1, Ordering::AcqRel) - 1;
+        if self.cap.closed(left, self.max_connections) {
+            tracing::info!(
+                event = "connection_cap_cleared",
+                connections = left,
+                max_connections = self.max_connections,
+                past_cap = self.cap.connections_past_cap(),
+                "room for connections again; new connections are served"
+            );
+        }
     }
 }
 
@@ -116,6 +138,8 @@ async fn metrics(axum::extract::State(gw): axum::extract::State<Arc<Gateway>>) -
     let body = metrics.render_scrape(&Scrape {
         breakers,
         records_dropped: gw.events.records().dropped(),
+        connections_open: gw.open_connections.load(Ordering::Relaxed),
+        connections_past_cap: gw.connection_cap.connections_past_cap(),
         keys,
         cluster_fallbacks,
     });
@@ -415,8 +439,18 @@ async fn serve_connection(
     let tcp_peer = tcp.peer_addr().ok();
     let limits = (admission.limits)();
     let open = admission.open.fetch_add(1, Ordering::AcqRel) + 1;
-    let _open = Open(admission.open.clone());
+    let _open =
+        Open { open: admission.open.clone(), cap: admission.cap.clone(), max_connections: limits.max_connections };
     let overloaded = past_descriptors || open > limits.max_connections;
+    if overloaded && admission.cap.past_cap() {
+        tracing::warn!(
+            event = "connection_cap_reached",
+            connections = open,
+            max_connections = limits.max_connections,
+            reason = if past_descriptors { "file_descriptors" } else { "max_connections" },
+            "at the connection cap: new connections get 503 (but /health and /api/status) until some close; raise limits.max_connections if this load is expected"
+        );
+    }
     let activity = Arc::new(Activity::opened_now());
     let timers = ConnTimers { header_read: limits.header_read_timeout, keepalive: limits.keepalive_timeout };
     let io = TimedIo::new(tcp, activity.clone(), timers);

@@ -187,6 +187,18 @@ const DROPPED: Desc = Desc {
     kind: "counter",
     labels: &[],
 };
+const CONNECTIONS_OPEN: Desc = Desc {
+    name: "ccmesh_connections_open",
+    help: "Client connections open now, across every serving thread.",
+    kind: "gauge",
+    labels: &[],
+};
+const CONNECTIONS_PAST_CAP: Desc = Desc {
+    name: "ccmesh_connections_past_cap_total",
+    help: "Client connections that came past limits.max_connections (or with the process out of file descriptors): their requests were answered 503, but /health and /api/status.",
+    kind: "counter",
+    labels: &[],
+};
 
 // ============================================================== primitives
 
@@ -552,6 +564,8 @@ pub struct Scrape {
     /// Every configured endpoint with its breaker's current state.
     pub breakers: Vec<(String, Circuit)>,
     pub records_dropped: u64,
+    pub connections_open: usize,
+    pub connections_past_cap: u64,
     /// Every client key with its use of its windows now.
     pub keys: Vec<(String, crate::keys::KeyUsage)>,
     /// In a cluster: the fallbacks to local state so far, by call (empty without one).
@@ -845,6 +859,10 @@ impl Metrics {
         }
         header(&mut out, &DROPPED);
         sample(&mut out, DROPPED.name, &[], &[], None, scrape.records_dropped);
+        header(&mut out, &CONNECTIONS_OPEN);
+        sample(&mut out, CONNECTIONS_OPEN.name, &[], &[], None, scrape.connections_open);
+        header(&mut out, &CONNECTIONS_PAST_CAP);
+        sample(&mut out, CONNECTIONS_PAST_CAP.name, &[], &[], None, scrape.connections_past_cap);
         out
     }
 }
@@ -1129,6 +1147,8 @@ mod tests {
         let text = m.render_scrape(&Scrape {
             breakers: vec![("b".into(), Circuit::Closed), ("a".into(), Circuit::Open)],
             records_dropped: 3,
+            connections_open: 7,
+            connections_past_cap: 2,
             keys: Vec::new(),
             cluster_fallbacks: Vec::new(),
         });
@@ -1217,6 +1237,12 @@ ccmesh_cost_usd_total{endpoint="b"} 0.25
 # HELP ccmesh_records_dropped_total Request records lost: the record writer could not keep up (full queue) or could not write them.
 # TYPE ccmesh_records_dropped_total counter
 ccmesh_records_dropped_total 3
+# HELP ccmesh_connections_open Client connections open now, across every serving thread.
+# TYPE ccmesh_connections_open gauge
+ccmesh_connections_open 7
+# HELP ccmesh_connections_past_cap_total Client connections that came past limits.max_connections (or with the process out of file descriptors): their requests were answered 503, but /health and /api/status.
+# TYPE ccmesh_connections_past_cap_total counter
+ccmesh_connections_past_cap_total 2
 "#;
         assert_eq!(text, expected);
     }

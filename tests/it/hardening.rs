@@ -147,6 +147,10 @@ async fn past_the_connection_cap_only_health_and_status_are_served() {
     let api = raw(&g, b"GET /api/status HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").await;
     assert_eq!(status_of(&api), 200, "{api}");
     assert!(body_of(&api)["connections"].as_u64().unwrap() > 3, "{api}");
+    // Counted past the cap: the held connections beyond it (`before` of them: the cap is 3),
+    // the health check's and this one's.
+    let past_cap = (before + 2) as u64;
+    assert_eq!(body_of(&api)["connections_past_cap"], past_cap, "{api}");
     let other = raw(&g, b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await;
     assert_eq!(status_of(&other), 503, "{other}");
     assert!(other.to_ascii_lowercase().contains("retry-after: 1"), "{other}");
@@ -161,6 +165,9 @@ async fn past_the_connection_cap_only_health_and_status_are_served() {
     .expect("closed connections leave the count");
     let again = raw(&g, b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").await;
     assert_eq!(status_of(&again), 200, "served again once connections are freed: {again}");
+    let metrics = raw(&g, b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").await;
+    assert!(metrics.contains(&format!("\nccmesh_connections_past_cap_total {}\n", past_cap + 1)), "{metrics}");
+    assert!(metrics.contains("\nccmesh_connections_open "), "{metrics}");
 }
 
 // ------------------------------------------------------------------------------ memory bounds

@@ -52,6 +52,9 @@ async fn running_out_of_descriptors_never_silences_health_and_service_resumes() 
     assert!(turned_away, "the descriptor limit was reached after {} connections", held.len());
     // The log line is written by the gateway, read by a thread here: wait for it, don't race it.
     server.wait_for_log(|line| line.to_string().contains("out of file descriptors"));
+    server.wait_for_log(|v| {
+        v["fields"]["event"] == "connection_cap_reached" && v["fields"]["reason"] == "file_descriptors"
+    });
     // Every descriptor is taken by the held connections: health still answers.
     for _ in 0..3 {
         let (status, _) = status_on_new_connection(&server.url, HEALTH).await;
@@ -68,6 +71,57 @@ async fn running_out_of_descriptors_never_silences_health_and_service_resumes() 
         assert!(std::time::Instant::now() < deadline, "still refusing: {status}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Shedding load at the connection cap is told to whoever runs the gateway: one warning when it
+/// begins, however many connections come past the cap, one line when there is room again, and a
+/// count in `/api/status` and `/metrics`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_at_the_connection_cap_is_logged_once_each_way_and_counted() {
+    let config =
+        "[settings.limits]\nmax_connections = 2\nheader_read_timeout_secs = 60\nkeepalive_timeout_secs = 120\n";
+    let server = Server::launch(Launch { config: Some(config), ..Launch::default() }).unwrap();
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let (status, tcp) = status_on_new_connection(&server.url, MODELS).await;
+        assert_eq!(status, 200, "within the cap");
+        held.push(tcp);
+    }
+    // Each is answered and closed by the gateway, which only brings the count back to the cap.
+    for _ in 0..3 {
+        let (status, _) = status_on_new_connection(&server.url, MODELS).await;
+        assert_eq!(status, 503, "past the cap");
+    }
+    let status = status_page(&server.url).await;
+    assert_eq!(status["connections_past_cap"], 4, "{status}");
+    assert_eq!(status["max_connections"], 2, "{status}");
+    drop(held);
+    let cleared = server.wait_for_log(|v| v["fields"]["event"] == "connection_cap_cleared");
+    assert_eq!(cleared["fields"]["past_cap"], 4, "{cleared}");
+    // The lines come in order: every warning of the episode was written before this line.
+    let logs = server.log_text();
+    let reached: Vec<Value> = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["fields"]["event"] == "connection_cap_reached")
+        .collect();
+    assert_eq!(reached.len(), 1, "{logs}");
+    assert_eq!(reached[0]["level"], "WARN", "{logs}");
+    assert_eq!(reached[0]["fields"]["reason"], "max_connections");
+    assert_eq!(reached[0]["fields"]["max_connections"], 2);
+    assert!(reached[0]["fields"]["message"].as_str().unwrap().contains("limits.max_connections"));
+    let metrics = http_client().get(format!("{}/metrics", server.url)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("\nccmesh_connections_past_cap_total 4\n"), "{metrics}");
+}
+
+/// `GET /api/status` on a connection of its own, read to its close: the JSON.
+async fn status_page(url: &str) -> Value {
+    let mut tcp = TcpStream::connect(url.trim_start_matches("http://")).await.unwrap();
+    tcp.write_all(b"GET /api/status HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").await.unwrap();
+    let mut text = String::new();
+    tokio::time::timeout(Duration::from_secs(10), tcp.read_to_string(&mut text)).await.unwrap().unwrap();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    serde_json::from_str(text.split_once("\r\n\r\n").unwrap().1).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -306,6 +306,8 @@ async fn metrics_parse_as_prometheus_text_after_real_traffic() {
         ("ccmesh_cost_usd", "counter"),
         ("ccmesh_unpriced_requests", "counter"),
         ("ccmesh_records_dropped", "counter"),
+        ("ccmesh_connections_open", "gauge"),
+        ("ccmesh_connections_past_cap", "counter"),
     ];
     let names: Vec<&str> = families.keys().map(String::as_str).collect();
     let mut expected_names: Vec<&str> = expected.iter().map(|(n, _)| *n).collect();
@@ -327,6 +329,12 @@ async fn metrics_parse_as_prometheus_text_after_real_traffic() {
         assert_eq!(transitions.get("ccmesh_breaker_transitions_total", &labels), Some(1.0), "{endpoint}");
     }
     assert_eq!(transitions.series("ccmesh_breaker_transitions_total").len(), 2);
+
+    // The scrape's own connection is open; none came past the cap.
+    let open = families["ccmesh_connections_open"].get("ccmesh_connections_open", &[]);
+    assert!(open >= Some(1.0), "{open:?}");
+    let past_cap = &families["ccmesh_connections_past_cap"];
+    assert_eq!(past_cap.get("ccmesh_connections_past_cap_total", &[]), Some(0.0));
 
     // Requests, attempts, failovers (endpoint c).
     let requests = &families["ccmesh_requests"];
@@ -471,7 +479,7 @@ async fn metrics_are_open_without_an_admin_token() {
     let bare = reqwest::Client::builder().no_proxy().build().unwrap();
     let r = bare.get(format!("{}/metrics", g.url)).send().await.unwrap();
     assert_eq!(r.status(), 200);
-    assert!(r.text().await.unwrap().ends_with("ccmesh_records_dropped_total 0\n"));
+    assert!(r.text().await.unwrap().contains("\nccmesh_records_dropped_total 0\n"));
 }
 
 // ===================================================================== /api/events
