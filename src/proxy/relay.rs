@@ -288,7 +288,7 @@ impl Body for Relay {
             if this.s.done {
                 return Poll::Ready(None);
             }
-            let polled = Pin::new(&mut this.upstream).poll_frame(cx);
+            let polled = this.upstream.poll_data(cx);
             if polled.is_pending()
                 && let Some(grace) = &mut this.after_terminal
                 && grace.as_mut().poll(cx).is_ready()
@@ -325,9 +325,7 @@ impl Body for Relay {
             };
             let s = &mut this.s;
             match next {
-                Some(Ok(frame)) => {
-                    // Trailers carry nothing a client of these protocols reads.
-                    let Ok(chunk) = frame.into_data() else { continue };
+                Some(Ok(chunk)) => {
                     let out = s.c.observer.chunk(chunk);
                     if let Some(problem) = s.c.observer.watch.malformed.clone() {
                         // The chunk completing the problem is not relayed: the client gets the

@@ -581,6 +581,30 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_streamed_answer_is_read_as_its_data_with_its_trailers_passed_over() {
+        const WITH_TRAILERS: &[u8] =
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntrailer: x-sum\r\n\r\n3\r\none\r\n3\r\ntwo\r\n0\r\nx-sum: 6\r\n\r\n";
+        let (url, accepted, _closed) = server_answering(WITH_TRAILERS).await;
+        let client = UpstreamClient::new().unwrap();
+        client.install_on_this_thread();
+        // The trailers do reach the body as a frame of their own.
+        let answer = client.send(Method::GET, url.clone(), None, HeaderMap::new(), Bytes::new()).await.unwrap();
+        let frames = http_body_util::BodyExt::collect(answer.into_body()).await.unwrap();
+        assert_eq!(frames.trailers().and_then(|t| t.get("x-sum")).map(|v| v.as_bytes()), Some(&b"6"[..]));
+        for _ in 0..2 {
+            let answer = client.send(Method::GET, url.clone(), None, HeaderMap::new(), Bytes::new()).await.unwrap();
+            let mut body = answer.into_body();
+            let mut pieces = Vec::new();
+            while let Some(piece) = std::future::poll_fn(|cx| body.poll_data(cx)).await {
+                pieces.push(piece.unwrap());
+            }
+            assert_eq!(pieces, [&b"one"[..], &b"two"[..]]);
+            assert_eq!(idle(&client, &url), 1, "read to its end, the connection went back");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1, "one connection carried all three");
+    }
+
+    #[tokio::test]
     async fn an_idle_connection_the_upstream_closed_is_not_offered_again() {
         let close = Arc::new(tokio::sync::Notify::new());
         let (url, accepted, mut closed) = server(OK, Then::CloseWhenTold(close.clone())).await;
