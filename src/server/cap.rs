@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 /// of the cap free, and at least one connection. The margin is what keeps a gateway at its cap
 /// from ending and beginning an episode with every connection: one that came past the cap is
 /// answered and closed, which by itself only brings the count back to the cap.
-pub fn has_room_again(open: usize, max: usize) -> bool {
+fn has_room_again(open: usize, max: usize) -> bool {
     open + (max / 10).max(1) <= max
 }
 
